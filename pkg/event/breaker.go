@@ -1,0 +1,57 @@
+package event
+
+// BreakerEvent is a record on the alert topic: a breaker transition or an
+// immediate alert (hallucination, budget exhausted, surge, overdue review).
+type BreakerEvent struct {
+	// Scope is PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE or TASK.
+	Scope string `json:"scope"`
+	// Key is the breaker's key within its scope, e.g. "openai/gpt-4o".
+	Key string `json:"key"`
+	// Kind is TRANSITION or ALERT.
+	Kind string `json:"kind"`
+	// From and To are breaker states (CLOSED, OPEN, HALF_OPEN); empty for alerts.
+	From   string `json:"from,omitempty"`
+	To     string `json:"to,omitempty"`
+	Reason string `json:"reason"`
+	// Class is the failure class behind the event, when there is one.
+	Class Class `json:"class,omitempty"`
+	// Failures and Requests are the rolling window's counts.
+	Failures int32 `json:"failures"`
+	Requests int32 `json:"requests"`
+	// TaskID is the task that triggered the event.
+	TaskID string `json:"task_id,omitempty"`
+	// Instance is the router instance that wrote the event.
+	Instance string    `json:"instance"`
+	At       Timestamp `json:"at"`
+}
+
+// ReviewDecision is what a reviewer decided for a task on the review topic.
+type ReviewDecision struct {
+	TaskID   string    `json:"task_id"`
+	Approve  bool      `json:"approve"`
+	Reason   string    `json:"reason"`
+	Reviewer string    `json:"reviewer,omitempty"`
+	At       Timestamp `json:"at"`
+}
+
+// Validate checks the fields a ReviewDecision must have.
+func (d *ReviewDecision) Validate() error {
+	switch {
+	case d.TaskID == "":
+		return &FieldError{Field: "task_id", Msg: "required, a non-empty string"}
+	case d.Reason == "":
+		return &FieldError{Field: "reason", Msg: "required, a non-empty string"}
+	case d.At.IsZero():
+		return &FieldError{Field: "at", Msg: "required, an RFC 3339 time or integer milliseconds"}
+	}
+	return nil
+}
+
+// ParseReviewDecisionJSON decodes one ReviewDecision strictly.
+func ParseReviewDecisionJSON(b []byte) (ReviewDecision, error) {
+	var d ReviewDecision
+	if err := strictUnmarshal(b, &d); err != nil {
+		return d, err
+	}
+	return d, d.Validate()
+}

@@ -1,0 +1,106 @@
+// Package task holds the router's memory of one task: the event IDs it has
+// seen, its attempts and retries, its running totals, its operations and its
+// review status. The policy reads and updates a State; the store keeps it in
+// Pebble and the changelog topic.
+package task
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// Review states of a task.
+const (
+	ReviewNone     = ""
+	ReviewOpen     = "OPEN"
+	ReviewApproved = "APPROVED"
+	ReviewRejected = "REJECTED"
+)
+
+// State is everything the router remembers about one task. Times are Unix
+// milliseconds; occurred_at times come from the events, not the router clock.
+type State struct {
+	TaskID string `json:"task_id"`
+	// SeenEvents are the event IDs already routed, oldest first.
+	SeenEvents []string `json:"seen,omitempty"`
+	// Attempts counts the distinct events of the task.
+	Attempts int32 `json:"attempts"`
+	// Retries counts the retries published for the task, across all classes.
+	Retries int32 `json:"retries"`
+	// RetriesByClass counts the retries per class.
+	RetriesByClass map[event.Class]int32 `json:"retries_by_class,omitempty"`
+	// RateLimitedAt holds the occurred_at of the task's 429 answers.
+	RateLimitedAt []int64 `json:"rate_limited_at,omitempty"`
+	// Totals of the task's usage.
+	CostUSD   float64 `json:"cost_usd"`
+	Tokens    int64   `json:"tokens"`
+	ElapsedMs int64   `json:"elapsed_ms"`
+	// Operations are the business operations the task's events named.
+	Operations []Operation `json:"operations,omitempty"`
+	// Review is ReviewNone, ReviewOpen, ReviewApproved or ReviewRejected.
+	Review string `json:"review,omitempty"`
+	// ReviewClass is the class that opened the review item.
+	ReviewClass event.Class `json:"review_class,omitempty"`
+	// Terminal is set once the task reached a terminal decision.
+	Terminal bool `json:"terminal,omitempty"`
+	// LastClass and LastRoute are the latest decision's class and route.
+	LastClass event.Class `json:"last_class,omitempty"`
+	LastRoute event.Route `json:"last_route,omitempty"`
+	// LastEventAt is the occurred_at of the latest event (ms).
+	LastEventAt int64 `json:"last_event_at"`
+	// LastSeenAt is the router clock when the latest event was routed (ms).
+	LastSeenAt int64 `json:"last_seen_at"`
+	// SLAMs is the task's SLA; state expires 2 x SLA after LastSeenAt.
+	SLAMs int64 `json:"sla_ms,omitempty"`
+	// Pending is a retry waiting for its due time.
+	Pending *PendingRetry `json:"pending,omitempty"`
+	// LastEvent is the latest input event, kept to re-issue a retry on approval.
+	LastEvent *event.TaskEvent `json:"last_event,omitempty"`
+}
+
+// Operation is what the router knows of one business operation.
+type Operation struct {
+	OpID         string        `json:"op_id"`
+	Kind         event.OpKind  `json:"kind"`
+	ParamsSHA256 string        `json:"params_sha256,omitempty"`
+	State        event.OpState `json:"state"`
+}
+
+// PendingRetry is a retry decided but not yet due.
+type PendingRetry struct {
+	N         int32 `json:"n"`
+	DelayMs   int64 `json:"delay_ms"`
+	NotBefore int64 `json:"not_before"`
+}
+
+// Seen reports whether the event ID was already routed for this task.
+func (s *State) Seen(eventID string) bool { return slices.Contains(s.SeenEvents, eventID) }
+
+// Op returns the operation with the given ID, or nil.
+func (s *State) Op(opID string) *Operation {
+	for i := range s.Operations {
+		if s.Operations[i].OpID == opID {
+			return &s.Operations[i]
+		}
+	}
+	return nil
+}
+
+// Totals returns the decision totals of the task.
+func (s *State) Totals() event.Totals {
+	return event.Totals{Attempts: s.Attempts, Retries: s.Retries, CostUSD: s.CostUSD, Tokens: s.Tokens, ElapsedMs: s.ElapsedMs}
+}
+
+// Marshal encodes the state for the store and the changelog.
+func (s *State) Marshal() ([]byte, error) { return json.Marshal(s) }
+
+// Unmarshal decodes a state written by Marshal.
+func Unmarshal(b []byte) (*State, error) {
+	s := new(State)
+	if err := json.Unmarshal(b, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
