@@ -1,0 +1,244 @@
+// Package codec reads and writes faultrouter's records in the Avro
+// single-object encoding: the marker 0xC3 0x01, the 8-byte little-endian
+// CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, and
+// the Avro binary body.
+//
+// A record is decoded with the writer schema its fingerprint names, out of an
+// explicit accepted set (avro.All), and then mapped onto the reader's fields:
+// a field the reader does not have is ignored, a field the writer did not
+// have takes its default, an enum symbol the reader does not know takes the
+// reader's enum default. Decoding never panics; every error wraps one of the
+// sentinels of errors.go.
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/faultrouter/faultrouter/avro"
+	"github.com/linkedin/goavro/v2"
+)
+
+// maxBlockCount bounds the item count of one Avro array or map block. goavro
+// preallocates a block's items, so without a bound a 20-byte record could ask
+// for gigabytes. No faultrouter record has anywhere near this many flags or
+// attributes.
+const maxBlockCount = 1 << 14
+
+func init() {
+	// goavro's bound is a package variable; faultrouter reads Avro only
+	// through this package, so it is set once, before any decode.
+	if goavro.MaxBlockCount > maxBlockCount {
+		goavro.MaxBlockCount = maxBlockCount
+	}
+}
+
+const headerLen = 10 // marker (2) + fingerprint (8)
+
+// SchemaInfo describes one accepted writer schema.
+type SchemaInfo struct {
+	// Name is the record's full name, e.g. faultrouter.TaskEvent.
+	Name string
+	// Version is the schema version, see avro/README.md.
+	Version int
+	// Fingerprint is the CRC-64-AVRO fingerprint of the Parsing Canonical
+	// Form as 16 hex digits (the uint64 value, most significant digit first;
+	// the wire carries it little-endian).
+	Fingerprint string
+	// Writes is true for the version this codec writes.
+	Writes bool
+}
+
+// Options configure a Codec built with NewWith.
+type Options struct {
+	// TaskEventVersion is the TaskEvent schema version this codec writes and
+	// reads into, i.e. the version the program using it was built for.
+	// Records written with any accepted version are read; fields the
+	// version does not have are dropped. Default 0: the current version.
+	TaskEventVersion int
+}
+
+// Codec encodes and decodes faultrouter's records. It is safe for concurrent use.
+type Codec struct {
+	writers  map[uint64]*writer // accepted writer schemas by fingerprint
+	accepted []SchemaInfo
+
+	taskEvent, routed, breaker, review *writer // the schemas this codec writes
+
+	view *view // the reader's fields and enums
+}
+
+// writer is one accepted writer schema.
+type writer struct {
+	name    string
+	version int
+	fp      uint64
+	codec   *goavro.Codec
+}
+
+// New returns a Codec that writes the current schemas and accepts every
+// schema version listed in avro.All.
+func New() (*Codec, error) { return NewWith(Options{}) }
+
+// NewWith returns a Codec configured by o.
+func NewWith(o Options) (*Codec, error) {
+	all, err := avro.All()
+	if err != nil {
+		return nil, err
+	}
+	teVersion := o.TaskEventVersion
+	if teVersion == 0 {
+		cur, err := avro.Current(avro.TaskEvent)
+		if err != nil {
+			return nil, err
+		}
+		teVersion = cur.Version
+	}
+	c := &Codec{writers: make(map[uint64]*writer, len(all))}
+	var readers []string
+	for _, s := range all {
+		gc, err := goavro.NewCodec(s.JSON)
+		if err != nil {
+			return nil, fmt.Errorf("codec: schema %s v%d (%s): %w", s.Name, s.Version, s.File, err)
+		}
+		w := &writer{name: s.Name, version: s.Version, fp: gc.Rabin, codec: gc}
+		if prev, dup := c.writers[w.fp]; dup {
+			return nil, fmt.Errorf("codec: %s v%d has the fingerprint of %s v%d", s.Name, s.Version, prev.name, prev.version)
+		}
+		c.writers[w.fp] = w
+		writes := false
+		switch {
+		case s.Name == avro.TaskEvent && s.Version == teVersion:
+			c.taskEvent, writes = w, true
+			readers = append([]string{s.JSON}, readers...) // TaskEvent's enums first
+		case s.Name == avro.RoutedRecord && s.Current:
+			c.routed, writes = w, true
+			readers = append(readers, s.JSON)
+		case s.Name == avro.BreakerEvent && s.Current:
+			c.breaker, writes = w, true
+			readers = append(readers, s.JSON)
+		case s.Name == avro.ReviewDecision && s.Current:
+			c.review, writes = w, true
+			readers = append(readers, s.JSON)
+		}
+		c.accepted = append(c.accepted, SchemaInfo{
+			Name: s.Name, Version: s.Version, Fingerprint: fmt.Sprintf("%016x", w.fp), Writes: writes,
+		})
+	}
+	if c.taskEvent == nil {
+		return nil, fmt.Errorf("codec: TaskEventVersion %d is not a known TaskEvent schema version", o.TaskEventVersion)
+	}
+	if c.routed == nil || c.breaker == nil || c.review == nil {
+		return nil, fmt.Errorf("codec: a current schema is missing from the avro catalog")
+	}
+	if c.view, err = newView(readers); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Accepted returns every accepted writer schema.
+func (c *Codec) Accepted() []SchemaInfo { return slices.Clone(c.accepted) }
+
+// header appends the single-object header of w to dst.
+func header(dst []byte, w *writer) []byte {
+	dst = append(dst, 0xC3, 0x01)
+	return binary.LittleEndian.AppendUint64(dst, w.fp)
+}
+
+// encode appends the single-object encoding of native, written with w, to dst.
+func encode(dst []byte, w *writer, native map[string]any) ([]byte, error) {
+	n := len(dst)
+	out, err := w.codec.BinaryFromNative(header(dst, w), native)
+	if err != nil {
+		return dst[:n], fmt.Errorf("codec: encode %s: %w", w.name, err)
+	}
+	return out, nil
+}
+
+// writerOf checks the header of b and returns its writer schema.
+func (c *Codec) writerOf(b []byte) (*writer, error) {
+	if len(b) < headerLen || b[0] != 0xC3 || b[1] != 0x01 {
+		return nil, fmt.Errorf("%w (%d bytes, want the marker c3 01 and an 8-byte fingerprint)", ErrNotSingleObject, len(b))
+	}
+	fp := binary.LittleEndian.Uint64(b[2:headerLen])
+	w, ok := c.writers[fp]
+	if !ok {
+		return nil, fmt.Errorf("%w %016x", ErrUnknownSchema, fp)
+	}
+	return w, nil
+}
+
+// body decodes the Avro body of b with w. goavro does not promise never to
+// panic on hostile input, so a panic is recovered as ErrMalformed.
+func body(b []byte, w *writer) (m map[string]any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			m, err = nil, fmt.Errorf("%w: %s v%d: decoder panic: %v", ErrMalformed, w.name, w.version, p)
+		}
+	}()
+	native, rest, err := w.codec.NativeFromBinary(b[headerLen:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s v%d: %v", ErrMalformed, w.name, w.version, err)
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %s v%d: %d trailing bytes", ErrMalformed, w.name, w.version, len(rest))
+	}
+	m, ok := native.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s v%d: not a record", ErrMalformed, w.name, w.version)
+	}
+	return m, nil
+}
+
+// decodeAs checks that b was written with a schema of the named record and
+// decodes its body.
+func (c *Codec) decodeAs(b []byte, name string) (map[string]any, *writer, error) {
+	w, err := c.writerOf(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.name != name {
+		return nil, w, fmt.Errorf("%w: want %s, got %s v%d", ErrWrongSchema, name, w.name, w.version)
+	}
+	m, err := body(b, w)
+	return m, w, err
+}
+
+// Decode decodes any accepted record, dispatching on its fingerprint, and
+// returns *event.TaskEvent, *event.Routed, *event.BreakerEvent or
+// *event.ReviewDecision. TaskEvents and ReviewDecisions are validated.
+func (c *Codec) Decode(b []byte) (any, error) {
+	w, err := c.writerOf(b)
+	if err != nil {
+		return nil, err
+	}
+	switch w.name {
+	case avro.TaskEvent:
+		e, err := c.DecodeTaskEvent(b)
+		if err != nil {
+			return nil, err
+		}
+		return &e, nil
+	case avro.RoutedRecord:
+		r, err := c.DecodeRouted(b)
+		if err != nil {
+			return nil, err
+		}
+		return &r, nil
+	case avro.BreakerEvent:
+		e, err := c.DecodeBreakerEvent(b)
+		if err != nil {
+			return nil, err
+		}
+		return &e, nil
+	case avro.ReviewDecision:
+		d, err := c.DecodeReviewDecision(b)
+		if err != nil {
+			return nil, err
+		}
+		return &d, nil
+	}
+	return nil, fmt.Errorf("%w: no decoder for %s", ErrWrongSchema, w.name)
+}
