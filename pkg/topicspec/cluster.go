@@ -1,0 +1,176 @@
+package topicspec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Apply creates every topic of the set that the cluster lacks, with the
+// spec's partitions, replication factor and configs, and returns the names of
+// the topics it created. Existing topics are left as they are (Check reports
+// how they differ). A topic created concurrently by another instance is not
+// an error and is not in the returned list.
+func (s Set) Apply(ctx context.Context, adm *kadm.Client) ([]string, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	existing, err := s.existing(ctx, adm)
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	for _, sp := range s.specs {
+		if _, ok := existing[sp.Name]; ok {
+			continue
+		}
+		configs := make(map[string]*string, len(sp.Configs))
+		for k, v := range sp.Configs {
+			configs[k] = kadm.StringPtr(v)
+		}
+		resp, err := adm.CreateTopic(ctx, sp.Partitions, sp.ReplicationFactor, configs, sp.Name)
+		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			continue
+		case err != nil:
+			msg := ""
+			if resp.ErrMessage != "" {
+				msg = " (" + resp.ErrMessage + ")"
+			}
+			return created, fmt.Errorf("topicspec: creating topic %s (%s): %w%s", sp.Name, sp.Short, err, msg)
+		}
+		created = append(created, sp.Name)
+	}
+	return created, nil
+}
+
+// Check compares the cluster's topics with the set and returns every
+// problem: a missing topic, a partition count or replication factor that
+// differs, a config (only the keys the spec declares) whose value contradicts
+// the spec, and co-partitioned topics (ingress, decisions, state) whose
+// partition counts differ. No problems means the cluster matches. The error
+// is for a request that failed, not for a mismatch.
+func (s Set) Check(ctx context.Context, adm *kadm.Client) ([]Problem, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	got, err := s.existing(ctx, adm)
+	if err != nil {
+		return nil, err
+	}
+	if len(got) > 0 {
+		names := make([]string, 0, len(got))
+		for name := range got {
+			names = append(names, name)
+		}
+		rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("topicspec: describing topic configs: %w", err)
+		}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				return nil, fmt.Errorf("topicspec: describing configs of topic %s: %w", rc.Name, rc.Err)
+			}
+			o, ok := got[rc.Name]
+			if !ok {
+				continue
+			}
+			for _, c := range rc.Configs {
+				if c.Value != nil {
+					o.Configs[c.Key] = *c.Value
+				}
+			}
+		}
+	}
+	return compare(s, got), nil
+}
+
+// Ensure applies the set and then checks it: the start-up step of `run`. It
+// returns a *CheckError (wrapping ErrMismatch) that lists every problem when
+// the cluster contradicts the spec, so that the router refuses to start with
+// one clear message.
+func (s Set) Ensure(ctx context.Context, adm *kadm.Client) error {
+	created, err := s.Apply(ctx, adm)
+	if err != nil {
+		return err
+	}
+	problems, err := s.checkCreated(ctx, adm, created)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return &CheckError{Problems: problems}
+	}
+	return nil
+}
+
+// existing returns, for each of the set's topics that exists, its partition
+// count and replication factor (the smallest over its partitions), with an
+// empty config map.
+func (s Set) existing(ctx context.Context, adm *kadm.Client) (map[string]observed, error) {
+	// kadm answers ListTopics from the client's metadata cache (up to
+	// MetadataMinAge old, 5s by default), which would still miss topics that
+	// Apply just created. A request for authorized operations bypasses that
+	// cache (kadm metadata.go), so every Check sees the cluster as it is now.
+	details, err := adm.ListTopics(kadm.WithAuthorizedOps(ctx), s.Names()...)
+	if err != nil {
+		return nil, fmt.Errorf("topicspec: listing topics: %w", err)
+	}
+	got := make(map[string]observed, len(details))
+	for _, sp := range s.specs {
+		d, ok := details[sp.Name]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			continue
+		}
+		if d.Err != nil {
+			return nil, fmt.Errorf("topicspec: listing topic %s: %w", sp.Name, d.Err)
+		}
+		rf := -1
+		for _, p := range d.Partitions {
+			if rf == -1 || len(p.Replicas) < rf {
+				rf = len(p.Replicas)
+			}
+		}
+		got[sp.Name] = observed{
+			Partitions:        int32(len(d.Partitions)),
+			ReplicationFactor: int16(max(rf, 0)),
+			Configs:           map[string]string{},
+		}
+	}
+	return got, nil
+}
+
+// Topic creation reaches every broker's metadata shortly after CreateTopics
+// returns; checkCreated gives just-created topics this long to appear.
+const (
+	propagationTimeout = 10 * time.Second
+	propagationPoll    = 200 * time.Millisecond
+)
+
+// checkCreated runs Check, repeating it while a topic in created is still
+// reported missing (metadata propagation), for up to propagationTimeout.
+func (s Set) checkCreated(ctx context.Context, adm *kadm.Client, created []string) ([]Problem, error) {
+	deadline := time.Now().Add(propagationTimeout)
+	for {
+		problems, err := s.Check(ctx, adm)
+		if err != nil {
+			return nil, err
+		}
+		pending := slices.ContainsFunc(problems, func(p Problem) bool {
+			return p.Field == FieldExists && slices.Contains(created, p.Topic)
+		})
+		if !pending || time.Now().After(deadline) {
+			return problems, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(propagationPoll):
+		}
+	}
+}
