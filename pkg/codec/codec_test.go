@@ -241,6 +241,12 @@ func TestPoison(t *testing.T) {
 	nanCost := fullEvent()
 	nanCost.Usage.CostUSD = math.NaN()
 	nan, _ := gc.SingleFromNative(nil, taskEventNative(&nanCost))
+	farFuture := taskEventNative(&full)
+	farFuture["occurred_at"] = int64(math.MaxInt64) // not representable in the JSON form
+	far, err := gc.SingleFromNative(nil, farFuture)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		in   []byte
@@ -258,6 +264,7 @@ func TestPoison(t *testing.T) {
 		{"wrong_schema", goodRouted, ErrWrongSchema, "wrong_schema"},
 		{"missing_task_id", invalid, ErrInvalidRecord, "invalid_record"},
 		{"nan_cost", nan, ErrInvalidRecord, "invalid_record"},
+		{"timestamp_out_of_range", far, ErrInvalidRecord, "invalid_record"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

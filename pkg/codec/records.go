@@ -12,7 +12,9 @@ func (c *Codec) EncodeRouted(dst []byte, r *event.Routed) ([]byte, error) {
 	m := make(map[string]any, 3)
 	m["event"] = nil
 	if r.Event != nil {
-		m["event"] = map[string]any{avro.TaskEvent: taskEventNative(r.Event)}
+		n := teNatives.Get().(*teNative)
+		defer n.release()
+		m["event"] = map[string]any{avro.TaskEvent: n.fill(r.Event)}
 	}
 	m["decision"] = decisionNative(&r.Decision)
 	m["input"] = map[string]any{
@@ -23,7 +25,8 @@ func (c *Codec) EncodeRouted(dst []byte, r *event.Routed) ([]byte, error) {
 }
 
 // DecodeRouted decodes a RoutedRecord. Its event, when present, was
-// validated on ingress and is not validated again.
+// validated on ingress and is not validated again; only its amounts and the
+// decision's totals are checked to be finite numbers.
 func (c *Codec) DecodeRouted(b []byte) (event.Routed, error) {
 	m, _, err := c.decodeAs(b, avro.RoutedRecord)
 	if err != nil {
@@ -46,6 +49,9 @@ func (c *Codec) DecodeRouted(b []byte) (event.Routed, error) {
 	}
 	if d.err != nil {
 		return event.Routed{}, d.err
+	}
+	if err := finiteRouted(&r); err != nil {
+		return event.Routed{}, err
 	}
 	return r, nil
 }
@@ -172,4 +178,20 @@ func (c *Codec) DecodeReviewDecision(b []byte) (event.ReviewDecision, error) {
 		return x, fmt.Errorf("%w: task %q: %w", ErrInvalidRecord, x.TaskID, err)
 	}
 	return x, nil
+}
+
+// finiteRouted rejects NaN and infinite amounts in a routed record.
+func finiteRouted(r *event.Routed) error {
+	if err := finite("decision.totals.cost_usd", r.Decision.Totals.CostUSD); err != nil {
+		return err
+	}
+	if e := r.Event; e != nil {
+		if err := finite("usage.cost_usd", e.Usage.CostUSD); err != nil {
+			return err
+		}
+		if e.Output != nil && e.Output.Confidence != nil {
+			return finite("output.confidence", *e.Output.Confidence)
+		}
+	}
+	return nil
 }

@@ -12,7 +12,9 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 	if err := e.Validate(); err != nil {
 		return dst, fmt.Errorf("%w: task %s: %w", ErrInvalidRecord, e.TaskID, err)
 	}
-	return encode(dst, c.taskEvent, taskEventNative(e))
+	n := teNatives.Get().(*teNative)
+	defer n.release()
+	return encode(dst, c.taskEvent, n.fill(e))
 }
 
 // DecodeTaskEvent decodes and validates a TaskEvent. When the record decodes
@@ -55,94 +57,9 @@ func optString(s string) any {
 	return map[string]any{"string": s}
 }
 
-func optInt(n int32) any {
-	if n == 0 {
-		return nil
-	}
-	return map[string]any{"int": n}
-}
-
-func optLong(n int64) any {
-	if n == 0 {
-		return nil
-	}
-	return map[string]any{"long": n}
-}
-
-func optLongPtr(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return map[string]any{"long": *p}
-}
-
-func taskEventNative(e *event.TaskEvent) map[string]any {
-	m := make(map[string]any, 20)
-	m["event_id"] = e.EventID
-	m["task_id"] = e.TaskID
-	m["attempt"] = e.Attempt
-	m["occurred_at"] = e.OccurredAt.Millis()
-	m["source"] = e.Source
-	m["action"] = e.Action
-	m["provider"] = optString(e.Provider)
-	m["model"] = optString(e.Model)
-	m["prompt_template"] = optString(e.PromptTemplate)
-	if e.Stage != "" {
-		m["stage"] = map[string]any{"faultrouter.Stage": string(e.Stage)}
-	} else {
-		m["stage"] = nil
-	}
-	m["status"] = string(e.Status)
-	m["error"] = nil
-	if x := e.Error; x != nil {
-		m["error"] = map[string]any{"faultrouter.Error": map[string]any{
-			"type":           optString(x.Type),
-			"http_status":    optInt(x.HTTPStatus),
-			"code":           optString(x.Code),
-			"message":        optString(x.Message),
-			"retry_after_ms": optLongPtr(x.RetryAfterMs),
-		}}
-	}
-	m["output"] = nil
-	if o := e.Output; o != nil {
-		flags := make([]any, len(o.Flags))
-		for i, f := range o.Flags {
-			flags[i] = f
-		}
-		var valid, conf any
-		if o.SchemaValid != nil {
-			valid = map[string]any{"boolean": *o.SchemaValid}
-		}
-		if o.Confidence != nil {
-			conf = map[string]any{"double": *o.Confidence}
-		}
-		m["output"] = map[string]any{"faultrouter.Output": map[string]any{
-			"text": optString(o.Text), "schema_valid": valid, "confidence": conf, "flags": flags,
-		}}
-	}
-	m["usage"] = map[string]any{
-		"cost_usd": e.Usage.CostUSD, "tokens": e.Usage.Tokens, "elapsed_ms": e.Usage.ElapsedMs,
-	}
-	m["operation"] = nil
-	if op := e.Operation; op != nil {
-		m["operation"] = map[string]any{"faultrouter.Operation": map[string]any{
-			"op_id": op.OpID, "kind": string(op.Kind), "params_sha256": optString(op.ParamsSHA256), "state": string(op.State),
-		}}
-	}
-	m["input_ref"] = nil
-	if r := e.InputRef; r != nil {
-		m["input_ref"] = map[string]any{"faultrouter.InputRef": map[string]any{
-			"uri": r.URI, "sha256": optString(r.SHA256), "size_bytes": optLong(r.SizeBytes),
-		}}
-	}
-	m["sla_ms"] = optLongPtr(e.SLAMs)
-	attrs := make(map[string]any, len(e.Attributes))
-	for k, v := range e.Attributes {
-		attrs[k] = v
-	}
-	m["attributes"] = attrs
-	return m
-}
+// taskEventNative returns the native form of e in fresh maps, for callers
+// that keep it beyond one encode.
+func taskEventNative(e *event.TaskEvent) map[string]any { return newTENative().fill(e) }
 
 func (c *Codec) taskEventFrom(d *nat, m map[string]any) event.TaskEvent {
 	e := event.TaskEvent{

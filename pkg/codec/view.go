@@ -215,6 +215,12 @@ func (d *nat) optBool(m map[string]any, k string) *bool {
 	return &b
 }
 
+// The range of a timestamp that RFC 3339 (the JSON form) can carry.
+const (
+	minMillis = -62135596800000 // 0001-01-01T00:00:00Z
+	maxMillis = 253402300799999 // 9999-12-31T23:59:59.999Z
+)
+
 // ts reads a timestamp-millis; 0 reads as the zero Timestamp, the inverse of
 // Timestamp.Millis.
 func (d *nat) ts(m map[string]any, k string) event.Timestamp {
@@ -230,6 +236,12 @@ func (d *nat) ts(m map[string]any, k string) event.Timestamp {
 		d.fail(k, t)
 	}
 	if ms == 0 {
+		return event.Timestamp{}
+	}
+	if ms < minMillis || ms > maxMillis {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: %w", ErrInvalidRecord, &event.FieldError{Field: k, Msg: "timestamp outside the years 0001 to 9999"})
+		}
 		return event.Timestamp{}
 	}
 	if t := event.FromMillis(ms); !t.IsZero() {

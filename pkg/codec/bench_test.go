@@ -1,0 +1,35 @@
+package codec
+
+import "testing"
+
+// BenchmarkEncodeTaskEvent measures the producer side with a reused buffer.
+func BenchmarkEncodeTaskEvent(b *testing.B) {
+	c := newCodec(b)
+	e := fullEvent()
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = c.EncodeTaskEvent(buf[:0], &e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+// BenchmarkDecodeTaskEvent measures the router's decode step.
+func BenchmarkDecodeTaskEvent(b *testing.B) {
+	c := newCodec(b)
+	e := fullEvent()
+	buf, err := c.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.DecodeTaskEvent(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package codec
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/faultrouter/faultrouter/avro"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/linkedin/goavro/v2"
+)
+
+// v1Event is fullEvent without the fields TaskEvent v2 added.
+func v1Event() event.TaskEvent {
+	e := fullEvent()
+	e.InputRef, e.SLAMs = nil, nil
+	return e
+}
+
+func goavroCodec(t *testing.T, name string, version int) *goavro.Codec {
+	t.Helper()
+	s, err := avro.Version(name, version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, err := goavro.NewCodec(s.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gc
+}
+
+// TestCurrentReaderReadsOlderWriter guards backward compatibility: a record a
+// worker wrote with TaskEvent v1 (no input_ref, no sla_ms) is accepted by the
+// current router and reads with those fields at their defaults.
+func TestCurrentReaderReadsOlderWriter(t *testing.T) {
+	c := newCodec(t)
+	v1 := goavroCodec(t, avro.TaskEvent, 1)
+	e := v1Event()
+	b, err := v1.SingleFromNative(nil, taskEventNative(&e)) // an older worker's bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if binary.LittleEndian.Uint64(b[2:10]) != v1.Rabin {
+		t.Fatal("not written with the v1 fingerprint")
+	}
+	got, err := c.DecodeTaskEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, e) {
+		t.Fatalf("got %+v\nwant %+v", got, e)
+	}
+}
+
+// TestOlderReaderReadsNewerWriter guards forward compatibility: a program
+// built for TaskEvent v1, which knows the v2 writer schema from the accepted
+// set, reads a v2 record into the v1 field set and writes v1 itself.
+func TestOlderReaderReadsNewerWriter(t *testing.T) {
+	old, err := NewWith(Options{TaskEventVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := newCodec(t)
+	e := fullEvent() // with input_ref and sla_ms
+	b, err := cur.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := old.DecodeTaskEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := v1Event(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	// The same holds for the event inside a routed record.
+	r := fullRouted()
+	rb, err := cur.EncodeRouted(nil, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotR, err := old.DecodeRouted(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotR.Event.InputRef != nil || gotR.Event.SLAMs != nil {
+		t.Fatalf("v1 reader kept v2 fields: %+v", gotR.Event)
+	}
+	// The old program writes v1, which the current one reads.
+	ob, err := old.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fp := binary.LittleEndian.Uint64(ob[2:10]); fp != goavroCodec(t, avro.TaskEvent, 1).Rabin {
+		t.Fatalf("old codec wrote fingerprint %016x, want v1", fp)
+	}
+	if back, err := cur.DecodeTaskEvent(ob); err != nil || !reflect.DeepEqual(back, v1Event()) {
+		t.Fatalf("current reads old writer: %+v, %v", back, err)
+	}
+	var writes []string
+	for _, s := range old.Accepted() {
+		if s.Writes {
+			writes = append(writes, s.Name+"/"+s.Fingerprint)
+		}
+	}
+	if len(writes) != 4 || writes[0] != avro.TaskEvent+"/"+wantFingerprints["faultrouter.TaskEvent/1"] {
+		t.Fatalf("old codec writes %v", writes)
+	}
+}
+
+// TestFutureWriter guards the reader rules for a writer schema that has grown
+// (once it is in the accepted set): an unknown field is ignored and an enum
+// symbol the reader does not know reads as the enum's default.
+func TestFutureWriter(t *testing.T) {
+	c := newCodec(t)
+	cur, err := avro.Current(avro.TaskEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal([]byte(cur.JSON), &s); err != nil {
+		t.Fatal(err)
+	}
+	fields := s["fields"].([]any)
+	for _, f := range fields {
+		fm := f.(map[string]any)
+		if fm["name"] == "operation" {
+			op := fm["type"].([]any)[1].(map[string]any)
+			for _, of := range op["fields"].([]any) {
+				ofm := of.(map[string]any)
+				if ofm["name"] == "state" {
+					enum := ofm["type"].(map[string]any)
+					enum["symbols"] = append(enum["symbols"].([]any), "COMPENSATED")
+				}
+			}
+		}
+	}
+	s["fields"] = append(fields, map[string]any{"name": "tenant_tier", "type": "string", "default": "free"})
+	future, _ := json.Marshal(s)
+	gc, err := goavro.NewCodec(string(future))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.writers[gc.Rabin] = &writer{name: avro.TaskEvent, version: 3, fp: gc.Rabin, codec: gc} // accept it
+
+	e := fullEvent()
+	native := taskEventNative(&e)
+	native["tenant_tier"] = "gold"
+	native["operation"].(map[string]any)["faultrouter.Operation"].(map[string]any)["state"] = "COMPENSATED"
+	b, err := gc.SingleFromNative(nil, native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.DecodeTaskEvent(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fullEvent()
+	want.Operation.State = event.OpUnknown // OpState's default: held for reconciliation
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestProjectionCoversSchema guards the field table used to read into older
+// versions: it lists exactly the current TaskEvent schema's field paths, so a
+// new field cannot be added to the schema and forgotten by older readers.
+func TestProjectionCoversSchema(t *testing.T) {
+	cur, err := avro.Current(avro.TaskEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root any
+	if err := json.Unmarshal([]byte(cur.JSON), &root); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	(&view{enums: map[string]enumSet{}}).walk(root, "", paths)
+	table := map[string]bool{}
+	for _, f := range taskEventFields {
+		table[f.path] = true
+		if !paths[f.path] {
+			t.Errorf("table path %s is not in the schema", f.path)
+		}
+	}
+	for p := range paths {
+		if !table[p] {
+			t.Errorf("schema path %s is missing from taskEventFields", p)
+		}
+	}
+	c := newCodec(t)
+	if len(c.view.dropTaskEvent) != 0 {
+		t.Fatalf("the current reader drops %d fields", len(c.view.dropTaskEvent))
+	}
+}
+
+// TestUnknownVersion guards NewWith: a TaskEvent version that is not in the
+// catalog is a clear error, not a codec that silently writes another version.
+func TestUnknownVersion(t *testing.T) {
+	if _, err := NewWith(Options{TaskEventVersion: 9}); err == nil {
+		t.Fatal("NewWith accepted TaskEventVersion 9")
+	}
+}
