@@ -17,6 +17,9 @@ const (
 	ReviewOpen     = "OPEN"
 	ReviewApproved = "APPROVED"
 	ReviewRejected = "REJECTED"
+	// ReviewResolved is a review item closed by a receipt (a CONFIRMED
+	// operation) rather than by a person.
+	ReviewResolved = "RESOLVED"
 )
 
 // State is everything the router remembers about one task. Times are Unix
@@ -39,12 +42,16 @@ type State struct {
 	ElapsedMs int64   `json:"elapsed_ms"`
 	// Operations are the business operations the task's events named.
 	Operations []Operation `json:"operations,omitempty"`
-	// Review is ReviewNone, ReviewOpen, ReviewApproved or ReviewRejected.
+	// Review is ReviewNone, ReviewOpen, ReviewApproved, ReviewRejected or
+	// ReviewResolved.
 	Review string `json:"review,omitempty"`
 	// ReviewClass is the class that opened the review item.
 	ReviewClass event.Class `json:"review_class,omitempty"`
 	// Terminal is set once the task reached a terminal decision.
 	Terminal bool `json:"terminal,omitempty"`
+	// TerminalClass is the class of the decision that made the task terminal;
+	// later DUPLICATE_EXECUTION events do not overwrite it.
+	TerminalClass event.Class `json:"terminal_class,omitempty"`
 	// LastClass and LastRoute are the latest decision's class and route.
 	LastClass event.Class `json:"last_class,omitempty"`
 	LastRoute event.Route `json:"last_route,omitempty"`
@@ -54,6 +61,9 @@ type State struct {
 	LastSeenAt int64 `json:"last_seen_at"`
 	// SLAMs is the task's SLA; state expires 2 x SLA after LastSeenAt.
 	SLAMs int64 `json:"sla_ms,omitempty"`
+	// ExpiresAt is the router-clock time (ms) the state expires; 0 for never
+	// (an operation with an unknown outcome keeps its task).
+	ExpiresAt int64 `json:"expires_at,omitempty"`
 	// Pending is a retry waiting for its due time.
 	Pending *PendingRetry `json:"pending,omitempty"`
 	// LastEvent is the latest input event, kept to re-issue a retry on approval.

@@ -1,0 +1,192 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+func timeoutEvent(id string, attempt int32, at time.Time) *event.TaskEvent {
+	return &event.TaskEvent{
+		EventID: id, TaskID: "T-1", Attempt: attempt, OccurredAt: event.At(at),
+		Stage: event.StageNetwork, Status: event.StatusError,
+		Error:      &event.Error{Type: "TimeoutError"},
+		Usage:      event.Usage{CostUSD: 0.01, Tokens: 10, ElapsedMs: 100},
+		Attributes: map[string]string{"k": "v"},
+	}
+}
+
+// TestGoldenCoversEveryClass guards issue 4 point 6: the golden cases hold at
+// least one decision of every class of DESIGN.md (all but INVALID_INPUT,
+// which never reaches the policy) and every route.
+func TestGoldenCoversEveryClass(t *testing.T) {
+	files, _ := filepath.Glob("testdata/cases/*.json")
+	classes, routes := map[event.Class]bool{}, map[event.Route]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c goldenCase
+		if err := json.NewDecoder(bytes.NewReader(b)).Decode(&c); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, s := range c.Steps {
+			classes[s.Expect.Class], routes[s.Expect.Route] = true, true
+		}
+	}
+	for _, c := range event.Classes {
+		if c != event.ClassInvalidInput && !classes[c] {
+			t.Errorf("no golden case decides class %s", c)
+		}
+	}
+	for _, r := range event.Routes {
+		if !routes[r] {
+			t.Errorf("no golden case routes %s", r)
+		}
+	}
+}
+
+// TestDecideState guards Decide's state contract: a new task gets its ID and
+// the policy SLA, an event's sla_ms wins, totals and LastEvent follow the
+// event, and LastEvent is a copy the caller's later changes cannot touch.
+func TestDecideState(t *testing.T) {
+	p := Default()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var st task.State
+	ev := timeoutEvent("e1", 1, now.Add(-time.Second))
+	d := p.Decide(ev, &st, now)
+	if st.TaskID != "T-1" || st.SLAMs != p.DefaultSLAMs || !st.Seen("e1") {
+		t.Errorf("new task state: %+v", st)
+	}
+	if d.Totals != st.Totals() || d.Totals.Attempts != 1 || d.Totals.Retries != 1 {
+		t.Errorf("totals %+v, state %+v", d.Totals, st.Totals())
+	}
+	if st.Pending == nil || st.Pending.NotBefore != now.Add(time.Second).UnixMilli() || st.LastSeenAt != now.UnixMilli() || st.LastEventAt != ev.OccurredAt.Millis() {
+		t.Errorf("pending %+v, last seen %d, last event %d", st.Pending, st.LastSeenAt, st.LastEventAt)
+	}
+	ev.Error.Type, ev.Attributes["k"] = "changed", "changed"
+	if st.LastEvent.Error.Type != "TimeoutError" || st.LastEvent.Attributes["k"] != "v" {
+		t.Error("the state's LastEvent aliases the caller's event")
+	}
+
+	sla := int64(5000)
+	ev2 := timeoutEvent("e2", 2, now)
+	ev2.SLAMs = &sla
+	p.Decide(ev2, &st, now)
+	if st.SLAMs != 5000 {
+		t.Errorf("event sla_ms did not win: %d", st.SLAMs)
+	}
+}
+
+// TestDropChangesNothing guards dedup: an exact redelivery is DROP and the
+// task state is untouched.
+func TestDropChangesNothing(t *testing.T) {
+	p := Default()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var st task.State
+	ev := timeoutEvent("e1", 1, now)
+	p.Decide(ev, &st, now)
+	before := cloneState(t, &st)
+	d := p.Drop(ev, &st, now.Add(time.Minute))
+	if d.Route != event.RouteDrop || d.Retry != nil || d.Totals != st.Totals() {
+		t.Errorf("Drop = %+v", d)
+	}
+	if !reflect.DeepEqual(before, &st) {
+		t.Error("Drop changed the state")
+	}
+}
+
+// TestReviewWithoutOpenItem guards issue 5 point 5: a decision for an unknown
+// task or an item already closed is audited (DROP) and changes nothing.
+func TestReviewWithoutOpenItem(t *testing.T) {
+	p := Default()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rd := &event.ReviewDecision{TaskID: "T-1", Approve: true, Reason: "ok", At: event.At(now)}
+
+	var fresh task.State
+	if d := p.DecideReview(rd, &fresh, now); d.Route != event.RouteDrop || d.Rule != RuleNoOpenItem {
+		t.Errorf("unknown task: %+v", d)
+	}
+	if !reflect.DeepEqual(fresh, task.State{}) {
+		t.Errorf("unknown task got state %+v", fresh)
+	}
+
+	var st task.State
+	p.Decide(timeoutEvent("e1", 1, now), &st, now) // a retry: no review item
+	for _, review := range []string{task.ReviewNone, task.ReviewApproved, task.ReviewRejected, task.ReviewResolved} {
+		st.Review = review
+		before := cloneState(t, &st)
+		d := p.DecideReview(rd, &st, now)
+		if d.Route != event.RouteDrop || d.Rule != RuleNoOpenItem || d.Retry != nil {
+			t.Errorf("review %q: %+v", review, d)
+		}
+		if !reflect.DeepEqual(before, &st) {
+			t.Errorf("review %q: the state changed", review)
+		}
+	}
+}
+
+// TestApproveGrantsOneRetry guards the approve choice: the approved retry is
+// counted in the totals but under no limit, and the next failure meets the
+// limits as they stand (here the exhausted shared budget: dead letter).
+func TestApproveGrantsOneRetry(t *testing.T) {
+	p := Default()
+	p.RetryBudget = 1
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var st task.State
+	auth := func(id string, n int32) *event.TaskEvent {
+		ev := timeoutEvent(id, n, now)
+		ev.Error = &event.Error{HTTPStatus: 401}
+		return ev
+	}
+	if d := p.Decide(auth("a1", 1), &st, now); d.Route != event.RouteRetry {
+		t.Fatalf("first auth failure: %+v", d)
+	}
+	if d := p.Decide(auth("a2", 2), &st, now); d.Route != event.RouteReview {
+		t.Fatalf("second auth failure: %+v", d)
+	}
+	d := p.DecideReview(&event.ReviewDecision{TaskID: "T-1", Approve: true, Reason: "key rotated", At: event.At(now)}, &st, now)
+	if d.Route != event.RouteRetry || d.Retry.N != 2 || d.Retry.DelayMs != 0 || d.Totals.Retries != 2 || st.Terminal {
+		t.Fatalf("approve over an exhausted budget: %+v, state %+v", d, st)
+	}
+	if st.RetriesByClass[event.ClassAuthFailed] != 1 {
+		t.Errorf("the approved retry counted in a class: %v", st.RetriesByClass)
+	}
+	ev := timeoutEvent("a3", 3, now.Add(time.Minute))
+	if d := p.Decide(ev, &st, now); d.Route != event.RouteDeadLetter || d.Rule != "budget.retries_exhausted" {
+		t.Errorf("failure after the approved retry: %+v", d)
+	}
+}
+
+// TestExplainIsDecideOnFreshState guards `policy explain`: Explain gives the
+// decision Decide gives for a new task.
+func TestExplainIsDecideOnFreshState(t *testing.T) {
+	p := Default()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ev := timeoutEvent("e1", 1, now)
+	var st task.State
+	if got, want := p.Explain(ev, now), p.Decide(ev, &st, now); !reflect.DeepEqual(got, want) {
+		t.Errorf("Explain = %+v, Decide = %+v", got, want)
+	}
+}
+
+func cloneState(t *testing.T, st *task.State) *task.State {
+	t.Helper()
+	b, err := st.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := task.Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

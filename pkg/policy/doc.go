@@ -1,0 +1,97 @@
+// Package policy is faultrouter's judgement: it classifies one task event in
+// the light of the task's history and decides the one next step (retry,
+// review, quarantine, dead letter, complete or drop). It does no I/O: Decide,
+// DecideReview and Drop are functions of the event, the task state and the
+// router's clock, tested with golden files under testdata/.
+//
+// The numbers, phrase lists, code ranges and review owners come from a Policy:
+// Default() is the policy of DESIGN.md, Load and Parse read a YAML policy file
+// (default-policy.yaml is the commented default, `faultrouter policy default`
+// prints it).
+//
+// # Precedence
+//
+// An event can match several rules (a 504 on a write whose receipt was lost,
+// a refusal that also blew the budget). The first rule in this order decides:
+//
+//  1. PARAMS_MISMATCH: the event names a known op_id with another
+//     params_sha256 than the first one recorded (the approved one), unless
+//     the task ended for good (then rule 3). Checked first, so that a
+//     fail-over model proposing other parameters for a held write is named
+//     for what it is; such parameters never run.
+//  2. Receipt for a held operation: a known WRITE op_id the router holds as
+//     SUBMITTED or UNKNOWN is now CONFIRMED (SUCCEEDED, COMPLETE; an open
+//     review item is resolved) or REJECTED (BUSINESS_REJECTED, review). A
+//     receipt is evidence, not an execution, so it counts even for a task that
+//     ended or is in review.
+//  3. Terminal task: any other event for a terminal task (ended, or waiting
+//     in review) is DUPLICATE_EXECUTION, COMPLETE, audit only; the task's
+//     ending, review item and LastEvent are kept.
+//  4. A WRITE op_id already CONFIRMED submitted again: DUPLICATE_EXECUTION.
+//  5. OUTCOME_UNKNOWN: a WRITE operation SUBMITTED or UNKNOWN. Before any
+//     error class, so that a timeout on a write is held, never retried.
+//  6. Operation REJECTED: BUSINESS_REJECTED.
+//  7. MODEL_HALLUCINATION: a quarantine flag on the output. Safety first:
+//     even a downstream duplicate's output is quarantined and alerted.
+//  8. Downstream duplicate: 409, duplicate_task_id, already_processed.
+//  9. MODEL_REFUSAL: a refusal phrase in output.text, or confidence below
+//     the minimum (0.75 passes, 0.7499 does not). Before success: an OK
+//     status carrying a refusal is a refusal.
+//  10. SUCCEEDED: status OK and output.schema_valid not false. A success
+//     completes even over budget: it needs no more spending.
+//  11. BUDGET_EXHAUSTED: a failed attempt of a task whose totals reached a
+//     limit. Before every retryable class, so that nothing retries past it.
+//  12. VALIDATION_FIXABLE: a validator code in a configured range. Before
+//     SCHEMA_VIOLATION: a structured code is the more precise diagnosis and
+//     carries feedback a retry can use.
+//  13. SCHEMA_VIOLATION: output.schema_valid false or a schema code.
+//  14. The error classes, by error: RATE_LIMITED (429), AUTH_FAILED (401,
+//     403, token codes), NETWORK_TIMEOUT (timeouts, 502-504),
+//     BUSINESS_REJECTED (business codes; 400/422 at stage BUSINESS),
+//     INPUT_QUALITY_ISSUE (input codes; 400 at any other stage, null
+//     included).
+//  15. UNCLASSIFIED: nothing matched; to review.
+//
+// # Decisions
+//
+// Per-class limits count the retries of that class (State.RetriesByClass);
+// on top of them one shared budget (retry_budget, default 4) counts the
+// task's retries across classes: a retry past it becomes DEADLETTER with rule
+// budget.retries_exhausted and the original class. Retries that exhaust a
+// class go to DEADLETTER (NETWORK_TIMEOUT, RATE_LIMIT_EXCEEDED, both
+// infrastructure failures no person can fix per task) or to review
+// (AUTH_FAILED to security, VALIDATION_FIXABLE).
+//
+// A retry plan's N is the task's retry number across classes (it equals
+// totals.retries); DelayMs is the class's delay; NotBefore is the router's
+// clock plus the delay, so that consumer lag never makes a retry early.
+// RATE_LIMITED honours retry_after_ms the same way.
+//
+// Every route except RETRY makes the task terminal: COMPLETE, DEADLETTER,
+// REVIEW and QUARANTINE. A task in review waits for a person; only an
+// approval (DecideReview) or a receipt for a held operation moves it on.
+//
+// Windows and budgets use the events' occurred_at and usage, never the
+// router's clock: a second 429 at most 60 000 ms after another (59 s is,
+// 61 s is not) is RATE_LIMIT_EXCEEDED; a budget limit is reached when the
+// total is greater than or equal to it, money compared in whole
+// micro-dollars (so $0.50 exactly is exhausted, $0.499999 is not).
+//
+// REVIEW and QUARANTINE decisions carry the class's owner, the owner's
+// response SLA and a priority. Defaults: AUTH_FAILED security (high);
+// INPUT_QUALITY_ISSUE product_operations; MODEL_REFUSAL, SCHEMA_VIOLATION
+// and VALIDATION_FIXABLE ai_product; BUSINESS_REJECTED and UNCLASSIFIED
+// operations; BUDGET_EXHAUSTED, OUTCOME_UNKNOWN and PARAMS_MISMATCH
+// operations (high); MODEL_HALLUCINATION content_safety (high, SLA 1 min).
+//
+// Exact redeliveries (the same event_id) never reach Decide: the router
+// routes them with Drop (DROP, rule dedup.redelivery, class of the task's
+// latest decision).
+//
+// The review loop-back (DecideReview): approve re-issues one retry with no
+// delay (rule MANUAL_OVERRIDE_SUCCESS), counted in the task's retries but
+// checked against no limit; reject ends the task with COMPLETE (rule
+// MANUAL_REJECTED) and the end-user messages; a decision without an open item
+// is DROP, rule review.no_open_item, and changes nothing. All three carry the
+// class of the review item they answer.
+package policy

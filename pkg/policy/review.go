@@ -1,0 +1,99 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Rules of the review loop-back; the audit records carry them.
+const (
+	RuleManualOverride = "MANUAL_OVERRIDE_SUCCESS"
+	RuleManualRejected = "MANUAL_REJECTED"
+	RuleNoOpenItem     = "review.no_open_item"
+)
+
+// DecideReview applies a reviewer's decision to the task's open review item
+// and updates st. The decision's class is the class that opened the item.
+//
+//   - approve: route RETRY, rule MANUAL_OVERRIDE_SUCCESS, a retry due now
+//     (no delay) that re-issues st.LastEvent with the same task ID; the review
+//     item is APPROVED and the task is no longer terminal. The approved retry
+//     counts in Retries (the totals show it) but in no class's count, and no
+//     limit applies to it: a person overrode them. It grants one attempt:
+//     the next failure meets the limits as they stand.
+//   - reject: route COMPLETE, rule MANUAL_REJECTED, the task is terminal, the
+//     item REJECTED, and UserMessage holds the end-user messages (English and
+//     Chinese by default, one a line) with the reviewer's reason.
+//   - no open item (unknown task, or an item already approved, rejected or
+//     resolved by a receipt): route DROP, rule review.no_open_item, audited
+//     only; st is not changed.
+func (p *Policy) DecideReview(rd *event.ReviewDecision, st *task.State, now time.Time) event.Decision {
+	d := event.Decision{DecidedAt: event.At(now)}
+	if st.TaskID == "" || st.Review != task.ReviewOpen {
+		d.Class, d.Route, d.Rule = reviewClass(st), event.RouteDrop, RuleNoOpenItem
+		d.Reason = fmt.Sprintf("%s for task %s: no open review item (%s); audited, nothing changes",
+			verb(rd), rd.TaskID, reviewState(st))
+		d.Totals = st.Totals()
+		return d
+	}
+
+	d.Class = reviewClass(st)
+	st.LastClass = d.Class
+	st.LastSeenAt = now.UnixMilli()
+	who := rd.Reviewer
+	if who == "" {
+		who = "a reviewer"
+	}
+	if rd.Approve {
+		d.Route, d.Rule = event.RouteRetry, RuleManualOverride
+		d.Reason = fmt.Sprintf("%s approved the %s item: %s; retry with the same task ID now", who, d.Class, rd.Reason)
+		d.Retry = p.retry(st, "", 0, now)
+		st.Review, st.LastRoute = task.ReviewApproved, event.RouteRetry
+	} else {
+		d.Route, d.Rule = event.RouteComplete, RuleManualRejected
+		d.Reason = fmt.Sprintf("%s rejected the %s item: %s; the task ends", who, d.Class, rd.Reason)
+		d.UserMessage = p.userMessage(rd.Reason)
+		st.Review, st.LastRoute, st.Pending = task.ReviewRejected, event.RouteComplete, nil
+		st.Terminal, st.TerminalClass = true, d.Class
+	}
+	d.Totals = st.Totals()
+	return d
+}
+
+// userMessage fills the review loop's end-user messages with reason.
+func (p *Policy) userMessage(reason string) string {
+	reason = strings.TrimRight(strings.TrimSpace(reason), ".。")
+	lines := make([]string, len(p.ReviewLoop.UserMessages))
+	for i, m := range p.ReviewLoop.UserMessages {
+		lines[i] = strings.ReplaceAll(m, "{reason}", reason)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func reviewClass(st *task.State) event.Class {
+	if st.ReviewClass != "" {
+		return st.ReviewClass
+	}
+	return lastClass(st)
+}
+
+func verb(rd *event.ReviewDecision) string {
+	if rd.Approve {
+		return "approve"
+	}
+	return "reject"
+}
+
+func reviewState(st *task.State) string {
+	switch {
+	case st.TaskID == "":
+		return "unknown task"
+	case st.Review == task.ReviewNone:
+		return "the task never went to review"
+	}
+	return "item already " + st.Review
+}
