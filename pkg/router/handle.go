@@ -1,0 +1,328 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// handle routes one poll batch in one Kafka transaction:
+// consume -> decode -> dedup -> classify/decide -> produce -> commit, then
+// updates the Pebble cache once the transaction has committed.
+func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) error {
+	b.reset()
+	now := r.cfg.Now()
+	start := time.Now()
+
+	// consume and decode
+	fetches.EachRecord(func(rec *kgo.Record) {
+		b.inputs = append(b.inputs, r.decode(rec))
+	})
+	r.metrics.consumed.Add(float64(len(b.inputs)))
+
+	// dedup and task state: one batched read for every task of the poll
+	for i := range b.inputs {
+		if id := b.inputs[i].taskID(); id != "" {
+			b.ids = append(b.ids, id)
+		}
+	}
+	if err := r.store.Load(b.ids, b.states); err != nil {
+		return err
+	}
+
+	// classify and decide, in input order, per task on the evolving state
+	for i := range b.inputs {
+		r.route(&b.inputs[i], b, now)
+	}
+	// retries whose due time has come, on the partitions this instance owns
+	if err := r.releaseDue(b, now); err != nil {
+		return err
+	}
+	if len(b.inputs) == 0 && len(b.touched) == 0 {
+		return nil
+	}
+	r.changelog(b)
+
+	// produce and commit: one transaction
+	if err := sess.Begin(); err != nil {
+		return fmt.Errorf("router: begin transaction: %w", err)
+	}
+	var (
+		mu      sync.Mutex
+		prodErr error
+	)
+	for _, rec := range b.out {
+		sess.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if prodErr == nil {
+					prodErr = err
+				}
+				return
+			}
+			if rec.Topic == r.cfg.Topics.State && rec.Offset+1 > b.checkpoints[rec.Partition] {
+				b.checkpoints[rec.Partition] = rec.Offset + 1
+			}
+		})
+	}
+	try := kgo.TryCommit
+	if err := sess.Client().Flush(ctx); err != nil {
+		return fmt.Errorf("router: flush: %w", err)
+	}
+	if prodErr != nil {
+		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
+		try = kgo.TryAbort
+	}
+	committed, err := sess.End(ctx, try)
+	if err != nil {
+		r.metrics.txAborted.Inc()
+		return fmt.Errorf("router: end transaction: %w", err)
+	}
+	if !committed {
+		r.metrics.txAborted.Inc()
+		r.log.Info("transaction aborted; the batch will be consumed again", "records", len(b.inputs))
+		return nil
+	}
+	r.metrics.txCommitted.Inc()
+
+	// the transaction committed: now, and only now, update the cache
+	if err := r.persist(b, now); err != nil {
+		return err
+	}
+	for i := range b.inputs {
+		in := &b.inputs[i]
+		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
+		r.logDecision(in)
+	}
+	r.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// route decides one input record and queues its output records.
+func (r *Router) route(in *input, b *batch, now time.Time) {
+	switch in.kind {
+	case inputPoison:
+		in.decision = event.Decision{
+			Class: event.ClassInvalidInput, Route: event.RouteDeadLetter,
+			Rule:   "input." + in.errKind,
+			Reason: in.err.Error(),
+			Totals: event.Totals{}, DecidedAt: event.At(now),
+		}
+		b.out = append(b.out, r.deadLetterRaw(in, now))
+		b.out = append(b.out, r.audit(in, nil))
+		r.metrics.poison.WithLabelValues(in.errKind).Inc()
+		return
+	case inputReview:
+		st := b.state(in.review.TaskID, in.rec.Partition)
+		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
+		b.touch(st.TaskID, in.rec.Partition)
+		r.emit(in, st.LastEvent, st, b, now)
+		return
+	}
+	ev := &in.event
+	st := b.state(ev.TaskID, in.rec.Partition)
+	if st.TaskID != "" && st.Seen(ev.EventID) {
+		in.decision = r.cfg.Policy.Drop(ev, st, now)
+		r.metrics.dropped.Inc()
+	} else {
+		in.decision = r.cfg.Policy.Decide(ev, st, now)
+	}
+	b.touch(ev.TaskID, in.rec.Partition)
+	r.emit(in, ev, st, b, now)
+}
+
+// emit queues the audit record of in and the record of its route.
+func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, now time.Time) {
+	d := &in.decision
+	switch d.Route {
+	case event.RouteRetry:
+		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() {
+			b.out = append(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
+			st.Pending = nil
+			r.metrics.retriesPublished.Inc()
+		}
+	case event.RouteReview, event.RouteQuarantine:
+		b.out = append(b.out, r.routed(r.cfg.Topics.Review, in, ev, *d))
+	case event.RouteDeadLetter:
+		b.out = append(b.out, r.routed(r.cfg.Topics.DeadLetter, in, ev, *d))
+	case event.RouteComplete, event.RouteDrop:
+	}
+	b.out = append(b.out, r.audit(in, ev))
+}
+
+// releaseDue publishes the pending retries that are due on the partitions
+// this instance owns.
+func (r *Router) releaseDue(b *batch, now time.Time) error {
+	nowMs := now.UnixMilli()
+	for _, p := range r.ownedPartitions() {
+		ids, err := r.store.Due(p, nowMs, 500)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			st, ok := b.states[id]
+			if !ok {
+				if st, err = r.store.Get(id); err != nil {
+					return err
+				}
+				if st == nil {
+					continue
+				}
+				b.states[id] = st
+				b.remember(st)
+			}
+			b.touch(id, p)
+		}
+	}
+	// tasks of this batch and of the due index alike
+	for _, id := range b.touched {
+		st := b.states[id]
+		if st.Pending == nil || st.Pending.NotBefore > nowMs || st.LastEvent == nil {
+			continue
+		}
+		d := event.Decision{
+			Class: st.LastClass, Route: event.RouteRetry, Rule: "retry.due",
+			Reason: fmt.Sprintf("retry %d is due (not before %s)", st.Pending.N, event.FromMillis(st.Pending.NotBefore).Format(time.RFC3339Nano)),
+			Retry:  &event.RetryPlan{N: st.Pending.N, DelayMs: st.Pending.DelayMs, NotBefore: event.FromMillis(st.Pending.NotBefore)},
+			Totals: st.Totals(), DecidedAt: event.At(now),
+		}
+		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, nil)
+		b.out = append(b.out, rec)
+		st.Pending = nil
+		r.metrics.retriesPublished.Inc()
+		r.log.Info("retry published", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
+	}
+	return nil
+}
+
+// changelog queues one state record per task the batch touched.
+func (r *Router) changelog(b *batch) {
+	for _, id := range b.touched {
+		st := b.states[id]
+		v, err := st.Marshal()
+		if err != nil { // a State always marshals; keep the batch going regardless
+			r.log.Error("state does not encode", "task_id", id, "err", err)
+			continue
+		}
+		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: b.partOf[id], Key: []byte(id), Value: v})
+	}
+}
+
+// persist writes the committed states and changelog checkpoints to Pebble.
+func (r *Router) persist(b *batch, now time.Time) error {
+	wb := r.store.NewBatch()
+	for _, id := range b.touched {
+		st := b.states[id]
+		if err := wb.Put(b.partOf[id], b.old[id], st, r.expiresAt(st, now)); err != nil {
+			wb.Discard()
+			return err
+		}
+	}
+	for p, next := range b.checkpoints {
+		if err := wb.SetCheckpoint(p, next); err != nil {
+			wb.Discard()
+			return err
+		}
+	}
+	return wb.Commit()
+}
+
+// expiresAt is when a task's state may be forgotten: 2 x SLA after its last
+// event on the router clock, or never while an operation's outcome is unknown.
+func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
+	for _, op := range st.Operations {
+		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
+			return 0
+		}
+	}
+	sla := st.SLAMs
+	if sla <= 0 {
+		sla = r.cfg.Policy.DefaultSLAMs
+	}
+	return now.UnixMilli() + 2*sla
+}
+
+// batch is the reusable working set of one poll.
+type batch struct {
+	inputs      []input
+	ids         []string
+	states      map[string]*task.State
+	old         map[string]*task.State // index entries the store holds, per task
+	partOf      map[string]int32
+	touched     []string
+	isTouched   map[string]bool
+	out         []*kgo.Record
+	checkpoints map[int32]int64
+}
+
+func newBatch() *batch {
+	return &batch{
+		states:      map[string]*task.State{},
+		old:         map[string]*task.State{},
+		partOf:      map[string]int32{},
+		isTouched:   map[string]bool{},
+		checkpoints: map[int32]int64{},
+	}
+}
+
+func (b *batch) reset() {
+	clear(b.inputs)
+	b.inputs = b.inputs[:0]
+	b.ids = b.ids[:0]
+	clear(b.states)
+	clear(b.old)
+	clear(b.partOf)
+	b.touched = b.touched[:0]
+	clear(b.isTouched)
+	clear(b.out)
+	b.out = b.out[:0]
+	clear(b.checkpoints)
+}
+
+// state returns the working state of a task, creating an empty one for a
+// task the store does not know.
+func (b *batch) state(id string, p int32) *task.State {
+	st, ok := b.states[id]
+	if !ok {
+		st = &task.State{}
+		b.states[id] = st
+	}
+	if _, ok := b.old[id]; !ok {
+		b.remember(st)
+	}
+	b.partOf[id] = p
+	return st
+}
+
+// remember keeps the index entries of a state as the store holds them.
+func (b *batch) remember(st *task.State) {
+	if st.TaskID == "" {
+		return
+	}
+	old := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt}
+	if st.Pending != nil {
+		p := *st.Pending
+		old.Pending = &p
+	}
+	b.old[st.TaskID] = old
+}
+
+func (b *batch) touch(id string, p int32) {
+	if id == "" {
+		return
+	}
+	if _, ok := b.partOf[id]; !ok {
+		b.partOf[id] = p
+	}
+	if !b.isTouched[id] {
+		b.isTouched[id] = true
+		b.touched = append(b.touched, id)
+	}
+}

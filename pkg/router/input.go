@@ -1,0 +1,186 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+type inputKind uint8
+
+const (
+	inputTask   inputKind = iota // a TaskEvent from ingress
+	inputReview                  // a ReviewDecision from decisions
+	inputPoison                  // a record the router cannot accept
+)
+
+// input is one consumed record, decoded.
+type input struct {
+	rec      *kgo.Record
+	kind     inputKind
+	event    event.TaskEvent
+	review   event.ReviewDecision
+	err      error
+	errKind  string // faultrouter.error.kind of a poison record
+	decision event.Decision
+}
+
+func (in *input) taskID() string {
+	switch in.kind {
+	case inputTask:
+		return in.event.TaskID
+	case inputReview:
+		return in.review.TaskID
+	}
+	return ""
+}
+
+// Error kinds of poison input, besides the codec's.
+const (
+	kindOversize    = "oversize"
+	kindEmptyKey    = "empty_key"
+	kindKeyMismatch = "key_mismatch"
+)
+
+// decode turns a consumed record into an input; what cannot be routed
+// becomes a poison input with an error kind.
+func (r *Router) decode(rec *kgo.Record) input {
+	in := input{rec: rec}
+	poison := func(kind string, err error) input {
+		in.kind, in.errKind, in.err = inputPoison, kind, err
+		return in
+	}
+	if len(rec.Value) > r.cfg.MaxRecordBytes {
+		return poison(kindOversize, fmt.Errorf("record value is %d bytes, over the maximum of %d", len(rec.Value), r.cfg.MaxRecordBytes))
+	}
+	if len(rec.Key) == 0 {
+		return poison(kindEmptyKey, errors.New("record has no key; the key must be the task_id"))
+	}
+	var id string
+	if rec.Topic == r.cfg.Topics.Decisions {
+		d, err := r.codec.DecodeReviewDecision(rec.Value)
+		if err != nil {
+			return poison(codec.Kind(err), err)
+		}
+		in.kind, in.review, id = inputReview, d, d.TaskID
+	} else {
+		e, err := r.codec.DecodeTaskEvent(rec.Value)
+		if err != nil {
+			return poison(codec.Kind(err), err)
+		}
+		in.kind, in.event, id = inputTask, e, e.TaskID
+	}
+	if string(rec.Key) != id {
+		return poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
+	}
+	return in
+}
+
+// Header names. Dead-lettered input carries faultrouter.error.* headers, like
+// Kafka Connect's __connect.errors.*.
+const (
+	hdrErrTopic     = "faultrouter.error.topic"
+	hdrErrPartition = "faultrouter.error.partition"
+	hdrErrOffset    = "faultrouter.error.offset"
+	hdrErrTimestamp = "faultrouter.error.timestamp"
+	hdrErrStage     = "faultrouter.error.stage"
+	hdrErrKind      = "faultrouter.error.kind"
+	hdrErrMessage   = "faultrouter.error.message"
+	hdrErrClass     = "faultrouter.error.class"
+	hdrTraceparent  = "traceparent"
+)
+
+// deadLetterRaw is the dead-letter record of a poison input: the original
+// key, value and headers, plus the error headers.
+func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
+	rec := in.rec
+	stage := "decode"
+	switch in.errKind {
+	case kindOversize, kindEmptyKey, kindKeyMismatch, codec.Kind(codec.ErrInvalidRecord):
+		stage = "validate"
+	}
+	h := make([]kgo.RecordHeader, 0, len(rec.Headers)+7)
+	h = append(h, rec.Headers...)
+	h = append(h,
+		kgo.RecordHeader{Key: hdrErrTopic, Value: []byte(rec.Topic)},
+		kgo.RecordHeader{Key: hdrErrPartition, Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
+		kgo.RecordHeader{Key: hdrErrOffset, Value: strconv.AppendInt(nil, rec.Offset, 10)},
+		kgo.RecordHeader{Key: hdrErrTimestamp, Value: strconv.AppendInt(nil, rec.Timestamp.UnixMilli(), 10)},
+		kgo.RecordHeader{Key: hdrErrStage, Value: []byte(stage)},
+		kgo.RecordHeader{Key: hdrErrKind, Value: []byte(in.errKind)},
+		kgo.RecordHeader{Key: hdrErrMessage, Value: []byte(in.err.Error())},
+	)
+	return &kgo.Record{Topic: r.cfg.Topics.DeadLetter, Key: rec.Key, Value: rec.Value, Headers: h}
+}
+
+// audit is the audit record of an input: its event (nil for poison), the
+// decision, and its topic-partition-offset.
+func (r *Router) audit(in *input, ev *event.TaskEvent) *kgo.Record {
+	return r.routed(r.cfg.Topics.Audit, in, ev, in.decision)
+}
+
+func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
+	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+	rec := r.routedRecord(topic, ev, d, src, in.rec.Headers)
+	if ev == nil {
+		rec.Key = in.rec.Key
+	}
+	if topic == r.cfg.Topics.DeadLetter {
+		rec.Headers = append(rec.Headers,
+			kgo.RecordHeader{Key: hdrErrStage, Value: []byte("route")},
+			kgo.RecordHeader{Key: hdrErrClass, Value: []byte(d.Class)},
+			kgo.RecordHeader{Key: hdrErrKind, Value: []byte(d.Rule)},
+			kgo.RecordHeader{Key: hdrErrMessage, Value: []byte(d.Reason)},
+		)
+	}
+	return rec
+}
+
+// routedRecord encodes a Routed record; a traceparent header of the input is
+// carried over.
+func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
+	rr := event.Routed{Event: ev, Decision: d, Input: src}
+	v, err := r.codec.EncodeRouted(nil, &rr)
+	if err != nil {
+		// Only a bug can get here (the decision's enums are the policy's own);
+		// keep the record with the error rather than lose it.
+		r.log.Error("routed record does not encode", "err", err, "topic", topic)
+		rr.Event = nil
+		rr.Decision.Reason += " (event not encodable: " + err.Error() + ")"
+		v, _ = r.codec.EncodeRouted(nil, &rr)
+	}
+	rec := &kgo.Record{Topic: topic, Value: v}
+	if ev != nil {
+		rec.Key = []byte(ev.TaskID)
+	}
+	for _, h := range inHeaders {
+		if h.Key == hdrTraceparent {
+			rec.Headers = append(rec.Headers, h)
+		}
+	}
+	return rec
+}
+
+// logDecision writes the event line of one routed input.
+func (r *Router) logDecision(in *input) {
+	d := &in.decision
+	lvl := slog.LevelInfo
+	if d.Route == event.RouteDeadLetter || d.Class == event.ClassInvalidInput {
+		lvl = slog.LevelWarn
+	}
+	id := in.taskID()
+	if id == "" {
+		id = string(in.rec.Key)
+	}
+	r.log.Log(context.Background(), lvl, "routed",
+		"task_id", id, "topic", in.rec.Topic, "partition", in.rec.Partition, "offset", in.rec.Offset,
+		"class", d.Class, "route", d.Route, "rule", d.Rule, "reason", d.Reason)
+}

@@ -1,0 +1,60 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/plugin/kprom"
+)
+
+// metrics are the router's Prometheus metrics. Label values come from fixed
+// small sets (class, route, error kind), never from task IDs.
+type metrics struct {
+	consumed         prometheus.Counter
+	routed           *prometheus.CounterVec
+	dropped          prometheus.Counter
+	poison           *prometheus.CounterVec
+	retriesPublished prometheus.Counter
+	txCommitted      prometheus.Counter
+	txAborted        prometheus.Counter
+	sessionRestarts  prometheus.Counter
+	batchSeconds     prometheus.Histogram
+	restoredRecords  prometheus.Counter
+	restoreRemaining prometheus.Gauge
+	ready            prometheus.Gauge
+	kprom            *kprom.Metrics
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns = "faultrouter"
+	m := &metrics{
+		consumed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "records_consumed_total",
+			Help: "Input records consumed from ingress and decisions."}),
+		routed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "routed_total",
+			Help: "Input records routed, by class and route (committed transactions only)."}, []string{"class", "route"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "redeliveries_dropped_total",
+			Help: "Exact redeliveries (same event_id) routed DROP."}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "deadlettered_input_total",
+			Help: "Input records that could not be decoded or accepted, by error kind."}, []string{"kind"}),
+		retriesPublished: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "retries_published_total",
+			Help: "Retry records published to the retry topic when due."}),
+		txCommitted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "transactions_committed_total",
+			Help: "Kafka transactions committed."}),
+		txAborted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "transactions_aborted_total",
+			Help: "Kafka transactions aborted (rebalance, produce error, fencing)."}),
+		sessionRestarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_restarts_total",
+			Help: "Transactional sessions re-created after an error."}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_seconds",
+			Help: "Time from poll to committed state per batch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
+			Help: "Changelog records applied to the state store during restores."}),
+		restoreRemaining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "restore_remaining_records",
+			Help: "Changelog records left to restore (approximate, offsets)."}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
+			Help: "1 once the state is restored and the router is routing."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreRemaining, m.ready)
+		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
+	}
+	return m
+}

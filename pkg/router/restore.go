@@ -1,0 +1,175 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// restore brings the Pebble cache of the given partitions up to the end of
+// the state changelog, from the checkpoint offset kept in Pebble. It waits
+// for open transactions on the changelog to finish first (a previous owner's
+// last transaction commits or aborts), so that nothing committed is missed.
+func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	topic := r.cfg.Topics.State
+	adm := kadm.NewClient(cl)
+	ends, err := r.stableEnds(ctx, adm, topic, parts)
+	if err != nil {
+		return err
+	}
+	start := map[int32]kgo.Offset{}
+	from := map[int32]int64{}
+	var remaining int64
+	for _, p := range parts {
+		next, _, err := r.store.Checkpoint(p)
+		if err != nil {
+			return err
+		}
+		if next < ends[p] {
+			start[p] = kgo.NewOffset().At(next)
+			from[p] = next
+			remaining += ends[p] - next
+		}
+	}
+	if len(start) == 0 {
+		r.log.Info("state is up to date", "topic", topic, "partitions", parts)
+		return nil
+	}
+	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(start), "records", remaining)
+	r.metrics.restoreRemaining.Set(float64(remaining))
+
+	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // every transaction ends in a control record: it tells we reached the end
+	)
+	rc, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("router: restore client: %w", err)
+	}
+	defer rc.Close()
+
+	began, lastLog := time.Now(), time.Now()
+	var applied int64
+	for len(start) > 0 {
+		fetches := rc.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var ferr error
+		fetches.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("router: restore %s/%d: %w", t, p, err) })
+		if ferr != nil {
+			return ferr
+		}
+		wb := r.store.NewBatch()
+		next := map[int32]int64{}
+		var werr error
+		fetches.EachRecord(func(rec *kgo.Record) {
+			if _, ok := start[rec.Partition]; !ok || werr != nil {
+				return
+			}
+			next[rec.Partition] = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				return
+			}
+			werr = r.applyChangelog(wb, rec)
+			applied++
+			r.metrics.restoredRecords.Inc()
+		})
+		if werr != nil {
+			wb.Discard()
+			return werr
+		}
+		for p, n := range next {
+			if err := wb.SetCheckpoint(p, n); err != nil {
+				wb.Discard()
+				return err
+			}
+			if n >= ends[p] {
+				delete(start, p)
+			}
+		}
+		if err := wb.Commit(); err != nil {
+			return err
+		}
+		var left int64
+		for p := range start {
+			left += ends[p] - next[p]
+		}
+		r.metrics.restoreRemaining.Set(float64(left))
+		if time.Since(lastLog) > 5*time.Second {
+			r.log.Info("restoring state", "applied", applied, "partitions_left", len(start))
+			lastLog = time.Now()
+		}
+	}
+	r.metrics.restoreRemaining.Set(0)
+	r.log.Info("state restored", "topic", topic, "records", applied, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// applyChangelog applies one changelog record: a state, or a tombstone.
+func (r *Router) applyChangelog(wb interface {
+	Put(int32, *task.State, *task.State, int64) error
+	Delete(int32, *task.State) error
+}, rec *kgo.Record) error {
+	old, err := r.store.Get(string(rec.Key))
+	if err != nil {
+		return err
+	}
+	if rec.Value == nil {
+		return wb.Delete(rec.Partition, old)
+	}
+	st, err := task.Unmarshal(rec.Value)
+	if err != nil {
+		r.log.Error("changelog record does not decode; skipped", "task_id", string(rec.Key), "partition", rec.Partition, "offset", rec.Offset, "err", err)
+		return nil
+	}
+	return wb.Put(rec.Partition, old, st, st.ExpiresAt)
+}
+
+// stableEnds returns the end offsets of the changelog partitions once no
+// transaction is open on them (last stable offset equals high watermark),
+// waiting at most the transaction timeout plus a margin.
+func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
+	deadline := time.Now().Add(r.cfg.TransactionTimeout + 15*time.Second)
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("router: list stable offsets of %s: %w", topic, err)
+		}
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("router: list end offsets of %s: %w", topic, err)
+		}
+		ends := map[int32]int64{}
+		open := 0
+		for _, p := range parts {
+			s, ok := stable.Lookup(topic, p)
+			if !ok || s.Err != nil {
+				return nil, fmt.Errorf("router: stable offset of %s/%d unknown", topic, p)
+			}
+			h, _ := hw.Lookup(topic, p)
+			ends[p] = s.Offset
+			if h.Offset > s.Offset {
+				open++
+			}
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

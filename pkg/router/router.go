@@ -1,0 +1,287 @@
+// Package router is faultrouter's stream processor. It consumes the ingress
+// and review-decision topics in a consumer group with read_committed, and for
+// every poll batch it decodes, deduplicates against the task state, classifies
+// and decides with the policy, and produces the routed records, one audit
+// record per input record and the state changelog records, committing the
+// consumed offsets in the same Kafka transaction. The Pebble store is updated
+// only after that transaction commits, and restored from the changelog topic on
+// start and on every partition assignment.
+//
+// handle.go holds the data path of one batch, top to bottom.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/store"
+)
+
+// Topics are the full names of the topics the router reads and writes.
+type Topics struct {
+	Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State string
+}
+
+// Config configures a Router. Default returns the defaults; Validate names
+// the first bad field.
+type Config struct {
+	// ClientOpts are the franz-go options reaching the cluster (seed brokers,
+	// SASL, TLS, logger). Required.
+	ClientOpts []kgo.Opt
+	// Topics are the topic names. Required.
+	Topics Topics
+	// StateDir is the Pebble directory. Required.
+	StateDir string
+	// Policy is the failure policy. Default: policy.Default().
+	Policy *policy.Policy
+	// Group is the consumer group. Default "faultrouter".
+	Group string
+	// InstanceID names this instance; the transactional ID is
+	// "<Group>-<InstanceID>", so it must be stable across restarts and unique
+	// among running instances. Default "0".
+	InstanceID string
+	// MaxRecordBytes is the largest input value routed; larger ones go to the
+	// dead-letter topic. It must stay below the dead-letter topic's
+	// max.message.bytes. Default 512 KiB.
+	MaxRecordBytes int
+	// MaxPollRecords bounds one batch (one transaction). Default 1000.
+	MaxPollRecords int
+	// Tick is how often due retries are looked for when no input arrives.
+	// Default 200ms.
+	Tick time.Duration
+	// TransactionTimeout is the Kafka transaction timeout. Default 30s.
+	TransactionTimeout time.Duration
+	// Logger receives the router's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the router's metrics. Default: none registered.
+	Registerer prometheus.Registerer
+	// Now is the router clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Default returns a Config with every optional field at its default.
+func Default() Config {
+	return Config{
+		Policy:             policy.Default(),
+		Group:              "faultrouter",
+		InstanceID:         "0",
+		MaxRecordBytes:     512 << 10,
+		MaxPollRecords:     1000,
+		Tick:               200 * time.Millisecond,
+		TransactionTimeout: 30 * time.Second,
+		Logger:             slog.Default(),
+		Now:                time.Now,
+	}
+}
+
+// Validate returns an error naming the first field that is missing or bad.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.ClientOpts) == 0:
+		return errors.New("router: ClientOpts: required (at least the seed brokers)")
+	case c.Topics.Ingress == "" || c.Topics.Decisions == "" || c.Topics.Retry == "" ||
+		c.Topics.Review == "" || c.Topics.Audit == "" || c.Topics.DeadLetter == "" ||
+		c.Topics.Alerts == "" || c.Topics.State == "":
+		return errors.New("router: Topics: every topic name is required")
+	case c.StateDir == "":
+		return errors.New("router: StateDir: required (--state-dir)")
+	case c.Policy == nil:
+		return errors.New("router: Policy: required")
+	case c.Group == "":
+		return errors.New("router: Group: required")
+	case c.InstanceID == "":
+		return errors.New("router: InstanceID: required (--instance-id)")
+	case c.MaxRecordBytes <= 0:
+		return fmt.Errorf("router: MaxRecordBytes: must be > 0, got %d", c.MaxRecordBytes)
+	case c.MaxPollRecords <= 0:
+		return fmt.Errorf("router: MaxPollRecords: must be > 0, got %d", c.MaxPollRecords)
+	case c.Tick <= 0:
+		return fmt.Errorf("router: Tick: must be > 0, got %s", c.Tick)
+	case c.TransactionTimeout < time.Second:
+		return fmt.Errorf("router: TransactionTimeout: must be >= 1s, got %s", c.TransactionTimeout)
+	}
+	return nil
+}
+
+// Router routes task events. Build it with New and run it with Run.
+type Router struct {
+	cfg     Config
+	log     *slog.Logger
+	codec   *codec.Codec
+	store   *store.Store
+	metrics *metrics
+
+	mu    sync.Mutex
+	owned map[int32]bool // ingress partitions this instance owns
+
+	ready atomic.Bool
+}
+
+// New validates cfg, opens the state store and returns a Router.
+func New(cfg Config) (*Router, error) {
+	d := Default()
+	if cfg.Policy == nil {
+		cfg.Policy = d.Policy
+	}
+	if cfg.Group == "" {
+		cfg.Group = d.Group
+	}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = d.InstanceID
+	}
+	if cfg.MaxRecordBytes == 0 {
+		cfg.MaxRecordBytes = d.MaxRecordBytes
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = d.MaxPollRecords
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = d.Tick
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = d.TransactionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = d.Logger
+	}
+	if cfg.Now == nil {
+		cfg.Now = d.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "router", "instance", cfg.InstanceID)
+	st, err := store.Open(cfg.StateDir, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Router{
+		cfg:     cfg,
+		log:     log,
+		codec:   c,
+		store:   st,
+		metrics: newMetrics(cfg.Registerer),
+		owned:   map[int32]bool{},
+	}, nil
+}
+
+// Ready reports whether the router has restored its state and is routing.
+func (r *Router) Ready() bool { return r.ready.Load() }
+
+// Run routes until ctx is done. A failed transactional session (fenced,
+// ambiguous commit, lost group) is closed and a new one is created, so the
+// producer is re-created after an ambiguous transaction error.
+func (r *Router) Run(ctx context.Context) error {
+	defer r.store.Close()
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.runSession(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.ready.Store(false)
+		r.metrics.sessionRestarts.Inc()
+		r.log.Warn("transactional session ended; starting a new one", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (r *Router) runSession(ctx context.Context) error {
+	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(r.cfg.Group),
+		kgo.ConsumeTopics(r.cfg.Topics.Ingress, r.cfg.Topics.Decisions),
+		kgo.TransactionalID(r.cfg.Group+"-"+r.cfg.InstanceID),
+		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
+		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State)),
+		kgo.ProducerBatchMaxBytes(int32(max(1<<20, r.cfg.MaxRecordBytes*2))),
+		kgo.OnPartitionsAssigned(r.onAssigned),
+		kgo.OnPartitionsRevoked(r.onRevoked),
+		kgo.OnPartitionsLost(r.onRevoked),
+	)
+	if r.metrics.kprom != nil {
+		opts = append(opts, kgo.WithHooks(r.metrics.kprom))
+	}
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("router: client: %w", err)
+	}
+	defer sess.Close()
+	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
+	b := newBatch()
+	for {
+		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
+		fetches := sess.PollRecords(pollCtx, r.cfg.MaxPollRecords)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if fetches.IsClientClosed() {
+			return errors.New("router: client closed")
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		if err := r.handle(ctx, sess, fetches, b); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	parts := assigned[r.cfg.Topics.Ingress]
+	if err := r.restore(ctx, cl, parts); err != nil {
+		r.log.Error("restore failed; leaving the group so that the partitions are retried", "err", err)
+		cl.LeaveGroup()
+		return
+	}
+	r.mu.Lock()
+	for _, p := range parts {
+		r.owned[p] = true
+	}
+	r.mu.Unlock()
+	r.ready.Store(true)
+	r.metrics.ready.Set(1)
+}
+
+func (r *Router) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	r.mu.Lock()
+	for _, p := range revoked[r.cfg.Topics.Ingress] {
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Router) ownedPartitions() []int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := make([]int32, 0, len(r.owned))
+	for p := range r.owned {
+		ps = append(ps, p)
+	}
+	return ps
+}

@@ -1,0 +1,111 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Batch collects the writes of one poll: states, index entries and
+// checkpoints, applied together without fsync.
+type Batch struct {
+	b   *pebble.Batch
+	buf []byte
+}
+
+// NewBatch returns an empty batch.
+func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
+
+// Put writes the new state of a task of partition p. old is the state the
+// store held before (nil for a new task); its index entries are replaced.
+// expiresAt is the router-clock time (ms) the state expires, 0 for never.
+func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
+	b.unindex(p, old)
+	v, err := st.Marshal()
+	if err != nil {
+		return fmt.Errorf("store: encode state of %s: %w", st.TaskID, err)
+	}
+	if err := b.b.Set(taskKey(st.TaskID), v, nil); err != nil {
+		return err
+	}
+	if st.Pending != nil {
+		if err := b.b.Set(dueKey(p, st.Pending.NotBefore, st.TaskID), nil, nil); err != nil {
+			return err
+		}
+	}
+	st.ExpiresAt = expiresAt
+	if expiresAt > 0 {
+		if err := b.b.Set(expiryKey(bucketOf(expiresAt), p, st.TaskID), nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Delete removes a task and its index entries.
+func (b *Batch) Delete(p int32, old *task.State) error {
+	if old == nil {
+		return nil
+	}
+	b.unindex(p, old)
+	return b.b.Delete(taskKey(old.TaskID), nil)
+}
+
+func (b *Batch) unindex(p int32, old *task.State) {
+	if old == nil {
+		return
+	}
+	if old.Pending != nil {
+		_ = b.b.Delete(dueKey(p, old.Pending.NotBefore, old.TaskID), nil)
+	}
+	if old.ExpiresAt > 0 {
+		_ = b.b.Delete(expiryKey(bucketOf(old.ExpiresAt), p, old.TaskID), nil)
+	}
+}
+
+// SetCheckpoint records that the changelog of partition p is applied up to
+// (not including) offset next.
+func (b *Batch) SetCheckpoint(p int32, next int64) error {
+	b.buf = binary.BigEndian.AppendUint64(b.buf[:0], uint64(next))
+	return b.b.Set(checkpointKey(p), b.buf, nil)
+}
+
+// Len is the number of writes in the batch.
+func (b *Batch) Len() int { return int(b.b.Count()) }
+
+// Commit applies the batch without fsync and releases it.
+func (b *Batch) Commit() error {
+	defer b.b.Close()
+	if err := b.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("store: commit batch: %w", err)
+	}
+	return nil
+}
+
+// Discard releases the batch without applying it.
+func (b *Batch) Discard() { b.b.Close() }
+
+// bucketOf is the expiry bucket (an hour) holding time ms.
+func bucketOf(ms int64) int64 { return ms / 3_600_000 }
+
+func taskKey(id string) []byte { return append([]byte("t/"), id...) }
+
+func checkpointKey(p int32) []byte {
+	return binary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
+}
+
+func dueKey(p int32, notBefore int64, id string) []byte {
+	k := binary.BigEndian.AppendUint32(make([]byte, 0, 14+len(id)), uint32(p))
+	k = append([]byte("d/"), k...)
+	k = binary.BigEndian.AppendUint64(k, uint64(notBefore))
+	return append(k, id...)
+}
+
+func expiryKey(bucket int64, p int32, id string) []byte {
+	k := binary.BigEndian.AppendUint64([]byte("x/"), uint64(bucket))
+	k = binary.BigEndian.AppendUint32(k, uint32(p))
+	return append(k, id...)
+}

@@ -1,0 +1,169 @@
+// Package store keeps the router's task state in Pebble on a local
+// directory. Pebble is a cache of the compacted changelog topic: the router
+// writes to it only after the Kafka transaction that carried the same state
+// committed, and restores it from the changelog on start and on every
+// partition assignment, from the checkpoint offset kept here. Writes are never
+// fsynced (the changelog is the durable copy); bloom filters make the point
+// reads of a poll cheap.
+//
+// Key layout (all integers big-endian, so that keys sort by them):
+//
+//	t/<task_id>                          -> task.State
+//	c/<partition:4>                      -> next changelog offset to restore from
+//	d/<partition:4><not_before:8><task_id> -> due index of pending retries
+//	x/<bucket:8><partition:4><task_id>   -> expiry index (bucket = hour of expiry)
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Store is the Pebble-backed task state of one router instance.
+type Store struct {
+	db  *pebble.DB
+	log *slog.Logger
+}
+
+// Open opens (or creates) the store in dir.
+func Open(dir string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	opts := &pebble.Options{
+		Logger:             pebbleLogger{log.With("component", "pebble")},
+		BytesPerSync:       1 << 20,
+		MemTableSize:       32 << 20,
+		MaxOpenFiles:       1000,
+		FormatMajorVersion: pebble.FormatNewest,
+	}
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	return &Store{db: db, log: log}, nil
+}
+
+// Close flushes nothing to disk beyond what Pebble does by itself and closes
+// the store; anything lost is restored from the changelog.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Get returns the state of one task, or nil when the store has none.
+func (s *Store) Get(taskID string) (*task.State, error) {
+	v, closer, err := s.db.Get(taskKey(taskID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get %s: %w", taskID, err)
+	}
+	defer closer.Close()
+	st, err := task.Unmarshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("store: decode state of %s: %w", taskID, err)
+	}
+	return st, nil
+}
+
+// Load reads the states of many tasks at once, in key order, into out; tasks
+// the store does not know are left out.
+func (s *Store) Load(ids []string, out map[string]*task.State) error {
+	for _, id := range ids {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		st, err := s.Get(id)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			out[id] = st
+		}
+	}
+	return nil
+}
+
+// Checkpoint returns the next changelog offset to restore partition p from,
+// and false when the store has never seen the partition.
+func (s *Store) Checkpoint(p int32) (int64, bool, error) {
+	v, closer, err := s.db.Get(checkpointKey(p))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("store: checkpoint of partition %d: %w", p, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("store: checkpoint of partition %d: %d bytes", p, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
+
+// Due returns up to limit task IDs of partition p whose pending retry is due
+// at or before nowMs, earliest first.
+func (s *Store) Due(p int32, nowMs int64, limit int) ([]string, error) {
+	lo := dueKey(p, 0, "")
+	hi := dueKey(p, nowMs+1, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("store: due index: %w", err)
+	}
+	defer it.Close()
+	var ids []string
+	for ok := it.First(); ok && len(ids) < limit; ok = it.Next() {
+		ids = append(ids, string(it.Key()[len(lo):]))
+	}
+	return ids, it.Error()
+}
+
+// Expiry names a task whose state has expired.
+type Expiry struct {
+	Partition int32
+	TaskID    string
+}
+
+// Expired returns up to limit tasks whose expiry bucket lies wholly before
+// nowMs. Only the expired buckets are read, never the whole store.
+func (s *Store) Expired(nowMs int64, limit int) ([]Expiry, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: expiryKey(0, 0, ""),
+		UpperBound: expiryKey(bucketOf(nowMs), 0, ""),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: expiry index: %w", err)
+	}
+	defer it.Close()
+	var out []Expiry
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		k := it.Key()[2+8:]
+		out = append(out, Expiry{Partition: int32(binary.BigEndian.Uint32(k)), TaskID: string(k[4:])})
+	}
+	return out, it.Error()
+}
+
+// Metrics returns Pebble's metrics (disk usage, memtable size, ...).
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...))
+}
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...))
+	panic(fmt.Sprintf(format, args...))
+}
