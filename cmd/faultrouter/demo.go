@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/logging"
+	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+const demoSynopsis = `usage: faultrouter demo [--verbose]
+
+Starts an embedded Kafka broker (franz-go kfake), the router on a temporary
+state directory, and a scripted stream of worker events covering every
+failure class; waits until every event is routed, then prints a summary per
+class and route and the records on each output topic. Needs no set-up.`
+
+func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, _ := newFlagSet("demo", demoSynopsis, stderr)
+	verbose := fs.Bool("verbose", false, "print the router's event log to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return fmt.Errorf("demo: embedded broker: %w", err)
+	}
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+
+	set, err := topicspec.Load("")
+	if err != nil {
+		return err
+	}
+	set = set.WithPartitions(3)
+	admCl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	if _, err := set.Apply(ctx, kadm.NewClient(admCl)); err != nil {
+		return fmt.Errorf("demo: create topics: %w", err)
+	}
+
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if *verbose {
+		log, _ = logging.New(stderr, logging.FormatText, "info")
+	}
+	dir, err := os.MkdirTemp("", "faultrouter-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg := router.Default()
+	cfg.ClientOpts = seeds
+	cfg.Topics = routerTopics(set)
+	cfg.StateDir = dir
+	cfg.InstanceID = "demo"
+	cfg.Logger = log
+	rt, err := router.New(cfg)
+	if err != nil {
+		return err
+	}
+	rctx, stopRouter := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(rctx) }()
+	defer func() { stopRouter(); <-done }()
+
+	c, err := codec.New()
+	if err != nil {
+		return err
+	}
+	script := demoScript(time.Now().Add(-time.Minute))
+	recs := make([]*kgo.Record, 0, len(script)+1)
+	for i := range script {
+		v, err := c.EncodeTaskEvent(nil, &script[i])
+		if err != nil {
+			return fmt.Errorf("demo: event %d: %w", i, err)
+		}
+		recs = append(recs, &kgo.Record{Topic: cfg.Topics.Ingress, Key: []byte(script[i].TaskID), Value: v})
+	}
+	// one record a worker wrote with a broken serializer
+	recs = append(recs, &kgo.Record{Topic: cfg.Topics.Ingress, Key: []byte("t-garbled"), Value: []byte("\x00\x01not avro")})
+	pcl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return err
+	}
+	defer pcl.Close()
+	fmt.Fprintf(stdout, "faultrouter demo: embedded broker %v, %d worker events (%d tasks) on %s\n",
+		cluster.ListenAddrs(), len(recs), countTasks(script)+1, cfg.Topics.Ingress)
+	if err := pcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("demo: produce: %w", err)
+	}
+
+	// read the outputs back until every input has its audit record and the
+	// due retries are published
+	counts := map[string]int{}
+	rows := map[[2]string]int{}
+	ccl, err := kgo.NewClient(append(seeds,
+		kgo.ConsumeTopics(cfg.Topics.Audit, cfg.Topics.Retry, cfg.Topics.Review, cfg.Topics.DeadLetter),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return err
+	}
+	defer ccl.Close()
+	// a retry decided last for its task is published when due: wait past the
+	// latest due time once every input has its audit record
+	last := map[string]event.Decision{}
+	for {
+		var due time.Time
+		for _, d := range last {
+			if d.Route == event.RouteRetry && d.Retry != nil && d.Retry.NotBefore.After(due) {
+				due = d.Retry.NotBefore.Time
+			}
+		}
+		if counts[cfg.Topics.Audit] >= len(recs) && time.Now().After(due.Add(500*time.Millisecond)) {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		fetches := ccl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return errors.New("demo: the router did not route every event within 2 minutes")
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			counts[rec.Topic]++
+			if rec.Topic != cfg.Topics.Audit {
+				return
+			}
+			r, err := c.DecodeRouted(rec.Value)
+			if err != nil {
+				return
+			}
+			rows[[2]string{string(r.Decision.Class), string(r.Decision.Route)}]++
+			if r.Event != nil {
+				last[r.Event.TaskID] = r.Decision
+			}
+		})
+	}
+	printSummary(stdout, rows, counts, cfg.Topics)
+	return nil
+}
+
+func printSummary(w io.Writer, rows map[[2]string]int, counts map[string]int, t router.Topics) {
+	keys := make([][2]string, 0, len(rows))
+	for k := range rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	fmt.Fprintln(w, "\nAudit records by class and route:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLASS\tROUTE\tEVENTS")
+	total := 0
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%d\n", k[0], k[1], rows[k])
+		total += rows[k]
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t%d\n", total)
+	tw.Flush()
+	fmt.Fprintln(w, "\nRecords per output topic:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, topic := range []string{t.Retry, t.Review, t.DeadLetter, t.Audit} {
+		fmt.Fprintf(tw, "%s\t%d\n", topic, counts[topic])
+	}
+	tw.Flush()
+}
+
+func countTasks(evs []event.TaskEvent) int {
+	seen := map[string]bool{}
+	for _, e := range evs {
+		seen[e.TaskID] = true
+	}
+	return len(seen)
+}

@@ -1,0 +1,106 @@
+// Command faultrouter routes the failures of AI workers on Kafka: it reads
+// every attempt outcome from the ingress topic, classifies the failure and
+// decides the one right next step (retry when due, human review, audit,
+// dead letter), exactly once.
+//
+// Run `faultrouter help` for the verbs and `faultrouter VERB --help` for the
+// flags of one verb.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `faultrouter routes the failures of AI workers on Kafka.
+
+Workers report every attempt outcome to the ingress topic, keyed by task ID.
+faultrouter deduplicates, classifies the failure, and routes it: retry (only
+when a retry can help, when it is due, within one shared budget), human review,
+audit, dead letter, exactly once.
+
+Usage:
+  faultrouter VERB [flags]
+
+Try it first:
+  faultrouter demo                  embedded broker, the router and a scripted stream; prints a summary
+
+Verbs:
+  run       the router (creates missing topics from topics/)
+  demo      a self-contained demonstration; needs no Kafka
+  produce   JSON lines in, Avro on the wire (ingress or decisions)
+  tail      decoded records of a topic as JSON lines or text
+  review    review decide: approve or reject a task in review
+  taskid    deterministic task ID of a file, user and action
+  policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
+  topics    topics apply | topics check
+  version   print the version
+
+Global flags (every verb that talks to Kafka):
+  --brokers        seed brokers (env FAULTROUTER_BROKERS, default localhost:9092)
+  --topic-prefix   prefix of every topic name (env FAULTROUTER_TOPIC_PREFIX)
+  --sasl-mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; --sasl-user, --sasl-password
+                   (env FAULTROUTER_SASL_PASSWORD)
+  --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE
+  --log-format text|json, --log-level debug|info|warn|error
+
+Short topic names: ingress, decisions, retry, review, audit, deadletter, alerts.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := dispatch(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faultrouter:", err)
+		os.Exit(1)
+	}
+}
+
+// dispatch runs one verb.
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing verb")
+	}
+	verb, rest := args[0], args[1:]
+	switch verb {
+	case "run":
+		return runCommand(ctx, rest, stdout, stderr)
+	case "demo":
+		return demoCommand(ctx, rest, stdout, stderr)
+	case "produce":
+		return produceCommand(ctx, rest, stdin, stdout, stderr)
+	case "tail":
+		return tailCommand(ctx, rest, stdout, stderr)
+	case "review":
+		return reviewCommand(ctx, rest, stdout, stderr)
+	case "taskid":
+		return taskidCommand(rest, stdout)
+	case "policy":
+		return policyCommand(rest, stdin, stdout, stderr)
+	case "topics":
+		return topicsVerb(ctx, rest, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "faultrouter", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown verb %q", verb)
+	}
+}

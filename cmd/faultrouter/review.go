@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+const reviewSynopsis = `usage: faultrouter review decide --task ID (--approve | --reject) --reason TEXT [--reviewer NAME]
+
+Writes a ReviewDecision to the decisions topic. Approving re-issues a retry of
+the task with the same task_id; rejecting ends the task and puts the standard
+message for the end user on its audit record.`
+
+func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "decide" {
+		fmt.Fprintln(stderr, reviewSynopsis)
+		return errors.New("review: the only subcommand is decide")
+	}
+	fs, g := newFlagSet("review decide", reviewSynopsis, stderr)
+	user := os.Getenv("USER")
+	var (
+		taskID   = fs.String("task", "", "task ID (required)")
+		approve  = fs.Bool("approve", false, "approve: retry the task")
+		reject   = fs.Bool("reject", false, "reject: end the task")
+		reason   = fs.String("reason", "", "reason, shown to the end user on reject (required)")
+		reviewer = fs.String("reviewer", user, "reviewer name")
+	)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch {
+	case *taskID == "":
+		return errors.New("review decide: --task is required")
+	case *approve == *reject:
+		return errors.New("review decide: give exactly one of --approve and --reject")
+	case *reason == "":
+		return errors.New("review decide: --reason is required")
+	}
+	d := event.ReviewDecision{TaskID: *taskID, Approve: *approve, Reason: *reason, Reviewer: *reviewer, At: event.At(time.Now())}
+	c, err := codec.New()
+	if err != nil {
+		return err
+	}
+	v, err := c.EncodeReviewDecision(nil, &d)
+	if err != nil {
+		return err
+	}
+	set, err := g.topics()
+	if err != nil {
+		return err
+	}
+	name, _ := set.Name("decisions")
+	opts, err := g.clientOpts(nil)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: name, Key: []byte(d.TaskID), Value: v}).FirstErr(); err != nil {
+		return fmt.Errorf("review decide: %w", err)
+	}
+	verdict := "rejected"
+	if d.Approve {
+		verdict = "approved"
+	}
+	fmt.Fprintf(stdout, "%s %s: written to %s\n", verdict, d.TaskID, name)
+	return nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+const runSynopsis = `usage: faultrouter run --state-dir DIR [--policy FILE] [--metrics-addr :9464] [--instance-id ID]
+
+Runs the router: consumes ingress and decisions in the consumer group
+(--group), routes every event exactly once, and keeps task state in Pebble
+under --state-dir (restored from the state changelog topic on start).
+Missing topics are created from topics/; the router refuses to start when
+existing topics contradict the spec or ingress, decisions and state are not
+co-partitioned. Metrics, /healthz and /readyz are served on --metrics-addr.`
+
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, g := newFlagSet("run", runSynopsis, stderr)
+	host, _ := os.Hostname()
+	var (
+		stateDir    = fs.String("state-dir", "", "directory of the Pebble state store (required)")
+		policyFile  = fs.String("policy", "", "policy file (YAML); default: the built-in policy (see `faultrouter policy default`)")
+		metricsAddr = fs.String("metrics-addr", ":9464", "address of /metrics, /healthz and /readyz; empty to disable")
+		instanceID  = fs.String("instance-id", envOr("FAULTROUTER_INSTANCE_ID", host), "stable, unique instance ID; the transactional ID is <group>-<instance-id> (env FAULTROUTER_INSTANCE_ID)")
+		group       = fs.String("group", "faultrouter", "consumer group")
+		partitions  = fs.Int("partitions", 0, "partition count when creating topics (default: topics/, 6)")
+		rf          = fs.Int("replication-factor", 0, "replication factor when creating topics (default: topics/, 1; production: 3)")
+		maxBytes    = fs.Int("max-record-bytes", 512<<10, "largest input record value routed; larger ones are dead-lettered")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *stateDir == "" {
+		return errors.New("run: --state-dir is required (a directory for the Pebble state store)")
+	}
+	log, err := g.logger(stderr)
+	if err != nil {
+		return err
+	}
+	pol := policy.Default()
+	if *policyFile != "" {
+		if pol, err = policy.Load(*policyFile); err != nil {
+			return err
+		}
+	}
+	set, err := g.topics()
+	if err != nil {
+		return err
+	}
+	if set, err = overrideTopics(set, *partitions, *rf); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	opts, err := g.clientOpts(log)
+	if err != nil {
+		return err
+	}
+	if err := ensureTopics(ctx, opts, set); err != nil {
+		return ctxErr(ctx, err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg := router.Default()
+	cfg.ClientOpts = opts
+	cfg.Topics = routerTopics(set)
+	cfg.StateDir = *stateDir
+	cfg.Policy = pol
+	cfg.Group = *group
+	cfg.InstanceID = *instanceID
+	cfg.MaxRecordBytes = *maxBytes
+	cfg.Logger = log
+	cfg.Registerer = reg
+	rt, err := router.New(cfg)
+	if err != nil {
+		return err
+	}
+	if *metricsAddr != "" {
+		srv, err := serveMetrics(*metricsAddr, reg, rt.Ready)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		log.Info("metrics listening", "addr", srv.Addr)
+	}
+	return rt.Run(ctx)
+}
+
+// ensureTopics creates the missing topics and checks the existing ones.
+func ensureTopics(ctx context.Context, opts []kgo.Opt, set topicspec.Set) error {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := set.Ensure(ctx, kadm.NewClient(cl)); err != nil {
+		return fmt.Errorf("run: refusing to start: %w", err)
+	}
+	return nil
+}
+
+// routerTopics maps the topic specs onto the router's topic names.
+func routerTopics(set topicspec.Set) router.Topics {
+	n := func(short string) string {
+		name, err := set.Name(short)
+		if err != nil {
+			panic(err) // the embedded specs always hold every short name
+		}
+		return name
+	}
+	return router.Topics{
+		Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"),
+		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"),
+	}
+}
+
+// serveMetrics serves /metrics, /healthz and /readyz on addr.
+func serveMetrics(addr string, reg *prometheus.Registry, ready func() bool) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "restoring state or waiting for partitions", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
