@@ -1,0 +1,25 @@
+# faultrouter: the README's commands.
+GO ?= go
+
+.PHONY: build demo test unit fuzz broker-start broker-stop lint
+
+build: ## build bin/faultrouter
+	$(GO) build -trimpath -o bin/faultrouter ./cmd/faultrouter
+
+demo: ## the self-contained demo (embedded broker)
+	$(GO) run ./cmd/faultrouter demo
+
+test: ## everything: gofmt, vet, unit tests, fuzz, integration tests on a real Kafka broker
+	integration/test.sh
+
+unit: ## unit tests only (no broker)
+	$(GO) test ./...
+
+fuzz: ## fuzz the decoder for a minute
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=60s ./pkg/codec
+
+broker-start: ## start the test broker on 127.0.0.1:19092
+	integration/kafka.sh start
+
+broker-stop:
+	integration/kafka.sh stop

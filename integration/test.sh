@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The project's test command (`make test`): formatting and vet, the unit tests,
+# a short fuzz run of the decoder on top of its corpus, then the integration
+# tests against a real Apache Kafka broker that this script starts and stops.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+fuzztime=${FUZZTIME:-10s}
+
+echo "== gofmt and go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [[ -n $unformatted ]]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+
+echo "== unit tests"
+go test -count=1 $(go list ./... | grep -v /integration)
+
+echo "== fuzz the decoder for $fuzztime"
+go test -run='^$' -fuzz=FuzzDecode -fuzztime="$fuzztime" ./pkg/codec
+
+echo "== integration tests on a real Apache Kafka broker"
+export FAULTROUTER_KAFKA_DIR=${FAULTROUTER_KAFKA_DIR:-$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)}
+trap 'integration/kafka.sh stop || true' EXIT
+FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
+export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
+go test -count=1 -v -timeout 30m ./integration/
