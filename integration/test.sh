@@ -21,8 +21,13 @@ echo "== fuzz the decoder for $fuzztime"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="$fuzztime" ./pkg/codec
 
 echo "== integration tests on a real Apache Kafka broker"
-export FAULTROUTER_KAFKA_DIR=${FAULTROUTER_KAFKA_DIR:-$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)}
-trap 'integration/kafka.sh stop || true' EXIT
+if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
+	FAULTROUTER_KAFKA_DIR=$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)
+	trap 'integration/kafka.sh stop || true; rm -rf "$FAULTROUTER_KAFKA_DIR"' EXIT
+else
+	trap 'integration/kafka.sh stop || true' EXIT
+fi
+export FAULTROUTER_KAFKA_DIR
 FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
 export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
 go test -count=1 -v -timeout 30m ./integration/
