@@ -124,6 +124,15 @@ func (g *globals) clientOpts(log *slog.Logger) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// client returns a franz-go client for the flags, with extra options.
+func (g *globals) client(extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := g.clientOpts(nil)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(opts, extra...)...)
+}
+
 // ctxErr hides the error of a verb stopped by a signal.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {

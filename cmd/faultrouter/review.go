@@ -59,11 +59,7 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	name, _ := set.Name("decisions")
-	opts, err := g.clientOpts(nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := g.client()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // topicsVerb parses the global flags of `topics apply|check` and runs it.
@@ -28,11 +27,7 @@ func topicsVerb(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	opts, err := g.clientOpts(nil)
-	if err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := g.client()
 	if err != nil {
 		return err
 	}
