@@ -34,6 +34,8 @@ type Policy struct {
 	// Unclassified routes an error no rule matches to review.
 	Unclassified Escalation `yaml:"unclassified"`
 	ReviewLoop   ReviewLoop `yaml:"review_loop"`
+	// Breakers are the circuit breakers' windows and thresholds per scope.
+	Breakers Breakers `yaml:"breakers"`
 
 	// refusalSet is the compiled phrase list (see Validate).
 	refusalSet *phraseSet
@@ -186,6 +188,32 @@ type ReviewLoop struct {
 	UserMessages []string `yaml:"user_messages"`
 }
 
+// Breakers configures the circuit breakers of each scope (pkg/breaker).
+type Breakers struct {
+	// ProviderModel breakers count failures per provider/model.
+	ProviderModel Breaker `yaml:"provider_model"`
+	// Downstream breakers count failures per downstream system: the event's
+	// action (refund, contract_review).
+	Downstream Breaker `yaml:"downstream"`
+	// PromptTemplate breakers count output failures per prompt template.
+	PromptTemplate Breaker `yaml:"prompt_template"`
+}
+
+// Breaker is one scope's rolling window and thresholds.
+type Breaker struct {
+	// WindowMs is the rolling window failures are counted in.
+	WindowMs int64 `yaml:"window_ms"`
+	// MinRequests is the fewest outcomes in the window before it may open.
+	MinRequests int32 `yaml:"min_requests"`
+	// FailureRatio opens the breaker when failures/requests >= it; in (0, 1].
+	FailureRatio float64 `yaml:"failure_ratio"`
+	// CooldownMs is how long it stays open before half-open.
+	CooldownMs int64 `yaml:"cooldown_ms"`
+	// HalfOpenProbes is how many held retries half-open releases as probes,
+	// and how many successes close it.
+	HalfOpenProbes int32 `yaml:"half_open_probes"`
+}
+
 // Owner IDs of the default policy.
 const (
 	OwnerSecurity          = "security"
@@ -296,6 +324,11 @@ func Default() *Policy {
 		OutcomeUnknown: Escalation{Owner: OwnerOperations, Priority: PriorityHigh},
 		ParamsMismatch: Escalation{Owner: OwnerOperations, Priority: PriorityHigh},
 		Unclassified:   Escalation{Owner: OwnerOperations, Priority: PriorityNormal},
+		Breakers: Breakers{
+			ProviderModel:  Breaker{WindowMs: minute, MinRequests: 20, FailureRatio: 0.5, CooldownMs: 30_000, HalfOpenProbes: 1},
+			Downstream:     Breaker{WindowMs: minute, MinRequests: 20, FailureRatio: 0.5, CooldownMs: 30_000, HalfOpenProbes: 1},
+			PromptTemplate: Breaker{WindowMs: 5 * minute, MinRequests: 20, FailureRatio: 0.3, CooldownMs: minute, HalfOpenProbes: 1},
+		},
 		ReviewLoop: ReviewLoop{
 			UserMessages: []string{
 				"Your submission has a problem: {reason}. Please correct it and submit again.",

@@ -125,6 +125,10 @@ func (v *validator) check() {
 	v.escalation("params_mismatch", p.ParamsMismatch)
 	v.escalation("unclassified", p.Unclassified)
 
+	v.breaker("breakers.provider_model", p.Breakers.ProviderModel)
+	v.breaker("breakers.downstream", p.Breakers.Downstream)
+	v.breaker("breakers.prompt_template", p.Breakers.PromptTemplate)
+
 	if len(p.ReviewLoop.UserMessages) == 0 {
 		v.fail("review_loop.user_messages", "must hold at least one message")
 	}
@@ -133,6 +137,16 @@ func (v *validator) check() {
 			v.fail(fmt.Sprintf("review_loop.user_messages[%d]", i), "must contain the placeholder {reason}, got %q", m)
 		}
 	}
+}
+
+func (v *validator) breaker(path string, b Breaker) {
+	v.positive(path+".window_ms", b.WindowMs)
+	v.positive(path+".min_requests", int64(b.MinRequests))
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		v.fail(path+".failure_ratio", "must be > 0 and <= 1, got %v", b.FailureRatio)
+	}
+	v.positive(path+".cooldown_ms", b.CooldownMs)
+	v.positive(path+".half_open_probes", int64(b.HalfOpenProbes))
 }
 
 func (v *validator) validation() {

@@ -1,0 +1,379 @@
+// Package breaker holds faultrouter's circuit breakers as pure state
+// machines: rolling-window failure counting per key, CLOSED -> OPEN ->
+// HALF_OPEN -> CLOSED with a cooldown and half-open probes. It does no I/O
+// and reads no clock: every call takes the time, and every state change is
+// returned as a Transition for the caller to publish.
+//
+// A Set lives in the memory of one router instance. It is not persisted: after
+// a restart or a rebalance the breakers start CLOSED and are rebuilt from the
+// traffic that follows (an open breaker re-opens once min_requests failures
+// arrive again within the window). A breaker latched open by Trip (a
+// hallucination) is lost on restart the same way; the BreakerEvent on the
+// alerts topic stays the durable record.
+package breaker
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// State is a breaker state.
+type State uint8
+
+// States.
+const (
+	// Closed lets everything through and counts failures in the window.
+	Closed State = iota
+	// Open lets no retry through until the cooldown has passed.
+	Open
+	// HalfOpen lets Config.HalfOpenProbes retries through as probes; that many
+	// successes close the breaker, one failure re-opens it.
+	HalfOpen
+)
+
+// States lists every State, in order.
+var States = []State{Closed, Open, HalfOpen}
+
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "CLOSED"
+	case Open:
+		return "OPEN"
+	case HalfOpen:
+		return "HALF_OPEN"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Scope is what a breaker guards.
+type Scope uint8
+
+// Scopes.
+const (
+	// ProviderModel keys are "provider/model".
+	ProviderModel Scope = iota
+	// Downstream keys are the event's action: the business system the worker
+	// acts on (refund, contract_review). The action, not the emitting source,
+	// because one worker (source) calls several downstream systems and a
+	// failing downstream should not stop the worker's other actions.
+	Downstream
+	// PromptTemplate keys are the prompt template ID.
+	PromptTemplate
+)
+
+// Scopes lists every Scope, in order.
+var Scopes = []Scope{ProviderModel, Downstream, PromptTemplate}
+
+func (s Scope) String() string {
+	switch s {
+	case ProviderModel:
+		return "PROVIDER_MODEL"
+	case Downstream:
+		return "DOWNSTREAM"
+	case PromptTemplate:
+		return "PROMPT_TEMPLATE"
+	}
+	return fmt.Sprintf("Scope(%d)", uint8(s))
+}
+
+// ParseScope returns the Scope named s.
+func ParseScope(s string) (Scope, error) {
+	for _, sc := range Scopes {
+		if sc.String() == s {
+			return sc, nil
+		}
+	}
+	return 0, fmt.Errorf("breaker: unknown scope %q (allowed: %v)", s, Scopes)
+}
+
+// Config is the rolling window and thresholds of the breakers of one scope.
+type Config struct {
+	// Window is the rolling window failures are counted in. Must be > 0.
+	Window time.Duration
+	// MinRequests is the fewest outcomes in the window before the breaker may
+	// open. Must be >= 1.
+	MinRequests int32
+	// FailureRatio opens the breaker when failures/requests >= it. In (0, 1].
+	FailureRatio float64
+	// Cooldown is how long the breaker stays OPEN before HALF_OPEN. Must be > 0.
+	Cooldown time.Duration
+	// HalfOpenProbes is how many retries HALF_OPEN lets through, and how many
+	// successes close it. Must be >= 1.
+	HalfOpenProbes int32
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Window <= 0:
+		return fmt.Errorf("breaker: Window: must be > 0, got %s", c.Window)
+	case c.MinRequests < 1:
+		return fmt.Errorf("breaker: MinRequests: must be >= 1, got %d", c.MinRequests)
+	case !(c.FailureRatio > 0 && c.FailureRatio <= 1):
+		return fmt.Errorf("breaker: FailureRatio: must be in (0, 1], got %v", c.FailureRatio)
+	case c.Cooldown <= 0:
+		return fmt.Errorf("breaker: Cooldown: must be > 0, got %s", c.Cooldown)
+	case c.HalfOpenProbes < 1:
+		return fmt.Errorf("breaker: HalfOpenProbes: must be >= 1, got %d", c.HalfOpenProbes)
+	}
+	return nil
+}
+
+// Ref names one breaker.
+type Ref struct {
+	Scope Scope
+	Key   string
+}
+
+func (r Ref) String() string { return r.Scope.String() + "/" + r.Key }
+
+// Outcome is one observed result for a breaker.
+type Outcome struct {
+	Ref
+	Failure bool
+	// Class and TaskID are carried into the Transition it causes.
+	Class  string
+	TaskID string
+}
+
+// Transition is one state change of one breaker.
+type Transition struct {
+	Ref
+	From, To State
+	Reason   string
+	// Failures and Requests are the window's counts when it happened.
+	Failures, Requests int32
+	// Class and TaskID are those of the outcome that caused it; empty for a
+	// time-driven transition (cooldown over) or a reset.
+	Class  string
+	TaskID string
+	At     time.Time
+}
+
+// buckets is the number of slots of the rolling window.
+const buckets = 10
+
+type slot struct {
+	start          int64 // slot start, ms; 0 for unused
+	requests, fail int32
+}
+
+// breaker is one key's state.
+type breaker struct {
+	state    State
+	latched  bool  // opened by Trip: stays OPEN until Reset
+	openedAt int64 // ms
+	probes   int32 // HALF_OPEN: probes let through
+	okProbes int32 // HALF_OPEN: successes seen
+	window   [buckets]slot
+}
+
+// Set is the breakers of every scope. It is not safe for concurrent use.
+type Set struct {
+	cfg      [3]Config
+	breakers map[Ref]*breaker
+}
+
+// NewSet returns a Set with a Config per scope, indexed by Scope.
+func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
+	s := &Set{cfg: [3]Config{providerModel, downstream, promptTemplate}, breakers: map[Ref]*breaker{}}
+	for _, sc := range Scopes {
+		if err := s.cfg[sc].Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", sc, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *Set) get(ref Ref) *breaker {
+	b, ok := s.breakers[ref]
+	if !ok {
+		b = &breaker{}
+		s.breakers[ref] = b
+	}
+	return b
+}
+
+// counts sums the window ending at now.
+func (s *Set) counts(ref Ref, b *breaker, now int64) (fail, req int32) {
+	w := s.cfg[ref.Scope].Window.Milliseconds()
+	for _, sl := range b.window {
+		if sl.start != 0 && sl.start > now-w {
+			fail += sl.fail
+			req += sl.requests
+		}
+	}
+	return fail, req
+}
+
+func (s *Set) count(ref Ref, b *breaker, now int64, failure bool) {
+	width := max(s.cfg[ref.Scope].Window.Milliseconds()/buckets, 1)
+	start := now / width * width
+	sl := &b.window[(now/width)%buckets]
+	if sl.start != start {
+		*sl = slot{start: start}
+	}
+	sl.requests++
+	if failure {
+		sl.fail++
+	}
+}
+
+func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, o *Outcome) Transition {
+	fail, req := s.counts(ref, b, now.UnixMilli())
+	t := Transition{Ref: ref, From: b.state, To: to, Reason: reason, Failures: fail, Requests: req, At: now}
+	if o != nil {
+		t.Class, t.TaskID = o.Class, o.TaskID
+	}
+	b.state = to
+	switch to {
+	case Open:
+		b.openedAt = now.UnixMilli()
+	case HalfOpen:
+		b.probes, b.okProbes = 0, 0
+	case Closed:
+		b.latched = false
+		b.window = [buckets]slot{}
+	}
+	return t
+}
+
+// advance moves an OPEN breaker whose cooldown has passed to HALF_OPEN.
+func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
+	if b.state == Open && !b.latched && now.UnixMilli() >= b.openedAt+s.cfg[ref.Scope].Cooldown.Milliseconds() {
+		return []Transition{s.move(ref, b, HalfOpen, "cooldown over; letting probes through", now, nil)}
+	}
+	return nil
+}
+
+// Record counts one outcome and returns the transitions it causes (none, or
+// a cooldown's OPEN -> HALF_OPEN followed by the outcome's own).
+func (s *Set) Record(o Outcome, now time.Time) []Transition {
+	b := s.get(o.Ref)
+	ts := s.advance(o.Ref, b, now)
+	ms := now.UnixMilli()
+	s.count(o.Ref, b, ms, o.Failure)
+	cfg := s.cfg[o.Scope]
+	switch b.state {
+	case Closed:
+		fail, req := s.counts(o.Ref, b, ms)
+		if o.Failure && req >= cfg.MinRequests && float64(fail) >= cfg.FailureRatio*float64(req) {
+			ts = append(ts, s.move(o.Ref, b, Open,
+				fmt.Sprintf("%d of %d outcomes failed within %s (ratio >= %v, min %d)", fail, req, cfg.Window, cfg.FailureRatio, cfg.MinRequests), now, &o))
+		}
+	case HalfOpen:
+		if o.Failure {
+			ts = append(ts, s.move(o.Ref, b, Open, "a failure while half-open", now, &o))
+			break
+		}
+		b.okProbes++
+		if b.okProbes >= cfg.HalfOpenProbes {
+			ts = append(ts, s.move(o.Ref, b, Closed, fmt.Sprintf("%d success(es) while half-open", b.okProbes), now, &o))
+		}
+	case Open:
+	}
+	return ts
+}
+
+// Allow reports whether a retry guarded by every breaker of refs may be
+// published now, with the transitions the passing of time caused. An OPEN
+// breaker refuses; a HALF_OPEN one lets HalfOpenProbes retries through, and a
+// granted retry uses one probe of each HALF_OPEN breaker only when all of refs
+// allow it.
+func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
+	var ts []Transition
+	ok := true
+	for _, ref := range refs {
+		b, found := s.breakers[ref]
+		if !found {
+			continue
+		}
+		ts = append(ts, s.advance(ref, b, now)...)
+		switch b.state {
+		case Open:
+			ok = false
+		case HalfOpen:
+			if b.probes >= s.cfg[ref.Scope].HalfOpenProbes {
+				ok = false
+			}
+		case Closed:
+		}
+	}
+	if ok {
+		for _, ref := range refs {
+			if b, found := s.breakers[ref]; found && b.state == HalfOpen {
+				b.probes++
+			}
+		}
+	}
+	return ok, ts
+}
+
+// Tick moves every OPEN breaker whose cooldown has passed to HALF_OPEN, in
+// key order.
+func (s *Set) Tick(now time.Time) []Transition {
+	var ts []Transition
+	for _, ref := range s.sortedRefs() {
+		ts = append(ts, s.advance(ref, s.breakers[ref], now)...)
+	}
+	return ts
+}
+
+// Trip opens a breaker and latches it: it stays OPEN, whatever the cooldown,
+// until Reset. It returns no transition for a breaker already latched.
+func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transition {
+	b := s.get(ref)
+	if b.latched {
+		return nil
+	}
+	var ts []Transition
+	if b.state != Open {
+		ts = append(ts, s.move(ref, b, Open, reason, now, &o))
+	} else {
+		b.openedAt = now.UnixMilli()
+	}
+	b.latched = true
+	return ts
+}
+
+// Reset closes a breaker (a person's decision), clearing its window.
+func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
+	b, ok := s.breakers[ref]
+	if !ok || b.state == Closed {
+		return nil
+	}
+	return []Transition{s.move(ref, b, Closed, reason, now, nil)}
+}
+
+// State returns the state of a breaker; CLOSED for one never seen.
+func (s *Set) State(ref Ref) State {
+	if b, ok := s.breakers[ref]; ok {
+		return b.state
+	}
+	return Closed
+}
+
+// Counts returns how many breakers are in each state, per scope.
+func (s *Set) Counts() [3][3]int {
+	var c [3][3]int
+	for ref, b := range s.breakers {
+		c[ref.Scope][b.state]++
+	}
+	return c
+}
+
+func (s *Set) sortedRefs() []Ref {
+	refs := make([]Ref, 0, len(s.breakers))
+	for ref := range s.breakers {
+		refs = append(refs, ref)
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Scope != refs[j].Scope {
+			return refs[i].Scope < refs[j].Scope
+		}
+		return refs[i].Key < refs[j].Key
+	})
+	return refs
+}

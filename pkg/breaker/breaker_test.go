@@ -1,0 +1,241 @@
+package breaker
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testConfig() Config {
+	return Config{Window: 10 * time.Second, MinRequests: 4, FailureRatio: 0.5, Cooldown: 5 * time.Second, HalfOpenProbes: 1}
+}
+
+func newTestSet(t *testing.T) *Set {
+	t.Helper()
+	s, err := NewSet(testConfig(), testConfig(), testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var pm = Ref{Scope: ProviderModel, Key: "acme/m1"}
+
+// step is one call on a Set: an outcome at offset ms (fail/ok), an Allow,
+// or a Tick; want is the transitions it must return, as "FROM>TO".
+type step struct {
+	at    int64
+	op    string // fail, ok, allow, deny, tick
+	wants []string
+}
+
+// TestRollingWindow guards the breaker state machine: opening needs
+// min_requests outcomes within the window and a failure ratio >= the
+// threshold; OPEN refuses retries until the cooldown; HALF_OPEN lets
+// half_open_probes retries through; a success closes it, a failure re-opens.
+func TestRollingWindow(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"below min requests stays closed", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "allow", nil},
+		}},
+		{"min requests at ratio opens", []step{
+			{0, "ok", nil}, {1, "ok", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}}, {4, "deny", nil},
+		}},
+		{"ratio below threshold stays closed", []step{
+			{0, "ok", nil}, {1, "ok", nil}, {2, "ok", nil}, {3, "fail", nil}, {4, "fail", nil}, {5, "allow", nil},
+		}},
+		{"a success never opens", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "ok", nil}, {4, "allow", nil},
+		}},
+		{"failures outside the window do not count", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {11_000, "fail", nil}, {11_001, "allow", nil},
+		}},
+		{"cooldown half-opens, one probe, success closes", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}},
+			{5_002, "deny", nil},
+			{5_003, "allow", []string{"OPEN>HALF_OPEN"}}, // the probe
+			{5_004, "deny", nil},                         // one probe only
+			{5_005, "ok", []string{"HALF_OPEN>CLOSED"}},
+			{5_006, "allow", nil}, {5_007, "allow", nil},
+		}},
+		{"tick half-opens without traffic", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}},
+			{5_002, "tick", nil}, {5_003, "tick", []string{"OPEN>HALF_OPEN"}}, {5_004, "tick", nil},
+		}},
+		{"failure while half-open re-opens with a new cooldown", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}},
+			{5_003, "allow", []string{"OPEN>HALF_OPEN"}},
+			{5_010, "fail", []string{"HALF_OPEN>OPEN"}},
+			{10_009, "deny", nil},
+			{10_010, "allow", []string{"OPEN>HALF_OPEN"}},
+		}},
+		{"outcome after cooldown half-opens then applies", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}},
+			{6_000, "ok", []string{"OPEN>HALF_OPEN", "HALF_OPEN>CLOSED"}},
+		}},
+		{"closing clears the window", []step{
+			{0, "fail", nil}, {1, "fail", nil}, {2, "fail", nil}, {3, "fail", []string{"CLOSED>OPEN"}},
+			{6_000, "ok", []string{"OPEN>HALF_OPEN", "HALF_OPEN>CLOSED"}},
+			{6_001, "fail", nil}, {6_002, "fail", nil}, {6_003, "allow", nil},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newTestSet(t)
+			for i, st := range tt.steps {
+				now := t0.Add(time.Duration(st.at) * time.Millisecond)
+				var got []Transition
+				switch st.op {
+				case "fail", "ok":
+					got = s.Record(Outcome{Ref: pm, Failure: st.op == "fail", TaskID: "t"}, now)
+				case "allow", "deny":
+					var ok bool
+					ok, got = s.Allow([]Ref{pm}, now)
+					if ok != (st.op == "allow") {
+						t.Fatalf("step %d (%s at %d): Allow = %v", i, st.op, st.at, ok)
+					}
+				case "tick":
+					got = s.Tick(now)
+				}
+				var names []string
+				for _, tr := range got {
+					names = append(names, tr.From.String()+">"+tr.To.String())
+					if tr.Ref != pm || !tr.At.Equal(now) {
+						t.Errorf("step %d: transition %+v: wrong ref or time", i, tr)
+					}
+				}
+				if strings.Join(names, ",") != strings.Join(st.wants, ",") {
+					t.Fatalf("step %d (%s at %d): transitions %v, want %v", i, st.op, st.at, names, st.wants)
+				}
+			}
+		})
+	}
+}
+
+// TestTransitionCarriesCounts guards the BreakerEvent fields: the opening
+// transition names the window counts and the triggering task and class.
+func TestTransitionCarriesCounts(t *testing.T) {
+	s := newTestSet(t)
+	var got []Transition
+	for i, fail := range []bool{true, false, true, true} {
+		got = s.Record(Outcome{Ref: pm, Failure: fail, Class: "RATE_LIMITED", TaskID: "task-" + string(rune('a'+i))}, t0)
+	}
+	if len(got) != 1 {
+		t.Fatalf("transitions = %+v", got)
+	}
+	tr := got[0]
+	if tr.Failures != 3 || tr.Requests != 4 || tr.TaskID != "task-d" || tr.Class != "RATE_LIMITED" || tr.Reason == "" {
+		t.Errorf("transition = %+v", tr)
+	}
+}
+
+// TestTripLatchesUntilReset guards the hallucination rule: a tripped
+// breaker stays OPEN past any cooldown until a person resets it.
+func TestTripLatchesUntilReset(t *testing.T) {
+	s := newTestSet(t)
+	tpl := Ref{Scope: PromptTemplate, Key: "refund-v3"}
+	ts := s.Trip(tpl, "hallucination", Outcome{TaskID: "t1", Class: "MODEL_HALLUCINATION"}, t0)
+	if len(ts) != 1 || ts[0].To != Open || ts[0].TaskID != "t1" {
+		t.Fatalf("Trip = %+v", ts)
+	}
+	if again := s.Trip(tpl, "hallucination", Outcome{}, t0); len(again) != 0 {
+		t.Errorf("second Trip = %+v, want none", again)
+	}
+	later := t0.Add(time.Hour)
+	if ok, ts := s.Allow([]Ref{tpl}, later); ok || len(ts) != 0 {
+		t.Errorf("Allow after an hour = %v %+v, want refused, no transition", ok, ts)
+	}
+	if ts := s.Record(Outcome{Ref: tpl}, later); len(ts) != 0 || s.State(tpl) != Open {
+		t.Errorf("a success closed a latched breaker: %+v", ts)
+	}
+	ts = s.Reset(tpl, "reset by on-call", later)
+	if len(ts) != 1 || ts[0].From != Open || ts[0].To != Closed {
+		t.Fatalf("Reset = %+v", ts)
+	}
+	if ok, _ := s.Allow([]Ref{tpl}, later); !ok {
+		t.Error("Allow after Reset refused")
+	}
+}
+
+// TestAllowUsesProbesOnlyWhenAllAllow guards multi-scope holds: a retry
+// refused by one open breaker does not use up another's half-open probe.
+func TestAllowUsesProbesOnlyWhenAllAllow(t *testing.T) {
+	s := newTestSet(t)
+	ds := Ref{Scope: Downstream, Key: "refund"}
+	for i := range 4 {
+		s.Record(Outcome{Ref: pm, Failure: true}, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	s.Trip(ds, "test", Outcome{}, t0.Add(time.Minute))
+	at := t0.Add(time.Minute)
+	if ok, _ := s.Allow([]Ref{pm, ds}, at); ok {
+		t.Fatal("allowed through an open downstream breaker")
+	}
+	s.Reset(ds, "test", at)
+	if ok, _ := s.Allow([]Ref{pm, ds}, at); !ok {
+		t.Fatal("the half-open probe was used up by a refused retry")
+	}
+}
+
+// TestCounts guards the state gauge's source: breakers per scope and state.
+func TestCounts(t *testing.T) {
+	s := newTestSet(t)
+	for i := range 4 {
+		s.Record(Outcome{Ref: pm, Failure: true}, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	s.Record(Outcome{Ref: Ref{Scope: Downstream, Key: "refund"}}, t0)
+	c := s.Counts()
+	if c[ProviderModel][Open] != 1 || c[Downstream][Closed] != 1 || c[PromptTemplate][Closed] != 0 {
+		t.Errorf("Counts = %v", c)
+	}
+}
+
+// TestConfigValidate guards the field-named errors of a bad Config.
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"Window", func(c *Config) { c.Window = 0 }},
+		{"MinRequests", func(c *Config) { c.MinRequests = 0 }},
+		{"FailureRatio", func(c *Config) { c.FailureRatio = 1.5 }},
+		{"FailureRatio", func(c *Config) { c.FailureRatio = 0 }},
+		{"Cooldown", func(c *Config) { c.Cooldown = -1 }},
+		{"HalfOpenProbes", func(c *Config) { c.HalfOpenProbes = 0 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.field, func(t *testing.T) {
+			c := testConfig()
+			tt.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.field+":") {
+				t.Errorf("Validate() = %v, want an error naming %s", err, tt.field)
+			}
+		})
+	}
+	if err := testConfig().Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+}
+
+// TestStringsCoverEveryValue guards the typed enums' names.
+func TestStringsCoverEveryValue(t *testing.T) {
+	for _, s := range States {
+		if strings.HasPrefix(s.String(), "State(") {
+			t.Errorf("state %d has no name", s)
+		}
+	}
+	for _, sc := range Scopes {
+		got, err := ParseScope(sc.String())
+		if err != nil || got != sc {
+			t.Errorf("ParseScope(%s) = %v, %v", sc, got, err)
+		}
+	}
+	if _, err := ParseScope("NOPE"); err == nil {
+		t.Error("ParseScope accepted NOPE")
+	}
+}
