@@ -35,6 +35,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.store.Load(b.ids, b.states); err != nil {
 		return err
 	}
+	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
 
 	// classify and decide, in input order, per task on the evolving state
 	for i := range b.inputs {
@@ -44,7 +45,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.releaseDue(b, now); err != nil {
 		return err
 	}
-	if len(b.inputs) == 0 && len(b.touched) == 0 {
+	if err := r.expire(b, now); err != nil { // expiry.go: TTL sweep over time buckets
+		return err
+	}
+	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 {
 		return nil
 	}
 	r.changelog(b)
@@ -225,6 +229,10 @@ func (r *Router) persist(b *batch, now time.Time) error {
 			return err
 		}
 	}
+	if err := r.forget(wb, b); err != nil {
+		wb.Discard()
+		return err
+	}
 	for p, next := range b.checkpoints {
 		if err := wb.SetCheckpoint(p, next); err != nil {
 			wb.Discard()
@@ -260,6 +268,7 @@ type batch struct {
 	isTouched   map[string]bool
 	out         []*kgo.Record
 	checkpoints map[int32]int64
+	expired     []expiredTask // states the TTL forgets after commit (expiry.go)
 }
 
 func newBatch() *batch {
@@ -284,6 +293,8 @@ func (b *batch) reset() {
 	clear(b.out)
 	b.out = b.out[:0]
 	clear(b.checkpoints)
+	clear(b.expired)
+	b.expired = b.expired[:0]
 }
 
 // state returns the working state of a task, creating an empty one for a

@@ -24,6 +24,9 @@ func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
 // expiresAt is the router-clock time (ms) the state expires, 0 for never.
 func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 	b.unindex(p, old)
+	// the stored state carries its expiry: the next Put's old state names the
+	// index entry to replace, and the sweep re-checks it
+	st.ExpiresAt = expiresAt
 	v, err := st.Marshal()
 	if err != nil {
 		return fmt.Errorf("store: encode state of %s: %w", st.TaskID, err)
@@ -36,7 +39,6 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 			return err
 		}
 	}
-	st.ExpiresAt = expiresAt
 	if expiresAt > 0 {
 		if err := b.b.Set(expiryKey(bucketOf(expiresAt), p, st.TaskID), nil, nil); err != nil {
 			return err

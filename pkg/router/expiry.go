@@ -1,0 +1,127 @@
+package router
+
+// TTL of task state (issue 6 of DESIGN.md's task state).
+//
+// A task's state expires 2 x SLA after its last event, on the router clock
+// (the event's sla_ms, else the policy's default_sla_ms). While one of its
+// WRITE operations is SUBMITTED or UNKNOWN the state never expires: only a
+// receipt, a person or a reconciliation resolves it, because an expired dedup
+// window must never let a lost-receipt write run again.
+//
+// How it runs, per poll batch:
+//
+//   - forgetExpired (right after the batch's states are loaded): a loaded
+//     state whose ExpiresAt has passed is treated as absent, so an event
+//     arriving after expiry never sees it, whether or not the sweep below has
+//     deleted it yet.
+//   - expire (after the due retries): stamps the new ExpiresAt on every state
+//     the batch changes, so that the changelog record carries it and a
+//     restore rebuilds the same expiry index; then reads the expiry index
+//     (store.Expired: hour buckets that lie wholly in the past, never the
+//     whole store), and for each task of a partition this instance owns whose
+//     state is past its ExpiresAt and that the batch does not touch, queues a
+//     tombstone on the state changelog in the batch's transaction.
+//   - forget (in persist, after the transaction committed): deletes those
+//     states and their index entries from Pebble.
+//
+// An event that arrives after its task expired starts a fresh state: a new
+// task history, attempt and retry counts from zero, a new retry budget, no
+// memory of the event IDs seen before. So an exact redelivery of an event
+// older than 2 x SLA is routed again instead of dropped, and an event for a
+// task that ended long ago is decided on its own instead of being a
+// DUPLICATE_EXECUTION. That is the price of bounded state, and the reason
+// unresolved WRITE operations never expire. A review decision for an expired
+// task finds no open item: it is audited and changes nothing.
+//
+// Expired entries of partitions another instance owns are left to that
+// instance (its tombstone reaches this store through the changelog when the
+// partition comes back); they count toward expiryLimit until then.
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/store"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// expiryLimit bounds the expired tasks read from the index per batch, so that
+// a backlog of expiries is spread over several transactions.
+const expiryLimit = 500
+
+// expiredTask is a state the TTL forgets once the batch's transaction commits.
+type expiredTask struct {
+	partition int32
+	state     *task.State // as the store holds it: names its index entries
+}
+
+// expired reports whether st is past its expiry at nowMs.
+func expired(st *task.State, nowMs int64) bool {
+	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs
+}
+
+// forgetExpired drops from the batch the loaded states that have expired, so
+// that events for them start fresh. Their index entries are remembered: the
+// fresh state's Put replaces them, or the sweep deletes them.
+func (r *Router) forgetExpired(b *batch, now time.Time) {
+	nowMs := now.UnixMilli()
+	for id, st := range b.states {
+		if !expired(st, nowMs) {
+			continue
+		}
+		b.remember(st)
+		delete(b.states, id)
+		r.log.Info("state expired; a new event starts a fresh task history", "task_id", id, "expired_at", st.ExpiresAt)
+	}
+}
+
+// expire stamps the expiry of the states the batch changes and queues a
+// changelog tombstone for every expired task of an owned partition that the
+// batch does not touch.
+func (r *Router) expire(b *batch, now time.Time) error {
+	nowMs := now.UnixMilli()
+	for _, id := range b.touched {
+		st := b.states[id]
+		st.ExpiresAt = r.expiresAt(st, now)
+	}
+
+	due, err := r.store.Expired(nowMs, expiryLimit)
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	queued := map[string]bool{}
+	for _, e := range due {
+		if !owned[e.Partition] || b.isTouched[e.TaskID] || queued[e.TaskID] {
+			continue
+		}
+		st, err := r.store.Get(e.TaskID)
+		if err != nil {
+			return err
+		}
+		// re-check against the state itself: the index is only a hint
+		if st == nil || !expired(st, nowMs) || r.expiresAt(st, now) == 0 {
+			continue
+		}
+		queued[e.TaskID] = true
+		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: e.Partition, Key: []byte(e.TaskID)})
+		b.expired = append(b.expired, expiredTask{partition: e.Partition, state: st})
+	}
+	return nil
+}
+
+// forget deletes the expired states of the committed batch from the store.
+func (r *Router) forget(wb *store.Batch, b *batch) error {
+	for _, x := range b.expired {
+		if err := wb.Delete(x.partition, x.state); err != nil {
+			return err
+		}
+		r.log.Info("state expired and forgotten", "task_id", x.state.TaskID, "topic", r.cfg.Topics.State,
+			"partition", x.partition, "expired_at", x.state.ExpiresAt)
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package router_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/task"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+// expWorld is a kfake cluster with the topics, a router on a fake clock and a
+// collector of the audit and state topics.
+type expWorld struct {
+	t      *testing.T
+	topics router.Topics
+	seeds  []kgo.Opt
+	codec  *codec.Codec
+	clock  atomic.Int64 // the router clock, Unix ms
+	prod   *kgo.Client
+
+	mu     sync.Mutex
+	audit  []event.Routed
+	states []*kgo.Record
+}
+
+func expStart(t *testing.T, clockMs int64) *expWorld {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &expWorld{t: t, seeds: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}}
+	w.clock.Store(clockMs)
+	if w.codec, err = codec.New(); err != nil {
+		t.Fatal(err)
+	}
+	set, err := topicspec.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set = set.WithPartitions(1)
+	adm, err := kgo.NewClient(w.seeds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := set.Apply(ctx, kadm.NewClient(adm)); err != nil {
+		t.Fatal(err)
+	}
+	name := func(short string) string {
+		n, err := set.Name(short)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	w.topics = router.Topics{
+		Ingress: name("ingress"), Decisions: name("decisions"), Retry: name("retry"), Review: name("review"),
+		Audit: name("audit"), DeadLetter: name("deadletter"), Alerts: name("alerts"), State: name("state"),
+	}
+
+	cfg := router.Default()
+	cfg.ClientOpts = w.seeds
+	cfg.Topics = w.topics
+	cfg.StateDir = t.TempDir()
+	cfg.Tick = 50 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Now = func() time.Time { return time.UnixMilli(w.clock.Load()) }
+	rt, err := router.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+
+	if w.prod, err = kgo.NewClient(w.seeds...); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := kgo.NewClient(append(w.seeds,
+		kgo.ConsumeTopics(w.topics.Audit, w.topics.State),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for {
+			fs := cons.PollFetches(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			fs.EachRecord(func(rec *kgo.Record) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				if rec.Topic == w.topics.State {
+					w.states = append(w.states, rec)
+					return
+				}
+				r, err := w.codec.DecodeRouted(rec.Value)
+				if err != nil {
+					t.Errorf("audit record does not decode: %v", err)
+					return
+				}
+				w.audit = append(w.audit, r)
+			})
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-collected
+		cons.Close()
+		w.prod.Close()
+		cluster.Close()
+	})
+	if !expWaitFor(30*time.Second, rt.Ready) {
+		t.Fatal("router not ready within 30 s")
+	}
+	return w
+}
+
+func (w *expWorld) produce(evs ...event.TaskEvent) {
+	w.t.Helper()
+	for i := range evs {
+		v, err := w.codec.EncodeTaskEvent(nil, &evs[i])
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		rec := &kgo.Record{Topic: w.topics.Ingress, Key: []byte(evs[i].TaskID), Value: v}
+		if err := w.prod.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+// auditOf returns the audit decisions of one task, in order.
+func (w *expWorld) auditOf(taskID string) []event.Decision {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ds []event.Decision
+	for _, r := range w.audit {
+		if r.Event != nil && r.Event.TaskID == taskID {
+			ds = append(ds, r.Decision)
+		}
+	}
+	return ds
+}
+
+// waitAudit waits until the task has n audit records and returns them.
+func (w *expWorld) waitAudit(taskID string, n int) []event.Decision {
+	w.t.Helper()
+	if !expWaitFor(30*time.Second, func() bool { return len(w.auditOf(taskID)) >= n }) {
+		w.t.Fatalf("task %s: %d audit records, want %d: %+v", taskID, len(w.auditOf(taskID)), n, w.auditOf(taskID))
+	}
+	return w.auditOf(taskID)
+}
+
+// tombstones counts the changelog tombstones of one task.
+func (w *expWorld) tombstones(taskID string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.states {
+		if string(r.Key) == taskID && r.Value == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// lastState decodes the task's latest changelog record (nil for none or a tombstone).
+func (w *expWorld) lastState(taskID string) *task.State {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var st *task.State
+	for _, r := range w.states {
+		if string(r.Key) != taskID {
+			continue
+		}
+		st = nil
+		if r.Value != nil {
+			var err error
+			if st, err = task.Unmarshal(r.Value); err != nil {
+				w.t.Fatalf("changelog record of %s: %v", taskID, err)
+			}
+		}
+	}
+	return st
+}
+
+func expWaitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// expRefusal is a model refusal (terminal, to review) with a one-minute SLA:
+// its state lives two minutes on the router clock.
+func expRefusal(eventID, taskID string) event.TaskEvent {
+	conf, valid, sla := 0.9, true, int64(60_000)
+	return event.TaskEvent{
+		EventID: eventID, TaskID: taskID, Attempt: 1, OccurredAt: event.At(time.Now()),
+		Source: "exp-test", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusOK,
+		Output: &event.Output{Text: "I cannot help with that request.", SchemaValid: &valid, Confidence: &conf},
+		Usage:  event.Usage{CostUSD: 0.01, Tokens: 100, ElapsedMs: 500},
+		SLAMs:  &sla,
+	}
+}
+
+// expUnknownWrite is a refund whose WRITE operation has an unknown outcome,
+// with the same one-minute SLA.
+func expUnknownWrite(eventID, taskID string) event.TaskEvent {
+	ev := expRefusal(eventID, taskID)
+	ev.Action, ev.Stage, ev.Status, ev.Output = "refund", event.StageBusiness, event.StatusError, nil
+	ev.Error = &event.Error{Type: "TimeoutError", Message: "no receipt"}
+	ev.Operation = &event.Operation{OpID: "op-" + taskID, Kind: event.OpWrite, ParamsSHA256: "ab12", State: event.OpUnknown}
+	return ev
+}
+
+// Guards the TTL contract (DESIGN.md, issue 5 point 6): a task's state
+// expires 2 x SLA after its last event on the router clock; the sweep over
+// the expiry buckets writes a changelog tombstone for it; an event arriving
+// after expiry starts a fresh task history (even an exact redelivery is
+// routed again, with totals from zero); and a task with an unresolved WRITE
+// operation (UNKNOWN) never expires, so its redelivery is still dropped.
+func TestExpiryForgetsStateButNotUnknownWrites(t *testing.T) {
+	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, hourStart+60_000)
+
+	w.produce(expRefusal("r-1", "exp-refusal"), expUnknownWrite("w-1", "exp-write"))
+	if d := w.waitAudit("exp-refusal", 1)[0]; d.Class != event.ClassModelRefusal || d.Route != event.RouteReview {
+		t.Fatalf("first refusal: %s/%s, want MODEL_REFUSAL/REVIEW", d.Class, d.Route)
+	}
+	if d := w.waitAudit("exp-write", 1)[0]; d.Class != event.ClassOutcomeUnknown {
+		t.Fatalf("unknown write: %s/%s, want OUTCOME_UNKNOWN", d.Class, d.Route)
+	}
+
+	// the changelog carries the expiry, so that a restore rebuilds the index
+	expWaitFor(30*time.Second, func() bool { return w.lastState("exp-refusal") != nil && w.lastState("exp-write") != nil })
+	if got := w.lastState("exp-refusal"); got == nil || got.ExpiresAt != hourStart+60_000+2*60_000 {
+		t.Errorf("changelog state of exp-refusal: %+v, want ExpiresAt = now + 2 x SLA = %d", got, hourStart+60_000+2*60_000)
+	}
+	if got := w.lastState("exp-write"); got == nil || got.ExpiresAt != 0 {
+		t.Errorf("changelog state of exp-write: %+v, want ExpiresAt 0 (never, a WRITE is UNKNOWN)", got)
+	}
+
+	// within 2 x SLA the state holds: a redelivery is dropped
+	w.clock.Add(100_000)
+	w.produce(expRefusal("r-1", "exp-refusal"))
+	if d := w.waitAudit("exp-refusal", 2)[1]; d.Route != event.RouteDrop {
+		t.Fatalf("redelivery within 2 x SLA: route %s, want DROP", d.Route)
+	}
+
+	// two hours on: the expiry bucket is over, the sweep forgets the refusal
+	w.clock.Add(2 * time.Hour.Milliseconds())
+	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-refusal") == 1 }) {
+		t.Fatalf("no changelog tombstone for the expired task (got %d)", w.tombstones("exp-refusal"))
+	}
+
+	// an event after expiry starts fresh; the unknown write is still held
+	w.produce(expRefusal("r-1", "exp-refusal"), expUnknownWrite("w-1", "exp-write"))
+	d := w.waitAudit("exp-refusal", 3)[2]
+	if d.Class != event.ClassModelRefusal || d.Route != event.RouteReview || d.Totals.Attempts != 1 {
+		t.Errorf("event after expiry: %s/%s attempts %d, want a fresh MODEL_REFUSAL/REVIEW with attempts 1 (reason %q)",
+			d.Class, d.Route, d.Totals.Attempts, d.Reason)
+	}
+	if d := w.waitAudit("exp-write", 2)[1]; d.Route != event.RouteDrop {
+		t.Errorf("redelivery of the unknown write two hours on: %s/%s, want DROP (state kept)", d.Class, d.Route)
+	}
+	if n := w.tombstones("exp-write"); n != 0 {
+		t.Errorf("the task with an UNKNOWN WRITE operation got %d tombstones, want none", n)
+	}
+}
+
+// Guards that expiry does not wait for the sweep: an event arriving after
+// its task's ExpiresAt, while the expiry's hour bucket is still open (so the
+// index does not list it yet), already starts a fresh task history.
+func TestExpiryAppliesBeforeTheSweep(t *testing.T) {
+	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, hourStart+60_000)
+
+	w.produce(expRefusal("r-1", "exp-early"))
+	w.waitAudit("exp-early", 1)
+
+	w.clock.Add(10 * time.Minute.Milliseconds()) // past 2 x SLA, same hour bucket
+	w.produce(expRefusal("r-2", "exp-early"))
+	d := w.waitAudit("exp-early", 2)[1]
+	if d.Class != event.ClassModelRefusal || d.Route != event.RouteReview || d.Totals.Attempts != 1 {
+		t.Errorf("event after expiry, before the sweep: %s/%s attempts %d, want a fresh MODEL_REFUSAL/REVIEW with attempts 1 (not DUPLICATE_EXECUTION)",
+			d.Class, d.Route, d.Totals.Attempts)
+	}
+	if n := w.tombstones("exp-early"); n != 0 {
+		t.Errorf("%d tombstones for a task that got a new event, want none", n)
+	}
+}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+const hour = int64(3_600_000)
+
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// put writes states in one committed batch; old states are what the store held.
+func put(t *testing.T, s *Store, p int32, expiresAt int64, sts ...*task.State) {
+	t.Helper()
+	wb := s.NewBatch()
+	for _, st := range sts {
+		old, err := s.Get(st.TaskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wb.Put(p, old, st, expiresAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func expiredIDs(t *testing.T, s *Store, nowMs int64) []string {
+	t.Helper()
+	es, err := s.Expired(nowMs, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range es {
+		ids = append(ids, e.TaskID)
+	}
+	return ids
+}
+
+// Guards the TTL contract of the store: a state written with an expiry is
+// listed by Expired only once its hour bucket lies wholly in the past, a
+// state that never expires (0) is never listed, the stored state carries its
+// ExpiresAt (so that the next Put can replace the index entry), and Expired
+// names the partition the state was written for.
+func TestExpiredListsOnlyExpiredBuckets(t *testing.T) {
+	s := openTest(t)
+	base := 1000 * hour // an hour boundary
+	put(t, s, 2, base+10, &task.State{TaskID: "a"})
+	put(t, s, 1, base+hour+10, &task.State{TaskID: "b"})
+	put(t, s, 0, 0, &task.State{TaskID: "never"})
+
+	st, err := s.Get("a")
+	if err != nil || st == nil {
+		t.Fatalf("get a: %v, %v", st, err)
+	}
+	if st.ExpiresAt != base+10 {
+		t.Errorf("stored ExpiresAt = %d, want %d", st.ExpiresAt, base+10)
+	}
+
+	for _, c := range []struct {
+		name  string
+		nowMs int64
+		want  []string
+	}{
+		{"before any expiry", base, nil},
+		{"a expired, its bucket not over", base + 20, nil},
+		{"a's bucket over", base + hour, []string{"a"}},
+		{"b's bucket over", base + 2*hour, []string{"a", "b"}},
+		{"much later", base + 1000*hour, []string{"a", "b"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := expiredIDs(t, s, c.nowMs); !slices.Equal(got, c.want) {
+				t.Errorf("Expired(%d) = %v, want %v", c.nowMs, got, c.want)
+			}
+		})
+	}
+	es, err := s.Expired(base+2*hour, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 || es[0] != (Expiry{Partition: 2, TaskID: "a"}) {
+		t.Errorf("Expired with limit 1 = %v, want [{2 a}]", es)
+	}
+}
+
+// Guards that index entries follow the state: a new Put moves the expiry and
+// due entries (the old ones vanish), and Delete removes the state and every
+// index entry, so the sweep never finds a task twice.
+func TestPutReplacesAndDeleteRemovesIndexEntries(t *testing.T) {
+	s := openTest(t)
+	base := 2000 * hour
+	put(t, s, 3, base+5, &task.State{TaskID: "t", Pending: &task.PendingRetry{N: 1, NotBefore: base + 1}})
+
+	// the task gets a new event: its expiry moves two hours on, its retry is gone
+	put(t, s, 3, base+2*hour+5, &task.State{TaskID: "t"})
+	if got := expiredIDs(t, s, base+hour); len(got) != 0 {
+		t.Errorf("after re-Put, the old expiry entry is still listed: %v", got)
+	}
+	if ids, err := s.Due(3, base+hour, 10); err != nil || len(ids) != 0 {
+		t.Errorf("after re-Put without a pending retry, Due = %v, %v; want none", ids, err)
+	}
+	if got := expiredIDs(t, s, base+3*hour); !slices.Equal(got, []string{"t"}) {
+		t.Errorf("Expired after the new bucket = %v, want [t]", got)
+	}
+
+	old, err := s.Get("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := s.NewBatch()
+	if err := wb.Delete(3, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Get("t"); err != nil || st != nil {
+		t.Errorf("after Delete, Get = %v, %v; want nil", st, err)
+	}
+	if got := expiredIDs(t, s, base+1000*hour); len(got) != 0 {
+		t.Errorf("after Delete, Expired still lists %v", got)
+	}
+}
+
+// Guards the due index: Due lists the pending retries of one partition whose
+// not-before time has come, earliest first, up to the limit, and never those
+// of another partition or those not yet due.
+func TestDueIndex(t *testing.T) {
+	s := openTest(t)
+	pending := func(id string, notBefore int64) *task.State {
+		return &task.State{TaskID: id, Pending: &task.PendingRetry{N: 1, NotBefore: notBefore}}
+	}
+	put(t, s, 0, 0, pending("late", 300), pending("early", 100), pending("mid", 200), pending("future", 10_000))
+	put(t, s, 1, 0, pending("other-partition", 50))
+
+	for _, c := range []struct {
+		name  string
+		p     int32
+		now   int64
+		limit int
+		want  []string
+	}{
+		{"nothing due yet", 0, 99, 10, nil},
+		{"exactly due", 0, 100, 10, []string{"early"}},
+		{"earliest first", 0, 300, 10, []string{"early", "mid", "late"}},
+		{"limit", 0, 300, 2, []string{"early", "mid"}},
+		{"other partition", 1, 300, 10, []string{"other-partition"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := s.Due(c.p, c.now, c.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("Due(%d, %d, %d) = %v, want %v", c.p, c.now, c.limit, got, c.want)
+			}
+		})
+	}
+}
+
+// Guards the restore checkpoint: unknown before the first write, then the
+// offset written, per partition.
+func TestCheckpoint(t *testing.T) {
+	s := openTest(t)
+	if _, ok, err := s.Checkpoint(4); err != nil || ok {
+		t.Fatalf("fresh store: Checkpoint = ok %v, err %v; want unknown", ok, err)
+	}
+	wb := s.NewBatch()
+	if err := wb.SetCheckpoint(4, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	next, ok, err := s.Checkpoint(4)
+	if err != nil || !ok || next != 1234 {
+		t.Errorf("Checkpoint(4) = %d, %v, %v; want 1234, true", next, ok, err)
+	}
+	if _, ok, _ := s.Checkpoint(5); ok {
+		t.Errorf("Checkpoint(5) is known, want unknown")
+	}
+}
