@@ -40,6 +40,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	// classify and decide, in input order, per task on the evolving state
 	for i := range b.inputs {
 		r.route(&b.inputs[i], b, now)
+		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 	}
 	// retries whose due time has come, on the partitions this instance owns
 	if err := r.releaseDue(b, now); err != nil {
@@ -147,7 +148,7 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 	d := &in.decision
 	switch d.Route {
 	case event.RouteRetry:
-		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() {
+		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() && !r.holdRetry(ev, b, now) {
 			b.out = append(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 			r.metrics.retriesPublished.Inc()
@@ -189,6 +190,9 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 	for _, id := range b.touched {
 		st := b.states[id]
 		if st.Pending == nil || st.Pending.NotBefore > nowMs || st.LastEvent == nil {
+			continue
+		}
+		if r.holdRetry(st.LastEvent, b, now) { // breakers.go: stays pending while a breaker is open
 			continue
 		}
 		d := event.Decision{

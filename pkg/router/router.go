@@ -120,6 +120,7 @@ type Router struct {
 	codec   *codec.Codec
 	store   *store.Store
 	metrics *metrics
+	brk     *breakers // breakers.go; used by the handle goroutine only
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -165,11 +166,16 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "router", "instance", cfg.InstanceID)
+	brk, err := newBreakers(cfg.Policy, cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(cfg.StateDir, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	return &Router{
+		brk:     brk,
 		cfg:     cfg,
 		log:     log,
 		codec:   c,

@@ -1,0 +1,236 @@
+package router
+
+// breakers.go connects the circuit breakers (pkg/breaker) to the data path:
+// observe feeds every decided task event into the breakers of its
+// provider/model, downstream and prompt template and queues immediate
+// alerts; holdRetry keeps a due retry pending while a breaker it would be
+// published into is open. Every transition and alert becomes a BreakerEvent
+// record on the alerts topic, in the batch's transaction.
+//
+// The breakers live in the memory of this instance only: after a restart
+// they start CLOSED and are rebuilt from the traffic that follows. Their
+// counts are at-least-once: a batch whose transaction aborts is consumed
+// again and its outcomes counted again. OPEN -> HALF_OPEN is evaluated when a
+// breaker is next consulted (a held retry on the tick, or a new outcome),
+// not on a timer of its own.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// BreakerEvent kinds and the scope of a per-task alert.
+const (
+	breakerKindTransition = "TRANSITION"
+	breakerKindAlert      = "ALERT"
+	scopeTask             = "TASK"
+)
+
+// Which classes count as a failure of each scope; SUCCEEDED counts as a
+// success of every scope the event names; other classes are not counted
+// (a bad input or a business "no" says nothing about the provider).
+var (
+	// providerFailures: the provider/model layer failed (any stage but
+	// BUSINESS) or the model's output is unusable.
+	providerFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
+		event.ClassAuthFailed, event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation)
+	// downstreamFailures: the business system (stage BUSINESS) did not answer.
+	downstreamFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
+		event.ClassAuthFailed, event.ClassUnclassified)
+	// templateFailures: the output of the prompt is unusable.
+	templateFailures = classSet(event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation,
+		event.ClassValidationFixable)
+)
+
+func classSet(cs ...event.Class) map[event.Class]bool {
+	m := make(map[event.Class]bool, len(cs))
+	for _, c := range cs {
+		m[c] = true
+	}
+	return m
+}
+
+// breakers is the router's breaker set, its metrics and the retries it holds.
+type breakers struct {
+	set  *breaker.Set
+	held map[string]bool // task IDs whose due retry is held
+
+	states      *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	alerts      *prometheus.CounterVec
+	heldGauge   prometheus.Gauge
+}
+
+func breakerConfig(b policy.Breaker) breaker.Config {
+	return breaker.Config{
+		Window:         time.Duration(b.WindowMs) * time.Millisecond,
+		MinRequests:    b.MinRequests,
+		FailureRatio:   b.FailureRatio,
+		Cooldown:       time.Duration(b.CooldownMs) * time.Millisecond,
+		HalfOpenProbes: b.HalfOpenProbes,
+	}
+}
+
+func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error) {
+	set, err := breaker.NewSet(breakerConfig(p.Breakers.ProviderModel), breakerConfig(p.Breakers.Downstream),
+		breakerConfig(p.Breakers.PromptTemplate))
+	if err != nil {
+		return nil, fmt.Errorf("router: Policy.Breakers: %w", err)
+	}
+	const ns = "faultrouter"
+	b := &breakers{
+		set:  set,
+		held: map[string]bool{},
+		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
+			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
+			Help: "Circuit breaker transitions, by scope and the state entered."}, []string{"scope", "to"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "alerts_total",
+			Help: "Immediate alerts (hallucination, budget exhausted) written to the alerts topic, by class."}, []string{"class"}),
+		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "retries_held",
+			Help: "Due retries held because a breaker they would be published into is open."}),
+	}
+	for _, sc := range breaker.Scopes {
+		for _, st := range breaker.States {
+			b.states.WithLabelValues(sc.String(), st.String()).Set(0)
+		}
+	}
+	if reg != nil {
+		reg.MustRegister(b.states, b.transitions, b.alerts, b.heldGauge)
+	}
+	return b, nil
+}
+
+// refs are the breakers an event's retry would be published into.
+func refs(ev *event.TaskEvent) []breaker.Ref {
+	out := make([]breaker.Ref, 0, 3)
+	if ev.Provider != "" && ev.Model != "" {
+		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
+	}
+	if ev.Action != "" {
+		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
+	}
+	if ev.PromptTemplate != "" {
+		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
+	}
+	return out
+}
+
+// outcomes are what one decided event tells each breaker it names.
+func outcomes(ev *event.TaskEvent, class event.Class) []breaker.Outcome {
+	var out []breaker.Outcome
+	for _, ref := range refs(ev) {
+		var failure bool
+		switch {
+		case class == event.ClassSucceeded:
+		case ref.Scope == breaker.ProviderModel && ev.Stage != event.StageBusiness && providerFailures[class],
+			ref.Scope == breaker.Downstream && ev.Stage == event.StageBusiness && downstreamFailures[class],
+			ref.Scope == breaker.PromptTemplate && templateFailures[class]:
+			failure = true
+		default:
+			continue
+		}
+		out = append(out, breaker.Outcome{Ref: ref, Failure: failure, Class: string(class), TaskID: ev.TaskID})
+	}
+	return out
+}
+
+// observe feeds a decided task event into its breakers and queues the
+// BreakerEvents of the transitions and immediate alerts it causes.
+func (r *Router) observe(in *input, b *batch, now time.Time) {
+	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
+		return
+	}
+	ev, d := &in.event, &in.decision
+	for _, o := range outcomes(ev, d.Class) {
+		r.transitions(r.brk.set.Record(o, now), b, now)
+	}
+	switch d.Class {
+	case event.ClassHallucination:
+		key := ev.PromptTemplate
+		if key == "" {
+			key = "(none)"
+		}
+		r.alert(b, now, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
+			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
+		if ev.PromptTemplate != "" {
+			ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
+			r.transitions(r.brk.set.Trip(ref, "MODEL_HALLUCINATION: open until a person resets it",
+				breaker.Outcome{Class: string(d.Class), TaskID: ev.TaskID}, now), b, now)
+		}
+	case event.ClassBudgetExhausted:
+		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
+			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
+	}
+	r.breakerGauges()
+}
+
+// holdRetry reports whether the due retry of ev must stay pending because a
+// breaker it would be published into is open (or half-open with its probes
+// out). A retry it lets through a half-open breaker is that breaker's probe.
+func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
+	if ev == nil {
+		return false
+	}
+	ok, ts := r.brk.set.Allow(refs(ev), now)
+	r.transitions(ts, b, now)
+	switch {
+	case !ok && !r.brk.held[ev.TaskID]:
+		r.brk.held[ev.TaskID] = true
+		r.log.Info("retry held: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
+			"action", ev.Action, "prompt_template", ev.PromptTemplate)
+	case ok && r.brk.held[ev.TaskID]:
+		delete(r.brk.held, ev.TaskID)
+		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
+	}
+	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	if len(ts) > 0 {
+		r.breakerGauges()
+	}
+	return !ok
+}
+
+// transitions queues one BreakerEvent per transition.
+func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
+	for _, t := range ts {
+		r.brk.transitions.WithLabelValues(t.Scope.String(), t.To.String()).Inc()
+		r.log.Warn("breaker "+t.To.String(), "task_id", t.TaskID, "scope", t.Scope.String(), "key", t.Key,
+			"from", t.From.String(), "to", t.To.String(), "reason", t.Reason, "failures", t.Failures, "requests", t.Requests)
+		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
+			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
+			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
+	}
+}
+
+// alert queues an immediate alert.
+func (r *Router) alert(b *batch, now time.Time, e event.BreakerEvent) {
+	e.Instance, e.At = r.cfg.InstanceID, event.At(now)
+	r.brk.alerts.WithLabelValues(string(e.Class)).Inc()
+	r.log.Warn("alert", "task_id", e.TaskID, "scope", e.Scope, "key", e.Key, "class", e.Class, "reason", e.Reason)
+	r.queueBreakerEvent(b, &e)
+}
+
+func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
+	v, err := r.codec.EncodeBreakerEvent(nil, e)
+	if err != nil { // only a bug can get here: every field is the router's own
+		r.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
+		return
+	}
+	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: v})
+}
+
+func (r *Router) breakerGauges() {
+	c := r.brk.set.Counts()
+	for _, sc := range breaker.Scopes {
+		for _, st := range breaker.States {
+			r.brk.states.WithLabelValues(sc.String(), st.String()).Set(float64(c[sc][st]))
+		}
+	}
+}
