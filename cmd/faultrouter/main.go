@@ -83,6 +83,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return demoCommand(ctx, rest, stdout, stderr)
 	case "produce":
 		return produceCommand(ctx, rest, stdin, stdout, stderr)
+	case "replay":
+		return replayCommand(ctx, rest, stdout, stderr)
 	case "tail":
 		return tailCommand(ctx, rest, stdout, stderr)
 	case "review":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -162,7 +163,7 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 		rec.Key = []byte(ev.TaskID)
 	}
 	for _, h := range inHeaders {
-		if h.Key == hdrTraceparent {
+		if h.Key == hdrTraceparent || strings.HasPrefix(h.Key, "faultrouter.redrive.") {
 			rec.Headers = append(rec.Headers, h)
 		}
 	}

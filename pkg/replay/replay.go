@@ -1,0 +1,225 @@
+// Package replay holds the pure logic of incident analysis: parsing a time
+// range, turning consumed records into steps, filtering them, ordering one
+// task's timeline, and the lineage headers and loop guard of a re-drive. It
+// does no I/O; cmd/faultrouter's replay verb reads and writes Kafka.
+package replay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// ErrBadTime is returned by ParseTime for a value that is neither RFC 3339
+// nor a relative duration.
+var ErrBadTime = errors.New("replay: time is neither RFC 3339 nor a relative duration like -2h")
+
+// ParseTime reads a range bound: an RFC 3339 time, "now", or a duration
+// relative to now ("-2h", "-30m"; a duration without sign also counts back).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "now" {
+		return now, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(strings.TrimPrefix(s, "-"))
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%w: %q", ErrBadTime, s)
+	}
+	return now.Add(-d), nil
+}
+
+// Kind is what a step's record holds.
+type Kind string
+
+// Kinds of steps.
+const (
+	KindEvent    Kind = "event"    // a TaskEvent (ingress, or a re-driven event)
+	KindRouted   Kind = "routed"   // a Routed record (audit, retry, review, dead letter)
+	KindBreaker  Kind = "alert"    // a BreakerEvent
+	KindReview   Kind = "decision" // a ReviewDecision
+	KindPoison   Kind = "poison"   // a dead-lettered raw input (original bytes)
+	KindUnusable Kind = "error"    // a record that does not decode
+)
+
+// Step is one record of a topic in the shape replay filters, orders and
+// prints.
+type Step struct {
+	Topic     string
+	Short     string // ingress, audit, ...; empty when unknown
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Kind      Kind
+	TaskID    string
+	// Event is the task event of an event or routed step (nil otherwise).
+	Event *event.TaskEvent
+	// Decision is set on routed steps.
+	Decision *event.Decision
+	// Summary says what happened in a few words; Reason says why.
+	Summary string
+	Reason  string
+	// Lineage holds the record's faultrouter.redrive.* headers without the
+	// prefix (source.topic, source.partition, source.offset, count).
+	Lineage map[string]string
+	// Value is the decoded record, as tail prints it.
+	Value any
+}
+
+// Class and Route of the step's decision, empty without one.
+func (s *Step) Class() string {
+	if s.Decision == nil {
+		return ""
+	}
+	return string(s.Decision.Class)
+}
+
+// Route of the step's decision, empty without one.
+func (s *Step) Route() string {
+	if s.Decision == nil {
+		return ""
+	}
+	return string(s.Decision.Route)
+}
+
+// Filter selects steps; an empty field matches everything. Matching is exact
+// except for upper/lower case in class and route.
+type Filter struct {
+	Task           string
+	Class          string
+	Route          string
+	Provider       string
+	Model          string
+	PromptTemplate string
+	// Since and Until bound the record timestamps: Since <= ts < Until; a zero
+	// bound is open.
+	Since, Until time.Time
+}
+
+// Match reports whether s passes every filter.
+func (f *Filter) Match(s *Step) bool {
+	if !f.Since.IsZero() && s.Timestamp.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && !s.Timestamp.Before(f.Until) {
+		return false
+	}
+	if f.Task != "" && s.TaskID != f.Task {
+		return false
+	}
+	if f.Class != "" && !strings.EqualFold(s.Class(), f.Class) {
+		return false
+	}
+	if f.Route != "" && !strings.EqualFold(s.Route(), f.Route) {
+		return false
+	}
+	if f.Provider != "" || f.Model != "" || f.PromptTemplate != "" {
+		e := s.Event
+		if e == nil {
+			return false
+		}
+		if (f.Provider != "" && e.Provider != f.Provider) || (f.Model != "" && e.Model != f.Model) ||
+			(f.PromptTemplate != "" && e.PromptTemplate != f.PromptTemplate) {
+			return false
+		}
+	}
+	return true
+}
+
+// topicRank orders steps written in the same millisecond along the data
+// path: the input first, then what the router wrote for it.
+var topicRank = map[string]int{
+	"ingress": 0, "decisions": 1, "audit": 2, "retry": 3, "review": 4, "deadletter": 5, "alerts": 6,
+}
+
+// Timeline sorts steps in time order; steps of the same millisecond follow
+// the data path (input, audit, routed records, alerts), then offsets.
+func Timeline(steps []Step) {
+	slices.SortStableFunc(steps, func(a, b Step) int {
+		if c := a.Timestamp.Compare(b.Timestamp); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(rank(a.Short), rank(b.Short)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Offset, b.Offset)
+	})
+}
+
+func rank(short string) int {
+	if r, ok := topicRank[short]; ok {
+		return r
+	}
+	return len(topicRank)
+}
+
+// Header names of a re-drive's lineage.
+const (
+	HeaderPrefix          = "faultrouter.redrive."
+	HeaderSourceTopic     = "faultrouter.redrive.source.topic"
+	HeaderSourcePartition = "faultrouter.redrive.source.partition"
+	HeaderSourceOffset    = "faultrouter.redrive.source.offset"
+	HeaderCount           = "faultrouter.redrive.count"
+)
+
+// Header is one record header; kgo.RecordHeader has the same shape.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// RedriveCount is the faultrouter.redrive.count a record carries, 0 without
+// one (the last value wins when there are several).
+func RedriveCount(hs []Header) int {
+	n := 0
+	for _, h := range hs {
+		if h.Key == HeaderCount {
+			if v, err := strconv.Atoi(string(h.Value)); err == nil {
+				n = v
+			}
+		}
+	}
+	return n
+}
+
+// ErrLoop is returned by Guard for a record re-driven too often.
+var ErrLoop = errors.New("replay: refused by the loop guard")
+
+// Guard returns ErrLoop, wrapped with the counts, when a record that was
+// re-driven count times may not be re-driven again under max.
+func Guard(count, max int) error {
+	if count >= max {
+		return fmt.Errorf("%w: already re-driven %d times (--max-redrives %d)", ErrLoop, count, max)
+	}
+	return nil
+}
+
+// Lineage returns the headers of a re-driven record: keep (the original
+// headers minus the router's error and previous lineage headers), then the
+// source of the re-drive and the new count.
+func Lineage(orig []Header, topic string, partition int32, offset int64, count int) []Header {
+	out := make([]Header, 0, len(orig)+4)
+	for _, h := range orig {
+		if strings.HasPrefix(h.Key, HeaderPrefix) || strings.HasPrefix(h.Key, "faultrouter.error.") {
+			continue
+		}
+		out = append(out, h)
+	}
+	return append(out,
+		Header{HeaderSourceTopic, []byte(topic)},
+		Header{HeaderSourcePartition, []byte(strconv.Itoa(int(partition)))},
+		Header{HeaderSourceOffset, []byte(strconv.FormatInt(offset, 10))},
+		Header{HeaderCount, []byte(strconv.Itoa(count))},
+	)
+}
