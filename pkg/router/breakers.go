@@ -201,8 +201,12 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 	for _, t := range ts {
 		r.brk.transitions.WithLabelValues(t.Scope.String(), t.To.String()).Inc()
-		r.log.Warn("breaker "+t.To.String(), "task_id", t.TaskID, "scope", t.Scope.String(), "key", t.Key,
-			"from", t.From.String(), "to", t.To.String(), "reason", t.Reason, "failures", t.Failures, "requests", t.Requests)
+		attrs := []any{"scope", t.Scope.String(), "key", t.Key, "from", t.From.String(), "to", t.To.String(),
+			"reason", t.Reason, "failures", t.Failures, "requests", t.Requests}
+		if t.TaskID != "" { // a cooldown or a reset has no triggering task
+			attrs = append([]any{"task_id", t.TaskID}, attrs...)
+		}
+		r.log.Warn("breaker "+t.To.String(), attrs...)
 		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
