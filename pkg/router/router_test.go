@@ -1,0 +1,210 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+// newTestRouter starts a Router, built through New as main builds it, on an
+// embedded kfake broker with the topics of topics/ (one partition each), and
+// returns its metrics registry with its topics and the broker's seed options.
+func newTestRouter(t *testing.T) (*prometheus.Registry, Topics, []kgo.Opt) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	set, err := topicspec.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set = set.WithPartitions(1)
+	adm, err := kgo.NewClient(seeds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := set.Apply(ctx, kadm.NewClient(adm)); err != nil {
+		t.Fatalf("create topics: %v", err)
+	}
+	name := func(short string) string {
+		n, err := set.Name(short)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	topics := Topics{
+		Ingress: name("ingress"), Decisions: name("decisions"), Retry: name("retry"), Review: name("review"),
+		Audit: name("audit"), DeadLetter: name("deadletter"), Alerts: name("alerts"), State: name("state"),
+	}
+	cfg := Default()
+	cfg.ClientOpts = seeds
+	cfg.Topics = topics
+	cfg.StateDir = t.TempDir()
+	cfg.InstanceID = "test"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(rctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return reg, topics, seeds
+}
+
+// counter returns the value of the counter name{label=value} in reg, and
+// whether it exists.
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) (float64, bool) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// Guards the pipeline contract "bad bytes go to dead letter with the error,
+// never stop the router" without a real broker: a poison record followed by a
+// valid one yields the poison's original bytes on the dead-letter topic with
+// its faultrouter.error.* headers, one audit record per input
+// (INVALID_INPUT/DEADLETTER, then SUCCEEDED/COMPLETE), and a count in the
+// deadlettered-input metric.
+func TestPoisonThenValidOnKfake(t *testing.T) {
+	reg, topics, seeds := newTestRouter(t)
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid, conf := true, 0.95
+	ev := event.TaskEvent{
+		EventID: "e-1", TaskID: "t-ok", Attempt: 1, OccurredAt: event.At(time.Now()),
+		Source: "unit", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusOK,
+		Output: &event.Output{Text: "done", SchemaValid: &valid, Confidence: &conf},
+	}
+	good, err := c.EncodeTaskEvent(nil, &ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison := []byte("\x00\x01 not avro")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(append(seeds,
+		kgo.DefaultProduceTopic(topics.Ingress),
+		kgo.ConsumeTopics(topics.Audit, topics.DeadLetter),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx,
+		&kgo.Record{Key: []byte("t-bad"), Value: poison},
+		&kgo.Record{Key: []byte("t-ok"), Value: good},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var audit, dead []*kgo.Record
+	for len(audit) < 2 || len(dead) < 1 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("timed out: %d audit and %d dead-letter records, want 2 and 1", len(audit), len(dead))
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic == topics.Audit {
+				audit = append(audit, r)
+			} else {
+				dead = append(dead, r)
+			}
+		})
+	}
+
+	if len(dead) != 1 {
+		t.Fatalf("%d dead-letter records, want 1", len(dead))
+	}
+	if !bytes.Equal(dead[0].Value, poison) || string(dead[0].Key) != "t-bad" {
+		t.Errorf("dead letter carries key %q value %q, want the original t-bad %q", dead[0].Key, dead[0].Value, poison)
+	}
+	hdr := map[string]string{}
+	for _, h := range dead[0].Headers {
+		hdr[h.Key] = string(h.Value)
+	}
+	for k, want := range map[string]string{
+		hdrErrTopic: topics.Ingress, hdrErrPartition: "0", hdrErrOffset: "0",
+		hdrErrStage: "decode", hdrErrKind: "not_single_object",
+	} {
+		if hdr[k] != want {
+			t.Errorf("dead-letter header %s = %q, want %q", k, hdr[k], want)
+		}
+	}
+	if hdr[hdrErrTimestamp] == "" || hdr[hdrErrMessage] == "" {
+		t.Errorf("dead-letter headers lack timestamp or message: %v", hdr)
+	}
+
+	if len(audit) != 2 {
+		t.Fatalf("%d audit records, want 2 (one per input)", len(audit))
+	}
+	for i, want := range []struct {
+		offset int64
+		class  event.Class
+		route  event.Route
+	}{
+		{0, event.ClassInvalidInput, event.RouteDeadLetter},
+		{1, event.ClassSucceeded, event.RouteComplete},
+	} {
+		r, err := c.DecodeRouted(audit[i].Value)
+		if err != nil {
+			t.Fatalf("audit %d: %v", i, err)
+		}
+		if r.Input.Offset != want.offset || r.Decision.Class != want.class || r.Decision.Route != want.route {
+			t.Errorf("audit %d: input offset %d %s/%s, want offset %d %s/%s",
+				i, r.Input.Offset, r.Decision.Class, r.Decision.Route, want.offset, want.class, want.route)
+		}
+	}
+
+	const metric = "faultrouter_deadlettered_input_total"
+	if got, ok := counter(t, reg, metric, "kind", "not_single_object"); !ok || got != 1 {
+		t.Errorf("%s{kind=not_single_object} = %v (present %v), want 1", metric, got, ok)
+	}
+}
