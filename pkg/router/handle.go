@@ -104,7 +104,18 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
+		switch {
+		case in.kind == inputPoison:
+			r.metrics.poison.WithLabelValues(in.errKind).Inc()
+		case in.decision.Route == event.RouteDrop && in.kind == inputTask:
+			r.metrics.dropped.Inc()
+		}
 		r.logDecision(in)
+	}
+	for _, rec := range b.out {
+		if rec.Topic == r.cfg.Topics.Retry {
+			r.metrics.retriesPublished.Inc()
+		}
 	}
 	r.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 	return nil
@@ -122,7 +133,6 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		}
 		b.out = append(b.out, r.deadLetterRaw(in, now))
 		b.out = append(b.out, r.audit(in, nil))
-		r.metrics.poison.WithLabelValues(in.errKind).Inc()
 		return
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
@@ -135,7 +145,6 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	st := b.state(ev.TaskID, in.rec.Partition)
 	if st.TaskID != "" && st.Seen(ev.EventID) {
 		in.decision = r.cfg.Policy.Drop(ev, st, now)
-		r.metrics.dropped.Inc()
 	} else {
 		in.decision = r.cfg.Policy.Decide(ev, st, now)
 	}
@@ -151,7 +160,6 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() && !r.holdRetry(ev, b, now) {
 			b.out = append(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
-			r.metrics.retriesPublished.Inc()
 		}
 	case event.RouteReview, event.RouteQuarantine:
 		b.out = append(b.out, r.routed(r.cfg.Topics.Review, in, ev, *d))
@@ -204,8 +212,7 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, nil)
 		b.out = append(b.out, rec)
 		st.Pending = nil
-		r.metrics.retriesPublished.Inc()
-		r.log.Info("retry published", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
+		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
 	}
 	return nil
 }
