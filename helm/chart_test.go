@@ -1,0 +1,164 @@
+// Package helm holds the test of the Helm chart in helm/faultrouter.
+package helm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// render runs `helm template` on the chart with args and returns the
+// rendered objects by kind.
+func render(t *testing.T, args ...string) map[string][]map[string]any {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		t.Skip("HELM is not set: no helm binary to render the chart with; helm/check.sh builds one and sets it")
+	}
+	cmd := exec.Command(helm, append([]string{"template", "fr", "faultrouter"}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template: %v\n%s", err, errOut.String())
+	}
+	objs := map[string][]map[string]any{}
+	dec := yaml.NewDecoder(&out)
+	for {
+		var m map[string]any
+		err := dec.Decode(&m)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("rendered YAML: %v", err)
+		}
+		if m != nil {
+			k, _ := m["kind"].(string)
+			objs[k] = append(objs[k], m)
+		}
+	}
+	return objs
+}
+
+func at(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// Guards the chart contract of issue 8: a StatefulSet whose pod name is the
+// --instance-id, a PVC for Pebble, the policy from a ConfigMap, Kafka
+// credentials from a Secret, /healthz and /readyz probes on the metrics port,
+// a non-root read-only security context, a metrics Service, an optional
+// ServiceMonitor and a PodDisruptionBudget.
+func TestChartRendersTheDeployment(t *testing.T) {
+	objs := render(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "kafka.existingSecret=kafka-creds",
+		"--set-string", "policy=version: 1")
+	for _, kind := range []string{"StatefulSet", "Service", "ConfigMap", "ServiceMonitor", "PodDisruptionBudget"} {
+		if len(objs[kind]) == 0 {
+			t.Errorf("no %s rendered", kind)
+		}
+	}
+	if len(objs["Secret"]) != 0 {
+		t.Errorf("a Secret was rendered although kafka.existingSecret is set")
+	}
+	if len(objs["StatefulSet"]) != 1 {
+		t.Fatalf("%d StatefulSets, want 1", len(objs["StatefulSet"]))
+	}
+	sts := objs["StatefulSet"][0]
+	c := at(sts, "spec", "template", "spec", "containers", 0)
+	var args []string
+	for _, a := range at(c, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	for _, want := range []string{"run", "--instance-id=$(POD_NAME)", "--state-dir=/var/lib/faultrouter", "--policy=/etc/faultrouter/policy.yaml", "--metrics-addr=:9464"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	env := map[string]any{}
+	for _, e := range at(c, "env").([]any) {
+		env[at(e, "name").(string)] = e
+	}
+	if at(env["POD_NAME"], "valueFrom", "fieldRef", "fieldPath") != "metadata.name" {
+		t.Errorf("POD_NAME is not the pod name: %v", env["POD_NAME"])
+	}
+	for _, k := range []string{"FAULTROUTER_SASL_USER", "FAULTROUTER_SASL_PASSWORD"} {
+		if at(env[k], "valueFrom", "secretKeyRef", "name") != "kafka-creds" {
+			t.Errorf("%s does not come from the existing Secret: %v", k, env[k])
+		}
+	}
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		if at(c, probe, "httpGet", "path") != path || at(c, probe, "httpGet", "port") != "metrics" {
+			t.Errorf("%s: %v, want %s on port metrics", probe, at(c, probe), path)
+		}
+	}
+	if at(c, "ports", 0, "containerPort") != 9464 {
+		t.Errorf("metrics port %v, want 9464", at(c, "ports", 0, "containerPort"))
+	}
+	sc := at(c, "securityContext")
+	if at(sc, "runAsNonRoot") != true || at(sc, "readOnlyRootFilesystem") != true || at(sc, "allowPrivilegeEscalation") != false ||
+		at(sc, "capabilities", "drop", 0) != "ALL" {
+		t.Errorf("container securityContext %v", sc)
+	}
+	if at(sts, "spec", "template", "spec", "securityContext", "runAsNonRoot") != true {
+		t.Errorf("pod securityContext lacks runAsNonRoot")
+	}
+	if at(sts, "spec", "volumeClaimTemplates", 0, "metadata", "name") != "state" {
+		t.Errorf("no PVC template named state: %v", at(sts, "spec", "volumeClaimTemplates"))
+	}
+	mounted := false
+	for _, m := range at(c, "volumeMounts").([]any) {
+		if at(m, "name") == "state" && at(m, "mountPath") == "/var/lib/faultrouter" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("the state PVC is not mounted on the --state-dir")
+	}
+	if at(c, "resources", "requests") == nil {
+		t.Errorf("no resource requests")
+	}
+	if cm := objs["ConfigMap"][0]; !strings.Contains(at(cm, "data", "policy.yaml").(string), "version: 1") {
+		t.Errorf("policy ConfigMap %v", cm)
+	}
+}
+
+// Guards the defaults: without credentials, a policy or a ServiceMonitor the
+// chart renders no Secret, ConfigMap or ServiceMonitor and no --policy flag;
+// with kafka.user it creates the Secret itself.
+func TestChartDefaultsAndCreatedSecret(t *testing.T) {
+	objs := render(t)
+	for _, kind := range []string{"Secret", "ConfigMap", "ServiceMonitor"} {
+		if len(objs[kind]) != 0 {
+			t.Errorf("%s rendered by default", kind)
+		}
+	}
+	for _, a := range at(objs["StatefulSet"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+		if strings.HasPrefix(a.(string), "--policy") {
+			t.Errorf("--policy without a policy: %v", a)
+		}
+	}
+	objs = render(t, "--set", "kafka.user=router", "--set", "kafka.password=secret")
+	if len(objs["Secret"]) != 1 || at(objs["Secret"][0], "stringData", "sasl-user") != "router" {
+		t.Fatalf("chart-created Secret: %v", objs["Secret"])
+	}
+}

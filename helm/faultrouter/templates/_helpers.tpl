@@ -1,0 +1,27 @@
+{{- define "faultrouter.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "faultrouter.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "faultrouter.labels" -}}
+{{ include "faultrouter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "faultrouter.secretName" -}}
+{{- default (include "faultrouter.fullname" .) .Values.kafka.existingSecret -}}
+{{- end -}}
+
+{{- define "faultrouter.hasSecret" -}}
+{{- if or .Values.kafka.existingSecret .Values.kafka.user -}}true{{- end -}}
+{{- end -}}
