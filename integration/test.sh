@@ -20,6 +20,9 @@ go test -count=1 $(go list ./... | grep -v /integration)
 echo "== fuzz the decoder for $fuzztime"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="$fuzztime" ./pkg/codec
 
+echo "== helm chart"
+helm/check.sh
+
 echo "== integration tests on a real Apache Kafka broker"
 if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
 	FAULTROUTER_KAFKA_DIR=$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)
