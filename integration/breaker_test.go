@@ -184,3 +184,48 @@ func TestRoutedLogLinesCarryTaskID(t *testing.T) {
 		fmt.Fprintf(os.Stderr, "router logs:\n%s\n", r.logs.String())
 	}
 }
+
+// Guards issue 7's immediate alerts: MODEL_HALLUCINATION writes an ALERT and
+// opens its prompt template's breaker (a TRANSITION to OPEN) at once;
+// BUDGET_EXHAUSTED writes an ALERT naming the task; both are counted in
+// faultrouter_alerts_total.
+func TestImmediateAlerts(t *testing.T) {
+	e := newEnv(t)
+	r := e.startRouter("a", t.TempDir())
+	halluc := strings.Replace(taskEvent("h-1", "t-halluc", 1,
+		`"status":"OK","stage":"MODEL","output":{"text":"Refund issued per policy 99.","schema_valid":true,"confidence":0.95,"flags":["fabricated_data"]}`),
+		`"prompt_template":"support-v3"`, `"prompt_template":"refund-v9"`, 1)
+	budget := strings.Replace(taskEvent("b-1", "t-budget", 1, timeoutFields),
+		`"cost_usd":0.01`, `"cost_usd":0.75`, 1)
+	e.cli(halluc+budget, "produce", "--topic", "ingress")
+
+	alerts := e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(a) >= 3 })
+	var hAlert, hOpen, bAlert int
+	for _, a := range alerts {
+		switch {
+		case str(a, "kind") == "ALERT" && str(a, "class") == "MODEL_HALLUCINATION" && str(a, "scope") == "PROMPT_TEMPLATE" &&
+			str(a, "key") == "refund-v9" && str(a, "task_id") == "t-halluc":
+			hAlert++
+		case str(a, "kind") == "TRANSITION" && str(a, "scope") == "PROMPT_TEMPLATE" && str(a, "key") == "refund-v9" &&
+			str(a, "from") == "CLOSED" && str(a, "to") == "OPEN" && str(a, "task_id") == "t-halluc":
+			hOpen++
+		case str(a, "kind") == "ALERT" && str(a, "class") == "BUDGET_EXHAUSTED" && str(a, "scope") == "TASK" &&
+			str(a, "key") == "t-budget" && str(a, "task_id") == "t-budget":
+			bAlert++
+		}
+	}
+	if hAlert != 1 || hOpen != 1 || bAlert != 1 || len(alerts) != 3 {
+		t.Fatalf("alerts: hallucination alert %d, template opened %d, budget alert %d (want 1 each, 3 records): %v\nlogs:\n%s",
+			hAlert, hOpen, bAlert, alerts, r.logs.String())
+	}
+	for sample, want := range map[string]float64{
+		`faultrouter_alerts_total{class="MODEL_HALLUCINATION"}`:                    1,
+		`faultrouter_alerts_total{class="BUDGET_EXHAUSTED"}`:                       1,
+		`faultrouter_breakers{scope="PROMPT_TEMPLATE",state="OPEN"}`:               1,
+		`faultrouter_breaker_transitions_total{scope="PROMPT_TEMPLATE",to="OPEN"}`: 1,
+	} {
+		if got, ok := scrape(t, r.metrics, sample); !ok || got != want {
+			t.Errorf("/metrics %s = %v (present %v), want %v", sample, got, ok, want)
+		}
+	}
+}
