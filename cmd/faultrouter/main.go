@@ -39,6 +39,7 @@ Verbs:
   demo      a self-contained demonstration; needs no Kafka
   produce   JSON lines in, Avro on the wire (ingress or decisions)
   tail      decoded records of a topic as JSON lines or text
+  replay    incident analysis: a time range or one task's timeline; re-drive to ingress
   review    review decide: approve or reject a task in review
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default

@@ -145,8 +145,8 @@ func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.De
 	return rec
 }
 
-// routedRecord encodes a Routed record; a traceparent header of the input is
-// carried over.
+// routedRecord encodes a Routed record; the input's traceparent header and
+// its faultrouter.redrive.* lineage headers are carried over.
 func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
 	v, err := r.codec.EncodeRouted(nil, &rr)
