@@ -139,6 +139,8 @@ func TestBreakerHoldsRetriesWhileOpen(t *testing.T) {
 		`faultrouter_breakers{scope="PROVIDER_MODEL",state="OPEN"}`:                    0,
 		`faultrouter_retries_held`:            0,
 		`faultrouter_retries_published_total`: 3,
+		// everything produced has been consumed
+		`faultrouter_consumer_lag_records{topic="` + e.prefix + `ai.tasks.ingress"}`: 0,
 	} {
 		if got, ok := scrape(t, r.metrics, sample); !ok || got != want {
 			t.Errorf("/metrics %s = %v (present %v), want %v", sample, got, ok, want)

@@ -25,6 +25,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		b.inputs = append(b.inputs, r.decode(rec))
 	})
 	r.metrics.consumed.Add(float64(len(b.inputs)))
+	r.observeLag(fetches) // lag.go
 
 	// dedup and task state: one batched read for every task of the poll
 	for i := range b.inputs {

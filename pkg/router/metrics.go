@@ -20,6 +20,8 @@ type metrics struct {
 	restoredRecords  prometheus.Counter
 	restoreRemaining prometheus.Gauge
 	ready            prometheus.Gauge
+	consumerLag      *prometheus.GaugeVec // lag.go
+	lag              lag                  // the per-partition lags behind consumerLag
 	kprom            *kprom.Metrics
 }
 
@@ -50,10 +52,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Changelog records left to restore (approximate, offsets)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
 			Help: "1 once the state is restored and the router is routing."}),
+		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
+			Help: "Records not yet consumed on the partitions this instance owns, per input topic (approximate, see lag.go)."}, []string{"topic"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreRemaining, m.ready)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreRemaining, m.ready, m.consumerLag)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m
