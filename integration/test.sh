@@ -31,6 +31,8 @@ else
 	trap 'integration/kafka.sh stop || true' EXIT
 fi
 export FAULTROUTER_KAFKA_DIR
+# chaos_test.go restarts this very broker with `kafka.sh restart`: it finds it by these two
+export FAULTROUTER_KAFKA_PORT=${FAULTROUTER_KAFKA_PORT:-19092}
 FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
 export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
 go test -count=1 -v -timeout 30m ./integration/

@@ -59,7 +59,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	defer rc.Close()
 
 	began, lastLog := time.Now(), time.Now()
-	var applied int64
+	var total int64
 	for len(start) > 0 {
 		fetches := rc.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -72,6 +72,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		}
 		wb := r.store.NewBatch()
 		next := map[int32]int64{}
+		applied := map[string]*task.State{} // states this batch wrote: a later record of the task replaces their index entries
 		var werr error
 		fetches.EachRecord(func(rec *kgo.Record) {
 			if _, ok := start[rec.Partition]; !ok || werr != nil {
@@ -81,8 +82,8 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 			if rec.Attrs.IsControl() {
 				return
 			}
-			werr = r.applyChangelog(wb, rec)
-			applied++
+			werr = r.applyChangelog(wb, rec, applied)
+			total++
 			r.metrics.restoredRecords.Inc()
 		})
 		if werr != nil {
@@ -107,32 +108,42 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		}
 		r.metrics.restoreRemaining.Set(float64(left))
 		if time.Since(lastLog) > 5*time.Second {
-			r.log.Info("restoring state", "applied", applied, "partitions_left", len(start))
+			r.log.Info("restoring state", "applied", total, "partitions_left", len(start))
 			lastLog = time.Now()
 		}
 	}
 	r.metrics.restoreRemaining.Set(0)
-	r.log.Info("state restored", "topic", topic, "records", applied, "took", time.Since(began).Round(time.Millisecond))
+	r.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
-// applyChangelog applies one changelog record: a state, or a tombstone.
+// applyChangelog applies one changelog record: a state, or a tombstone. The
+// state it replaces is the one an earlier record of the same batch wrote
+// (applied), else the store's: a task changed twice in one batch (a retry
+// decided, then published) must not leave the first state's due-index entry
+// behind, or stale entries pile up at the head of the due index.
 func (r *Router) applyChangelog(wb interface {
 	Put(int32, *task.State, *task.State, int64) error
 	Delete(int32, *task.State) error
-}, rec *kgo.Record) error {
-	old, err := r.store.Get(string(rec.Key))
-	if err != nil {
-		return err
+}, rec *kgo.Record, applied map[string]*task.State) error {
+	id := string(rec.Key)
+	old, ok := applied[id]
+	if !ok {
+		var err error
+		if old, err = r.store.Get(id); err != nil {
+			return err
+		}
 	}
 	if rec.Value == nil {
+		applied[id] = nil
 		return wb.Delete(rec.Partition, old)
 	}
 	st, err := task.Unmarshal(rec.Value)
 	if err != nil {
-		r.log.Error("changelog record does not decode; skipped", "task_id", string(rec.Key), "partition", rec.Partition, "offset", rec.Offset, "err", err)
+		r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return nil
 	}
+	applied[id] = st
 	return wb.Put(rec.Partition, old, st, st.ExpiresAt)
 }
 

@@ -61,6 +61,12 @@ type Config struct {
 	Tick time.Duration
 	// TransactionTimeout is the Kafka transaction timeout. Default 30s.
 	TransactionTimeout time.Duration
+	// SessionTimeout is the consumer-group session timeout: how long a
+	// crashed instance holds its partitions before the group moves them (a
+	// restarted instance waits that long to rejoin). It must lie within the
+	// broker's group.min/max.session.timeout.ms (6s..30min by default).
+	// Default 10s.
+	SessionTimeout time.Duration
 	// Logger receives the router's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Default: none registered.
@@ -79,6 +85,7 @@ func Default() Config {
 		MaxPollRecords:     1000,
 		Tick:               200 * time.Millisecond,
 		TransactionTimeout: 30 * time.Second,
+		SessionTimeout:     10 * time.Second,
 		Logger:             slog.Default(),
 		Now:                time.Now,
 	}
@@ -109,6 +116,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: Tick: must be > 0, got %s", c.Tick)
 	case c.TransactionTimeout < time.Second:
 		return fmt.Errorf("router: TransactionTimeout: must be >= 1s, got %s", c.TransactionTimeout)
+	case c.SessionTimeout < time.Second:
+		return fmt.Errorf("router: SessionTimeout: must be >= 1s, got %s", c.SessionTimeout)
 	}
 	return nil
 }
@@ -151,6 +160,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = d.TransactionTimeout
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = d.SessionTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = d.Logger
@@ -218,6 +230,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.ConsumeTopics(r.cfg.Topics.Ingress, r.cfg.Topics.Decisions),
 		kgo.TransactionalID(r.cfg.Group+"-"+r.cfg.InstanceID),
 		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
+		kgo.SessionTimeout(r.cfg.SessionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
@@ -235,6 +248,14 @@ func (r *Router) runSession(ctx context.Context) error {
 		return fmt.Errorf("router: client: %w", err)
 	}
 	defer sess.Close()
+	// Initialize the transactional producer now, not at the first produce:
+	// it fences a previous incarnation of this instance and aborts the
+	// transaction that one left open, so the changelog's last stable offset
+	// moves on and the restore of the assigned partitions need not wait for
+	// the transaction timeout.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		return fmt.Errorf("router: init transactional producer: %w", err)
+	}
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
 	b := newBatch()
 	for {
