@@ -311,6 +311,34 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	return ok, ts
 }
 
+// HoldUntil is when a retry that Allow refused is worth asking about again:
+// the end of the cooldown of an OPEN breaker, or, for a HALF_OPEN one with its
+// probes out or one latched OPEN, a recheck a quarter of the cooldown later
+// (between 1 s and 30 s). It is the latest over refs, and never before now.
+func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
+	until := now
+	for _, ref := range refs {
+		b, ok := s.breakers[ref]
+		if !ok {
+			continue
+		}
+		cooldown := s.cfg[ref.Scope].Cooldown
+		var t time.Time
+		switch {
+		case b.state == Open && !b.latched:
+			t = time.UnixMilli(b.openedAt + cooldown.Milliseconds())
+		case b.state == Open, b.state == HalfOpen:
+			t = now.Add(min(max(cooldown/4, time.Second), 30*time.Second))
+		default:
+			continue
+		}
+		if t.After(until) {
+			until = t
+		}
+	}
+	return until
+}
+
 // Tick moves every OPEN breaker whose cooldown has passed to HALF_OPEN, in
 // key order.
 func (s *Set) Tick(now time.Time) []Transition {

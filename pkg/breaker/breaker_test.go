@@ -239,3 +239,27 @@ func TestStringsCoverEveryValue(t *testing.T) {
 		t.Error("ParseScope accepted NOPE")
 	}
 }
+
+// TestHoldUntil guards when a held retry is looked at again: the end of the
+// cooldown while OPEN, a recheck while HALF_OPEN with its probe out, never
+// before now.
+func TestHoldUntil(t *testing.T) {
+	s := newTestSet(t)
+	for range 4 {
+		s.Record(Outcome{Ref: pm, Failure: true}, t0)
+	}
+	if got := s.HoldUntil([]Ref{pm}, t0.Add(time.Second)); !got.Equal(t0.Add(5 * time.Second)) {
+		t.Errorf("OPEN: HoldUntil = %v, want the cooldown's end %v", got, t0.Add(5*time.Second))
+	}
+	at := t0.Add(5 * time.Second)
+	if ok, _ := s.Allow([]Ref{pm}, at); !ok {
+		t.Fatal("no probe after the cooldown")
+	}
+	if got := s.HoldUntil([]Ref{pm}, at); !got.Equal(at.Add(1250 * time.Millisecond)) {
+		t.Errorf("HALF_OPEN: HoldUntil = %v, want a recheck a quarter cooldown later", got)
+	}
+	other := Ref{Scope: Downstream, Key: "unknown"}
+	if got := s.HoldUntil([]Ref{other}, at); !got.Equal(at) {
+		t.Errorf("unknown breaker: HoldUntil = %v, want now", got)
+	}
+}

@@ -13,6 +13,14 @@ package router
 // again and its outcomes counted again. OPEN -> HALF_OPEN is evaluated when a
 // breaker is next consulted (a held retry on the tick, or a new outcome),
 // not on a timer of its own.
+//
+// A held retry stays pending in the task state and the due index, its due
+// time moved to when its breakers are worth asking again (postpone), so it is
+// not re-read and re-written on every tick. Retries held behind one breaker
+// are released in their due order: up to half_open_probes of them when it
+// half-opens, the rest once it has closed. While a template breaker is
+// latched open by a hallucination, its retries are held until a person
+// resets it (or the instance restarts: the latch is in memory only).
 
 import (
 	"fmt"
@@ -61,6 +69,11 @@ func classSet(cs ...event.Class) map[event.Class]bool {
 type breakers struct {
 	set  *breaker.Set
 	held map[string]bool // task IDs whose due retry is held
+
+	// holdUntil and holdSeq keep held retries in due order when they are
+	// moved to the same later due time: each gets holdUntil + holdSeq ms.
+	holdUntil int64
+	holdSeq   int64
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -190,11 +203,34 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		delete(r.brk.held, ev.TaskID)
 		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
 	}
+	if !ok {
+		r.postpone(ev, b, now)
+	}
 	r.brk.heldGauge.Set(float64(len(r.brk.held)))
 	if len(ts) > 0 {
 		r.breakerGauges()
 	}
 	return !ok
+}
+
+// postpone moves a held retry's due time to when its breakers are worth
+// asking again, so that a held retry is neither re-read and re-written on
+// every tick nor in front of other due retries of its partition. Retries held
+// behind one breaker keep their due order.
+func (r *Router) postpone(ev *event.TaskEvent, b *batch, now time.Time) {
+	st := b.states[ev.TaskID]
+	if st == nil || st.Pending == nil {
+		return
+	}
+	until := r.brk.set.HoldUntil(refs(ev), now).UnixMilli()
+	if until == r.brk.holdUntil {
+		r.brk.holdSeq++
+	} else {
+		r.brk.holdUntil, r.brk.holdSeq = until, 0
+	}
+	if nb := until + r.brk.holdSeq; nb > st.Pending.NotBefore {
+		st.Pending.NotBefore = nb
+	}
 }
 
 // transitions queues one BreakerEvent per transition.
