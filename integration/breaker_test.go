@@ -190,7 +190,8 @@ func TestRoutedLogLinesCarryTaskID(t *testing.T) {
 // Guards issue 7's immediate alerts: MODEL_HALLUCINATION writes an ALERT and
 // opens its prompt template's breaker (a TRANSITION to OPEN) at once;
 // BUDGET_EXHAUSTED writes an ALERT naming the task; both are counted in
-// faultrouter_alerts_total.
+// faultrouter_alerts_total; a person's review decision on the quarantined
+// item closes the template breaker again.
 func TestImmediateAlerts(t *testing.T) {
 	e := newEnv(t)
 	r := e.startRouter("a", t.TempDir())
@@ -229,5 +230,22 @@ func TestImmediateAlerts(t *testing.T) {
 		if got, ok := scrape(t, r.metrics, sample); !ok || got != want {
 			t.Errorf("/metrics %s = %v (present %v), want %v", sample, got, ok, want)
 		}
+	}
+
+	// a person decides the quarantined item: the template breaker closes
+	e.cli("", "review", "decide", "--task", "t-halluc", "--reject", "--reason", "fabricated policy number", "--reviewer", "ana")
+	alerts = e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(a) >= 4 })
+	var closed []map[string]any
+	for _, a := range alerts {
+		if str(a, "scope") == "PROMPT_TEMPLATE" && str(a, "key") == "refund-v9" && str(a, "to") == "CLOSED" {
+			closed = append(closed, a)
+		}
+	}
+	if len(closed) != 1 || str(closed[0], "from") != "OPEN" || str(closed[0], "task_id") != "t-halluc" ||
+		!strings.Contains(str(closed[0], "reason"), "ana") {
+		t.Fatalf("after the review decision: want one OPEN->CLOSED for refund-v9 naming the reviewer, got %v", closed)
+	}
+	if got, _ := scrape(t, r.metrics, `faultrouter_breakers{scope="PROMPT_TEMPLATE",state="OPEN"}`); got != 0 {
+		t.Errorf("open template breakers after the reset = %v, want 0", got)
 	}
 }

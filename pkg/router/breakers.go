@@ -158,6 +158,10 @@ func outcomes(ev *event.TaskEvent, class event.Class) []breaker.Outcome {
 // observe feeds a decided task event into its breakers and queues the
 // BreakerEvents of the transitions and immediate alerts it causes.
 func (r *Router) observe(in *input, b *batch, now time.Time) {
+	if in.kind == inputReview {
+		r.reviewed(in, b, now)
+		return
+	}
 	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
 		return
 	}
@@ -182,6 +186,29 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
+	r.breakerGauges()
+}
+
+// reviewed closes the prompt template breaker a hallucination latched open
+// once a person decided its review item (approved or rejected): that is the
+// person's reset. A decision for an item already closed changes nothing.
+func (r *Router) reviewed(in *input, b *batch, now time.Time) {
+	d := &in.decision
+	st := b.states[in.review.TaskID]
+	if d.Class != event.ClassHallucination || d.Route == event.RouteDrop || st == nil ||
+		st.LastEvent == nil || st.LastEvent.PromptTemplate == "" {
+		return
+	}
+	who := in.review.Reviewer
+	if who == "" {
+		who = "a reviewer"
+	}
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: st.LastEvent.PromptTemplate}
+	ts := r.brk.set.Reset(ref, fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason), now)
+	for i := range ts {
+		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(d.Class)
+	}
+	r.transitions(ts, b, now)
 	r.breakerGauges()
 }
 
