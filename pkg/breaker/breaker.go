@@ -187,13 +187,40 @@ func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
 	return s, nil
 }
 
-func (s *Set) get(ref Ref) *breaker {
+// MaxBreakers bounds the breakers a Set keeps: keys come from events
+// (provider/model, action, template), so a flood of distinct keys must not
+// grow memory without limit. At the bound, CLOSED breakers are forgotten
+// (those with an empty window first); OPEN and HALF_OPEN ones never are.
+var MaxBreakers = 10_000
+
+func (s *Set) get(ref Ref, now time.Time) *breaker {
 	b, ok := s.breakers[ref]
 	if !ok {
+		if len(s.breakers) >= MaxBreakers {
+			s.evict(now)
+		}
 		b = &breaker{}
 		s.breakers[ref] = b
 	}
 	return b
+}
+
+// evict forgets CLOSED breakers: idle ones, or, if none is idle, all of them.
+func (s *Set) evict(now time.Time) {
+	n := len(s.breakers)
+	for ref, b := range s.breakers {
+		if _, req := s.counts(ref, b, now.UnixMilli()); b.state == Closed && req == 0 {
+			delete(s.breakers, ref)
+		}
+	}
+	if len(s.breakers) < n {
+		return
+	}
+	for ref, b := range s.breakers {
+		if b.state == Closed {
+			delete(s.breakers, ref)
+		}
+	}
 }
 
 // counts sums the window ending at now.
@@ -251,7 +278,7 @@ func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
 // Record counts one outcome and returns the transitions it causes (none, or
 // a cooldown's OPEN -> HALF_OPEN followed by the outcome's own).
 func (s *Set) Record(o Outcome, now time.Time) []Transition {
-	b := s.get(o.Ref)
+	b := s.get(o.Ref, now)
 	ts := s.advance(o.Ref, b, now)
 	ms := now.UnixMilli()
 	s.count(o.Ref, b, ms, o.Failure)
@@ -352,7 +379,7 @@ func (s *Set) Tick(now time.Time) []Transition {
 // Trip opens a breaker and latches it: it stays OPEN, whatever the cooldown,
 // until Reset. It returns no transition for a breaker already latched.
 func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transition {
-	b := s.get(ref)
+	b := s.get(ref, now)
 	if b.latched {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -263,3 +264,25 @@ func TestHoldUntil(t *testing.T) {
 		t.Errorf("unknown breaker: HoldUntil = %v, want now", got)
 	}
 }
+
+// TestMaxBreakersBoundsMemory guards the key bound: a flood of distinct keys
+// forgets idle CLOSED breakers first and never an OPEN one.
+func TestMaxBreakersBoundsMemory(t *testing.T) {
+	defer func(n int) { MaxBreakers = n }(MaxBreakers)
+	MaxBreakers = 8
+	s := newTestSet(t)
+	for range 4 {
+		s.Record(Outcome{Ref: pm, Failure: true}, t0)
+	}
+	late := t0.Add(time.Hour) // every window but the new ones' is empty by now
+	for i := range 50 {
+		s.Record(Outcome{Ref: Ref{Scope: Downstream, Key: fmt.Sprint("k", i)}}, late)
+		if len(s.breakers) > MaxBreakers {
+			t.Fatalf("after %d keys: %d breakers, bound %d", i+1, len(s.breakers), MaxBreakers)
+		}
+	}
+	if s.State(pm) != Open {
+		t.Error("the OPEN breaker was forgotten")
+	}
+}
+
