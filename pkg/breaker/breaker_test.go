@@ -285,4 +285,3 @@ func TestMaxBreakersBoundsMemory(t *testing.T) {
 		t.Error("the OPEN breaker was forgotten")
 	}
 }
-
