@@ -105,6 +105,8 @@ func logReport(t *testing.T, rep report, tx txCounts, took time.Duration) {
 		took.Round(time.Millisecond), rep.inputs, rep.audit, rep.dropped, rep.review, rep.deadletter, rep.retries)
 	t.Logf("transactions (scraped from /metrics just before each kill/stop and at the end; a killed router's last ones are lost): committed %.0f, aborted %.0f",
 		tx.committed, tx.aborted)
+	t.Logf("transaction markers on the state topic, which every transaction writes (one per partition it touched): %d commit, %d abort",
+		rep.stateMarkers.commits, rep.stateMarkers.aborts)
 	t.Logf("records of aborted transactions (read_uncommitted minus read_committed over audit, review, deadletter, retry, state): %d; none of them visible with read_committed",
 		rep.abortedRecords)
 }
@@ -137,7 +139,7 @@ func pause(d time.Duration) { time.Sleep(d/2 + rand.N(d)) }
 // nothing of an aborted transaction visible with read_committed.
 func TestChaosKill(t *testing.T) {
 	e := newEnv(t)
-	s := stream{run: "kill", tasks: 45_000, redeliveries: 5_000, poison: 50, rate: 2500}
+	s := stream{run: "kill", tasks: 45_000, redeliveries: 5_000, poison: 50, rate: 1000} // ~50 s: every kill lands mid-stream
 	var tx txCounts
 	dir, pol := t.TempDir(), quietBreakers(t)
 	r := e.startRouter("a", dir, pol...)

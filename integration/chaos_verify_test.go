@@ -195,6 +195,17 @@ func (s stream) produce(ctx context.Context, t *testing.T, topic string, produce
 // used only to know the end was reached).
 func readTopic(ctx context.Context, t *testing.T, topic string, committed bool) []*kgo.Record {
 	t.Helper()
+	recs, _ := readAll(ctx, t, topic, committed)
+	return recs
+}
+
+// markers counts transaction markers (control records) by type.
+type markers struct{ commits, aborts int }
+
+// readAll is readTopic that also counts the transaction markers.
+func readAll(ctx context.Context, t *testing.T, topic string, committed bool) ([]*kgo.Record, markers) {
+	t.Helper()
+	var mk markers
 	seeds := kgo.SeedBrokers(strings.Split(brokers, ",")...)
 	adm, err := kgo.NewClient(seeds)
 	if err != nil {
@@ -214,7 +225,7 @@ func readTopic(ctx context.Context, t *testing.T, topic string, committed bool) 
 		}
 	})
 	if len(want) == 0 {
-		return nil
+		return nil, mk
 	}
 	iso := kgo.ReadUncommitted()
 	if committed {
@@ -239,12 +250,17 @@ func readTopic(ctx context.Context, t *testing.T, topic string, committed bool) 
 			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
 				delete(want, r.Partition)
 			}
-			if !r.Attrs.IsControl() {
+			switch {
+			case !r.Attrs.IsControl():
 				recs = append(recs, r)
+			case len(r.Key) >= 4 && r.Key[3] == 1: // control key: int16 version, int16 type (0 abort, 1 commit)
+				mk.commits++
+			case len(r.Key) >= 4 && r.Key[3] == 0:
+				mk.aborts++
 			}
 		})
 	}
-	return recs
+	return recs, mk
 }
 
 // inputKey names an input record by its topic-partition-offset.
@@ -260,6 +276,9 @@ func (k inputKey) String() string { return fmt.Sprintf("%s/%d@%d", k.topic, k.pa
 type report struct {
 	inputs, audit, retries, review, deadletter, dropped int
 	abortedRecords                                      int // read_uncommitted minus read_committed, output and state topics
+	// stateMarkers are the transaction markers on the state topic, which
+	// every transaction writes: one per partition a transaction touched
+	stateMarkers markers
 }
 
 // verify checks the exactly-once contracts of issue 6 from the topics.
@@ -416,7 +435,9 @@ func verify(ctx context.Context, t *testing.T, e *env, s stream) report {
 		rep.abortedRecords += len(readTopic(ctx, t, topic(short), false)) - len(readTopic(ctx, t, topic(short), true))
 	}
 	state := e.prefix + "faultrouter.state"
-	rep.abortedRecords += len(readTopic(ctx, t, state, false)) - len(readTopic(ctx, t, state, true))
+	uncommitted, mk := readAll(ctx, t, state, false)
+	rep.abortedRecords += len(uncommitted) - len(readTopic(ctx, t, state, true))
+	rep.stateMarkers = mk
 	if errs > 20 {
 		t.Errorf("... and %d more violations", errs-20)
 	}
