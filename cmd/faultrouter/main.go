@@ -41,6 +41,7 @@ Verbs:
   tail      decoded records of a topic as JSON lines or text
   replay    incident analysis: a time range or one task's timeline; re-drive to ingress
   review    review decide: approve or reject a task in review
+  breaker   breaker reset: close a circuit breaker by hand
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
   topics    topics apply | topics check
@@ -90,6 +91,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return tailCommand(ctx, rest, stdout, stderr)
 	case "review":
 		return reviewCommand(ctx, rest, stdout, stderr)
+	case "breaker":
+		return breakerCommand(ctx, rest, stdout, stderr)
 	case "taskid":
 		return taskidCommand(rest, stdout)
 	case "policy":

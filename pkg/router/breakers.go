@@ -212,6 +212,41 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	r.breakerGauges()
 }
 
+// BreakerKindReset is the kind of the BreakerEvent that `faultrouter breaker
+// reset` writes to every partition of the decisions topic: a person closing a
+// breaker (for example a prompt template latched open by a hallucination).
+const BreakerKindReset = "RESET"
+
+// resetBreaker closes the breaker a reset command names. Its audit record has
+// class UNCLASSIFIED (it is no task's failure), route COMPLETE and rule
+// breaker.reset; an unknown scope is audited as DROP and changes nothing.
+// Every instance gets the command on each decisions partition it owns; a
+// second reset of a closed breaker changes nothing.
+func (r *Router) resetBreaker(in *input, b *batch, now time.Time) event.Decision {
+	c := &in.reset
+	d := event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "breaker.reset", DecidedAt: event.At(now)}
+	scope, err := breaker.ParseScope(c.Scope)
+	if err != nil || c.Key == "" {
+		d.Route, d.Rule = event.RouteDrop, "breaker.reset_invalid"
+		d.Reason = fmt.Sprintf("breaker reset names scope %q key %q: want a scope of PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE and a key", c.Scope, c.Key)
+		return d
+	}
+	who := c.Instance
+	if who == "" {
+		who = "an operator"
+	}
+	ref := breaker.Ref{Scope: scope, Key: c.Key}
+	ts := r.brk.set.Reset(ref, fmt.Sprintf("%s reset the breaker: %s", who, c.Reason), now)
+	r.transitions(ts, b, now)
+	r.breakerGauges()
+	if len(ts) == 0 {
+		d.Reason = fmt.Sprintf("%s asked to reset %s (%s); it is already closed here", who, ref, c.Reason)
+	} else {
+		d.Reason = fmt.Sprintf("%s reset %s: %s", who, ref, c.Reason)
+	}
+	return d
+}
+
 // holdRetry reports whether the due retry of ev must stay pending because a
 // breaker it would be published into is open (or half-open with its probes
 // out). A retry it lets through a half-open breaker is that breaker's probe.

@@ -135,6 +135,10 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.deadLetterRaw(in, now))
 		b.out = append(b.out, r.audit(in, nil))
 		return
+	case inputReset:
+		in.decision = r.resetBreaker(in, b, now)
+		b.out = append(b.out, r.audit(in, nil))
+		return
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)

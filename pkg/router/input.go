@@ -21,6 +21,7 @@ const (
 	inputTask   inputKind = iota // a TaskEvent from ingress
 	inputReview                  // a ReviewDecision from decisions
 	inputPoison                  // a record the router cannot accept
+	inputReset                   // a breaker reset (BreakerEvent of kind RESET) from decisions
 )
 
 // input is one consumed record, decoded.
@@ -29,6 +30,7 @@ type input struct {
 	kind     inputKind
 	event    event.TaskEvent
 	review   event.ReviewDecision
+	reset    event.BreakerEvent
 	err      error
 	errKind  string // faultrouter.error.kind of a poison record
 	decision event.Decision
@@ -67,11 +69,22 @@ func (r *Router) decode(rec *kgo.Record) input {
 	}
 	var id string
 	if rec.Topic == r.cfg.Topics.Decisions {
-		d, err := r.codec.DecodeReviewDecision(rec.Value)
+		v, err := r.codec.Decode(rec.Value)
 		if err != nil {
 			return poison(codec.Kind(err), err)
 		}
-		in.kind, in.review, id = inputReview, d, d.TaskID
+		switch x := v.(type) {
+		case *event.ReviewDecision:
+			in.kind, in.review, id = inputReview, *x, x.TaskID
+		case *event.BreakerEvent:
+			if x.Kind != BreakerKindReset {
+				return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s, got %q", codec.ErrWrongSchema, BreakerKindReset, x.Kind))
+			}
+			in.kind, in.reset = inputReset, *x
+			return in
+		default:
+			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker resets, got %T", codec.ErrWrongSchema, v))
+		}
 	} else {
 		e, err := r.codec.DecodeTaskEvent(rec.Value)
 		if err != nil {
