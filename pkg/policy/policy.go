@@ -36,6 +36,8 @@ type Policy struct {
 	ReviewLoop   ReviewLoop `yaml:"review_loop"`
 	// Breakers are the circuit breakers' windows and thresholds per scope.
 	Breakers Breakers `yaml:"breakers"`
+	// Surge alerts when one class rises for one prompt template or model.
+	Surge Surge `yaml:"surge"`
 
 	// refusalSet is the compiled phrase list (see Validate).
 	refusalSet *phraseSet
@@ -214,6 +216,34 @@ type Breaker struct {
 	HalfOpenProbes int32 `yaml:"half_open_probes"`
 }
 
+// Surge configures surge alerts: one class rising for one prompt template or
+// provider/model (MODEL_REFUSAL after a prompt change) raises one alert
+// naming the key. It fires when, within WindowMs, the class has at least
+// MinEvents events of the key and they are at least Ratio of all the key's
+// events; it fires again only after that ratio fell below Ratio (or the
+// window emptied).
+type Surge struct {
+	// WindowMs is the rolling window events are counted in.
+	WindowMs int64 `yaml:"window_ms"`
+	// MinEvents is the fewest events of the class in the window to alert.
+	MinEvents int32 `yaml:"min_events"`
+	// Ratio alerts when class events / all events of the key >= it; in (0, 1].
+	Ratio float64 `yaml:"ratio"`
+	// Classes are the watched failure classes; an empty list turns surge
+	// alerts off.
+	Classes []event.Class `yaml:"classes"`
+	// Scopes are the keys watched: PROMPT_TEMPLATE, PROVIDER_MODEL.
+	Scopes []string `yaml:"scopes"`
+}
+
+// Surge scopes.
+const (
+	SurgeScopePromptTemplate = "PROMPT_TEMPLATE"
+	SurgeScopeProviderModel  = "PROVIDER_MODEL"
+)
+
+var surgeScopes = []string{SurgeScopePromptTemplate, SurgeScopeProviderModel}
+
 // Owner IDs of the default policy.
 const (
 	OwnerSecurity          = "security"
@@ -328,6 +358,14 @@ func Default() *Policy {
 			ProviderModel:  Breaker{WindowMs: minute, MinRequests: 20, FailureRatio: 0.5, CooldownMs: 30_000, HalfOpenProbes: 1},
 			Downstream:     Breaker{WindowMs: minute, MinRequests: 20, FailureRatio: 0.5, CooldownMs: 30_000, HalfOpenProbes: 1},
 			PromptTemplate: Breaker{WindowMs: 5 * minute, MinRequests: 20, FailureRatio: 0.3, CooldownMs: minute, HalfOpenProbes: 1},
+		},
+		Surge: Surge{
+			WindowMs:  5 * minute,
+			MinEvents: 10,
+			Ratio:     0.3,
+			Classes: []event.Class{event.ClassModelRefusal, event.ClassSchemaViolation, event.ClassHallucination,
+				event.ClassValidationFixable, event.ClassRateLimited},
+			Scopes: []string{SurgeScopePromptTemplate, SurgeScopeProviderModel},
 		},
 		ReviewLoop: ReviewLoop{
 			UserMessages: []string{

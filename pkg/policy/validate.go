@@ -128,6 +128,7 @@ func (v *validator) check() {
 	v.breaker("breakers.provider_model", p.Breakers.ProviderModel)
 	v.breaker("breakers.downstream", p.Breakers.Downstream)
 	v.breaker("breakers.prompt_template", p.Breakers.PromptTemplate)
+	v.surge(&p.Surge)
 
 	if len(p.ReviewLoop.UserMessages) == 0 {
 		v.fail("review_loop.user_messages", "must hold at least one message")
@@ -147,6 +148,34 @@ func (v *validator) breaker(path string, b Breaker) {
 	}
 	v.positive(path+".cooldown_ms", b.CooldownMs)
 	v.positive(path+".half_open_probes", int64(b.HalfOpenProbes))
+}
+
+func (v *validator) surge(s *Surge) {
+	v.positive("surge.window_ms", s.WindowMs)
+	v.positive("surge.min_events", int64(s.MinEvents))
+	if !(s.Ratio > 0 && s.Ratio <= 1) {
+		v.fail("surge.ratio", "must be > 0 and <= 1, got %v", s.Ratio)
+	}
+	// a surge of successes is no alert
+	classes := slices.DeleteFunc(slices.Clone(event.Classes), func(c event.Class) bool { return c == event.ClassSucceeded })
+	for i, c := range s.Classes {
+		path := fmt.Sprintf("surge.classes[%d]", i)
+		switch {
+		case !slices.Contains(classes, c):
+			v.fail(path, "must be one of %v, got %q", classes, c)
+		case slices.Contains(s.Classes[:i], c):
+			v.fail(path, "%s is listed twice", c)
+		}
+	}
+	for i, sc := range s.Scopes {
+		path := fmt.Sprintf("surge.scopes[%d]", i)
+		switch {
+		case !slices.Contains(surgeScopes, sc):
+			v.fail(path, "must be one of %v, got %q", surgeScopes, sc)
+		case slices.Contains(s.Scopes[:i], sc):
+			v.fail(path, "%s is listed twice", sc)
+		}
+	}
 }
 
 func (v *validator) validation() {

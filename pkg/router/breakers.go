@@ -3,9 +3,10 @@ package router
 // breakers.go connects the circuit breakers (pkg/breaker) to the data path:
 // observe feeds every decided task event into the breakers of its
 // provider/model, downstream and prompt template and queues immediate
-// alerts; holdRetry keeps a due retry pending while a breaker it would be
-// published into is open. Every transition and alert becomes a BreakerEvent
-// record on the alerts topic, in the batch's transaction.
+// alerts and surge alerts; holdRetry keeps a due retry pending while a
+// breaker it would be published into is open. Every transition and alert
+// becomes a BreakerEvent record on the alerts topic, in the batch's
+// transaction.
 //
 // The breakers live in the memory of this instance only: after a restart
 // they start CLOSED and are rebuilt from the traffic that follows. Their
@@ -67,8 +68,9 @@ func classSet(cs ...event.Class) map[event.Class]bool {
 
 // breakers is the router's breaker set, its metrics and the retries it holds.
 type breakers struct {
-	set  *breaker.Set
-	held map[string]bool // task IDs whose due retry is held
+	set    *breaker.Set
+	surges *breaker.Surges
+	held   map[string]bool // task IDs whose due retry is held
 
 	// holdUntil and holdSeq keep held retries in due order when they are
 	// moved to the same later due time: each gets holdUntil + holdSeq ms.
@@ -97,16 +99,21 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	if err != nil {
 		return nil, fmt.Errorf("router: Policy.Breakers: %w", err)
 	}
+	surges, err := newSurges(p.Surge)
+	if err != nil {
+		return nil, fmt.Errorf("router: Policy.Surge: %w", err)
+	}
 	const ns = "faultrouter"
 	b := &breakers{
-		set:  set,
-		held: map[string]bool{},
+		set:    set,
+		surges: surges,
+		held:   map[string]bool{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
 			Help: "Circuit breaker transitions, by scope and the state entered."}, []string{"scope", "to"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "alerts_total",
-			Help: "Immediate alerts (hallucination, budget exhausted) written to the alerts topic, by class."}, []string{"class"}),
+			Help: "Alerts (hallucination, budget exhausted, surge) written to the alerts topic, by class."}, []string{"class"}),
 		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "retries_held",
 			Help: "Due retries held because a breaker they would be published into is open."}),
 	}
@@ -119,6 +126,21 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		reg.MustRegister(b.states, b.transitions, b.alerts, b.heldGauge)
 	}
 	return b, nil
+}
+
+func newSurges(p policy.Surge) (*breaker.Surges, error) {
+	cfg := breaker.SurgeConfig{Window: time.Duration(p.WindowMs) * time.Millisecond, MinEvents: p.MinEvents, Ratio: p.Ratio}
+	for _, c := range p.Classes {
+		cfg.Classes = append(cfg.Classes, string(c))
+	}
+	for _, s := range p.Scopes {
+		sc, err := breaker.ParseScope(s)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Scopes = append(cfg.Scopes, sc)
+	}
+	return breaker.NewSurges(cfg)
 }
 
 // refs are the breakers an event's retry would be published into.
@@ -169,6 +191,7 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 	for _, o := range outcomes(ev, d.Class) {
 		r.transitions(r.brk.set.Record(o, now), b, now)
 	}
+	r.surge(ev, d.Class, b, now)
 	switch d.Class {
 	case event.ClassHallucination:
 		key := ev.PromptTemplate
@@ -187,6 +210,18 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
 	r.breakerGauges()
+}
+
+// surge feeds a decided task event into the surge detector of its prompt
+// template and provider/model and queues an ALERT for a surge it starts.
+func (r *Router) surge(ev *event.TaskEvent, class event.Class, b *batch, now time.Time) {
+	for _, ref := range refs(ev) {
+		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
+		if fired {
+			r.alert(b, now, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
+				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
+		}
+	}
 }
 
 // reviewed closes the prompt template breaker a hallucination latched open
