@@ -174,12 +174,14 @@ func TestChaosScale(t *testing.T) {
 	var b *router
 	rep, took := chaos(t, e, s, func(*atomic.Int64) {
 		pause(3 * time.Second)
+		began := time.Now()
 		b = e.startRouter("b", t.TempDir(), pol...)
-		t.Logf("scaled to 2")
+		t.Logf("scaled to 2: b ready after %s", time.Since(began).Round(time.Millisecond))
 		pause(4 * time.Second)
 		tx.scrape(a)
+		began = time.Now()
 		a.stop(t)
-		t.Logf("scaled to 1")
+		t.Logf("scaled to 1: a stopped in %s", time.Since(began).Round(time.Millisecond))
 	})
 	tx.scrape(b)
 	logReport(t, rep, tx, took)

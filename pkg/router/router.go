@@ -247,7 +247,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: client: %w", err)
 	}
-	defer sess.Close()
+	defer r.closeSession(sess)
 	// Initialize the transactional producer now, not at the first produce:
 	// it fences a previous incarnation of this instance and aborts the
 	// transaction that one left open, so the changelog's last stable offset
@@ -277,6 +277,22 @@ func (r *Router) runSession(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// closeSession aborts the transaction a session may have left open (a
+// shutdown or an error mid-batch) and closes it. An open transaction would hold
+// the last stable offset of the changelog and of every output partition until
+// the transaction timeout, and the next owner's restore waits for it.
+func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := sess.Client()
+	if err := cl.AbortBufferedRecords(ctx); err != nil {
+		r.log.Warn("closing session: abort buffered records", "err", err)
+	} else if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		r.log.Warn("closing session: abort the open transaction", "err", err)
+	}
+	sess.Close()
 }
 
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
