@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -180,23 +181,29 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 func (r *Router) releaseDue(b *batch, now time.Time) error {
 	nowMs := now.UnixMilli()
 	for _, p := range r.ownedPartitions() {
-		ids, err := r.store.Due(p, nowMs, 500)
+		due, err := r.store.Due(p, nowMs, 500)
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
+		var stale []store.Due
+		for _, d := range due {
+			id := d.TaskID
 			st, ok := b.states[id]
 			if !ok {
 				if st, err = r.store.Get(id); err != nil {
 					return err
 				}
-				if st == nil {
+				if st == nil || st.Pending == nil || st.Pending.NotBefore != d.NotBefore {
+					stale = append(stale, d) // the index lags its state: repair, never starve
 					continue
 				}
 				b.states[id] = st
 				b.remember(st)
 			}
 			b.touch(id, p)
+		}
+		if err := r.store.DropDue(p, stale); err != nil {
+			return err
 		}
 	}
 	// tasks of this batch and of the due index alike

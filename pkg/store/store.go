@@ -110,9 +110,15 @@ func (s *Store) Checkpoint(p int32) (int64, bool, error) {
 	return int64(binary.BigEndian.Uint64(v)), true, nil
 }
 
-// Due returns up to limit task IDs of partition p whose pending retry is due
+// Due is one entry of the due index: a task whose pending retry is due.
+type Due struct {
+	TaskID    string
+	NotBefore int64
+}
+
+// Due returns up to limit entries of partition p's due index with a due time
 // at or before nowMs, earliest first.
-func (s *Store) Due(p int32, nowMs int64, limit int) ([]string, error) {
+func (s *Store) Due(p int32, nowMs int64, limit int) ([]Due, error) {
 	lo := dueKey(p, 0, "")
 	hi := dueKey(p, nowMs+1, "")
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -120,11 +126,35 @@ func (s *Store) Due(p int32, nowMs int64, limit int) ([]string, error) {
 		return nil, fmt.Errorf("store: due index: %w", err)
 	}
 	defer it.Close()
-	var ids []string
-	for ok := it.First(); ok && len(ids) < limit; ok = it.Next() {
-		ids = append(ids, string(it.Key()[len(lo):]))
+	var out []Due
+	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
+		k := it.Key()
+		out = append(out, Due{
+			TaskID:    string(k[len(lo):]),
+			NotBefore: int64(binary.BigEndian.Uint64(k[len(lo)-8 : len(lo)])),
+		})
 	}
-	return ids, it.Error()
+	return out, it.Error()
+}
+
+// DropDue deletes due-index entries of partition p that no longer match
+// their task's pending retry. The index is derived from the states, so this
+// repairs the cache without a changelog record.
+func (s *Store) DropDue(p int32, stale []Due) error {
+	if len(stale) == 0 {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, d := range stale {
+		if err := b.Delete(dueKey(p, d.NotBefore, d.TaskID), nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("store: drop stale due entries: %w", err)
+	}
+	return nil
 }
 
 // Expiry names a task whose state has expired.

@@ -160,14 +160,37 @@ func TestDueIndex(t *testing.T) {
 		{"other partition", 1, 300, 10, []string{"other-partition"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := s.Due(c.p, c.now, c.limit)
+			due, err := s.Due(c.p, c.now, c.limit)
 			if err != nil {
 				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range due {
+				got = append(got, d.TaskID)
 			}
 			if !slices.Equal(got, c.want) {
 				t.Errorf("Due(%d, %d, %d) = %v, want %v", c.p, c.now, c.limit, got, c.want)
 			}
 		})
+	}
+}
+
+// Guards the due index's repair: an entry whose task no longer has that
+// pending retry is dropped, and the others stay.
+func TestDropDue(t *testing.T) {
+	s := openTest(t)
+	st := &task.State{TaskID: "a", Pending: &task.PendingRetry{N: 1, NotBefore: 100}}
+	put(t, s, 0, 0, st, &task.State{TaskID: "b", Pending: &task.PendingRetry{N: 1, NotBefore: 200}})
+	due, err := s.Due(0, 1000, 10)
+	if err != nil || len(due) != 2 || due[0] != (Due{TaskID: "a", NotBefore: 100}) {
+		t.Fatalf("Due = %v, %v; want a@100 and b@200", due, err)
+	}
+	if err := s.DropDue(0, due[:1]); err != nil {
+		t.Fatal(err)
+	}
+	due, err = s.Due(0, 1000, 10)
+	if err != nil || len(due) != 1 || due[0].TaskID != "b" {
+		t.Fatalf("after DropDue(a): Due = %v, %v; want only b", due, err)
 	}
 }
 
