@@ -154,6 +154,9 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	} else {
 		in.decision = r.cfg.Policy.Decide(ev, st, now)
 	}
+	if tp := traceparent(in.rec.Headers); tp != "" && in.decision.Route != event.RouteDrop {
+		st.Traceparent = tp
+	}
 	b.touch(ev.TaskID, in.rec.Partition)
 	r.emit(in, ev, st, b, now)
 }
@@ -221,7 +224,11 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 			Retry:  &event.RetryPlan{N: st.Pending.N, DelayMs: st.Pending.DelayMs, NotBefore: event.FromMillis(st.Pending.NotBefore)},
 			Totals: st.Totals(), DecidedAt: event.At(now),
 		}
-		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, nil)
+		var hdr []kgo.RecordHeader
+		if st.Traceparent != "" {
+			hdr = []kgo.RecordHeader{{Key: hdrTraceparent, Value: []byte(st.Traceparent)}}
+		}
+		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, hdr)
 		b.out = append(b.out, rec)
 		st.Pending = nil
 		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)

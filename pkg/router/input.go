@@ -183,6 +183,16 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 	return rec
 }
 
+// traceparent returns the W3C trace context header of a record, if any.
+func traceparent(hs []kgo.RecordHeader) string {
+	for _, h := range hs {
+		if h.Key == hdrTraceparent {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
 // logDecision writes the event line of one routed input.
 func (r *Router) logDecision(in *input) {
 	d := &in.decision

@@ -66,6 +66,9 @@ type State struct {
 	ExpiresAt int64 `json:"expires_at,omitempty"`
 	// Pending is a retry waiting for its due time.
 	Pending *PendingRetry `json:"pending,omitempty"`
+	// Traceparent is the W3C trace context of the latest input record, carried
+	// to the retry published when it is due.
+	Traceparent string `json:"traceparent,omitempty"`
 	// LastEvent is the latest input event, kept to re-issue a retry on approval.
 	LastEvent *event.TaskEvent `json:"last_event,omitempty"`
 }
