@@ -51,6 +51,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.expire(b, now); err != nil { // expiry.go: TTL sweep over time buckets
 		return err
 	}
+	if err := r.overdueReviews(b, now); err != nil { // review_sla.go: owner SLA alerts
+		return err
+	}
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 {
 		return nil
 	}
@@ -143,6 +146,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
+		r.trackReview(st, &in.decision, now)
 		b.touch(st.TaskID, in.rec.Partition)
 		r.emit(in, st.LastEvent, st, b, now)
 		return
@@ -154,8 +158,11 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	} else {
 		in.decision = r.cfg.Policy.Decide(ev, st, now)
 	}
-	if tp := traceparent(in.rec.Headers); tp != "" && in.decision.Route != event.RouteDrop {
-		st.Traceparent = tp
+	if in.decision.Route != event.RouteDrop {
+		if tp := traceparent(in.rec.Headers); tp != "" {
+			st.Traceparent = tp
+		}
+		r.trackReview(st, &in.decision, now)
 	}
 	b.touch(ev.TaskID, in.rec.Partition)
 	r.emit(in, ev, st, b, now)
@@ -347,7 +354,8 @@ func (b *batch) remember(st *task.State) {
 	if st.TaskID == "" {
 		return
 	}
-	old := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt}
+	old := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
+		Review: st.Review, ReviewDueAt: st.ReviewDueAt, ReviewAlerted: st.ReviewAlerted}
 	if st.Pending != nil {
 		p := *st.Pending
 		old.Pending = &p

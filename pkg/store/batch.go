@@ -44,7 +44,18 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 			return err
 		}
 	}
+	if overdueIndexed(st) {
+		if err := b.b.Set(overdueKey(p, st.ReviewDueAt, st.TaskID), nil, nil); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// overdueIndexed reports whether a state belongs in the overdue-review index:
+// an open review item whose SLA alert has not been raised.
+func overdueIndexed(st *task.State) bool {
+	return st.Review == task.ReviewOpen && st.ReviewDueAt > 0 && !st.ReviewAlerted
 }
 
 // Delete removes a task and its index entries.
@@ -65,6 +76,9 @@ func (b *Batch) unindex(p int32, old *task.State) {
 	}
 	if old.ExpiresAt > 0 {
 		_ = b.b.Delete(expiryKey(bucketOf(old.ExpiresAt), p, old.TaskID), nil)
+	}
+	if overdueIndexed(old) {
+		_ = b.b.Delete(overdueKey(p, old.ReviewDueAt, old.TaskID), nil)
 	}
 }
 
@@ -99,10 +113,15 @@ func checkpointKey(p int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
 }
 
-func dueKey(p int32, notBefore int64, id string) []byte {
-	k := binary.BigEndian.AppendUint32(make([]byte, 0, 14+len(id)), uint32(p))
-	k = append([]byte("d/"), k...)
-	k = binary.BigEndian.AppendUint64(k, uint64(notBefore))
+func dueKey(p int32, notBefore int64, id string) []byte { return timeKey('d', p, notBefore, id) }
+
+func overdueKey(p int32, deadline int64, id string) []byte { return timeKey('o', p, deadline, id) }
+
+// timeKey is a key of a per-partition time index: <prefix>/<p:4><at:8><id>.
+func timeKey(prefix byte, p int32, at int64, id string) []byte {
+	k := append(make([]byte, 0, 14+len(id)), prefix, '/')
+	k = binary.BigEndian.AppendUint32(k, uint32(p))
+	k = binary.BigEndian.AppendUint64(k, uint64(at))
 	return append(k, id...)
 }
 

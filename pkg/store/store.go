@@ -12,6 +12,7 @@
 //	c/<partition:4>                      -> next changelog offset to restore from
 //	d/<partition:4><not_before:8><task_id> -> due index of pending retries
 //	x/<bucket:8><partition:4><task_id>   -> expiry index (bucket = hour of expiry)
+//	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
 package store
 
 import (
@@ -119,11 +120,22 @@ type Due struct {
 // Due returns up to limit entries of partition p's due index with a due time
 // at or before nowMs, earliest first.
 func (s *Store) Due(p int32, nowMs int64, limit int) ([]Due, error) {
-	lo := dueKey(p, 0, "")
-	hi := dueKey(p, nowMs+1, "")
+	return s.scanTimes('d', p, nowMs, limit)
+}
+
+// Overdue returns up to limit open review items of partition p whose owner's
+// SLA deadline is at or before nowMs, earliest first (NotBefore holds the
+// deadline).
+func (s *Store) Overdue(p int32, nowMs int64, limit int) ([]Due, error) {
+	return s.scanTimes('o', p, nowMs, limit)
+}
+
+func (s *Store) scanTimes(prefix byte, p int32, nowMs int64, limit int) ([]Due, error) {
+	lo := timeKey(prefix, p, 0, "")
+	hi := timeKey(prefix, p, nowMs+1, "")
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
-		return nil, fmt.Errorf("store: due index: %w", err)
+		return nil, fmt.Errorf("store: %c/ index: %w", prefix, err)
 	}
 	defer it.Close()
 	var out []Due
@@ -138,21 +150,27 @@ func (s *Store) Due(p int32, nowMs int64, limit int) ([]Due, error) {
 }
 
 // DropDue deletes due-index entries of partition p that no longer match
-// their task's pending retry. The index is derived from the states, so this
-// repairs the cache without a changelog record.
-func (s *Store) DropDue(p int32, stale []Due) error {
+// their task's pending retry. The indexes are derived from the states, so
+// this repairs the cache without a changelog record.
+func (s *Store) DropDue(p int32, stale []Due) error { return s.dropTimes('d', p, stale) }
+
+// DropOverdue deletes overdue-review entries of partition p that no longer
+// match their task's open review item.
+func (s *Store) DropOverdue(p int32, stale []Due) error { return s.dropTimes('o', p, stale) }
+
+func (s *Store) dropTimes(prefix byte, p int32, stale []Due) error {
 	if len(stale) == 0 {
 		return nil
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, d := range stale {
-		if err := b.Delete(dueKey(p, d.NotBefore, d.TaskID), nil); err != nil {
+		if err := b.Delete(timeKey(prefix, p, d.NotBefore, d.TaskID), nil); err != nil {
 			return err
 		}
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("store: drop stale due entries: %w", err)
+		return fmt.Errorf("store: drop stale %c/ entries: %w", prefix, err)
 	}
 	return nil
 }

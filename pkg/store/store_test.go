@@ -194,6 +194,32 @@ func TestDropDue(t *testing.T) {
 	}
 }
 
+// Guards the overdue-review index: an open item is listed once its owner's
+// deadline passes, and leaves the index once alerted or closed.
+func TestOverdueIndex(t *testing.T) {
+	s := openTest(t)
+	open := &task.State{TaskID: "r", Review: task.ReviewOpen, ReviewDueAt: 500}
+	put(t, s, 2, 0, open)
+	if due, err := s.Overdue(2, 499, 10); err != nil || len(due) != 0 {
+		t.Fatalf("before the deadline: Overdue = %v, %v; want none", due, err)
+	}
+	if due, err := s.Overdue(2, 500, 10); err != nil || len(due) != 1 || due[0] != (Due{TaskID: "r", NotBefore: 500}) {
+		t.Fatalf("at the deadline: Overdue = %v, %v; want r@500", due, err)
+	}
+	alerted := *open
+	alerted.ReviewAlerted = true
+	wb := s.NewBatch()
+	if err := wb.Put(2, open, &alerted, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := s.Overdue(2, 1000, 10); err != nil || len(due) != 0 {
+		t.Fatalf("after the alert: Overdue = %v, %v; want none", due, err)
+	}
+}
+
 // Guards the restore checkpoint: unknown before the first write, then the
 // offset written, per partition.
 func TestCheckpoint(t *testing.T) {

@@ -47,6 +47,12 @@ type State struct {
 	Review string `json:"review,omitempty"`
 	// ReviewClass is the class that opened the review item.
 	ReviewClass event.Class `json:"review_class,omitempty"`
+	// ReviewOwner and ReviewDueAt (router clock, ms) are the owner of the
+	// open review item and when it is past the owner's response SLA;
+	// ReviewAlerted is set once that alert was raised.
+	ReviewOwner   string `json:"review_owner,omitempty"`
+	ReviewDueAt   int64  `json:"review_due_at,omitempty"`
+	ReviewAlerted bool   `json:"review_alerted,omitempty"`
 	// Terminal is set once the task reached a terminal decision.
 	Terminal bool `json:"terminal,omitempty"`
 	// TerminalClass is the class of the decision that made the task terminal;
