@@ -109,6 +109,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
+		r.metrics.countTask(in)
 		switch {
 		case in.kind == inputPoison:
 			r.metrics.poison.WithLabelValues(in.errKind).Inc()
@@ -153,12 +154,20 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	}
 	ev := &in.event
 	st := b.state(ev.TaskID, in.rec.Partition)
-	if st.TaskID != "" && st.Seen(ev.EventID) {
+	wasTerminal, isNew := st.Terminal, st.TaskID == ""
+	if !isNew && st.Seen(ev.EventID) {
 		in.decision = r.cfg.Policy.Drop(ev, st, now)
 	} else {
 		in.decision = r.cfg.Policy.Decide(ev, st, now)
 	}
 	if in.decision.Route != event.RouteDrop {
+		in.started, in.finished = isNew, st.Terminal && !wasTerminal
+		if isNew || st.FirstEventAt == 0 {
+			st.FirstEventAt = ev.OccurredAt.Millis()
+		}
+		if in.finished {
+			in.taskMs = ev.OccurredAt.Millis() - st.FirstEventAt
+		}
 		if tp := traceparent(in.rec.Headers); tp != "" {
 			st.Traceparent = tp
 		}

@@ -34,6 +34,11 @@ type input struct {
 	err      error
 	errKind  string // faultrouter.error.kind of a poison record
 	decision event.Decision
+	// started and finished tell that this event opened its task or brought
+	// it to a terminal decision; taskMs is then the task's time to that
+	// decision, on the events' clock.
+	started, finished bool
+	taskMs            int64
 }
 
 func (in *input) taskID() string {

@@ -2,6 +2,8 @@ package router
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
 
@@ -20,6 +22,11 @@ type metrics struct {
 	restoredRecords  prometheus.Counter
 	restoreRemaining prometheus.Gauge
 	ready            prometheus.Gauge
+	tasksStarted     prometheus.Counter
+	tasksFinished    *prometheus.CounterVec
+	taskSeconds      *prometheus.HistogramVec
+	costUSD          *prometheus.CounterVec
+	tokens           *prometheus.CounterVec
 	consumerLag      *prometheus.GaugeVec // lag.go
 	lag              lag                  // the per-partition lags behind consumerLag
 	kprom            *kprom.Metrics
@@ -55,10 +62,39 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
 			Help: "Records not yet consumed on the partitions this instance owns, per input topic (approximate, see lag.go)."}, []string{"topic"}),
 	}
+	m.tasksStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "tasks_started_total",
+		Help: "Tasks seen for the first time: the denominator of per-task rates (never the attempts)."})
+	m.tasksFinished = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tasks_terminal_total",
+		Help: "Tasks that reached a terminal decision, by the class and route of that decision."}, []string{"class", "route"})
+	m.taskSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "task_terminal_seconds",
+		Help:    "Time from a task's first event to its terminal decision (event time), by class.",
+		Buckets: prometheus.ExponentialBuckets(0.5, 2, 16)}, []string{"class"})
+	m.costUSD = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cost_usd_total",
+		Help: "Reported cost of the routed attempts, by class."}, []string{"class"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tokens_total",
+		Help: "Reported tokens of the routed attempts, by class."}, []string{"class"})
 	if reg != nil {
+		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
 			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreRemaining, m.ready, m.consumerLag)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m
+}
+
+// countTask updates the per-task and usage metrics of one routed input.
+func (m *metrics) countTask(in *input) {
+	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
+		return
+	}
+	class := string(in.decision.Class)
+	if in.started {
+		m.tasksStarted.Inc()
+	}
+	if in.finished {
+		m.tasksFinished.WithLabelValues(class, string(in.decision.Route)).Inc()
+		m.taskSeconds.WithLabelValues(class).Observe(float64(max(in.taskMs, 0)) / 1000)
+	}
+	m.costUSD.WithLabelValues(class).Add(in.event.Usage.CostUSD)
+	m.tokens.WithLabelValues(class).Add(float64(in.event.Usage.Tokens))
 }

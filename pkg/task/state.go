@@ -61,6 +61,8 @@ type State struct {
 	// LastClass and LastRoute are the latest decision's class and route.
 	LastClass event.Class `json:"last_class,omitempty"`
 	LastRoute event.Route `json:"last_route,omitempty"`
+	// FirstEventAt is the occurred_at of the task's first event (ms).
+	FirstEventAt int64 `json:"first_event_at,omitempty"`
 	// LastEventAt is the occurred_at of the latest event (ms).
 	LastEventAt int64 `json:"last_event_at"`
 	// LastSeenAt is the router clock when the latest event was routed (ms).
