@@ -60,11 +60,10 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	set, err := g.topics()
+	name, err := g.topicName("decisions")
 	if err != nil {
 		return err
 	}
-	name, _ := set.Name("decisions")
 	cl, err := g.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return err

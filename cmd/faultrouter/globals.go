@@ -73,6 +73,15 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 // topics loads the topic specs with the prefix applied.
 func (g *globals) topics() (topicspec.Set, error) { return topicspec.Load(g.prefix) }
 
+// topicName returns the full name of a topic given by its short name.
+func (g *globals) topicName(short string) (string, error) {
+	set, err := g.topics()
+	if err != nil {
+		return "", err
+	}
+	return set.Name(short)
+}
+
 // clientOpts returns the franz-go options reaching the cluster.
 func (g *globals) clientOpts(log *slog.Logger) ([]kgo.Opt, error) {
 	var seeds []string

@@ -54,11 +54,10 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	set, err := g.topics()
+	name, err := g.topicName("decisions")
 	if err != nil {
 		return err
 	}
-	name, _ := set.Name("decisions")
 	cl, err := g.client()
 	if err != nil {
 		return err
