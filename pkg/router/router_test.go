@@ -21,7 +21,12 @@ import (
 // newTestRouter starts a Router, built through New as main builds it, on an
 // embedded kfake broker with the topics of topics/ (one partition each), and
 // returns its metrics registry with its topics and the broker's seed options.
-func newTestRouter(t *testing.T) (*prometheus.Registry, Topics, []kgo.Opt) {
+func newTestRouter(t testing.TB) (*prometheus.Registry, Topics, []kgo.Opt) {
+	return newTestRouterWith(t, nil)
+}
+
+// newTestRouterWith is newTestRouter with a hook that adjusts the Config.
+func newTestRouterWith(t testing.TB, adjust func(*Config)) (*prometheus.Registry, Topics, []kgo.Opt) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -63,6 +68,9 @@ func newTestRouter(t *testing.T) (*prometheus.Registry, Topics, []kgo.Opt) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	rt, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
