@@ -1,6 +1,6 @@
 package router
 
-// TTL of task state (issue 6 of DESIGN.md's task state).
+// TTL of task state.
 //
 // A task's state expires 2 x SLA after its last event, on the router clock
 // (the event's sla_ms, else the policy's default_sla_ms). While one of its
@@ -16,11 +16,13 @@ package router
 //     deleted it yet.
 //   - expire (after the due retries): stamps the new ExpiresAt on every state
 //     the batch changes, so that the changelog record carries it and a
-//     restore rebuilds the same expiry index; then reads the expiry index
-//     (store.Expired: hour buckets that lie wholly in the past, never the
-//     whole store), and for each task of a partition this instance owns whose
-//     state is past its ExpiresAt and that the batch does not touch, queues a
-//     tombstone on the state changelog in the batch's transaction.
+//     restore rebuilds the same expiry index; then, for each partition this
+//     instance owns, reads that partition's expiry index (store.Expired: hour
+//     buckets that lie wholly in the past, never the whole store), and for
+//     each task whose state is past its ExpiresAt and that the batch does not
+//     touch, queues a tombstone on the state changelog in the batch's
+//     transaction. An index entry that no longer matches its state is
+//     dropped, so stale entries cannot stall the sweep.
 //   - forget (in persist, after the transaction committed): deletes those
 //     states and their index entries from Pebble.
 //
@@ -35,7 +37,8 @@ package router
 //
 // Expired entries of partitions another instance owns are left to that
 // instance (its tombstone reaches this store through the changelog when the
-// partition comes back); they count toward expiryLimit until then.
+// partition comes back); the index is keyed by partition first, so they are
+// never read here.
 
 import (
 	"time"
@@ -86,30 +89,33 @@ func (r *Router) expire(b *batch, now time.Time) error {
 		st.ExpiresAt = r.expiresAt(st, now)
 	}
 
-	due, err := r.store.Expired(nowMs, expiryLimit)
-	if err != nil || len(due) == 0 {
-		return err
-	}
-	owned := map[int32]bool{}
-	for _, p := range r.ownedPartitions() {
-		owned[p] = true
-	}
 	queued := map[string]bool{}
-	for _, e := range due {
-		if !owned[e.Partition] || b.isTouched[e.TaskID] || queued[e.TaskID] {
-			continue
-		}
-		st, err := r.store.Get(e.TaskID)
+	for _, p := range r.ownedPartitions() {
+		due, err := r.store.Expired(p, nowMs, expiryLimit)
 		if err != nil {
 			return err
 		}
-		// re-check against the state itself: the index is only a hint
-		if st == nil || !expired(st, nowMs) || r.expiresAt(st, now) == 0 {
-			continue
+		var stale []store.Due
+		for _, e := range due {
+			if b.isTouched[e.TaskID] || queued[e.TaskID] {
+				continue
+			}
+			st, err := r.store.Get(e.TaskID)
+			if err != nil {
+				return err
+			}
+			// re-check against the state itself: the index is only a hint
+			if st == nil || !expired(st, nowMs) || r.expiresAt(st, now) == 0 {
+				stale = append(stale, e) // the entry lags its state: repair, never stall the sweep
+				continue
+			}
+			queued[e.TaskID] = true
+			b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: p, Key: []byte(e.TaskID)})
+			b.expired = append(b.expired, expiredTask{partition: p, state: st})
 		}
-		queued[e.TaskID] = true
-		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: e.Partition, Key: []byte(e.TaskID)})
-		b.expired = append(b.expired, expiredTask{partition: e.Partition, state: st})
+		if err := r.store.DropExpired(p, stale); err != nil {
+			return err
+		}
 	}
 	return nil
 }

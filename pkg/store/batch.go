@@ -40,7 +40,7 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 		}
 	}
 	if expiresAt > 0 {
-		if err := b.b.Set(expiryKey(bucketOf(expiresAt), p, st.TaskID), nil, nil); err != nil {
+		if err := b.b.Set(expiryKey(p, bucketOf(expiresAt), st.TaskID), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -75,7 +75,7 @@ func (b *Batch) unindex(p int32, old *task.State) {
 		_ = b.b.Delete(dueKey(p, old.Pending.NotBefore, old.TaskID), nil)
 	}
 	if old.ExpiresAt > 0 {
-		_ = b.b.Delete(expiryKey(bucketOf(old.ExpiresAt), p, old.TaskID), nil)
+		_ = b.b.Delete(expiryKey(p, bucketOf(old.ExpiresAt), old.TaskID), nil)
 	}
 	if overdueIndexed(old) {
 		_ = b.b.Delete(overdueKey(p, old.ReviewDueAt, old.TaskID), nil)
@@ -125,8 +125,4 @@ func timeKey(prefix byte, p int32, at int64, id string) []byte {
 	return append(k, id...)
 }
 
-func expiryKey(bucket int64, p int32, id string) []byte {
-	k := binary.BigEndian.AppendUint64([]byte("x/"), uint64(bucket))
-	k = binary.BigEndian.AppendUint32(k, uint32(p))
-	return append(k, id...)
-}
+func expiryKey(p int32, bucket int64, id string) []byte { return timeKey('x', p, bucket, id) }

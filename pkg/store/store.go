@@ -11,7 +11,7 @@
 //	t/<task_id>                          -> task.State
 //	c/<partition:4>                      -> next changelog offset to restore from
 //	d/<partition:4><not_before:8><task_id> -> due index of pending retries
-//	x/<bucket:8><partition:4><task_id>   -> expiry index (bucket = hour of expiry)
+//	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = hour of expiry)
 //	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
 package store
 
@@ -175,30 +175,16 @@ func (s *Store) dropTimes(prefix byte, p int32, stale []Due) error {
 	return nil
 }
 
-// Expiry names a task whose state has expired.
-type Expiry struct {
-	Partition int32
-	TaskID    string
+// Expired returns up to limit entries of partition p's expiry index whose
+// hour bucket lies wholly before nowMs (NotBefore holds the bucket). Only the
+// expired buckets of the partition are read, never the whole store.
+func (s *Store) Expired(p int32, nowMs int64, limit int) ([]Due, error) {
+	return s.scanTimes('x', p, bucketOf(nowMs)-1, limit)
 }
 
-// Expired returns up to limit tasks whose expiry bucket lies wholly before
-// nowMs. Only the expired buckets are read, never the whole store.
-func (s *Store) Expired(nowMs int64, limit int) ([]Expiry, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{
-		LowerBound: expiryKey(0, 0, ""),
-		UpperBound: expiryKey(bucketOf(nowMs), 0, ""),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: expiry index: %w", err)
-	}
-	defer it.Close()
-	var out []Expiry
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		k := it.Key()[2+8:]
-		out = append(out, Expiry{Partition: int32(binary.BigEndian.Uint32(k)), TaskID: string(k[4:])})
-	}
-	return out, it.Error()
-}
+// DropExpired deletes expiry-index entries of partition p that no longer
+// match their task's state (the task was deleted or its expiry moved).
+func (s *Store) DropExpired(p int32, stale []Due) error { return s.dropTimes('x', p, stale) }
 
 // Metrics returns Pebble's metrics (disk usage, memtable size, ...).
 func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }

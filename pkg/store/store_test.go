@@ -39,14 +39,17 @@ func put(t *testing.T, s *Store, p int32, expiresAt int64, sts ...*task.State) {
 
 func expiredIDs(t *testing.T, s *Store, nowMs int64) []string {
 	t.Helper()
-	es, err := s.Expired(nowMs, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
-	for _, e := range es {
-		ids = append(ids, e.TaskID)
+	for p := int32(0); p < 4; p++ {
+		es, err := s.Expired(p, nowMs, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			ids = append(ids, e.TaskID)
+		}
 	}
+	slices.Sort(ids)
 	return ids
 }
 
@@ -87,12 +90,21 @@ func TestExpiredListsOnlyExpiredBuckets(t *testing.T) {
 			}
 		})
 	}
-	es, err := s.Expired(base+2*hour, 1)
+	es, err := s.Expired(2, base+2*hour, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 1 || es[0] != (Expiry{Partition: 2, TaskID: "a"}) {
-		t.Errorf("Expired with limit 1 = %v, want [{2 a}]", es)
+	if len(es) != 1 || es[0] != (Due{TaskID: "a", NotBefore: bucketOf(base + 10)}) {
+		t.Errorf("Expired(2) with limit 1 = %v, want a in its bucket", es)
+	}
+	if es, err := s.Expired(1, base+hour, 10); err != nil || len(es) != 0 {
+		t.Errorf("Expired(1) before b's bucket is over = %v, %v; want none (a is on partition 2)", es, err)
+	}
+	if err := s.DropExpired(2, es); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := s.Expired(2, base+2*hour, 10); err != nil || len(es) != 0 {
+		t.Errorf("after DropExpired: Expired(2) = %v, %v; want none", es, err)
 	}
 }
 
