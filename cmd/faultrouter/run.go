@@ -47,8 +47,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *stateDir == "" {
+	switch {
+	case *stateDir == "":
 		return errors.New("run: --state-dir is required (a directory for the Pebble state store)")
+	case *maxBytes <= 0:
+		return fmt.Errorf("run: --max-record-bytes must be a positive number of bytes, got %d", *maxBytes)
+	case *instanceID == "":
+		return errors.New("run: --instance-id must not be empty (a stable, unique name per instance)")
+	case *group == "":
+		return errors.New("run: --group must not be empty")
 	}
 	log, err := g.logger(stderr)
 	if err != nil {
