@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// Guards the CLI contract "a bad flag is one clear message naming the field
+// and what is allowed": run and tail reject bad flags before touching Kafka.
+func TestBadFlagsNameTheFlag(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"run without state dir", []string{"run"}, "--state-dir is required"},
+		{"run with a zero record limit", []string{"run", "--state-dir", t.TempDir(), "--max-record-bytes", "0"}, "--max-record-bytes must be a positive"},
+		{"run with an empty instance", []string{"run", "--state-dir", t.TempDir(), "--instance-id", ""}, "--instance-id must not be empty"},
+		{"run with a bad log format", []string{"run", "--state-dir", t.TempDir(), "--log-format", "xml"}, "allowed text, json"},
+		{"run with a bad SASL mechanism", []string{"run", "--state-dir", t.TempDir(), "--sasl-mechanism", "GSSAPI"}, "allowed PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"},
+		{"tail with a bad format", []string{"tail", "--topic", "audit", "--format", "yaml"}, "allowed json, text"},
+		{"produce to a bad topic", []string{"produce", "--topic", "audit"}, "allowed ingress, decisions"},
+		{"unknown verb", []string{"frobnicate"}, `unknown verb "frobnicate"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := dispatch(context.Background(), c.args, strings.NewReader(""), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("faultrouter %s: error %v, want one naming %q", strings.Join(c.args, " "), err, c.want)
+			}
+		})
+	}
+}
