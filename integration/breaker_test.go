@@ -99,9 +99,9 @@ func TestBreakerHoldsRetriesWhileOpen(t *testing.T) {
 	if len(transitions(alerts, "acme/m1", "HALF_OPEN")) != 1 {
 		t.Fatalf("want one OPEN->HALF_OPEN BreakerEvent, got %v", alerts)
 	}
-	retries := e.tailUntil("retry", 20*time.Second, func(r []map[string]any) bool { return len(r) >= 1 })
+	e.tailUntil("retry", 20*time.Second, func(r []map[string]any) bool { return len(r) >= 1 })
 	time.Sleep(1500 * time.Millisecond) // a second probe would have been released by now
-	retries = e.tail("retry", time.Second)
+	retries := e.tail("retry", time.Second)
 	if len(retries) != 1 {
 		t.Fatalf("half-open released %d retries, want 1 probe: %v", len(retries), retries)
 	}

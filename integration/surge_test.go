@@ -84,9 +84,9 @@ func TestSurgeAlertNamesTemplate(t *testing.T) {
 			t.Fatalf("task %s decided %s, want MODEL_REFUSAL", id, str(a, "decision.class"))
 		}
 	}
-	surges := surgeAlerts(e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(surgeAlerts(a)) >= 2 }))
+	e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(surgeAlerts(a)) >= 2 })
 	time.Sleep(time.Second) // a second alert per key would be there by now
-	surges = surgeAlerts(e.tail("alerts", 2*time.Second))
+	surges := surgeAlerts(e.tail("alerts", 2*time.Second))
 
 	byKey := map[string][]map[string]any{}
 	for _, a := range surges {

@@ -207,9 +207,9 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 		var stale []store.Due
 		for _, d := range due {
 			id := d.TaskID
-			st, ok := b.states[id]
-			if !ok {
-				if st, err = r.store.Get(id); err != nil {
+			if _, ok := b.states[id]; !ok {
+				st, err := r.store.Get(id)
+				if err != nil {
 					return err
 				}
 				if st == nil || st.Pending == nil || st.Pending.NotBefore != d.NotBefore {

@@ -232,7 +232,8 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
 		kgo.SessionTimeout(r.cfg.SessionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
+		// franz-go group consumers always fetch stable offsets (KIP-447): a
+		// pending transactional offset commit is waited for, never skipped
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State)),
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, r.cfg.MaxRecordBytes*2))),
