@@ -1,11 +1,9 @@
 package integration
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,24 +21,6 @@ const rateLimitedFields = `"status":"ERROR","stage":"NETWORK","error":{"type":"R
 const breakerPolicy = `breakers:
   provider_model: {window_ms: 60000, min_requests: 3, failure_ratio: 0.5, cooldown_ms: 6000, half_open_probes: 1}
 `
-
-// scrape returns the value of one exposition sample (name and labels as
-// printed), and whether it is there.
-func scrape(t *testing.T, url, sample string) (float64, bool) {
-	t.Helper()
-	body, err := httpGet(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
-}
 
 func transitions(alerts []map[string]any, key, to string) []map[string]any {
 	var out []map[string]any

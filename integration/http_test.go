@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
 	"time"
 )
 
@@ -24,4 +27,26 @@ func httpGet(url string) (string, error) {
 		return "", fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return string(b), nil
+}
+
+// metricValue returns the value of one sample line of a Prometheus text
+// exposition, e.g. faultrouter_deadlettered_input_total{kind="oversize"}.
+func metricValue(exposition, sample string) (float64, bool) {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`)
+	m := re.FindStringSubmatch(exposition)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}
+
+// scrape reads one sample of a router's /metrics.
+func scrape(t *testing.T, url, sample string) (float64, bool) {
+	t.Helper()
+	body, err := httpGet(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metricValue(body, sample)
 }

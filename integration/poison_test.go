@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,18 +109,6 @@ func auditOf(recs []map[string]any, topic string, partition int32, offset int64)
 		}
 	}
 	return out
-}
-
-// metricValue returns the value of one sample line of a Prometheus text
-// exposition, e.g. faultrouter_deadlettered_input_total{kind="oversize"}.
-func metricValue(exposition, sample string) (float64, bool) {
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`)
-	m := re.FindStringSubmatch(exposition)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	return v, err == nil
 }
 
 // Guards issue 3's poison-input contract on the real broker: random bytes,

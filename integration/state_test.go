@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,15 +43,10 @@ func stateRoute(r map[string]any) string {
 // stateMetric reads one unlabelled counter from the router's /metrics.
 func stateMetric(t *testing.T, rt *router, name string) float64 {
 	t.Helper()
-	out, err := httpGet(rt.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(out)
-	if m == nil {
+	v, ok := scrape(t, rt.metrics, name)
+	if !ok {
 		t.Fatalf("metric %s not exposed", name)
 	}
-	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
 }
 
