@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -122,10 +123,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 // (applied), else the store's: a task changed twice in one batch (a retry
 // decided, then published) must not leave the first state's due-index entry
 // behind, or stale entries pile up at the head of the due index.
-func (r *Router) applyChangelog(wb interface {
-	Put(int32, *task.State, *task.State, int64) error
-	Delete(int32, *task.State) error
-}, rec *kgo.Record, applied map[string]*task.State) error {
+func (r *Router) applyChangelog(wb *store.Batch, rec *kgo.Record, applied map[string]*task.State) error {
 	id := string(rec.Key)
 	old, ok := applied[id]
 	if !ok {
