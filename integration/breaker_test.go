@@ -17,9 +17,9 @@ func acmeEvent(eventID, taskID string, attempt int, extra string) string {
 
 const rateLimitedFields = `"status":"ERROR","stage":"NETWORK","error":{"type":"RateLimitError","http_status":429,"message":"slow down","retry_after_ms":1000}`
 
-// breakerPolicy opens acme/m1 after 3 failures and half-opens 6 s later.
+// breakerPolicy opens acme/m1 after 3 failures and half-opens 8 s later.
 const breakerPolicy = `breakers:
-  provider_model: {window_ms: 60000, min_requests: 3, failure_ratio: 0.5, cooldown_ms: 6000, half_open_probes: 1}
+  provider_model: {window_ms: 60000, min_requests: 3, failure_ratio: 0.5, cooldown_ms: 8000, half_open_probes: 1}
 `
 
 func transitions(alerts []map[string]any, key, to string) []map[string]any {
@@ -65,7 +65,7 @@ func TestBreakerHoldsRetriesWhileOpen(t *testing.T) {
 		t.Errorf("opening BreakerEvent = %v", o)
 	}
 
-	// the retries were due 1 s after the 429s; the breaker stays open for 6 s
+	// the retries were due 1 s after the 429s; the breaker stays open for 8 s
 	time.Sleep(time.Until(produced.Add(2500 * time.Millisecond)))
 	if retries := e.tail("retry", time.Second); len(retries) != 0 {
 		t.Fatalf("%d retry records while the breaker is open, want 0: %v", len(retries), retries)

@@ -155,11 +155,20 @@ func (r *router) kill() {
 	}
 }
 
-// tail reads a topic from the beginning with `faultrouter tail --format json`
-// until it has been idle for idle, and returns the decoded lines.
-func (e *env) tail(topic string, idle time.Duration) []map[string]any {
+// tail waits settle (time for records still on their way, when a test
+// checks that something did not happen), then prints every committed record
+// of topic.
+func (e *env) tail(topic string, settle time.Duration) []map[string]any {
 	e.t.Helper()
-	out := e.cli("", "tail", "--topic", topic, "--from-beginning", "--until-idle", idle.String(), "--format", "json")
+	time.Sleep(settle)
+	return e.tailNow(topic)
+}
+
+// tailNow prints every record of topic committed by now (tail --until-end):
+// exact, however slow the broker is to answer the first fetch.
+func (e *env) tailNow(topic string) []map[string]any {
+	e.t.Helper()
+	out := e.cli("", "tail", "--topic", topic, "--from-beginning", "--until-end", "--format", "json")
 	return parseLines(e.t, out)
 }
 
@@ -168,7 +177,7 @@ func (e *env) tailUntil(topic string, deadline time.Duration, want func([]map[st
 	e.t.Helper()
 	var recs []map[string]any
 	waitFor(deadline, func() bool {
-		recs = e.tail(topic, 2*time.Second)
+		recs = e.tailNow(topic)
 		return want(recs)
 	})
 	return recs

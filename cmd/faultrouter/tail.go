@@ -6,23 +6,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
-const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-idle DUR] [--format json|text]
+const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-end | --until-idle DUR] [--format json|text]
 
 Prints the decoded records of a topic, committed ones only (read_committed):
 one JSON object a line in the TaskEvent shape, plus "decision" and "input" on
 routed and audit records; BreakerEvent fields on alerts. A record that does
 not decode is printed as an error object with its offset, and tailing goes on.
 NAME is a short name (ingress, decisions, retry, review, audit, deadletter,
-alerts, state) or a full topic name.`
+alerts, state) or a full topic name.
+
+--until-end prints what was committed when tail started and exits: it reads
+every partition up to its last stable offset of that moment (kcat -e). Use
+it in scripts; --until-idle instead waits for a quiet spell and can stop
+early on a slow broker.`
 
 func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("tail", tailSynopsis, stderr)
@@ -30,6 +37,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		topic    = fs.String("topic", "", "topic to print (required)")
 		fromBeg  = fs.Bool("from-beginning", false, "start at the earliest record instead of the end")
 		idle     = fs.Duration("until-idle", 0, "exit once no record arrived for this long (e.g. 5s); 0 runs until interrupted")
+		untilEnd = fs.Bool("until-end", false, "exit after the last record committed when tail started")
 		format   = fs.String("format", "json", "output: json (one object a line) or text")
 		maxCount = fs.Int("max", 0, "exit after this many records; 0 for no limit")
 	)
@@ -41,6 +49,9 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if *format != "json" && *format != "text" {
 		return fmt.Errorf("tail: --format %q: allowed json, text", *format)
+	}
+	if *untilEnd && *idle > 0 {
+		return fmt.Errorf("tail: --until-end and --until-idle: allowed one of them")
 	}
 	set, err := g.topics()
 	if err != nil {
@@ -62,18 +73,39 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *fromBeg {
 		start = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(append(opts,
+	opts = append(opts,
 		kgo.ConsumeTopics(name),
 		kgo.ConsumeResetOffset(start),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)...)
+	)
+	if *untilEnd {
+		// every transaction ends in a control record: seeing it tells the
+		// consumer reached an end offset that a data record does not
+		opts = append(opts, kgo.KeepControlRecords())
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	var ends, left map[int32]int64 // stable end offsets; the partitions not yet read to theirs
+	if *untilEnd {
+		if ends, err = tailEnds(ctx, cl, name, *fromBeg); err != nil {
+			return err
+		}
+		left = maps.Clone(ends)
+		for p, end := range ends {
+			if end < 0 {
+				delete(left, p) // nothing to read there
+			}
+		}
+	}
 	p := &printer{c: c, w: stdout, text: *format == "text"}
 	count := 0
 	for {
+		if *untilEnd && len(left) == 0 {
+			return nil
+		}
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if *idle > 0 {
 			pctx, cancel = context.WithTimeout(ctx, *idle)
@@ -94,7 +126,16 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return ferr
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
-			if *maxCount > 0 && count >= *maxCount {
+			if *untilEnd {
+				end := ends[rec.Partition]
+				if rec.Offset+1 >= end {
+					delete(left, rec.Partition)
+				}
+				if rec.Offset >= end {
+					return // committed after tail started
+				}
+			}
+			if rec.Attrs.IsControl() || (*maxCount > 0 && count >= *maxCount) {
 				return
 			}
 			p.print(rec)
@@ -108,6 +149,36 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return nil
 		}
 	}
+}
+
+// tailEnds returns, per partition of topic, the last stable offset now: the
+// end of what is committed. A partition with nothing to read from the start
+// position (empty, or tail starts at the end) gets -1.
+func tailEnds(ctx context.Context, cl *kgo.Client, topic string, fromBeginning bool) (map[int32]int64, error) {
+	adm := kadm.NewClient(cl)
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("tail: list stable offsets of %s: %w", topic, err)
+	}
+	if err := stable.Error(); err != nil {
+		return nil, fmt.Errorf("tail: list stable offsets of %s: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("tail: list start offsets of %s: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	stable.Each(func(o kadm.ListedOffset) {
+		ends[o.Partition] = o.Offset
+		s, ok := starts.Lookup(topic, o.Partition)
+		if !fromBeginning || (ok && s.Err == nil && s.Offset >= o.Offset) {
+			ends[o.Partition] = -1
+		}
+	})
+	if len(ends) == 0 {
+		return nil, fmt.Errorf("tail: topic %s has no partitions (does it exist?)", topic)
+	}
+	return ends, nil
 }
 
 // printer writes one line per record.

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Guards tail --until-end: it prints exactly the records committed when it
+// started (committed transactions and plain records, not aborted ones, not
+// control records), skips empty partitions, and exits on its own.
+func TestTailUntilEnd(t *testing.T) {
+	const topic = "tail.t"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("tail-test"), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	produceTxn := func(commit kgo.TransactionEndTry, values ...string) {
+		t.Helper()
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			if err := txn.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte(v)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := txn.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produceTxn(kgo.TryCommit, "committed-1", "committed-2")
+	produceTxn(kgo.TryAbort, "aborted")
+	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.ProduceSync(ctx, &kgo.Record{Partition: 1, Value: []byte("plain")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	args := []string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--topic", topic, "--from-beginning", "--until-end", "--format", "json"}
+	if err := tailCommand(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("tail: %v (%s)", err, errOut.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatal("tail --until-end did not exit on its own")
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("tail printed %d lines, want 3 (two committed, one plain):\n%s", len(lines), out.String())
+	}
+	if strings.Contains(out.String(), "YWJvcnRlZA") { // base64 of "aborted"
+		t.Errorf("tail printed an aborted record:\n%s", out.String())
+	}
+
+	out.Reset()
+	if err := tailCommand(ctx, []string{"--topic", topic, "--until-end", "--until-idle", "1s"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "--until-end and --until-idle") {
+		t.Errorf("both --until-end and --until-idle: %v, want an error naming both", err)
+	}
+}
