@@ -21,6 +21,8 @@ func TestReviewPastOwnerSLAAlertsOnce(t *testing.T) {
 	r := e.startRouter("a", t.TempDir(), "--policy", pol)
 	odd := `"status":"ERROR","stage":"PROTOCOL","error":{"type":"TLSHandshakeError","message":"unknown authority"}`
 	e.cli(taskEvent("s-1", "t-slow", 1, odd)+taskEvent("f-1", "t-fast", 1, odd), "produce", "--topic", "ingress")
+	// a reviewer decides what the review topic shows
+	e.tailUntil("review", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-fast")) == 1 })
 	e.cli("", "review", "decide", "--task", "t-fast", "--reject", "--reason", "certificate rotated", "--reviewer", "ana")
 
 	slaAlerts := func(a []map[string]any) map[string]int {

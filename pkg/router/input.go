@@ -137,7 +137,7 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 		kgo.RecordHeader{Key: hdrErrKind, Value: []byte(in.errKind)},
 		kgo.RecordHeader{Key: hdrErrMessage, Value: []byte(in.err.Error())},
 	)
-	return &kgo.Record{Topic: r.cfg.Topics.DeadLetter, Key: rec.Key, Value: rec.Value, Headers: h}
+	return &kgo.Record{Topic: r.cfg.Topics.DeadLetter, Key: rec.Key, Value: rec.Value, Headers: h, Timestamp: event.At(now).Time}
 }
 
 // audit is the audit record of an input: its event (nil for poison), the
@@ -164,7 +164,10 @@ func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.De
 }
 
 // routedRecord encodes a Routed record; the input's traceparent header and
-// its faultrouter.redrive.* lineage headers are carried over.
+// its faultrouter.redrive.* lineage headers are carried over. Its timestamp
+// is the decision's: the audit and routed records of one decision carry the
+// same time, so a timeline orders them by the data path, not by the
+// millisecond each happened to be produced in.
 func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
 	v, err := r.codec.EncodeRouted(nil, &rr)
@@ -176,7 +179,7 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 		rr.Decision.Reason += " (event not encodable: " + err.Error() + ")"
 		v, _ = r.codec.EncodeRouted(nil, &rr)
 	}
-	rec := &kgo.Record{Topic: topic, Value: v}
+	rec := &kgo.Record{Topic: topic, Value: v, Timestamp: d.DecidedAt.Time}
 	if ev != nil {
 		rec.Key = []byte(ev.TaskID)
 	}

@@ -226,3 +226,41 @@ func TestPoisonThenValidOnKfake(t *testing.T) {
 		t.Errorf("%s{kind=not_single_object} = %v (present %v), want 1", metric, got, ok)
 	}
 }
+
+// Guards the record time of routed output: the dead-letter and audit records
+// of one decision carry the decision's time (decided_at), not the moment each
+// was produced, so a timeline orders them by the data path. The router's
+// clock is set apart from the wall clock; without the rule the records would
+// carry the producer's wall-clock time.
+func TestOutputRecordsCarryDecisionTime(t *testing.T) {
+	decided := time.Date(2031, 3, 4, 5, 6, 7, 8_000_000, time.UTC)
+	_, topics, seeds := newTestRouterWith(t, func(cfg *Config) { cfg.Now = func() time.Time { return decided } })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(append(seeds,
+		kgo.DefaultProduceTopic(topics.Ingress),
+		kgo.ConsumeTopics(topics.Audit, topics.DeadLetter),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("t-bad"), Value: []byte("not avro")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]time.Time{}
+	for len(got) < 2 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("timed out; records seen: %v", got)
+		}
+		fetches.EachRecord(func(r *kgo.Record) { got[r.Topic] = r.Timestamp })
+	}
+	for topic, ts := range got {
+		if !ts.Equal(decided) {
+			t.Errorf("%s record time %s, want the decision's %s", topic, ts.UTC().Format(time.RFC3339Nano), decided.Format(time.RFC3339Nano))
+		}
+	}
+}
