@@ -32,7 +32,7 @@ func replayProduce(t *testing.T, recs ...*kgo.Record) {
 // replayJSON runs replay with --format json and returns the lines and stderr.
 func (e *env) replayJSON(args ...string) ([]map[string]any, string) {
 	e.t.Helper()
-	out, errOut, err := e.tryCLI("", append([]string{"replay", "--format", "json", "--idle", "3s"}, args...)...)
+	out, errOut, err := e.tryCLI("", append([]string{"replay", "--format", "json"}, args...)...)
 	if err != nil {
 		e.t.Fatalf("replay %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, out, errOut)
 	}
@@ -139,7 +139,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("timeline\n got %v\nwant %v", got, want)
 	}
-	table := e.cli("", "replay", "--task", "t-net", "--timeline", "--idle", "3s")
+	table := e.cli("", "replay", "--task", "t-net", "--timeline")
 	if !strings.HasPrefix(table, "TIME") || !strings.Contains(table, "NETWORK_TIMEOUT -> DEADLETTER") || strings.Count(table, "\n") != 10 {
 		t.Fatalf("timeline table:\n%s", table)
 	}
@@ -151,7 +151,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 	if n := len(ingressOf()); n != 3 {
 		t.Fatalf("ingress has %d records of t-net before the re-drive, want 3", n)
 	}
-	out, stderr, err := e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress", "--dry-run", "--idle", "3s")
+	out, stderr, err := e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress", "--dry-run")
 	if err != nil {
 		t.Fatalf("dry run: %v\n%s", err, stderr)
 	}
@@ -165,7 +165,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 
 	dl, _ := e.replayJSON("--topic", "deadletter", "--task", "t-net")
 	src := dl[0]["record"].(map[string]any)
-	_, stderr, err = e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress", "--idle", "3s")
+	_, stderr, err = e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress")
 	if err != nil || !strings.Contains(stderr, "re-drove 1 record(s)") {
 		t.Fatalf("re-drive: %v\n%s", err, stderr)
 	}
@@ -213,7 +213,7 @@ func TestReplayLoopGuardRefusesAfterThreeRedrives(t *testing.T) {
 		}
 		// select only the newest dead letter, as an operator would by time
 		since, _ = time.Parse(time.RFC3339Nano, str(last, "record.timestamp"))
-		args := []string{"replay", "--topic", "deadletter", "--task", "t-poison", "--since", since.UTC().Format(time.RFC3339Nano), "--redrive-to", "ingress", "--idle", "3s"}
+		args := []string{"replay", "--topic", "deadletter", "--task", "t-poison", "--since", since.UTC().Format(time.RFC3339Nano), "--redrive-to", "ingress"}
 		out, stderr, err := e.tryCLI("", args...)
 		if err != nil {
 			t.Fatalf("re-drive %d: %v\n%s", n+1, err, stderr)
@@ -235,7 +235,7 @@ func TestReplayLoopGuardRefusesAfterThreeRedrives(t *testing.T) {
 	}
 	// a higher limit lets an operator go on, deliberately
 	_, stderr, err := e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-poison", "--since", since.UTC().Format(time.RFC3339Nano),
-		"--redrive-to", "ingress", "--max-redrives", "5", "--dry-run", "--idle", "3s")
+		"--redrive-to", "ingress", "--max-redrives", "5", "--dry-run")
 	if err != nil || !strings.Contains(stderr, "would re-drive 1 record(s)") {
 		t.Fatalf("--max-redrives 5: %v\n%s", err, stderr)
 	}

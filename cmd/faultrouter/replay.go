@@ -74,7 +74,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&f.maxRedrives, "max-redrives", 3, "loop guard: refuse records already re-driven this many times")
 	fs.IntVar(&f.progressEvery, "progress-every", 10000, "report progress on stderr every N records read")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "report progress on stderr at least this often")
-	fs.DurationVar(&f.idle, "idle", 5*time.Second, "stop a partition that delivers nothing for this long (e.g. only aborted records remain)")
+	fs.DurationVar(&f.idle, "idle", 30*time.Second, "give up on partitions that deliver nothing for this long (a broker in trouble); reading ends at the end offsets without waiting")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -223,7 +223,10 @@ func readRange(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []str
 	var out []found
 	read := 0
 	if pending > 0 {
-		cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(consume), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+		cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(consume), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			// a transaction ends in a control record: seeing it tells a
+			// partition reached an end offset that no data record reaches
+			kgo.KeepControlRecords())...)
 		if err != nil {
 			return nil, err
 		}
@@ -257,8 +260,8 @@ func readRange(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []str
 				return nil, ferr
 			}
 			if fetches.NumRecords() == 0 && pctx.Err() != nil {
-				// Nothing for f.idle: what is left below the end offsets is
-				// aborted or control records.
+				// Nothing for f.idle below the end offsets: say so, and
+				// print what was read.
 				for t, ps := range consume {
 					for p := range ps {
 						if !isDone(t, p) {
@@ -273,6 +276,12 @@ func readRange(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []str
 				r := ranges[rec.Topic][rec.Partition]
 				if isDone(rec.Topic, rec.Partition) || rec.Offset >= r.end {
 					markDone(rec.Topic, rec.Partition)
+					return
+				}
+				if rec.Attrs.IsControl() {
+					if rec.Offset >= r.end-1 {
+						markDone(rec.Topic, rec.Partition)
+					}
 					return
 				}
 				read++

@@ -75,3 +75,45 @@ func TestTailUntilEnd(t *testing.T) {
 		t.Errorf("both --until-end and --until-idle: %v, want an error naming both", err)
 	}
 }
+
+// Guards replay's end condition on a transactional topic: it stops at the
+// end offsets, recognising the commit marker that ends the range, instead of
+// waiting out --idle (set to an hour here, past the test's deadline), and
+// prints the committed records, not the aborted one.
+func TestReplayEndsAtCommitMarker(t *testing.T) {
+	const topic = "ai.tasks.audit"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	txn, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("replay-test"), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	for _, end := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.ProduceSync(ctx, &kgo.Record{Key: []byte("t-1"), Value: []byte("undecodable")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--topic", "audit", "--format", "json", "--idle", "1h"}
+	if err := replayCommand(ctx, args, &out, &errOut); err != nil {
+		t.Fatalf("replay: %v\n%s", err, errOut.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("replay waited for --idle instead of stopping at the end offsets:\n%s", errOut.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n != 2 || !strings.Contains(errOut.String(), "replay: 2 records read") {
+		t.Errorf("replay printed %d records, want the 2 committed ones:\n%s\n%s", n, out.String(), errOut.String())
+	}
+}
