@@ -11,6 +11,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// produceTxn produces recs in one transaction of txn and ends it with end.
+func produceTxn(ctx context.Context, t *testing.T, txn *kgo.Client, end kgo.TransactionEndTry, recs ...*kgo.Record) {
+	t.Helper()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.EndTransaction(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Guards tail --until-end: it prints exactly the records committed when it
 // started (committed transactions and plain records, not aborted ones, not
 // control records), skips empty partitions, and exits on its own.
@@ -29,22 +43,8 @@ func TestTailUntilEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer txn.Close()
-	produceTxn := func(commit kgo.TransactionEndTry, values ...string) {
-		t.Helper()
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range values {
-			if err := txn.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte(v)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := txn.EndTransaction(ctx, commit); err != nil {
-			t.Fatal(err)
-		}
-	}
-	produceTxn(kgo.TryCommit, "committed-1", "committed-2")
-	produceTxn(kgo.TryAbort, "aborted")
+	produceTxn(ctx, t, txn, kgo.TryCommit, &kgo.Record{Partition: 0, Value: []byte("committed-1")}, &kgo.Record{Partition: 0, Value: []byte("committed-2")})
+	produceTxn(ctx, t, txn, kgo.TryAbort, &kgo.Record{Partition: 0, Value: []byte("aborted")})
 	plain, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -95,15 +95,7 @@ func TestReplayEndsAtCommitMarker(t *testing.T) {
 	}
 	defer txn.Close()
 	for _, end := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.ProduceSync(ctx, &kgo.Record{Key: []byte("t-1"), Value: []byte("undecodable")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.EndTransaction(ctx, end); err != nil {
-			t.Fatal(err)
-		}
+		produceTxn(ctx, t, txn, end, &kgo.Record{Key: []byte("t-1"), Value: []byte("undecodable")})
 	}
 	var out, errOut bytes.Buffer
 	args := []string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--topic", "audit", "--format", "json", "--idle", "1h"}

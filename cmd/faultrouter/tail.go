@@ -88,17 +88,12 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer cl.Close()
-	var ends, left map[int32]int64 // stable end offsets; the partitions not yet read to theirs
+	var ends, left map[int32]int64 // stable end offsets of the partitions to read; those not read to theirs yet
 	if *untilEnd {
 		if ends, err = tailEnds(ctx, cl, name, *fromBeg); err != nil {
 			return err
 		}
 		left = maps.Clone(ends)
-		for p, end := range ends {
-			if end < 0 {
-				delete(left, p) // nothing to read there
-			}
-		}
 	}
 	p := &printer{c: c, w: stdout, text: *format == "text"}
 	count := 0
@@ -127,7 +122,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
 			if *untilEnd {
-				end := ends[rec.Partition]
+				end := ends[rec.Partition] // 0 for a partition with nothing to read
 				if rec.Offset+1 >= end {
 					delete(left, rec.Partition)
 				}
@@ -151,33 +146,34 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 }
 
-// tailEnds returns, per partition of topic, the last stable offset now: the
-// end of what is committed. A partition with nothing to read from the start
-// position (empty, or tail starts at the end) gets -1.
+// tailEnds returns the last stable offset now (the end of what is committed)
+// of each partition of topic that has something to read from the start
+// position; an empty partition, or any when tail starts at the end, has not.
 func tailEnds(ctx context.Context, cl *kgo.Client, topic string, fromBeginning bool) (map[int32]int64, error) {
 	adm := kadm.NewClient(cl)
 	stable, err := adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("tail: list stable offsets of %s: %w", topic, err)
+	if err == nil {
+		err = stable.Error()
 	}
-	if err := stable.Error(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("tail: list stable offsets of %s: %w", topic, err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tail: list start offsets of %s: %w", topic, err)
 	}
-	ends := map[int32]int64{}
-	stable.Each(func(o kadm.ListedOffset) {
-		ends[o.Partition] = o.Offset
-		s, ok := starts.Lookup(topic, o.Partition)
-		if !fromBeginning || (ok && s.Err == nil && s.Offset >= o.Offset) {
-			ends[o.Partition] = -1
-		}
-	})
-	if len(ends) == 0 {
+	if len(stable[topic]) == 0 {
 		return nil, fmt.Errorf("tail: topic %s has no partitions (does it exist?)", topic)
 	}
+	ends := map[int32]int64{}
+	stable.Each(func(o kadm.ListedOffset) {
+		if s, _ := starts.Lookup(topic, o.Partition); fromBeginning && s.Offset < o.Offset {
+			ends[o.Partition] = o.Offset
+		}
+	})
 	return ends, nil
 }
 

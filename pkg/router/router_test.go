@@ -87,6 +87,23 @@ func newTestRouterWith(t testing.TB, adjust func(*Config)) (*prometheus.Registry
 	return reg, topics, seeds
 }
 
+// testClient is a client on the test broker that produces to produceTo and
+// reads the committed records of the consumed topics from their start.
+func testClient(t *testing.T, seeds []kgo.Opt, produceTo string, consume ...string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(seeds,
+		kgo.DefaultProduceTopic(produceTo),
+		kgo.ConsumeTopics(consume...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // counter returns the value of the counter name{label=value} in reg, and
 // whether it exists.
 func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) (float64, bool) {
@@ -136,16 +153,7 @@ func TestPoisonThenValidOnKfake(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(seeds,
-		kgo.DefaultProduceTopic(topics.Ingress),
-		kgo.ConsumeTopics(topics.Audit, topics.DeadLetter),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := testClient(t, seeds, topics.Ingress, topics.Audit, topics.DeadLetter)
 	if err := cl.ProduceSync(ctx,
 		&kgo.Record{Key: []byte("t-bad"), Value: poison},
 		&kgo.Record{Key: []byte("t-ok"), Value: good},
@@ -237,16 +245,7 @@ func TestOutputRecordsCarryDecisionTime(t *testing.T) {
 	_, topics, seeds := newTestRouterWith(t, func(cfg *Config) { cfg.Now = func() time.Time { return decided } })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(seeds,
-		kgo.DefaultProduceTopic(topics.Ingress),
-		kgo.ConsumeTopics(topics.Audit, topics.DeadLetter),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := testClient(t, seeds, topics.Ingress, topics.Audit, topics.DeadLetter)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("t-bad"), Value: []byte("not avro")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -51,15 +51,7 @@ func TestTraceparentCarriedToRoutedRecords(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(seeds,
-		kgo.ConsumeTopics(topics.Audit, topics.Review, topics.Retry),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := testClient(t, seeds, topics.Ingress, topics.Audit, topics.Review, topics.Retry)
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
