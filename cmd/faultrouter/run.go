@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -78,7 +79,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if err := ensureTopics(ctx, opts, set); err != nil {
+	if err := ensureTopics(ctx, opts, set, log); err != nil {
 		return ctxErr(ctx, err)
 	}
 
@@ -110,7 +111,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // ensureTopics creates the missing topics and checks the existing ones.
-func ensureTopics(ctx context.Context, opts []kgo.Opt, set topicspec.Set) error {
+func ensureTopics(ctx context.Context, opts []kgo.Opt, set topicspec.Set, log *slog.Logger) error {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
@@ -118,7 +119,7 @@ func ensureTopics(ctx context.Context, opts []kgo.Opt, set topicspec.Set) error 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := set.Ensure(ctx, kadm.NewClient(cl)); err != nil {
+	if err := set.Ensure(ctx, kadm.NewClient(cl), log); err != nil {
 		return fmt.Errorf("run: refusing to start: %w", err)
 	}
 	return nil

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -94,12 +94,18 @@ func (s Set) Check(ctx context.Context, adm *kadm.Client) ([]Problem, error) {
 // returns a *CheckError (wrapping ErrMismatch) that lists every problem when
 // the cluster contradicts the spec, so that the router refuses to start with
 // one clear message.
-func (s Set) Ensure(ctx context.Context, adm *kadm.Client) error {
-	created, err := s.Apply(ctx, adm)
-	if err != nil {
+//
+// Once Apply succeeded every topic of the set exists: Apply created it, it
+// existed, or CreateTopics answered that it exists. A topic the following
+// Check still reports missing is one the broker answering the metadata
+// request does not know yet (`run` started right after `topics apply`, or
+// after another instance created the topics), so Ensure waits for it, up to
+// propagationTimeout, logging once which topics it waits for (log may be nil).
+func (s Set) Ensure(ctx context.Context, adm *kadm.Client, log *slog.Logger) error {
+	if _, err := s.Apply(ctx, adm); err != nil {
 		return err
 	}
-	problems, err := s.checkCreated(ctx, adm, created)
+	problems, err := s.checkPropagated(ctx, adm, log)
 	if err != nil {
 		return err
 	}
@@ -146,27 +152,40 @@ func (s Set) existing(ctx context.Context, adm *kadm.Client) (map[string]observe
 }
 
 // Topic creation reaches every broker's metadata shortly after CreateTopics
-// returns; checkCreated gives just-created topics this long to appear.
+// returns; checkPropagated gives topics that exist but are not in the
+// metadata yet this long to appear.
 const (
-	propagationTimeout = 10 * time.Second
+	propagationTimeout = 30 * time.Second
 	propagationPoll    = 200 * time.Millisecond
 )
 
-// checkCreated runs Check, repeating it while a topic in created is still
-// reported missing (metadata propagation), for up to propagationTimeout.
-func (s Set) checkCreated(ctx context.Context, adm *kadm.Client, created []string) ([]Problem, error) {
+// checkPropagated runs Check, repeating it while a topic is still reported
+// missing (metadata propagation), for up to propagationTimeout.
+func (s Set) checkPropagated(ctx context.Context, adm *kadm.Client, log *slog.Logger) ([]Problem, error) {
 	deadline := time.Now().Add(propagationTimeout)
+	var waitedFor []string
 	for {
 		problems, err := s.Check(ctx, adm)
 		if err != nil {
 			return nil, err
 		}
-		pending := slices.ContainsFunc(problems, func(p Problem) bool {
-			return p.Field == FieldExists && slices.Contains(created, p.Topic)
-		})
-		if !pending || time.Now().After(deadline) {
+		var missing []string
+		for _, p := range problems {
+			if p.Field == FieldExists {
+				missing = append(missing, p.Topic)
+			}
+		}
+		if len(missing) == 0 && waitedFor != nil && log != nil {
+			log.Info("topics appeared in the cluster metadata", "topics", waitedFor)
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
 			return problems, nil
 		}
+		if waitedFor == nil && log != nil {
+			log.Info("waiting for topics to appear in the cluster metadata (they exist, the metadata lags their creation)",
+				"topics", missing, "timeout", propagationTimeout)
+		}
+		waitedFor = missing
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -1,16 +1,20 @@
 package topicspec
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // newAdmin starts a one-broker kfake cluster and returns an admin client for it.
@@ -70,7 +74,7 @@ func TestApplyCreatesAllThenCheckPasses(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Errorf("second Apply = %v, %v; want nothing created", again, err)
 	}
-	if err := s.Ensure(ctx, adm); err != nil {
+	if err := s.Ensure(ctx, adm, nil); err != nil {
 		t.Errorf("Ensure on a matching cluster = %v", err)
 	}
 }
@@ -134,7 +138,7 @@ func TestCheckReportsPartitionMismatchAndCoPartitioning(t *testing.T) {
 	if !slices.Equal(problems, want) {
 		t.Fatalf("Check = %#v\nwant %#v", problems, want)
 	}
-	err = s.Ensure(ctx, adm)
+	err = s.Ensure(ctx, adm, nil)
 	var ce *CheckError
 	if !errors.As(err, &ce) || !errors.Is(err, ErrMismatch) || len(ce.Problems) != 2 {
 		t.Fatalf("Ensure = %v, want a *CheckError with 2 problems", err)
@@ -169,7 +173,7 @@ func TestCheckReportsContradictingConfig(t *testing.T) {
 	if !slices.Equal(problems, want) {
 		t.Fatalf("Check = %#v\nwant %#v", problems, want)
 	}
-	if err := s.Ensure(ctx, adm); !errors.Is(err, ErrMismatch) {
+	if err := s.Ensure(ctx, adm, nil); !errors.Is(err, ErrMismatch) {
 		t.Errorf("Ensure = %v, want ErrMismatch", err)
 	}
 }
@@ -195,4 +199,66 @@ func hasConfig(rc kadm.ResourceConfig, key, value string) bool {
 		}
 	}
 	return false
+}
+
+// Guards the start-up of `run` right after `topics apply`: the topics exist
+// (CreateTopics answers TOPIC_ALREADY_EXISTS) but the metadata the router
+// reads has not caught up yet (the state topic is unknown for a few
+// requests). Ensure waits for the topic to appear instead of refusing to
+// start with "topic faultrouter.state does not exist".
+func TestEnsureWaitsForAppliedTopicsInMetadata(t *testing.T) {
+	ctx := testContext(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// `topics apply`, by another process
+	applyCl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, kadm.NewClient(applyCl)); err != nil {
+		t.Fatal(err)
+	}
+	applyCl.Close()
+
+	// from now on, the first 4 metadata requests naming the state topic do
+	// not see it: the broker answering them lags the topic's creation
+	var hidden atomic.Int32
+	c.ControlKey(int16(kmsg.Metadata), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.MetadataRequest)
+		if hidden.Load() >= 4 {
+			return nil, nil, false
+		}
+		for i, tp := range req.Topics {
+			if tp.Topic != nil && *tp.Topic == "faultrouter.state" {
+				// answered as unknown (UNKNOWN_TOPIC_OR_PARTITION), as a
+				// broker whose metadata lags answers
+				hidden.Add(1)
+				req.Topics[i].Topic = kmsg.StringPtr("faultrouter.state.not-yet-known")
+			}
+		}
+		return nil, nil, false
+	})
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	var logs bytes.Buffer
+	if err := s.Ensure(ctx, kadm.NewClient(cl), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatalf("Ensure right after another process applied the topics = %v, want it to wait for the metadata", err)
+	}
+	if hidden.Load() < 4 {
+		t.Fatalf("the state topic was hidden from %d metadata requests, want 4: the test did not exercise the lag", hidden.Load())
+	}
+	if !strings.Contains(logs.String(), "faultrouter.state") || !strings.Contains(logs.String(), "waiting") {
+		t.Errorf("Ensure waited without a log line naming the topic; logs:\n%s", logs.String())
+	}
 }
