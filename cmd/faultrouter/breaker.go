@@ -6,15 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/control"
 )
 
 const breakerSynopsis = `usage: faultrouter breaker reset --scope SCOPE --key KEY --reason TEXT [--operator NAME]
@@ -50,13 +45,7 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	case *reason == "":
 		return errors.New("breaker reset: --reason is required")
 	}
-	e := event.BreakerEvent{Scope: sc.String(), Key: *key, Kind: router.BreakerKindReset, Reason: *reason,
-		Instance: *operator, At: event.At(time.Now())}
 	c, err := codec.New()
-	if err != nil {
-		return err
-	}
-	v, err := c.EncodeBreakerEvent(nil, &e)
 	if err != nil {
 		return err
 	}
@@ -64,26 +53,14 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	cl, err := g.client(kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	opts, err := g.clientOpts(nil)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	topics, err := kadm.NewClient(cl).ListTopics(ctx, name)
+	n, err := control.ResetBreaker(ctx, opts, c, name, control.Reset{Scope: sc, Key: *key, Reason: *reason, Operator: *operator})
 	if err != nil {
 		return fmt.Errorf("breaker reset: %w", err)
 	}
-	td, ok := topics[name]
-	if !ok || td.Err != nil || len(td.Partitions) == 0 {
-		return fmt.Errorf("breaker reset: topic %s not found; is the router's topic prefix right?", name)
-	}
-	recs := make([]*kgo.Record, 0, len(td.Partitions))
-	for p := range td.Partitions {
-		recs = append(recs, &kgo.Record{Topic: name, Partition: p, Key: []byte(sc.String() + "/" + *key), Value: v})
-	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("breaker reset: %w", err)
-	}
-	fmt.Fprintf(stdout, "reset of %s/%s written to %d partitions of %s\n", sc, *key, len(recs), name)
+	fmt.Fprintf(stdout, "reset of %s/%s written to %d partitions of %s\n", sc, *key, n, name)
 	return nil
 }

@@ -8,9 +8,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -50,20 +49,15 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	v, err := c.EncodeReviewDecision(nil, &d)
-	if err != nil {
-		return err
-	}
 	name, err := g.topicName("decisions")
 	if err != nil {
 		return err
 	}
-	cl, err := g.client()
+	opts, err := g.clientOpts(nil)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: name, Key: []byte(d.TaskID), Value: v}).FirstErr(); err != nil {
+	if err := control.Decide(ctx, opts, c, name, d); err != nil {
 		return fmt.Errorf("review decide: %w", err)
 	}
 	verdict := "rejected"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/replay"
 )
 
 const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-end | --until-idle DUR] [--format json|text]
@@ -186,16 +186,7 @@ type printer struct {
 
 // undecodable is the JSON form of a record that does not decode, or of a
 // dead-lettered input record (original bytes plus the error headers).
-type undecodable struct {
-	Error       string            `json:"error"`
-	ErrorKind   string            `json:"error_kind"`
-	Topic       string            `json:"topic"`
-	Partition   int32             `json:"partition"`
-	Offset      int64             `json:"offset"`
-	Key         string            `json:"key"`
-	Headers     map[string]string `json:"headers,omitempty"`
-	ValueBase64 string            `json:"value_base64"`
-}
+type undecodable = replay.Raw
 
 func (p *printer) print(rec *kgo.Record) {
 	var (
@@ -226,18 +217,7 @@ func (p *printer) print(rec *kgo.Record) {
 	p.w.Write(append(b, '\n'))
 }
 
-func errorHeaders(rec *kgo.Record) map[string]string {
-	var m map[string]string
-	for _, h := range rec.Headers {
-		if strings.HasPrefix(h.Key, "faultrouter.error.") {
-			if m == nil {
-				m = map[string]string{}
-			}
-			m[h.Key] = string(h.Value)
-		}
-	}
-	return m
-}
+func errorHeaders(rec *kgo.Record) map[string]string { return replay.ErrorHeaders(rec) }
 
 func textLine(rec *kgo.Record, v any) string {
 	at := fmt.Sprintf("%s %d@%d", rec.Topic, rec.Partition, rec.Offset)

@@ -1,7 +1,9 @@
-// Package replay holds the pure logic of incident analysis: parsing a time
-// range, turning consumed records into steps, filtering them, ordering one
-// task's timeline, and the lineage headers and loop guard of a re-drive. It
-// does no I/O; cmd/faultrouter's replay verb reads and writes Kafka.
+// Package replay is incident analysis over committed records: parsing a time
+// range, turning consumed records into steps (decode.go), filtering them,
+// ordering one task's timeline, and the lineage headers and loop guard of a
+// re-drive, all pure; read.go reads a time range of topics from Kafka. The
+// replay verb and the operator console (pkg/console) share it; pkg/control
+// writes the re-drive.
 package replay
 
 import (

@@ -1,0 +1,120 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/replay"
+)
+
+// Redrive is one selected record's fate in a re-drive: the record to send,
+// or why it is not sent.
+type Redrive struct {
+	// Source is the dead-letter or review record selected.
+	Source *kgo.Record
+	Step   *replay.Step
+	// Out is the record for the target topic, nil when refused or skipped.
+	Out *kgo.Record
+	// Count is the re-drive count Out carries.
+	Count int
+	// Refused is set by the loop guard (wraps replay.ErrLoop); Skipped says
+	// why a record that is no dead letter or review item is left out.
+	Refused error
+	Skipped string
+}
+
+// At names the source record: topic/partition@offset.
+func (r *Redrive) At() string {
+	return fmt.Sprintf("%s/%d@%d", r.Source.Topic, r.Source.Partition, r.Source.Offset)
+}
+
+// PlanRedrive builds the records that re-drive found to target: the original
+// bytes of a dead-lettered input, the re-encoded event of a routed record,
+// with the lineage headers. A record already re-driven maxRedrives times is
+// refused by the loop guard. It sends nothing.
+func PlanRedrive(c *codec.Codec, found []replay.Found, target string, maxRedrives int) ([]Redrive, error) {
+	out := make([]Redrive, 0, len(found))
+	for i := range found {
+		rec, st := found[i].Rec, &found[i].Step
+		r := Redrive{Source: rec, Step: st, Count: replay.RedriveCount(replay.Headers(rec))}
+		if err := replay.Guard(r.Count, maxRedrives); err != nil {
+			r.Refused = err
+			out = append(out, r)
+			continue
+		}
+		var value []byte
+		switch st.Kind {
+		case replay.KindPoison:
+			value = rec.Value
+		case replay.KindRouted:
+			if st.Event == nil {
+				r.Skipped = "the routed record carries no event to re-drive"
+				out = append(out, r)
+				continue
+			}
+			v, err := c.EncodeTaskEvent(nil, st.Event)
+			if err != nil {
+				return nil, fmt.Errorf("control: %s: re-encoding task %s: %w", r.At(), st.TaskID, err)
+			}
+			value = v
+		default:
+			r.Skipped = fmt.Sprintf("a %s record is not a dead letter or review item", st.Kind)
+			out = append(out, r)
+			continue
+		}
+		var keep []replay.Header
+		for _, h := range replay.Headers(rec) {
+			if st.Kind == replay.KindPoison || h.Key == "traceparent" {
+				keep = append(keep, h)
+			}
+		}
+		r.Count++
+		nr := &kgo.Record{Topic: target, Key: rec.Key, Value: value}
+		for _, h := range replay.Lineage(keep, rec.Topic, rec.Partition, rec.Offset, r.Count) {
+			nr.Headers = append(nr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		r.Out = nr
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Sendable returns the records of plan that are to be sent, in plan order.
+func Sendable(plan []Redrive) []*kgo.Record {
+	var recs []*kgo.Record
+	for i := range plan {
+		if plan[i].Out != nil {
+			recs = append(recs, plan[i].Out)
+		}
+	}
+	return recs
+}
+
+// ProduceTx produces recs in one transaction: all of them or none. Records of
+// one task keep their order (same key, same partition, one producer).
+func ProduceTx(ctx context.Context, opts []kgo.Opt, recs []*kgo.Record) error {
+	host, _ := os.Hostname()
+	txID := fmt.Sprintf("faultrouter-replay-%s-%d-%d", host, os.Getpid(), time.Now().UnixNano())
+	cl, err := kgo.NewClient(append(opts, kgo.TransactionalID(txID), kgo.RecordDeliveryTimeout(30*time.Second))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("replay: begin transaction: %w", err)
+	}
+	perr := cl.ProduceSync(ctx, recs...).FirstErr()
+	commit := kgo.TransactionEndTry(perr == nil)
+	if err := cl.EndTransaction(context.WithoutCancel(ctx), commit); err != nil {
+		return fmt.Errorf("replay: end transaction: %w (nothing was re-driven)", err)
+	}
+	if perr != nil {
+		return fmt.Errorf("replay: produce: %w; transaction aborted, nothing was re-driven", perr)
+	}
+	return nil
+}
