@@ -40,17 +40,31 @@ type Schema struct {
 	File string
 	// JSON is the composed schema text: every referenced type inlined.
 	JSON string
+	// Fingerprint is the CRC-64-AVRO fingerprint of JSON's Parsing Canonical
+	// Form, as the Avro specification defines it: the number in the header
+	// of the single-object encoding, the one Java's and fastavro's encoders
+	// write.
+	Fingerprint uint64
+	// Legacy is the fingerprint earlier faultrouter builds wrote for this
+	// version (goavro's non-standard canonical form), accepted on read so
+	// that records already on the topics still decode; 0 if none.
+	Legacy uint64
 }
 
 // catalog lists every accepted schema version. Adding a version means: copy
 // the composed text of the current one to history/, bump Version here, edit
 // the file (following README.md's rules), and add the old entry below.
+//
+// Legacy pins the fingerprints that builds before the switch to the
+// specification's fingerprints wrote. They are constants, not recomputed, so
+// that old records keep decoding whatever happens to the library that
+// computed them. A new version has no legacy fingerprint.
 var catalog = []Schema{
-	{Name: TaskEvent, Version: 2, Current: true, File: "task_event.avsc"},
-	{Name: TaskEvent, Version: 1, File: "history/task_event.v1.avsc"},
-	{Name: RoutedRecord, Version: 1, Current: true, File: "routed_record.avsc"},
-	{Name: BreakerEvent, Version: 1, Current: true, File: "breaker_event.avsc"},
-	{Name: ReviewDecision, Version: 1, Current: true, File: "review_decision.avsc"},
+	{Name: TaskEvent, Version: 2, Current: true, File: "task_event.avsc", Legacy: 0x5d0bcc432a258366},
+	{Name: TaskEvent, Version: 1, File: "history/task_event.v1.avsc", Legacy: 0xa90687447f509429},
+	{Name: RoutedRecord, Version: 1, Current: true, File: "routed_record.avsc", Legacy: 0x5b538e71ed324dad},
+	{Name: BreakerEvent, Version: 1, Current: true, File: "breaker_event.avsc", Legacy: 0x2c69021ae9021289},
+	{Name: ReviewDecision, Version: 1, Current: true, File: "review_decision.avsc", Legacy: 0x3d9e8d1b8e393048},
 }
 
 // includes maps the full name of a shared named type to the file defining it.
@@ -111,6 +125,9 @@ func load() ([]Schema, error) {
 			return nil, err
 		}
 		s.JSON = text
+		if s.Fingerprint, err = SchemaFingerprint(text); err != nil {
+			return nil, fmt.Errorf("avro: %s: %w", s.File, err)
+		}
 		out[i] = s
 	}
 	return out, nil

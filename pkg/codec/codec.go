@@ -1,7 +1,9 @@
 // Package codec reads and writes faultrouter's records in the Avro
 // single-object encoding: the marker 0xC3 0x01, the 8-byte little-endian
-// CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form, and
-// the Avro binary body.
+// CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form (as
+// the Avro specification defines both, computed by package avro), and the
+// Avro binary body. Java's BinaryMessageEncoder and fastavro write the same
+// header for the same schema.
 //
 // A record is decoded with the writer schema its fingerprint names, out of an
 // explicit accepted set (avro.All), and then mapped onto the reader's fields:
@@ -43,9 +45,14 @@ type SchemaInfo struct {
 	// Version is the schema version, see avro/README.md.
 	Version int
 	// Fingerprint is the CRC-64-AVRO fingerprint of the Parsing Canonical
-	// Form as 16 hex digits (the uint64 value, most significant digit first;
-	// the wire carries it little-endian).
+	// Form, as the Avro specification defines it, as 16 hex digits (the
+	// uint64 value, most significant digit first; the wire carries it
+	// little-endian). It is the fingerprint this codec writes.
 	Fingerprint string
+	// Legacy is the fingerprint builds before the specification's
+	// fingerprints wrote for the same schema, accepted on read only; "" if
+	// none.
+	Legacy string
 	// Writes is true for the version this codec writes.
 	Writes bool
 }
@@ -95,18 +102,27 @@ func NewWith(o Options) (*Codec, error) {
 		}
 		teVersion = cur.Version
 	}
-	c := &Codec{writers: make(map[uint64]*writer, len(all))}
+	c := &Codec{writers: make(map[uint64]*writer, 2*len(all))}
 	var readers []string
 	for _, s := range all {
 		gc, err := goavro.NewCodec(s.JSON)
 		if err != nil {
 			return nil, fmt.Errorf("codec: schema %s v%d (%s): %w", s.Name, s.Version, s.File, err)
 		}
-		w := &writer{name: s.Name, version: s.Version, fp: gc.Rabin, codec: gc}
-		if prev, dup := c.writers[w.fp]; dup {
-			return nil, fmt.Errorf("codec: %s v%d has the fingerprint of %s v%d", s.Name, s.Version, prev.name, prev.version)
+		w := &writer{name: s.Name, version: s.Version, fp: s.Fingerprint, codec: gc}
+		legacy := ""
+		for _, fp := range []uint64{s.Fingerprint, s.Legacy} {
+			if fp == 0 {
+				continue
+			}
+			if prev, dup := c.writers[fp]; dup {
+				return nil, fmt.Errorf("codec: %s v%d has the fingerprint %016x of %s v%d", s.Name, s.Version, fp, prev.name, prev.version)
+			}
+			c.writers[fp] = w
 		}
-		c.writers[w.fp] = w
+		if s.Legacy != 0 {
+			legacy = fmt.Sprintf("%016x", s.Legacy)
+		}
 		writes := false
 		switch {
 		case s.Name == avro.TaskEvent && s.Version == teVersion:
@@ -123,7 +139,7 @@ func NewWith(o Options) (*Codec, error) {
 			readers = append(readers, s.JSON)
 		}
 		c.accepted = append(c.accepted, SchemaInfo{
-			Name: s.Name, Version: s.Version, Fingerprint: fmt.Sprintf("%016x", w.fp), Writes: writes,
+			Name: s.Name, Version: s.Version, Fingerprint: fmt.Sprintf("%016x", w.fp), Legacy: legacy, Writes: writes,
 		})
 	}
 	if c.taskEvent == nil {

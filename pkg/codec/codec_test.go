@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -165,9 +167,22 @@ func crc64Avro(b []byte) uint64 {
 	return fp
 }
 
-// wantFingerprints pins every accepted writer schema. A change here is a
-// change of the wire contract: follow avro/README.md and add a version.
+// wantFingerprints pins every accepted writer schema's fingerprint, as the
+// Avro specification defines it; Java's SchemaNormalization and fastavro
+// compute the same numbers (integration/interop checks that in CI). A change
+// here is a change of the wire contract: follow avro/README.md and add a
+// version.
 var wantFingerprints = map[string]string{
+	"faultrouter.TaskEvent/2":      "0acd1283716b068c",
+	"faultrouter.TaskEvent/1":      "bf21b217ff10014d",
+	"faultrouter.RoutedRecord/1":   "ef4a753aed8bc68c",
+	"faultrouter.BreakerEvent/1":   "d6cf35eefb82a0f1",
+	"faultrouter.ReviewDecision/1": "93befd91180a8a1f",
+}
+
+// wantLegacy pins the fingerprints earlier builds wrote (goavro's
+// non-standard canonical form), still accepted on read.
+var wantLegacy = map[string]string{
 	"faultrouter.TaskEvent/2":      "5d0bcc432a258366",
 	"faultrouter.TaskEvent/1":      "a90687447f509429",
 	"faultrouter.RoutedRecord/1":   "5b538e71ed324dad",
@@ -176,7 +191,8 @@ var wantFingerprints = map[string]string{
 }
 
 // TestFingerprints guards the single-object header: marker c3 01, then the
-// little-endian CRC-64-AVRO of the Parsing Canonical Form, pinned per version.
+// little-endian CRC-64-AVRO of the Parsing Canonical Form, pinned per
+// version; the legacy fingerprint of each version is accepted too.
 func TestFingerprints(t *testing.T) {
 	c := newCodec(t)
 	all, err := avro.All()
@@ -188,14 +204,17 @@ func TestFingerprints(t *testing.T) {
 		t.Fatalf("accepted %d schemas, catalog %d, pinned %d", len(acc), len(all), len(wantFingerprints))
 	}
 	for i, s := range all {
-		gc, err := goavro.NewCodec(s.JSON)
+		pcf, err := avro.CanonicalForm(s.JSON)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fp := crc64Avro([]byte(gc.CanonicalSchema()))
+		fp := crc64Avro([]byte(pcf))
 		key := s.Name + "/" + strconv.Itoa(s.Version)
 		if got := acc[i].Fingerprint; got != wantFingerprints[key] || got != hex16(fp) {
 			t.Errorf("%s: accepted %s, pinned %s, computed %s", key, got, wantFingerprints[key], hex16(fp))
+		}
+		if got := acc[i].Legacy; got != wantLegacy[key] {
+			t.Errorf("%s: legacy %s, pinned %s", key, got, wantLegacy[key])
 		}
 	}
 	e := minimalEvent()
@@ -203,15 +222,80 @@ func TestFingerprints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur, _ := avro.Current(avro.TaskEvent)
-	gc, _ := goavro.NewCodec(cur.JSON)
-	if b[0] != 0xC3 || b[1] != 0x01 || binary.LittleEndian.Uint64(b[2:10]) != crc64Avro([]byte(gc.CanonicalSchema())) {
+	if got := hex16(binary.LittleEndian.Uint64(b[2:10])); b[0] != 0xC3 || b[1] != 0x01 || got != wantFingerprints["faultrouter.TaskEvent/2"] {
 		t.Fatalf("header % x", b[:10])
 	}
-	// The body is plain Avro binary: goavro's own single-object decoder reads it.
-	if _, _, err := gc.NativeFromSingle(b); err != nil {
-		t.Fatalf("goavro NativeFromSingle: %v", err)
+	// The body is plain Avro binary: goavro reads it with the schema alone.
+	cur, _ := avro.Current(avro.TaskEvent)
+	gc, _ := goavro.NewCodec(cur.JSON)
+	if _, rest, err := gc.NativeFromBinary(b[10:]); err != nil || len(rest) != 0 {
+		t.Fatalf("goavro NativeFromBinary: %v, %d bytes left", err, len(rest))
 	}
+}
+
+// TestLegacyFingerprints guards the records already on the topics: bytes
+// written by a build before the switch to the specification's fingerprints
+// (testdata/legacy, made with that build) still decode, to the values that
+// build encoded.
+func TestLegacyFingerprints(t *testing.T) {
+	c := newCodec(t)
+	read := func(name string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("testdata", "legacy", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	breaker := event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "refund-v3", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+		Reason: "hallucination", Class: event.ClassHallucination, Failures: 5, Requests: 9, TaskID: "task-1", Instance: "r-1", At: t0}
+	tests := []struct {
+		file, key string
+		want      any
+	}{
+		{"task_event.v2.bin", "faultrouter.TaskEvent/2", fullEvent()},
+		{"task_event.v1.bin", "faultrouter.TaskEvent/1", v1Event()},
+		{"routed_record.v1.bin", "faultrouter.RoutedRecord/1", fullRouted()},
+		{"breaker_event.v1.bin", "faultrouter.BreakerEvent/1", breaker},
+		{"review_decision.v1.bin", "faultrouter.ReviewDecision/1",
+			event.ReviewDecision{TaskID: "task-1", Approve: true, Reason: "checked", Reviewer: "li", At: t0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			b := read(tt.file)
+			if got := hex16(binary.LittleEndian.Uint64(b[2:10])); got != wantLegacy[tt.key] {
+				t.Fatalf("%s carries %s, not the legacy fingerprint %s", tt.file, got, wantLegacy[tt.key])
+			}
+			got, err := c.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(reflect.ValueOf(got).Elem().Interface(), tt.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// specSingle writes native with gc under the specification's fingerprint of
+// gc's schema: the bytes of another conforming producer, which the codec's
+// validation does not see.
+func specSingle(gc *goavro.Codec, native any) ([]byte, error) {
+	fp, err := avro.SchemaFingerprint(gc.Schema())
+	if err != nil {
+		return nil, err
+	}
+	return gc.BinaryFromNative(binary.LittleEndian.AppendUint64([]byte{0xC3, 0x01}, fp), native)
+}
+
+// specFingerprint is the specification's fingerprint of gc's schema.
+func specFingerprint(t testing.TB, gc *goavro.Codec) uint64 {
+	t.Helper()
+	fp, err := avro.SchemaFingerprint(gc.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
 }
 
 func hex16(v uint64) string { return fmt.Sprintf("%016x", v) }
@@ -234,16 +318,16 @@ func TestPoison(t *testing.T) {
 	noTaskID.TaskID = ""
 	cur, _ := avro.Current(avro.TaskEvent)
 	gc, _ := goavro.NewCodec(cur.JSON)
-	invalid, err := gc.SingleFromNative(nil, taskEventNative(&noTaskID)) // valid Avro, invalid record
+	invalid, err := specSingle(gc, taskEventNative(&noTaskID)) // valid Avro, invalid record
 	if err != nil {
 		t.Fatal(err)
 	}
 	nanCost := fullEvent()
 	nanCost.Usage.CostUSD = math.NaN()
-	nan, _ := gc.SingleFromNative(nil, taskEventNative(&nanCost))
+	nan, _ := specSingle(gc, taskEventNative(&nanCost))
 	farFuture := taskEventNative(&full)
 	farFuture["occurred_at"] = int64(math.MaxInt64) // not representable in the JSON form
-	far, err := gc.SingleFromNative(nil, farFuture)
+	far, err := specSingle(gc, farFuture)
 	if err != nil {
 		t.Fatal(err)
 	}

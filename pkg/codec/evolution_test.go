@@ -38,11 +38,11 @@ func TestCurrentReaderReadsOlderWriter(t *testing.T) {
 	c := newCodec(t)
 	v1 := goavroCodec(t, avro.TaskEvent, 1)
 	e := v1Event()
-	b, err := v1.SingleFromNative(nil, taskEventNative(&e)) // an older worker's bytes
+	b, err := specSingle(v1, taskEventNative(&e)) // an older worker's bytes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if binary.LittleEndian.Uint64(b[2:10]) != v1.Rabin {
+	if binary.LittleEndian.Uint64(b[2:10]) != specFingerprint(t, v1) {
 		t.Fatal("not written with the v1 fingerprint")
 	}
 	got, err := c.DecodeTaskEvent(b)
@@ -93,7 +93,7 @@ func TestOlderReaderReadsNewerWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fp := binary.LittleEndian.Uint64(ob[2:10]); fp != goavroCodec(t, avro.TaskEvent, 1).Rabin {
+	if fp := binary.LittleEndian.Uint64(ob[2:10]); fp != specFingerprint(t, goavroCodec(t, avro.TaskEvent, 1)) {
 		t.Fatalf("old codec wrote fingerprint %016x, want v1", fp)
 	}
 	if back, err := cur.DecodeTaskEvent(ob); err != nil || !reflect.DeepEqual(back, v1Event()) {
@@ -143,13 +143,14 @@ func TestFutureWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.writers[gc.Rabin] = &writer{name: avro.TaskEvent, version: 3, fp: gc.Rabin, codec: gc} // accept it
+	fp := specFingerprint(t, gc)
+	c.writers[fp] = &writer{name: avro.TaskEvent, version: 3, fp: fp, codec: gc} // accept it
 
 	e := fullEvent()
 	native := taskEventNative(&e)
 	native["tenant_tier"] = "gold"
 	native["operation"].(map[string]any)["faultrouter.Operation"].(map[string]any)["state"] = "COMPENSATED"
-	b, err := gc.SingleFromNative(nil, native)
+	b, err := specSingle(gc, native)
 	if err != nil {
 		t.Fatal(err)
 	}

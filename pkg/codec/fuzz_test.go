@@ -37,7 +37,7 @@ func FuzzDecode(f *testing.F) {
 	v1, _ := avro.Version(avro.TaskEvent, 1)
 	gc, _ := goavro.NewCodec(v1.JSON)
 	e := v1Event()
-	add(gc.SingleFromNative(nil, taskEventNative(&e)))
+	add(specSingle(gc, taskEventNative(&e)))
 	noTask := fullEvent()
 	noTask.TaskID = ""
 	add(goavroSingle(f, avro.TaskEvent, &noTask))
@@ -131,5 +131,5 @@ func goavroSingle(t testing.TB, name string, e *event.TaskEvent) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	return gc.SingleFromNative(nil, taskEventNative(e))
+	return specSingle(gc, taskEventNative(e))
 }
