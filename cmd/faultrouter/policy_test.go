@@ -127,7 +127,7 @@ func TestPolicyCheck(t *testing.T) {
 
 	cases := []struct{ name, body, want string }{
 		{"misspelled.yaml", "rate_limited:\n  defualt_delay_ms: 5000\n",
-			":2: rate_limited.defualt_delay_ms: unknown key; allowed keys: codes, default_delay_ms, error_types, http_statuses, window_ms"},
+			":2: rate_limited.defualt_delay_ms: unknown key; allowed keys: codes, default_delay_ms, error_types, http_statuses, max_retry_after_ms, window_ms"},
 		{"negative.yaml", "network_timeout:\n  base_delay_ms: -1000\n",
 			":2: network_timeout.base_delay_ms: must be >= 0, got -1000"},
 	}

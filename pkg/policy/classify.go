@@ -239,7 +239,10 @@ func (p *Policy) rateLimited(ev *event.TaskEvent, st *task.State) (verdict, bool
 		}
 	}
 	v := verdict{class: event.ClassRateLimited, route: event.RouteRetry, rule: "rate_limited.retry", rateLimited: true}
-	if ra := ev.Error.RetryAfterMs; ra != nil && *ra >= 0 {
+	if ra := ev.Error.RetryAfterMs; ra != nil && *ra > rl.MaxRetryAfterMs {
+		v.delayMs = rl.MaxRetryAfterMs
+		v.reason = fmt.Sprintf("rate limited (%s): retry_after_ms %d is above the ceiling rate_limited.max_retry_after_ms: retry after %d ms", m, *ra, rl.MaxRetryAfterMs)
+	} else if ra != nil && *ra >= 0 {
 		v.delayMs = *ra
 		v.reason = fmt.Sprintf("rate limited (%s): retry after retry_after_ms %d", m, *ra)
 	} else {

@@ -111,7 +111,9 @@ func (p *Policy) retry(st *task.State, class event.Class, delayMs int64, now tim
 		}
 		st.RetriesByClass[class]++
 	}
-	notBefore := event.At(now.Add(time.Duration(delayMs) * time.Millisecond))
+	// in milliseconds, not a time.Duration: the delay is bounded by the
+	// policy (validate.go), but a Duration of it would overflow past 292 years
+	notBefore := event.FromMillis(now.UnixMilli() + max(delayMs, 0))
 	st.Pending = &task.PendingRetry{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore.Millis()}
 	st.Terminal, st.TerminalClass = false, ""
 	return &event.RetryPlan{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore}

@@ -190,3 +190,33 @@ func cloneState(t *testing.T, st *task.State) *task.State {
 	}
 	return c
 }
+
+// TestRetryAfterCeiling guards the rate-limit ceiling: a 429 whose
+// retry_after_ms exceeds rate_limited.max_retry_after_ms is retried after the
+// ceiling, and a retry_after_ms so large that it overflows a time.Duration
+// (about 292 years) still yields a retry due after the decision, never one in
+// the past.
+func TestRetryAfterCeiling(t *testing.T) {
+	p := Default()
+	now := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, ra := range []int64{p.RateLimited.MaxRetryAfterMs + 1, 10 * 365 * 24 * 3_600_000, 1 << 62} {
+		ev := &event.TaskEvent{
+			EventID: "e-429", TaskID: "T-429", Attempt: 1, OccurredAt: event.At(now),
+			Stage: event.StageModel, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", RetryAfterMs: &ra},
+		}
+		st := &task.State{}
+		d := p.Decide(ev, st, now)
+		if d.Class != event.ClassRateLimited || d.Route != event.RouteRetry || d.Retry == nil {
+			t.Fatalf("retry_after_ms %d: %s/%s retry %+v, want RATE_LIMITED/RETRY", ra, d.Class, d.Route, d.Retry)
+		}
+		want := now.Add(time.Duration(p.RateLimited.MaxRetryAfterMs) * time.Millisecond)
+		if d.Retry.DelayMs != p.RateLimited.MaxRetryAfterMs || !d.Retry.NotBefore.Time.Equal(want) {
+			t.Errorf("retry_after_ms %d: delay %d ms, not before %s; want the ceiling %d ms, %s",
+				ra, d.Retry.DelayMs, d.Retry.NotBefore.Time, p.RateLimited.MaxRetryAfterMs, want)
+		}
+		if st.Pending == nil || st.Pending.NotBefore != want.UnixMilli() {
+			t.Errorf("retry_after_ms %d: pending %+v, want not before %d", ra, st.Pending, want.UnixMilli())
+		}
+	}
+}

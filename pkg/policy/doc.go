@@ -65,7 +65,11 @@
 // A retry plan's N is the task's retry number across classes (it equals
 // totals.retries); DelayMs is the class's delay; NotBefore is the router's
 // clock plus the delay, so that consumer lag never makes a retry early.
-// RATE_LIMITED honours retry_after_ms the same way.
+// RATE_LIMITED honours retry_after_ms the same way, up to the ceiling
+// rate_limited.max_retry_after_ms (default 1 h): a longer wait is capped at
+// it, and the decision's reason says so. No configured delay may exceed
+// MaxRetryDelayMs (30 days); the delay is added in milliseconds, so no
+// retry_after_ms, however large, can overflow into a retry in the past.
 //
 // Every route except RETRY makes the task terminal: COMPLETE, DEADLETTER,
 // REVIEW and QUARANTINE. A task in review waits for a person; only an

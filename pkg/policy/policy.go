@@ -165,13 +165,22 @@ type Hallucination struct {
 	Escalation `yaml:",inline"`
 }
 
+// MaxRetryDelayMs bounds every retry delay a policy may configure (30 days):
+// rate_limited.max_retry_after_ms, rate_limited.default_delay_ms and
+// network_timeout.max_delay_ms. A pending retry keeps its task's state, so
+// the longest delay is also the longest a task can wait for its retry.
+const MaxRetryDelayMs = 30 * 24 * hour
+
 // RateLimited is a 429: retried after error.retry_after_ms, else
 // DefaultDelayMs; a second one within WindowMs (inclusive, on occurred_at)
-// is RATE_LIMIT_EXCEEDED and dead-lettered.
+// is RATE_LIMIT_EXCEEDED and dead-lettered. A retry_after_ms above
+// MaxRetryAfterMs is capped at it: the router holds a pending retry (and the
+// task's state) no longer than that, whatever the provider asks.
 type RateLimited struct {
-	ErrorMatch     `yaml:",inline"`
-	DefaultDelayMs int64 `yaml:"default_delay_ms"`
-	WindowMs       int64 `yaml:"window_ms"`
+	ErrorMatch      `yaml:",inline"`
+	DefaultDelayMs  int64 `yaml:"default_delay_ms"`
+	WindowMs        int64 `yaml:"window_ms"`
+	MaxRetryAfterMs int64 `yaml:"max_retry_after_ms"`
 }
 
 // Budget caps a task's usage. A limit is reached when the task's total is
@@ -342,8 +351,9 @@ func Default() *Policy {
 				HTTPStatuses: []int32{429},
 				Codes:        []string{"rate_limited", "rate_limit_exceeded"},
 			},
-			DefaultDelayMs: 10_000,
-			WindowMs:       60_000,
+			DefaultDelayMs:  10_000,
+			MaxRetryAfterMs: hour,
+			WindowMs:        60_000,
 		},
 		Budget: Budget{
 			MaxCostUSD:   0.50,

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -112,6 +113,19 @@ func (v *validator) check() {
 	v.errorMatch("rate_limited", &rl.ErrorMatch)
 	v.nonNegative("rate_limited.default_delay_ms", rl.DefaultDelayMs)
 	v.nonNegative("rate_limited.window_ms", rl.WindowMs)
+	v.positive("rate_limited.max_retry_after_ms", rl.MaxRetryAfterMs)
+	for _, d := range []struct {
+		field string
+		ms    int64
+	}{
+		{"rate_limited.max_retry_after_ms", rl.MaxRetryAfterMs},
+		{"rate_limited.default_delay_ms", rl.DefaultDelayMs},
+		{"network_timeout.max_delay_ms", p.NetworkTimeout.MaxDelayMs},
+	} {
+		if d.ms > MaxRetryDelayMs {
+			v.fail(d.field, "must be <= %d (%s), got %d", MaxRetryDelayMs, time.Duration(MaxRetryDelayMs)*time.Millisecond, d.ms)
+		}
+	}
 
 	b := &p.Budget
 	if !(b.MaxCostUSD > 0) {

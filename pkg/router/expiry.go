@@ -6,7 +6,11 @@ package router
 // (the event's sla_ms, else the policy's default_sla_ms). While one of its
 // WRITE operations is SUBMITTED or UNKNOWN the state never expires: only a
 // receipt, a person or a reconciliation resolves it, because an expired dedup
-// window must never let a lost-receipt write run again.
+// window must never let a lost-receipt write run again. While a retry is
+// pending the state does not expire either: its expiry counts from the
+// retry's due time (a 429 may ask for a wait longer than 2 x SLA; the policy
+// caps that wait at rate_limited.max_retry_after_ms), so the retry is always
+// published, and audited, before its task can be forgotten.
 //
 // How it runs, per poll batch:
 //
@@ -59,9 +63,11 @@ type expiredTask struct {
 	state     *task.State // as the store holds it: names its index entries
 }
 
-// expired reports whether st is past its expiry at nowMs.
+// expired reports whether st is past its expiry at nowMs. A task with a
+// pending retry never is: the retry is published first (expiresAt counts
+// from its due time; this also covers a state stamped before that rule).
 func expired(st *task.State, nowMs int64) bool {
-	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs
+	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs && st.Pending == nil
 }
 
 // forgetExpired drops from the batch the loaded states that have expired, so

@@ -30,9 +30,10 @@ type expWorld struct {
 	clock  atomic.Int64 // the router clock, Unix ms
 	prod   *kgo.Client
 
-	mu     sync.Mutex
-	audit  []event.Routed
-	states []*kgo.Record
+	mu      sync.Mutex
+	audit   []event.Routed
+	retries []event.Routed
+	states  []*kgo.Record
 }
 
 func expStart(t *testing.T, clockMs int64) *expWorld {
@@ -90,7 +91,7 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 		t.Fatal(err)
 	}
 	cons, err := kgo.NewClient(append(w.seeds,
-		kgo.ConsumeTopics(w.topics.Audit, w.topics.State),
+		kgo.ConsumeTopics(w.topics.Audit, w.topics.State, w.topics.Retry),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
@@ -113,7 +114,11 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 				}
 				r, err := w.codec.DecodeRouted(rec.Value)
 				if err != nil {
-					t.Errorf("audit record does not decode: %v", err)
+					t.Errorf("%s record does not decode: %v", rec.Topic, err)
+					return
+				}
+				if rec.Topic == w.topics.Retry {
+					w.retries = append(w.retries, r)
 					return
 				}
 				w.audit = append(w.audit, r)
@@ -312,5 +317,59 @@ func TestExpiryAppliesBeforeTheSweep(t *testing.T) {
 	}
 	if n := w.tombstones("exp-early"); n != 0 {
 		t.Errorf("%d tombstones for a task that got a new event, want none", n)
+	}
+}
+
+// retriesOf returns the retry-topic records of one task, in order.
+func (w *expWorld) retriesOf(taskID string) []event.Routed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var rs []event.Routed
+	for _, r := range w.retries {
+		if r.Event != nil && r.Event.TaskID == taskID {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// Guards the TTL contract for a pending retry: a task waiting for its retry
+// does not expire, however short its SLA. A 429 asks for a wait of 59 min
+// while the task's sla_ms is 60 s (state TTL 2 min); an hour bucket later
+// the expiry sweep runs (another task's event is routed then) and the retry
+// is still not due: the task's state must survive it, and the retry is
+// published once due.
+func TestExpiryKeepsTaskWithPendingRetry(t *testing.T) {
+	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, hourStart+30*60_000) // 10:30
+
+	ra := int64(59 * 60_000) // due 11:29
+	ev := expRefusal("rl-1", "exp-429")
+	ev.Stage, ev.Status, ev.Output = event.StageModel, event.StatusError, nil
+	ev.Error = &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}
+	w.produce(ev)
+	if d := w.waitAudit("exp-429", 1)[0]; d.Class != event.ClassRateLimited || d.Route != event.RouteRetry {
+		t.Fatalf("429: %s/%s, want RATE_LIMITED/RETRY", d.Class, d.Route)
+	}
+
+	// 11:05: the 10:00 bucket is over (the state's plain TTL, 10:32, lies in
+	// it); a batch routes another task, so the sweep has run at 11:05
+	w.clock.Store(hourStart + 65*60_000)
+	w.produce(expRefusal("o-1", "exp-other"))
+	w.waitAudit("exp-other", 1)
+	if n := w.tombstones("exp-429"); n != 0 {
+		t.Fatalf("the task with a pending retry due at 11:29 got %d tombstones at 11:05", n)
+	}
+
+	// 11:30: the retry is due and published
+	w.clock.Store(hourStart + 90*60_000)
+	if !expWaitFor(30*time.Second, func() bool { return len(w.retriesOf("exp-429")) == 1 }) {
+		t.Fatalf("the due retry of exp-429 was not published (tombstones %d)", w.tombstones("exp-429"))
+	}
+	if r := w.retriesOf("exp-429")[0]; r.Decision.Rule != "retry.due" || r.Decision.Retry == nil || r.Decision.Retry.DelayMs != ra {
+		t.Errorf("retry record: rule %q retry %+v, want retry.due with delay %d", r.Decision.Rule, r.Decision.Retry, ra)
+	}
+	if n := w.tombstones("exp-429"); n != 0 {
+		t.Errorf("exp-429 got %d tombstones, want none", n)
 	}
 }

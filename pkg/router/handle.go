@@ -290,6 +290,8 @@ func (r *Router) persist(b *batch, now time.Time) error {
 
 // expiresAt is when a task's state may be forgotten: 2 x SLA after its last
 // event on the router clock, or never while an operation's outcome is unknown.
+// A pending retry moves it to 2 x SLA after the retry's due time, so that the
+// retry is published before its task can expire (expiry.go).
 func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
 	for _, op := range st.Operations {
 		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
@@ -300,7 +302,11 @@ func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
 	if sla <= 0 {
 		sla = r.cfg.Policy.DefaultSLAMs
 	}
-	return now.UnixMilli() + 2*sla
+	from := now.UnixMilli()
+	if st.Pending != nil {
+		from = max(from, st.Pending.NotBefore)
+	}
+	return from + 2*sla
 }
 
 // batch is the reusable working set of one poll.
