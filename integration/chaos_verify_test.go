@@ -17,6 +17,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // This file holds the chaos tests' workload (a stream of task events produced
@@ -202,63 +203,52 @@ func readTopic(ctx context.Context, t *testing.T, topic string, committed bool) 
 // markers counts transaction markers (control records) by type.
 type markers struct{ commits, aborts int }
 
-// readAll is readTopic that also counts the transaction markers.
+// readAll is readTopic that also counts the transaction markers. Both
+// isolation levels read up to the high watermark of now, so that a
+// transaction still open is waited for, not cut.
 func readAll(ctx context.Context, t *testing.T, topic string, committed bool) ([]*kgo.Record, markers) {
 	t.Helper()
 	var mk markers
-	seeds := kgo.SeedBrokers(strings.Split(brokers, ",")...)
-	adm, err := kgo.NewClient(seeds)
+	seeds := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.FetchMaxBytes(64 << 20)}
+	adm, err := kgo.NewClient(seeds...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer adm.Close()
+	starts, err := kadm.NewClient(adm).ListStartOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("start offsets of %s: %v", topic, err)
+	}
 	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatalf("end offsets of %s: %v", topic, err)
 	}
-	want := map[int32]int64{}
-	start := map[int32]kgo.Offset{}
+	ranges := scan.Ranges{}
 	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-			start[o.Partition] = kgo.NewOffset().AtStart()
-		}
+		s, _ := starts.Lookup(topic, o.Partition)
+		ranges.Set(topic, o.Partition, scan.Range{Start: max(0, s.Offset), End: o.Offset})
 	})
-	if len(want) == 0 {
-		return nil, mk
+	var opts []scan.Opt
+	if !committed {
+		opts = append(opts, scan.Uncommitted())
 	}
-	iso := kgo.ReadUncommitted()
-	if committed {
-		iso = kgo.ReadCommitted()
-	}
-	cl, err := kgo.NewClient(seeds, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-		kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords(), kgo.FetchMaxBytes(64<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []*kgo.Record
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: %v; partitions not at their end: %v", topic, ctx.Err(), want)
-		}
-		fs.EachError(func(tp string, p int32, err error) { t.Fatalf("read %s/%d: %v", tp, p, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
+	var recs []*kgo.Record
+	err = scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
+		recs = append(recs, b.Records...)
+		for _, r := range b.Markers {
 			switch {
-			case !r.Attrs.IsControl():
-				recs = append(recs, r)
 			case len(r.Key) >= 4 && r.Key[3] == 1: // control key: int16 version, int16 type (0 abort, 1 commit)
 				mk.commits++
 			case len(r.Key) >= 4 && r.Key[3] == 0:
 				mk.aborts++
 			}
-		})
+		}
+		return nil
+	}, opts...)
+	if err != nil {
+		t.Fatalf("read %s: %v", topic, err)
 	}
 	return recs, mk
 }

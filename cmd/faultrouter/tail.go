@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,6 +14,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/replay"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-end | --until-idle DUR] [--format json|text]
@@ -69,38 +69,29 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	p := &printer{c: c, w: stdout, text: *format == "text"}
+	count := 0
+	if *untilEnd {
+		return tailToEnd(ctx, opts, name, *fromBeg, func(rec *kgo.Record) bool {
+			p.print(rec)
+			count++
+			return *maxCount == 0 || count < *maxCount
+		})
+	}
 	start := kgo.NewOffset().AtEnd()
 	if *fromBeg {
 		start = kgo.NewOffset().AtStart()
 	}
-	opts = append(opts,
+	cl, err := kgo.NewClient(append(opts,
 		kgo.ConsumeTopics(name),
 		kgo.ConsumeResetOffset(start),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
-	if *untilEnd {
-		// every transaction ends in a control record: seeing it tells the
-		// consumer reached an end offset that a data record does not
-		opts = append(opts, kgo.KeepControlRecords())
-	}
-	cl, err := kgo.NewClient(opts...)
+	)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	var ends, left map[int32]int64 // stable end offsets of the partitions to read; those not read to theirs yet
-	if *untilEnd {
-		if ends, err = tailEnds(ctx, cl, name, *fromBeg); err != nil {
-			return err
-		}
-		left = maps.Clone(ends)
-	}
-	p := &printer{c: c, w: stdout, text: *format == "text"}
-	count := 0
 	for {
-		if *untilEnd && len(left) == 0 {
-			return nil
-		}
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if *idle > 0 {
 			pctx, cancel = context.WithTimeout(ctx, *idle)
@@ -121,16 +112,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return ferr
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
-			if *untilEnd {
-				end := ends[rec.Partition] // 0 for a partition with nothing to read
-				if rec.Offset+1 >= end {
-					delete(left, rec.Partition)
-				}
-				if rec.Offset >= end {
-					return // committed after tail started
-				}
-			}
-			if rec.Attrs.IsControl() || (*maxCount > 0 && count >= *maxCount) {
+			if *maxCount > 0 && count >= *maxCount {
 				return
 			}
 			p.print(rec)
@@ -146,35 +128,31 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 }
 
-// tailEnds returns the last stable offset now (the end of what is committed)
-// of each partition of topic that has something to read from the start
-// position; an empty partition, or any when tail starts at the end, has not.
-func tailEnds(ctx context.Context, cl *kgo.Client, topic string, fromBeginning bool) (map[int32]int64, error) {
-	adm := kadm.NewClient(cl)
-	stable, err := adm.ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = stable.Error()
-	}
+// tailToEnd calls print with every record of topic committed now (none
+// when tail starts at the end), in offset order within each partition,
+// until print returns false.
+func tailToEnd(ctx context.Context, opts []kgo.Opt, topic string, fromBeginning bool, print func(*kgo.Record) bool) error {
+	adm, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("tail: list stable offsets of %s: %w", topic, err)
+		return err
 	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
+	ranges, err := scan.Committed(ctx, kadm.NewClient(adm), topic)
+	adm.Close()
 	if err != nil {
-		return nil, fmt.Errorf("tail: list start offsets of %s: %w", topic, err)
+		return ctxErr(ctx, fmt.Errorf("tail: %w", err))
 	}
-	if len(stable[topic]) == 0 {
-		return nil, fmt.Errorf("tail: topic %s has no partitions (does it exist?)", topic)
+	if !fromBeginning {
+		return nil
 	}
-	ends := map[int32]int64{}
-	stable.Each(func(o kadm.ListedOffset) {
-		if s, _ := starts.Lookup(topic, o.Partition); fromBeginning && s.Offset < o.Offset {
-			ends[o.Partition] = o.Offset
+	err = scan.Read(ctx, opts, ranges, func(b *scan.Batch) error {
+		for _, rec := range b.Records {
+			if !print(rec) {
+				return scan.Stop
+			}
 		}
+		return nil
 	})
-	return ends, nil
+	return ctxErr(ctx, err)
 }
 
 // printer writes one line per record.

@@ -1,7 +1,7 @@
 package replay
 
 // read.go is the I/O of replay: it locates a time range of topics with
-// offsets-for-times and reads it to its end (read_committed). The replay
+// offsets-for-times and reads it to its end with pkg/scan (read_committed). The replay
 // verb and the operator console both read through it.
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // Found is a selected record and its step.
@@ -42,11 +43,6 @@ type ReadOptions struct {
 	ProgressInterval time.Duration
 }
 
-// partRange is the offsets [start, end) of one partition to read.
-type partRange struct {
-	start, end int64
-}
-
 // Read reads every partition of topics over the time range of o.Filter and
 // returns the records that pass the filter, in read order.
 func Read(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []string, o ReadOptions) ([]Found, error) {
@@ -61,100 +57,34 @@ func Read(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []string, 
 	if err != nil {
 		return nil, err
 	}
-	consume := map[string]map[int32]kgo.Offset{}
-	pending := 0
 	for _, t := range sortedKeys(ranges) {
 		for _, p := range sortedKeys(ranges[t]) {
 			r := ranges[t][p]
-			fmt.Fprintf(stderr, "replay: %s/%d: start offset %d, end offset %d (%d to read)\n", t, p, r.start, r.end, max(0, r.end-r.start))
-			if r.end <= r.start {
-				continue
-			}
-			if consume[t] == nil {
-				consume[t] = map[int32]kgo.Offset{}
-			}
-			consume[t][p] = kgo.NewOffset().At(r.start)
-			pending++
+			fmt.Fprintf(stderr, "replay: %s/%d: start offset %d, end offset %d (%d to read)\n", t, p, r.Start, r.End, max(0, r.End-r.Start))
 		}
 	}
 	var out []Found
 	read := 0
-	if pending > 0 {
-		cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(consume), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-			// a transaction ends in a control record: seeing it tells a
-			// partition reached an end offset that no data record reaches
-			kgo.KeepControlRecords())...)
-		if err != nil {
-			return nil, err
-		}
-		defer cl.Close()
-		done := map[string]map[int32]bool{}
-		isDone := func(t string, p int32) bool { return done[t][p] }
-		markDone := func(t string, p int32) {
-			if done[t] == nil {
-				done[t] = map[int32]bool{}
+	lastReport := time.Now()
+	err = scan.Read(ctx, opts, ranges, func(b *scan.Batch) error {
+		for _, rec := range b.Records {
+			read++
+			st := Decode(c, rec, o.ShortOf[rec.Topic])
+			if o.Filter.Match(&st) {
+				out = append(out, Found{Rec: rec, Step: st})
 			}
-			if !done[t][p] {
-				done[t][p] = true
-				pending--
+			if (o.ProgressEvery > 0 && read%o.ProgressEvery == 0) || (o.ProgressInterval > 0 && time.Since(lastReport) >= o.ProgressInterval) {
+				fmt.Fprintf(stderr, "replay: progress: %d records read, %d matched, %d offsets left in %d partitions\n", read, len(out), b.Left, b.Partitions)
+				lastReport = time.Now()
 			}
 		}
-		lastReport := time.Now()
-		for pending > 0 {
-			pctx, cancel := context.WithTimeout(ctx, o.Idle)
-			fetches := cl.PollFetches(pctx)
-			cancel()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			var ferr error
-			fetches.EachError(func(t string, p int32, err error) {
-				if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-					ferr = fmt.Errorf("replay %s/%d: %w", t, p, err)
-				}
-			})
-			if ferr != nil {
-				return nil, ferr
-			}
-			if fetches.NumRecords() == 0 && pctx.Err() != nil {
-				// Nothing for o.Idle below the end offsets: say so, and
-				// return what was read.
-				for t, ps := range consume {
-					for p := range ps {
-						if !isDone(t, p) {
-							fmt.Fprintf(stderr, "replay: %s/%d: nothing more after %s idle; stopping the partition\n", t, p, o.Idle)
-							markDone(t, p)
-						}
-					}
-				}
-				break
-			}
-			fetches.EachRecord(func(rec *kgo.Record) {
-				r := ranges[rec.Topic][rec.Partition]
-				if isDone(rec.Topic, rec.Partition) || rec.Offset >= r.end {
-					markDone(rec.Topic, rec.Partition)
-					return
-				}
-				if rec.Attrs.IsControl() {
-					if rec.Offset >= r.end-1 {
-						markDone(rec.Topic, rec.Partition)
-					}
-					return
-				}
-				read++
-				st := Decode(c, rec, o.ShortOf[rec.Topic])
-				if o.Filter.Match(&st) {
-					out = append(out, Found{Rec: rec, Step: st})
-				}
-				if rec.Offset >= r.end-1 {
-					markDone(rec.Topic, rec.Partition)
-				}
-				if (o.ProgressEvery > 0 && read%o.ProgressEvery == 0) || (o.ProgressInterval > 0 && time.Since(lastReport) >= o.ProgressInterval) {
-					fmt.Fprintf(stderr, "replay: progress: %d records read, %d matched\n", read, len(out))
-					lastReport = time.Now()
-				}
-			})
-		}
+		return nil
+	}, scan.Idle(o.Idle))
+	if errors.Is(err, scan.ErrStalled) {
+		// a broker in trouble: say so, and return what was read
+		fmt.Fprintf(stderr, "replay: %v; stopping there\n", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	fmt.Fprintf(stderr, "replay: %d records read, %d matched\n", read, len(out))
 	return out, nil
@@ -163,57 +93,48 @@ func Read(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []string, 
 // locate finds each partition's offsets for the time range: the first offset
 // at or after since (the log start without since) up to the first offset at
 // or after until, capped by the last stable offset (read_committed).
-func locate(ctx context.Context, opts []kgo.Opt, topics []string, since, until time.Time) (map[string]map[int32]partRange, error) {
+func locate(ctx context.Context, opts []kgo.Opt, topics []string, since, until time.Time) (scan.Ranges, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	var starts kadm.ListedOffsets
-	if since.IsZero() {
-		starts, err = adm.ListStartOffsets(ctx, topics...)
-	} else {
-		starts, err = adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...)
-	}
+	out, err := scan.Committed(ctx, adm, topics...)
 	if err != nil {
-		return nil, fmt.Errorf("replay: listing start offsets: %w", err)
+		return nil, fmt.Errorf("replay: %w", err)
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("replay: listing end offsets: %w", err)
+	if !since.IsZero() {
+		starts, err := adm.ListOffsetsAfterMilli(ctx, since.UnixMilli(), topics...)
+		if err == nil {
+			err = starts.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replay: listing start offsets: %w", err)
+		}
+		for t, ps := range out {
+			for p, r := range ps {
+				if s, ok := starts.Lookup(t, p); ok && s.Offset >= 0 {
+					r.Start = max(r.Start, s.Offset)
+				} else {
+					r.Start = r.End // nothing at or after since
+				}
+				ps[p] = r
+			}
+		}
 	}
-	var untils kadm.ListedOffsets
 	if !until.IsZero() {
-		if untils, err = adm.ListOffsetsAfterMilli(ctx, until.UnixMilli(), topics...); err != nil {
+		untils, err := adm.ListOffsetsAfterMilli(ctx, until.UnixMilli(), topics...)
+		if err != nil {
 			return nil, fmt.Errorf("replay: listing until offsets: %w", err)
 		}
-	}
-	if err := starts.Error(); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	if err := ends.Error(); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	out := map[string]map[int32]partRange{}
-	ends.Each(func(e kadm.ListedOffset) {
-		r := partRange{start: 0, end: e.Offset}
-		if s, ok := starts.Lookup(e.Topic, e.Partition); ok && s.Offset >= 0 {
-			r.start = s.Offset
-		} else {
-			r.start = e.Offset // nothing at or after since
-		}
-		if u, ok := untils.Lookup(e.Topic, e.Partition); ok && u.Err == nil && u.Offset >= 0 && u.Offset < r.end {
-			r.end = u.Offset
-		}
-		if out[e.Topic] == nil {
-			out[e.Topic] = map[int32]partRange{}
-		}
-		out[e.Topic][e.Partition] = r
-	})
-	for _, t := range topics {
-		if out[t] == nil {
-			return nil, fmt.Errorf("replay: topic %s not found", t)
+		for t, ps := range out {
+			for p, r := range ps {
+				if u, ok := untils.Lookup(t, p); ok && u.Err == nil && u.Offset >= 0 && u.Offset < r.End {
+					r.End = u.Offset
+				}
+				ps[p] = r
+			}
 		}
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -26,92 +27,55 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	if err != nil {
 		return err
 	}
-	start := map[int32]kgo.Offset{}
-	from := map[int32]int64{}
-	var remaining int64
+	ranges := scan.Ranges{}
 	for _, p := range parts {
 		next, _, err := r.store.Checkpoint(p)
 		if err != nil {
 			return err
 		}
 		if next < ends[p] {
-			start[p] = kgo.NewOffset().At(next)
-			from[p] = next
-			remaining += ends[p] - next
+			ranges.Set(topic, p, scan.Range{Start: next, End: ends[p]})
 		}
 	}
-	if len(start) == 0 {
+	if len(ranges) == 0 {
 		r.log.Info("state is up to date", "topic", topic, "partitions", parts)
 		return nil
 	}
-	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(start), "records", remaining)
+	remaining := ranges.Len()
+	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
 	r.metrics.restoreRemaining.Set(float64(remaining))
-
-	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
-	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // every transaction ends in a control record: it tells we reached the end
-	)
-	rc, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("router: restore client: %w", err)
-	}
-	defer rc.Close()
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
-	for len(start) > 0 {
-		fetches := rc.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var ferr error
-		fetches.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("router: restore %s/%d: %w", t, p, err) })
-		if ferr != nil {
-			return ferr
-		}
+	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		wb := r.store.NewBatch()
-		next := map[int32]int64{}
 		applied := map[string]*task.State{} // states this batch wrote: a later record of the task replaces their index entries
-		var werr error
-		fetches.EachRecord(func(rec *kgo.Record) {
-			if _, ok := start[rec.Partition]; !ok || werr != nil {
-				return
-			}
-			next[rec.Partition] = rec.Offset + 1
-			if rec.Attrs.IsControl() {
-				return
-			}
-			werr = r.applyChangelog(wb, rec, applied)
-			total++
-			r.metrics.restoredRecords.Inc()
-		})
-		if werr != nil {
-			wb.Discard()
-			return werr
-		}
-		for p, n := range next {
-			if err := wb.SetCheckpoint(p, n); err != nil {
+		for _, rec := range b.Records {
+			if err := r.applyChangelog(wb, rec, applied); err != nil {
 				wb.Discard()
 				return err
 			}
-			if n >= ends[p] {
-				delete(start, p)
+			total++
+			r.metrics.restoredRecords.Inc()
+		}
+		for p, n := range b.Next[topic] {
+			if err := wb.SetCheckpoint(p, n); err != nil {
+				wb.Discard()
+				return err
 			}
 		}
 		if err := wb.Commit(); err != nil {
 			return err
 		}
-		var left int64
-		for p := range start {
-			left += ends[p] - next[p]
-		}
-		r.metrics.restoreRemaining.Set(float64(left))
+		r.metrics.restoreRemaining.Set(float64(b.Left))
 		if time.Since(lastLog) > 5*time.Second {
-			r.log.Info("restoring state", "applied", total, "partitions_left", len(start))
+			r.log.Info("restoring state", "applied", total, "partitions_left", b.Partitions)
 			lastLog = time.Now()
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("router: restore: %w", err)
 	}
 	r.metrics.restoreRemaining.Set(0)
 	r.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
