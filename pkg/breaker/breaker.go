@@ -174,6 +174,48 @@ type breaker struct {
 type Set struct {
 	cfg      [3]Config
 	breakers map[Ref]*breaker
+	// undo holds, between Begin and Commit or Rollback, each changed
+	// breaker as it was at Begin (nil: it did not exist).
+	undo map[Ref]*breaker
+}
+
+// Begin starts a unit of changes: Rollback undoes every change made after
+// it, Commit keeps them. A router calls Begin before a batch and Commit once
+// the batch's transaction has committed, so that a batch that aborts (and is
+// consumed again) leaves its breakers exactly as they were: no outcome
+// counted twice, no latch or transition lost, no half-open probe slot used
+// up by a probe that was never published.
+func (s *Set) Begin() { s.undo = map[Ref]*breaker{} }
+
+// Commit keeps the changes made since Begin.
+func (s *Set) Commit() { s.undo = nil }
+
+// Rollback undoes the changes made since Begin.
+func (s *Set) Rollback() {
+	for ref, old := range s.undo {
+		if old == nil {
+			delete(s.breakers, ref)
+		} else {
+			s.breakers[ref] = old
+		}
+	}
+	s.undo = nil
+}
+
+// save keeps the state of ref as it was at Begin, before its first change.
+func (s *Set) save(ref Ref) {
+	if s.undo == nil {
+		return
+	}
+	if _, ok := s.undo[ref]; ok {
+		return
+	}
+	if b, ok := s.breakers[ref]; ok {
+		c := *b
+		s.undo[ref] = &c
+	} else {
+		s.undo[ref] = nil
+	}
 }
 
 // NewSet returns a Set with a Config per scope, indexed by Scope.
@@ -194,6 +236,7 @@ func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
 var MaxBreakers = 10_000
 
 func (s *Set) get(ref Ref, now time.Time) *breaker {
+	s.save(ref)
 	b, ok := s.breakers[ref]
 	if !ok {
 		if len(s.breakers) >= MaxBreakers {
@@ -210,6 +253,7 @@ func (s *Set) evict(now time.Time) {
 	n := len(s.breakers)
 	for ref, b := range s.breakers {
 		if _, req := s.counts(ref, b, now.UnixMilli()); b.state == Closed && req == 0 {
+			s.save(ref)
 			delete(s.breakers, ref)
 		}
 	}
@@ -218,6 +262,7 @@ func (s *Set) evict(now time.Time) {
 	}
 	for ref, b := range s.breakers {
 		if b.state == Closed {
+			s.save(ref)
 			delete(s.breakers, ref)
 		}
 	}
@@ -249,6 +294,7 @@ func (s *Set) count(ref Ref, b *breaker, now int64, failure bool) {
 }
 
 func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, o *Outcome) Transition {
+	s.save(ref)
 	fail, req := s.counts(ref, b, now.UnixMilli())
 	t := Transition{Ref: ref, From: b.state, To: to, Reason: reason, Failures: fail, Requests: req, At: now}
 	if o != nil {
@@ -331,6 +377,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	if ok {
 		for _, ref := range refs {
 			if b, found := s.breakers[ref]; found && b.state == HalfOpen {
+				s.save(ref)
 				b.probes++
 			}
 		}

@@ -285,3 +285,72 @@ func TestMaxBreakersBoundsMemory(t *testing.T) {
 		t.Error("the OPEN breaker was forgotten")
 	}
 }
+
+// Guards the unit of changes a router wraps around one batch: Rollback
+// leaves every breaker as it was at Begin (a counted outcome, a latch, a
+// half-open probe slot, a breaker first seen), Commit keeps the changes.
+func TestSetRollback(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.5, Cooldown: time.Second, HalfOpenProbes: 1}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	pm := Ref{Scope: ProviderModel, Key: "acme/m1"}
+	tpl := Ref{Scope: PromptTemplate, Key: "tpl"}
+	s.Record(Outcome{Ref: pm, Failure: true}, now)
+	s.Record(Outcome{Ref: pm, Failure: true}, now) // OPEN
+	later := now.Add(2 * time.Second)
+
+	s.Begin()
+	if ok, ts := s.Allow([]Ref{pm}, later); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("Allow after the cooldown = %v %v, want the probe and OPEN->HALF_OPEN", ok, ts)
+	}
+	if ts := s.Trip(tpl, "latched", Outcome{}, later); len(ts) != 1 {
+		t.Fatalf("Trip = %v", ts)
+	}
+	s.Rollback()
+	if s.State(pm) != Open || s.State(tpl) != Closed {
+		t.Fatalf("after Rollback: %s %s, want OPEN and CLOSED", s.State(pm), s.State(tpl))
+	}
+	// the probe slot and the latch were given back: the batch again half-opens
+	// it, releases one probe and latches the template
+	s.Begin()
+	if ok, ts := s.Allow([]Ref{pm}, later); !ok || len(ts) != 1 {
+		t.Fatalf("Allow after Rollback = %v %v, want the probe and the transition again", ok, ts)
+	}
+	if ts := s.Trip(tpl, "latched", Outcome{}, later); len(ts) != 1 {
+		t.Fatalf("Trip after Rollback = %v, want CLOSED->OPEN again", ts)
+	}
+	s.Commit()
+	if ok, _ := s.Allow([]Ref{pm}, later); ok {
+		t.Error("a second probe was allowed after Commit")
+	}
+	if s.State(tpl) != Open {
+		t.Errorf("template %s after Commit, want OPEN", s.State(tpl))
+	}
+}
+
+// Guards the surge detector's unit of changes: a surge fired in a rolled
+// back batch fires again when the batch is processed again.
+func TestSurgesRollback(t *testing.T) {
+	s, err := NewSurges(SurgeConfig{Window: time.Minute, MinEvents: 1, Ratio: 0.5, Classes: []string{"MODEL_REFUSAL"}, Scopes: []Scope{PromptTemplate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := Ref{Scope: PromptTemplate, Key: "tpl"}
+	now := time.Unix(1000, 0)
+	s.Begin()
+	if _, fired := s.Record(ref, "MODEL_REFUSAL", "t1", now); !fired {
+		t.Fatal("no surge")
+	}
+	s.Rollback()
+	s.Begin()
+	if _, fired := s.Record(ref, "MODEL_REFUSAL", "t1", now); !fired {
+		t.Fatal("the surge of a rolled back batch did not fire again")
+	}
+	s.Commit()
+	if _, fired := s.Record(ref, "MODEL_REFUSAL", "t2", now); fired {
+		t.Error("a committed surge fired twice")
+	}
+}

@@ -82,6 +82,44 @@ type Surges struct {
 	cfg   SurgeConfig
 	index map[string]int // class -> index in cfg.Classes
 	keys  map[Ref]*surgeKey
+	undo  map[Ref]*surgeKey // like Set's: each key changed since Begin, as it was
+}
+
+// Begin, Commit and Rollback make a unit of changes, as for a Set.
+func (s *Surges) Begin() { s.undo = map[Ref]*surgeKey{} }
+
+// Commit keeps the changes made since Begin.
+func (s *Surges) Commit() { s.undo = nil }
+
+// Rollback undoes the changes made since Begin.
+func (s *Surges) Rollback() {
+	for ref, old := range s.undo {
+		if old == nil {
+			delete(s.keys, ref)
+		} else {
+			s.keys[ref] = old
+		}
+	}
+	s.undo = nil
+}
+
+func (s *Surges) save(ref Ref) {
+	if s.undo == nil {
+		return
+	}
+	if _, ok := s.undo[ref]; ok {
+		return
+	}
+	k, ok := s.keys[ref]
+	if !ok {
+		s.undo[ref] = nil
+		return
+	}
+	c := &surgeKey{window: k.window, fired: slices.Clone(k.fired)}
+	for i := range c.window {
+		c.window[i].class = slices.Clone(k.window[i].class)
+	}
+	s.undo[ref] = c
 }
 
 // NewSurges returns a surge detector.
@@ -139,6 +177,7 @@ func (s *Surges) Record(ref Ref, class, taskID string, now time.Time) (Surge, bo
 func (s *Surges) Len() int { return len(s.keys) }
 
 func (s *Surges) get(ref Ref, now int64) *surgeKey {
+	s.save(ref)
 	k, ok := s.keys[ref]
 	if !ok {
 		if len(s.keys) >= MaxSurgeKeys {
@@ -157,6 +196,7 @@ func (s *Surges) evict(now int64) {
 		n := len(s.keys)
 		for ref, k := range s.keys {
 			if forget(k) {
+				s.save(ref)
 				delete(s.keys, ref)
 			}
 		}
@@ -167,6 +207,9 @@ func (s *Surges) evict(now int64) {
 	}
 	if drop(func(k *surgeKey) bool { return !slices.Contains(k.fired, true) }) {
 		return
+	}
+	for ref := range s.keys {
+		s.save(ref)
 	}
 	clear(s.keys)
 }

@@ -25,6 +25,7 @@ package router
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,6 +77,9 @@ type breakers struct {
 	// moved to the same later due time: each gets holdUntil + holdSeq ms.
 	holdUntil int64
 	holdSeq   int64
+	// held, holdUntil and holdSeq as they were when the batch began
+	savedHeld                    map[string]bool
+	savedHoldUntil, savedHoldSeq int64
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -209,7 +213,6 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
-	r.breakerGauges()
 }
 
 // surge feeds a decided task event into the surge detector of its prompt
@@ -244,7 +247,6 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(d.Class)
 	}
 	r.transitions(ts, b, now)
-	r.breakerGauges()
 }
 
 // BreakerKindReset is the kind of the BreakerEvent that `faultrouter breaker
@@ -273,7 +275,6 @@ func (r *Router) resetBreaker(in *input, b *batch, now time.Time) event.Decision
 	ref := breaker.Ref{Scope: scope, Key: c.Key}
 	ts := r.brk.set.Reset(ref, fmt.Sprintf("%s reset the breaker: %s", who, c.Reason), now)
 	r.transitions(ts, b, now)
-	r.breakerGauges()
 	if len(ts) == 0 {
 		d.Reason = fmt.Sprintf("%s asked to reset %s (%s); it is already closed here", who, ref, c.Reason)
 	} else {
@@ -304,9 +305,6 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		r.postpone(ev, b, now)
 	}
 	r.brk.heldGauge.Set(float64(len(r.brk.held)))
-	if len(ts) > 0 {
-		r.breakerGauges()
-	}
 	return !ok
 }
 
@@ -333,13 +331,6 @@ func (r *Router) postpone(ev *event.TaskEvent, b *batch, now time.Time) {
 // transitions queues one BreakerEvent per transition.
 func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 	for _, t := range ts {
-		r.brk.transitions.WithLabelValues(t.Scope.String(), t.To.String()).Inc()
-		attrs := []any{"scope", t.Scope.String(), "key", t.Key, "from", t.From.String(), "to", t.To.String(),
-			"reason", t.Reason, "failures", t.Failures, "requests", t.Requests}
-		if t.TaskID != "" { // a cooldown or a reset has no triggering task
-			attrs = append([]any{"task_id", t.TaskID}, attrs...)
-		}
-		r.log.Warn("breaker "+t.To.String(), attrs...)
 		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
@@ -349,8 +340,6 @@ func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 // alert queues an immediate alert.
 func (r *Router) alert(b *batch, now time.Time, e event.BreakerEvent) {
 	e.Instance, e.At = r.cfg.InstanceID, event.At(now)
-	r.brk.alerts.WithLabelValues(string(e.Class)).Inc()
-	r.log.Warn("alert", "task_id", e.TaskID, "scope", e.Scope, "key", e.Key, "class", e.Class, "reason", e.Reason)
 	r.queueBreakerEvent(b, &e)
 }
 
@@ -361,6 +350,56 @@ func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
 		return
 	}
 	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: v})
+	b.breakerEvents = append(b.breakerEvents, *e)
+}
+
+// beginBreakers starts the batch's unit of breaker changes: they take effect
+// only when the batch's transaction commits (commitBreakers); a batch that
+// aborts or fails is consumed again, so its changes are undone
+// (rollbackBreakers) and made again, and so are its transitions and alerts.
+func (r *Router) beginBreakers() {
+	r.brk.set.Begin()
+	r.brk.surges.Begin()
+	r.brk.savedHeld = maps.Clone(r.brk.held)
+	r.brk.savedHoldUntil, r.brk.savedHoldSeq = r.brk.holdUntil, r.brk.holdSeq
+}
+
+// commitBreakers keeps the batch's breaker changes once its transaction has
+// committed, and logs and counts its transitions and alerts: only committed
+// ones.
+func (r *Router) commitBreakers(b *batch) {
+	r.brk.set.Commit()
+	r.brk.surges.Commit()
+	r.brk.savedHeld = nil
+	for i := range b.breakerEvents {
+		e := &b.breakerEvents[i]
+		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
+		if e.TaskID != "" { // a cooldown or a reset has no triggering task
+			attrs = append([]any{"task_id", e.TaskID}, attrs...)
+		}
+		switch e.Kind {
+		case breakerKindTransition:
+			r.brk.transitions.WithLabelValues(e.Scope, e.To).Inc()
+			r.log.Warn("breaker "+e.To, append(attrs, "from", e.From, "to", e.To, "failures", e.Failures, "requests", e.Requests)...)
+		default:
+			r.brk.alerts.WithLabelValues(string(e.Class)).Inc()
+			r.log.Warn("alert", append(attrs, "class", e.Class)...)
+		}
+	}
+	r.breakerGauges()
+}
+
+// rollbackBreakers undoes the breaker changes of a batch whose transaction
+// did not commit.
+func (r *Router) rollbackBreakers() {
+	r.brk.set.Rollback()
+	r.brk.surges.Rollback()
+	if r.brk.savedHeld != nil {
+		r.brk.held, r.brk.savedHeld = r.brk.savedHeld, nil
+	}
+	r.brk.holdUntil, r.brk.holdSeq = r.brk.savedHoldUntil, r.brk.savedHoldSeq
+	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	r.breakerGauges()
 }
 
 func (r *Router) breakerGauges() {

@@ -20,6 +20,16 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	b.reset()
 	now := r.cfg.Now()
 	start := time.Now()
+	// breakers.go: the batch's breaker changes are kept only if it commits
+	r.beginBreakers()
+	committed := false
+	defer func() {
+		if committed {
+			r.commitBreakers(b)
+		} else {
+			r.rollbackBreakers()
+		}
+	}()
 
 	// consume and decode
 	fetches.EachRecord(func(rec *kgo.Record) {
@@ -54,7 +64,8 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.overdueReviews(b, now); err != nil { // review_sla.go: owner SLA alerts
 		return err
 	}
-	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 {
+	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
+		committed = true // nothing to write: keep what the passing of time changed
 		return nil
 	}
 	r.changelog(b)
@@ -90,17 +101,18 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
 		try = kgo.TryAbort
 	}
-	committed, err := sess.End(ctx, try)
+	ok, err := sess.End(ctx, try)
 	if err != nil {
 		r.metrics.txAborted.Inc()
 		return fmt.Errorf("router: end transaction: %w", err)
 	}
-	if !committed {
+	if !ok {
 		r.metrics.txAborted.Inc()
 		r.log.Info("transaction aborted; the batch will be consumed again", "records", len(b.inputs))
 		return nil
 	}
 	r.metrics.txCommitted.Inc()
+	committed = true
 
 	// the transaction committed: now, and only now, update the cache
 	if err := r.persist(b, now); err != nil {
@@ -321,6 +333,9 @@ type batch struct {
 	out         []*kgo.Record
 	checkpoints map[int32]int64
 	expired     []expiredTask // states the TTL forgets after commit (expiry.go)
+	// breakerEvents are the transitions and alerts queued on the alerts
+	// topic, logged and counted once the transaction commits (breakers.go)
+	breakerEvents []event.BreakerEvent
 }
 
 func newBatch() *batch {
@@ -347,6 +362,7 @@ func (b *batch) reset() {
 	clear(b.checkpoints)
 	clear(b.expired)
 	b.expired = b.expired[:0]
+	b.breakerEvents = b.breakerEvents[:0]
 }
 
 // state returns the working state of a task, creating an empty one for a

@@ -28,6 +28,14 @@ func newTestRouter(t testing.TB) (*prometheus.Registry, Topics, []kgo.Opt) {
 // newTestRouterWith is newTestRouter with a hook that adjusts the Config.
 func newTestRouterWith(t testing.TB, adjust func(*Config)) (*prometheus.Registry, Topics, []kgo.Opt) {
 	t.Helper()
+	_, reg, topics, seeds := newTestRouterCluster(t, adjust)
+	return reg, topics, seeds
+}
+
+// newTestRouterCluster is newTestRouterWith that also returns the embedded
+// broker, for tests that inject faults into its requests.
+func newTestRouterCluster(t testing.TB, adjust func(*Config)) (*kfake.Cluster, *prometheus.Registry, Topics, []kgo.Opt) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -84,7 +92,7 @@ func newTestRouterWith(t testing.TB, adjust func(*Config)) (*prometheus.Registry
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return reg, topics, seeds
+	return cluster, reg, topics, seeds
 }
 
 // testClient is a client on the test broker that produces to produceTo and
