@@ -9,9 +9,11 @@ package router
 // transaction.
 //
 // The breakers live in the memory of this instance only: after a restart
-// they start CLOSED and are rebuilt from the traffic that follows. Their
-// counts are at-least-once: a batch whose transaction aborts is consumed
-// again and its outcomes counted again. OPEN -> HALF_OPEN is evaluated when a
+// they start CLOSED and are rebuilt from the traffic that follows. A batch's
+// breaker changes (outcomes counted, transitions, latches, half-open probes
+// let through, surges) take effect only when its transaction commits: a
+// batch that aborts is undone and, consumed again, makes them again, with its
+// transitions and alerts. OPEN -> HALF_OPEN is evaluated when a
 // breaker is next consulted (a held retry on the tick, or a new outcome),
 // not on a timer of its own.
 //
