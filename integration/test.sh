@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): formatting and vet, the unit tests,
 # a short fuzz run of the decoder on top of its corpus, then the integration
-# tests against a real Apache Kafka broker that this script starts and stops.
+# tests against a real Apache Kafka broker that this script starts and stops,
+# among them the wire format as Java Avro and a Python worker (confluent-kafka,
+# fastavro) see it (integration/interop.sh prepares both).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,6 +26,11 @@ go test -run='^$' -fuzz=FuzzDecode -fuzztime="${fuzzexecs}x" ./pkg/codec
 
 echo "== helm chart"
 helm/check.sh
+
+echo "== Java Avro and the Python worker's packages, for the wire-format tests (cached)"
+FAULTROUTER_JAVA_CP=$(integration/interop.sh java)
+FAULTROUTER_PYTHON=$(integration/interop.sh python)
+export FAULTROUTER_JAVA_CP FAULTROUTER_PYTHON
 
 echo "== integration tests on a real Apache Kafka broker"
 if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
