@@ -21,7 +21,7 @@ import (
 
 const replaySynopsis = `usage: faultrouter replay --topic NAME [--since T] [--until T] [filters] [--format json|table]
        faultrouter replay --task ID --timeline [--since T] [--until T]
-       faultrouter replay --topic deadletter|review [filters] --redrive-to ingress [--dry-run] [--max-redrives N]
+       faultrouter replay --topic deadletter|review [filters] --redrive-to ingress [--dry-run] [--max-redrives N] [--reason TEXT [--force]]
 
 Incident analysis over committed records (read_committed).
 
@@ -36,17 +36,21 @@ decision and reason.
 
 --redrive-to ingress re-produces the original events of the selected
 dead-letter or review records (raw dead-lettered input as its original bytes)
-with lineage headers faultrouter.redrive.source.{topic,partition,offset} and
-faultrouter.redrive.count, all in one transaction. --dry-run prints what would
-be sent and sends nothing. A record already re-driven --max-redrives times is
-refused by the loop guard.`
+with lineage headers faultrouter.redrive.source.{topic,partition,offset},
+faultrouter.redrive.count and faultrouter.redrive.reason (--reason), all in one
+transaction. --dry-run prints what would be sent and sends nothing. A record
+already re-driven --max-redrives times is refused by the loop guard. A write
+whose outcome is unknown (class OUTCOME_UNKNOWN, or a WRITE operation
+SUBMITTED or UNKNOWN) is refused unless --force and --reason are both given:
+running it again may execute it twice.`
 
 // timelineShorts are the topics of a task's story, in data-path order.
 var timelineShorts = []string{"ingress", "decisions", "audit", "retry", "review", "deadletter", "alerts"}
 
 type replayFlags struct {
 	topic, since, until, format, redriveTo string
-	timeline, dryRun                       bool
+	reason                                 string
+	timeline, dryRun, force                bool
 	maxRedrives, progressEvery             int
 	progressInterval, idle                 time.Duration
 	filter                                 replay.Filter
@@ -68,6 +72,8 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.BoolVar(&f.timeline, "timeline", false, "print the --task's story across every topic in time order")
 	fs.StringVar(&f.redriveTo, "redrive-to", "", "re-produce the selected records' original events to this topic (only ingress)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "with --redrive-to: print what would be sent and send nothing")
+	fs.BoolVar(&f.force, "force", false, "with --redrive-to and --reason: also re-drive writes whose outcome is unknown (OUTCOME_UNKNOWN; WRITE operations SUBMITTED or UNKNOWN)")
+	fs.StringVar(&f.reason, "reason", "", "with --redrive-to: why, carried on the re-driven records (faultrouter.redrive.reason); required with --force")
 	fs.IntVar(&f.maxRedrives, "max-redrives", 3, "loop guard: refuse records already re-driven this many times")
 	fs.IntVar(&f.progressEvery, "progress-every", 10000, "report progress on stderr every N records read")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "report progress on stderr at least this often")
@@ -162,6 +168,10 @@ func (f *replayFlags) validate() error {
 		return errors.New("replay: --redrive-to and --timeline do not go together")
 	case f.dryRun && f.redriveTo == "":
 		return errors.New("replay: --dry-run goes with --redrive-to")
+	case (f.force || f.reason != "") && f.redriveTo == "":
+		return errors.New("replay: --force and --reason go with --redrive-to")
+	case f.force && strings.TrimSpace(f.reason) == "":
+		return errors.New("replay: --force needs --reason TEXT: say why a write whose outcome is unknown may run again")
 	case f.maxRedrives < 1:
 		return fmt.Errorf("replay: --max-redrives %d: at least 1", f.maxRedrives)
 	}
@@ -221,17 +231,21 @@ func printTable(w io.Writer, steps []replay.Step) error {
 // redrive re-produces the original events of the found records to target in
 // one transaction, or prints them on a dry run.
 func redrive(ctx context.Context, opts []kgo.Opt, c *codec.Codec, recs []replay.Found, target string, f *replayFlags, stdout, stderr io.Writer) error {
-	plan, err := control.PlanRedrive(c, recs, target, f.maxRedrives)
+	plan, err := control.PlanRedrive(c, recs, target, control.RedriveOptions{MaxRedrives: f.maxRedrives, Reason: f.reason, Force: f.force})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	refused := 0
+	refused, refusedUnknown := 0, 0
 	for i := range plan {
 		r := &plan[i]
 		switch {
 		case r.Refused != nil:
 			fmt.Fprintf(stderr, "replay: %s task %s: %v\n", r.At(), r.Step.TaskID, r.Refused)
-			refused++
+			if errors.Is(r.Refused, replay.ErrUnknownOutcome) {
+				refusedUnknown++
+			} else {
+				refused++
+			}
 			continue
 		case r.Out == nil:
 			fmt.Fprintf(stderr, "replay: %s: skipped: %s\n", r.At(), r.Skipped)
@@ -240,6 +254,9 @@ func redrive(ctx context.Context, opts []kgo.Opt, c *codec.Codec, recs []replay.
 		rec := r.Source
 		line := map[string]any{"dry_run": f.dryRun, "topic": target, "key": string(rec.Key), "redrive_count": r.Count,
 			"source": map[string]any{"topic": rec.Topic, "partition": rec.Partition, "offset": rec.Offset}}
+		if f.reason != "" {
+			line["reason"] = f.reason
+		}
 		if r.Step.Kind == replay.KindPoison {
 			line["value_base64"] = base64.StdEncoding.EncodeToString(r.Out.Value)
 		} else {
@@ -251,6 +268,9 @@ func redrive(ctx context.Context, opts []kgo.Opt, c *codec.Codec, recs []replay.
 	out := control.Sendable(plan)
 	if refused > 0 {
 		fmt.Fprintf(stderr, "replay: loop guard refused %d record(s) already re-driven %d times\n", refused, f.maxRedrives)
+	}
+	if refusedUnknown > 0 {
+		fmt.Fprintf(stderr, "replay: refused %d write(s) whose outcome is unknown; check the downstream system, then re-drive with --force --reason TEXT\n", refusedUnknown)
 	}
 	if f.dryRun {
 		fmt.Fprintf(stderr, "replay: dry run: would re-drive %d record(s) to %s; nothing sent\n", len(out), target)

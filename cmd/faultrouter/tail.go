@@ -171,12 +171,8 @@ func (p *printer) print(rec *kgo.Record) {
 		v   any
 		err error
 	)
-	if hdr := errorHeaders(rec); hdr["faultrouter.error.stage"] != "" && hdr["faultrouter.error.stage"] != "route" {
-		v = undecodable{
-			Error: hdr["faultrouter.error.message"], ErrorKind: hdr["faultrouter.error.kind"],
-			Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
-			Headers: hdr, ValueBase64: base64.StdEncoding.EncodeToString(rec.Value),
-		}
+	if e := codec.ParseHeaders(rec.Headers).Error; e.Raw() {
+		v = replay.RawOf(rec, e)
 	} else if v, err = p.c.Decode(rec.Value); err != nil {
 		v = undecodable{
 			Error: err.Error(), ErrorKind: codec.Kind(err),
@@ -194,8 +190,6 @@ func (p *printer) print(rec *kgo.Record) {
 	}
 	p.w.Write(append(b, '\n'))
 }
-
-func errorHeaders(rec *kgo.Record) map[string]string { return replay.ErrorHeaders(rec) }
 
 func textLine(rec *kgo.Record, v any) string {
 	at := fmt.Sprintf("%s %d@%d", rec.Topic, rec.Partition, rec.Offset)

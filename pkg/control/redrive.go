@@ -22,7 +22,8 @@ type Redrive struct {
 	Out *kgo.Record
 	// Count is the re-drive count Out carries.
 	Count int
-	// Refused is set by the loop guard (wraps replay.ErrLoop); Skipped says
+	// Refused is set by the loop guard (wraps replay.ErrLoop) or the
+	// unknown-outcome guard (wraps replay.ErrUnknownOutcome); Skipped says
 	// why a record that is no dead letter or review item is left out.
 	Refused error
 	Skipped string
@@ -33,16 +34,34 @@ func (r *Redrive) At() string {
 	return fmt.Sprintf("%s/%d@%d", r.Source.Topic, r.Source.Partition, r.Source.Offset)
 }
 
+// RedriveOptions are an operator's re-drive instruction.
+type RedriveOptions struct {
+	// MaxRedrives is the loop guard: a record already re-driven this many
+	// times is refused.
+	MaxRedrives int
+	// Reason is why, carried as faultrouter.redrive.reason.
+	Reason string
+	// Force also re-drives a write whose outcome is unknown; it needs a
+	// Reason.
+	Force bool
+}
+
 // PlanRedrive builds the records that re-drive found to target: the original
 // bytes of a dead-lettered input, the re-encoded event of a routed record,
-// with the lineage headers. A record already re-driven maxRedrives times is
-// refused by the loop guard. It sends nothing.
-func PlanRedrive(c *codec.Codec, found []replay.Found, target string, maxRedrives int) ([]Redrive, error) {
+// with the lineage headers. A record already re-driven opt.MaxRedrives times
+// is refused by the loop guard, and a write whose outcome is unknown unless
+// opt forces it with a reason. It sends nothing.
+func PlanRedrive(c *codec.Codec, found []replay.Found, target string, opt RedriveOptions) ([]Redrive, error) {
 	out := make([]Redrive, 0, len(found))
 	for i := range found {
 		rec, st := found[i].Rec, &found[i].Step
-		r := Redrive{Source: rec, Step: st, Count: replay.RedriveCount(replay.Headers(rec))}
-		if err := replay.Guard(r.Count, maxRedrives); err != nil {
+		r := Redrive{Source: rec, Step: st, Count: replay.RedriveCount(rec.Headers)}
+		if err := replay.Guard(r.Count, opt.MaxRedrives); err != nil {
+			r.Refused = err
+			out = append(out, r)
+			continue
+		}
+		if err := replay.GuardUnknownOutcome(st.Event, st.Decision, opt.Force, opt.Reason); err != nil {
 			r.Refused = err
 			out = append(out, r)
 			continue
@@ -67,18 +86,16 @@ func PlanRedrive(c *codec.Codec, found []replay.Found, target string, maxRedrive
 			out = append(out, r)
 			continue
 		}
-		var keep []replay.Header
-		for _, h := range replay.Headers(rec) {
-			if st.Kind == replay.KindPoison || h.Key == "traceparent" {
+		var keep []kgo.RecordHeader
+		for _, h := range rec.Headers {
+			if st.Kind == replay.KindPoison || h.Key == codec.HeaderTraceparent {
 				keep = append(keep, h)
 			}
 		}
 		r.Count++
-		nr := &kgo.Record{Topic: target, Key: rec.Key, Value: value}
-		for _, h := range replay.Lineage(keep, rec.Topic, rec.Partition, rec.Offset, r.Count) {
-			nr.Headers = append(nr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-		}
-		r.Out = nr
+		lin := codec.Redrive{SourceTopic: rec.Topic, SourcePartition: rec.Partition, SourceOffset: rec.Offset,
+			Count: r.Count, Reason: opt.Reason, Forced: opt.Force}
+		r.Out = &kgo.Record{Topic: target, Key: rec.Key, Value: value, Headers: replay.Lineage(keep, lin)}
 		out = append(out, r)
 	}
 	return out, nil

@@ -25,59 +25,34 @@ type Raw struct {
 	ValueBase64 string            `json:"value_base64"`
 }
 
-// ErrorHeaders returns the record's faultrouter.error.* headers, nil without
-// any.
-func ErrorHeaders(rec *kgo.Record) map[string]string {
-	var m map[string]string
-	for _, h := range rec.Headers {
-		if strings.HasPrefix(h.Key, "faultrouter.error.") {
-			if m == nil {
-				m = map[string]string{}
-			}
-			m[h.Key] = string(h.Value)
-		}
+// RawOf is the JSON form of a dead-lettered input record: its original
+// bytes and its contract headers.
+func RawOf(rec *kgo.Record, e *codec.ErrorInfo) Raw {
+	return Raw{
+		Error: e.Message, ErrorKind: e.Kind,
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
+		Headers: codec.HeaderMap(rec.Headers), ValueBase64: base64.StdEncoding.EncodeToString(rec.Value),
 	}
-	return m
-}
-
-// IsPoison reports whether rec is a dead-lettered input record (its original
-// bytes with error headers) rather than a routed record.
-func IsPoison(rec *kgo.Record) bool {
-	stage := ErrorHeaders(rec)["faultrouter.error.stage"]
-	return stage != "" && stage != "route"
-}
-
-// Headers converts the record's headers.
-func Headers(rec *kgo.Record) []Header {
-	hs := make([]Header, len(rec.Headers))
-	for i, h := range rec.Headers {
-		hs[i] = Header{Key: h.Key, Value: h.Value}
-	}
-	return hs
 }
 
 // Decode turns one consumed record of the topic named short (ingress,
 // audit, ...) into a step.
 func Decode(c *codec.Codec, rec *kgo.Record, short string) Step {
 	st := Step{Topic: rec.Topic, Short: short, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, TaskID: string(rec.Key)}
-	for _, h := range rec.Headers {
-		if strings.HasPrefix(h.Key, HeaderPrefix) {
+	for k, v := range codec.HeaderMap(rec.Headers) {
+		if name, ok := strings.CutPrefix(k, codec.RedriveHeaderPrefix); ok {
 			if st.Lineage == nil {
 				st.Lineage = map[string]string{}
 			}
-			st.Lineage[strings.TrimPrefix(h.Key, HeaderPrefix)] = string(h.Value)
+			st.Lineage[name] = v
 		}
 	}
-	if IsPoison(rec) {
-		hdr := ErrorHeaders(rec)
+	hdr := codec.ParseHeaders(rec.Headers)
+	if e := hdr.Error; e.Raw() {
 		st.Kind = KindPoison
-		st.Summary = "dead-lettered input (" + hdr["faultrouter.error.stage"] + ")"
-		st.Reason = hdr["faultrouter.error.kind"] + ": " + hdr["faultrouter.error.message"]
-		st.Value = Raw{
-			Error: hdr["faultrouter.error.message"], ErrorKind: hdr["faultrouter.error.kind"],
-			Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
-			Headers: hdr, ValueBase64: base64.StdEncoding.EncodeToString(rec.Value),
-		}
+		st.Summary = "dead-lettered input (" + e.Stage + ")"
+		st.Reason = e.Kind + ": " + e.Message
+		st.Value = RawOf(rec, e)
 		return st
 	}
 	v, err := c.Decode(rec.Value)
@@ -95,8 +70,8 @@ func Decode(c *codec.Codec, rec *kgo.Record, short string) Step {
 		if x.Error != nil {
 			st.Reason = strings.TrimSpace(fmt.Sprintf("%s %d %s %s", x.Error.Type, x.Error.HTTPStatus, x.Error.Code, x.Error.Message))
 		}
-		if n := RedriveCount(Headers(rec)); n > 0 {
-			st.Summary += fmt.Sprintf(" (re-drive %d)", n)
+		if r := hdr.Redrive; r != nil {
+			st.Summary += fmt.Sprintf(" (re-drive %d)", r.Count)
 		}
 	case *event.Routed:
 		st.Kind, st.Event, st.Decision = KindRouted, x.Event, &x.Decision

@@ -1,7 +1,7 @@
 // Package replay is incident analysis over committed records: parsing a time
 // range, turning consumed records into steps (decode.go), filtering them,
-// ordering one task's timeline, and the lineage headers and loop guard of a
-// re-drive, all pure; read.go reads a time range of topics from Kafka. The
+// ordering one task's timeline, and the lineage headers and guards of a
+// re-drive (the header contract itself is pkg/codec's headers.go), all pure; read.go reads a time range of topics from Kafka. The
 // replay verb and the operator console (pkg/console) share it; pkg/control
 // writes the re-drive.
 package replay
@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -166,33 +168,13 @@ func rank(short string) int {
 	return len(topicRank)
 }
 
-// Header names of a re-drive's lineage.
-const (
-	HeaderPrefix          = "faultrouter.redrive."
-	HeaderSourceTopic     = "faultrouter.redrive.source.topic"
-	HeaderSourcePartition = "faultrouter.redrive.source.partition"
-	HeaderSourceOffset    = "faultrouter.redrive.source.offset"
-	HeaderCount           = "faultrouter.redrive.count"
-)
-
-// Header is one record header; kgo.RecordHeader has the same shape.
-type Header struct {
-	Key   string
-	Value []byte
-}
-
 // RedriveCount is the faultrouter.redrive.count a record carries, 0 without
-// one (the last value wins when there are several).
-func RedriveCount(hs []Header) int {
-	n := 0
-	for _, h := range hs {
-		if h.Key == HeaderCount {
-			if v, err := strconv.Atoi(string(h.Value)); err == nil {
-				n = v
-			}
-		}
+// one.
+func RedriveCount(hs []kgo.RecordHeader) int {
+	if r := codec.ParseHeaders(hs).Redrive; r != nil {
+		return r.Count
 	}
-	return n
+	return 0
 }
 
 // ErrLoop is returned by Guard for a record re-driven too often.
@@ -207,21 +189,36 @@ func Guard(count, max int) error {
 	return nil
 }
 
-// Lineage returns the headers of a re-driven record: keep (the original
-// headers minus the router's error and previous lineage headers), then the
-// source of the re-drive and the new count.
-func Lineage(orig []Header, topic string, partition int32, offset int64, count int) []Header {
-	out := make([]Header, 0, len(orig)+4)
-	for _, h := range orig {
-		if strings.HasPrefix(h.Key, HeaderPrefix) || strings.HasPrefix(h.Key, "faultrouter.error.") {
-			continue
-		}
-		out = append(out, h)
+// ErrUnknownOutcome is returned by GuardUnknownOutcome for a write whose
+// outcome is unknown, re-driven without --force and --reason.
+var ErrUnknownOutcome = errors.New("replay: refused: a write whose outcome is unknown is re-driven only with --force and --reason")
+
+// GuardUnknownOutcome returns ErrUnknownOutcome, wrapped with what makes the
+// outcome unknown, when the event ev (decided d, nil if unknown) serves a
+// WRITE whose outcome is unknown (state SUBMITTED or UNKNOWN, or a decision
+// of class OUTCOME_UNKNOWN) and the operator did not both force the
+// re-drive and give a reason. Running such a write again may execute it
+// twice (a refund paid twice).
+func GuardUnknownOutcome(ev *event.TaskEvent, d *event.Decision, force bool, reason string) error {
+	var why string
+	switch {
+	case d != nil && d.Class == event.ClassOutcomeUnknown:
+		why = "its decision is OUTCOME_UNKNOWN"
+	case ev != nil && ev.Operation != nil && ev.Operation.Kind == event.OpWrite &&
+		(ev.Operation.State == event.OpSubmitted || ev.Operation.State == event.OpUnknown):
+		why = fmt.Sprintf("operation %s is a WRITE in state %s", ev.Operation.OpID, ev.Operation.State)
+	default:
+		return nil
 	}
-	return append(out,
-		Header{HeaderSourceTopic, []byte(topic)},
-		Header{HeaderSourcePartition, []byte(strconv.Itoa(int(partition)))},
-		Header{HeaderSourceOffset, []byte(strconv.FormatInt(offset, 10))},
-		Header{HeaderCount, []byte(strconv.Itoa(count))},
-	)
+	if force && strings.TrimSpace(reason) != "" {
+		return nil
+	}
+	return fmt.Errorf("%w (%s)", ErrUnknownOutcome, why)
+}
+
+// Lineage returns the headers of a re-driven record: the original headers
+// minus the router's error and previous lineage headers, then the lineage
+// r (the source of the re-drive, the new count, the operator's reason).
+func Lineage(orig []kgo.RecordHeader, r codec.Redrive) []kgo.RecordHeader {
+	return r.AppendHeaders(codec.WithoutContract(orig))
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -100,7 +103,8 @@ func TestTimeline(t *testing.T) {
 // re-drive, old error and lineage headers are replaced, and a record at the
 // limit is refused.
 func TestLineageAndGuard(t *testing.T) {
-	orig := []Header{{"traceparent", []byte("00-abc")}, {"faultrouter.error.kind", []byte("avro")}, {HeaderCount, []byte("2")}}
+	orig := []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-abc")}, {Key: codec.HeaderErrorKind, Value: []byte("avro")},
+		{Key: codec.HeaderRedriveCount, Value: []byte("2")}, {Key: codec.HeaderRedriveReason, Value: []byte("old reason")}}
 	n := RedriveCount(orig)
 	if n != 2 {
 		t.Fatalf("RedriveCount = %d, want 2", n)
@@ -108,7 +112,7 @@ func TestLineageAndGuard(t *testing.T) {
 	if err := Guard(n, 3); err != nil {
 		t.Fatalf("Guard(2, 3) = %v, want nil", err)
 	}
-	hs := Lineage(orig, "p.ai.tasks.deadletter", 1, 42, n+1)
+	hs := Lineage(orig, codec.Redrive{SourceTopic: "p.ai.tasks.deadletter", SourcePartition: 1, SourceOffset: 42, Count: n + 1})
 	got := map[string]string{}
 	for _, h := range hs {
 		if _, dup := got[h.Key]; dup {
@@ -116,7 +120,8 @@ func TestLineageAndGuard(t *testing.T) {
 		}
 		got[h.Key] = string(h.Value)
 	}
-	want := map[string]string{"traceparent": "00-abc", HeaderSourceTopic: "p.ai.tasks.deadletter", HeaderSourcePartition: "1", HeaderSourceOffset: "42", HeaderCount: "3"}
+	want := map[string]string{"traceparent": "00-abc", codec.HeaderRedriveSourceTopic: "p.ai.tasks.deadletter",
+		codec.HeaderRedriveSourcePart: "1", codec.HeaderRedriveSourceOffset: "42", codec.HeaderRedriveCount: "3"}
 	if len(got) != len(want) {
 		t.Fatalf("headers %v, want %v", got, want)
 	}
@@ -127,5 +132,41 @@ func TestLineageAndGuard(t *testing.T) {
 	}
 	if err := Guard(RedriveCount(hs), 3); !errors.Is(err, ErrLoop) {
 		t.Fatalf("Guard at the limit = %v, want ErrLoop", err)
+	}
+}
+
+// Guards the unknown-outcome guard of a re-drive: a WRITE whose outcome is
+// unknown (SUBMITTED or UNKNOWN, or decided OUTCOME_UNKNOWN) is refused
+// unless the operator both forces it and gives a reason; anything else
+// passes.
+func TestGuardUnknownOutcome(t *testing.T) {
+	write := func(s event.OpState) *event.TaskEvent {
+		return &event.TaskEvent{Operation: &event.Operation{OpID: "op-1", Kind: event.OpWrite, State: s}}
+	}
+	unknown := &event.Decision{Class: event.ClassOutcomeUnknown}
+	for _, tc := range []struct {
+		name    string
+		ev      *event.TaskEvent
+		d       *event.Decision
+		force   bool
+		reason  string
+		refused bool
+	}{
+		{"submitted write", write(event.OpSubmitted), nil, false, "", true},
+		{"unknown write", write(event.OpUnknown), nil, false, "", true},
+		{"outcome unknown decision", nil, unknown, false, "", true},
+		{"force without reason", write(event.OpUnknown), nil, true, "  ", true},
+		{"reason without force", write(event.OpUnknown), nil, false, "checked the ledger", true},
+		{"force and reason", write(event.OpUnknown), unknown, true, "checked the ledger: not paid", false},
+		{"confirmed write", write(event.OpConfirmed), nil, false, "", false},
+		{"submitted generate", &event.TaskEvent{Operation: &event.Operation{OpID: "g", Kind: event.OpGenerate, State: event.OpSubmitted}}, nil, false, "", false},
+		{"no operation", &event.TaskEvent{}, &event.Decision{Class: event.ClassNetworkTimeout}, false, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := GuardUnknownOutcome(tc.ev, tc.d, tc.force, tc.reason)
+			if got := errors.Is(err, ErrUnknownOutcome); got != tc.refused {
+				t.Fatalf("GuardUnknownOutcome = %v, want refused %v", err, tc.refused)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -180,7 +181,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		if in.finished {
 			in.taskMs = ev.OccurredAt.Millis() - st.FirstEventAt
 		}
-		if tp := traceparent(in.rec.Headers); tp != "" {
+		if tp := codec.ParseHeaders(in.rec.Headers).Traceparent; tp != "" {
 			st.Traceparent = tp
 		}
 		r.trackReview(st, &in.decision, now)
@@ -254,7 +255,7 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 		}
 		var hdr []kgo.RecordHeader
 		if st.Traceparent != "" {
-			hdr = []kgo.RecordHeader{{Key: hdrTraceparent, Value: []byte(st.Traceparent)}}
+			hdr = []kgo.RecordHeader{{Key: codec.HeaderTraceparent, Value: []byte(st.Traceparent)}}
 		}
 		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, hdr)
 		b.out = append(b.out, rec)

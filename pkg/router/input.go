@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -103,40 +101,19 @@ func (r *Router) decode(rec *kgo.Record) input {
 	return in
 }
 
-// Header names. Dead-lettered input carries faultrouter.error.* headers, like
-// Kafka Connect's __connect.errors.*.
-const (
-	hdrErrTopic     = "faultrouter.error.topic"
-	hdrErrPartition = "faultrouter.error.partition"
-	hdrErrOffset    = "faultrouter.error.offset"
-	hdrErrTimestamp = "faultrouter.error.timestamp"
-	hdrErrStage     = "faultrouter.error.stage"
-	hdrErrKind      = "faultrouter.error.kind"
-	hdrErrMessage   = "faultrouter.error.message"
-	hdrErrClass     = "faultrouter.error.class"
-	hdrTraceparent  = "traceparent"
-)
-
 // deadLetterRaw is the dead-letter record of a poison input: the original
-// key, value and headers, plus the error headers.
+// key, value and headers, plus the error headers (stage decode or validate).
 func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 	rec := in.rec
-	stage := "decode"
+	stage := codec.StageDecode
 	switch in.errKind {
 	case kindOversize, kindEmptyKey, kindKeyMismatch, codec.Kind(codec.ErrInvalidRecord):
-		stage = "validate"
+		stage = codec.StageValidate
 	}
+	e := codec.ErrorInfo{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp,
+		Stage: stage, Kind: in.errKind, Message: in.err.Error()}
 	h := make([]kgo.RecordHeader, 0, len(rec.Headers)+7)
-	h = append(h, rec.Headers...)
-	h = append(h,
-		kgo.RecordHeader{Key: hdrErrTopic, Value: []byte(rec.Topic)},
-		kgo.RecordHeader{Key: hdrErrPartition, Value: strconv.AppendInt(nil, int64(rec.Partition), 10)},
-		kgo.RecordHeader{Key: hdrErrOffset, Value: strconv.AppendInt(nil, rec.Offset, 10)},
-		kgo.RecordHeader{Key: hdrErrTimestamp, Value: strconv.AppendInt(nil, rec.Timestamp.UnixMilli(), 10)},
-		kgo.RecordHeader{Key: hdrErrStage, Value: []byte(stage)},
-		kgo.RecordHeader{Key: hdrErrKind, Value: []byte(in.errKind)},
-		kgo.RecordHeader{Key: hdrErrMessage, Value: []byte(in.err.Error())},
-	)
+	h = e.AppendHeaders(append(h, rec.Headers...))
 	return &kgo.Record{Topic: r.cfg.Topics.DeadLetter, Key: rec.Key, Value: rec.Value, Headers: h, Timestamp: event.At(now).Time}
 }
 
@@ -153,12 +130,8 @@ func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.De
 		rec.Key = in.rec.Key
 	}
 	if topic == r.cfg.Topics.DeadLetter {
-		rec.Headers = append(rec.Headers,
-			kgo.RecordHeader{Key: hdrErrStage, Value: []byte("route")},
-			kgo.RecordHeader{Key: hdrErrClass, Value: []byte(d.Class)},
-			kgo.RecordHeader{Key: hdrErrKind, Value: []byte(d.Rule)},
-			kgo.RecordHeader{Key: hdrErrMessage, Value: []byte(d.Reason)},
-		)
+		e := codec.ErrorInfo{Stage: codec.StageRoute, Class: string(d.Class), Kind: d.Rule, Message: d.Reason}
+		rec.Headers = e.AppendHeaders(rec.Headers)
 	}
 	return rec
 }
@@ -183,22 +156,8 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 	if ev != nil {
 		rec.Key = []byte(ev.TaskID)
 	}
-	for _, h := range inHeaders {
-		if h.Key == hdrTraceparent || strings.HasPrefix(h.Key, "faultrouter.redrive.") {
-			rec.Headers = append(rec.Headers, h)
-		}
-	}
+	rec.Headers = codec.Carried(inHeaders)
 	return rec
-}
-
-// traceparent returns the W3C trace context header of a record, if any.
-func traceparent(hs []kgo.RecordHeader) string {
-	for _, h := range hs {
-		if h.Key == hdrTraceparent {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // logDecision writes the event line of one routed input.

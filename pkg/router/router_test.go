@@ -195,14 +195,14 @@ func TestPoisonThenValidOnKfake(t *testing.T) {
 		hdr[h.Key] = string(h.Value)
 	}
 	for k, want := range map[string]string{
-		hdrErrTopic: topics.Ingress, hdrErrPartition: "0", hdrErrOffset: "0",
-		hdrErrStage: "decode", hdrErrKind: "not_single_object",
+		codec.HeaderErrorTopic: topics.Ingress, codec.HeaderErrorPartition: "0", codec.HeaderErrorOffset: "0",
+		codec.HeaderErrorStage: "decode", codec.HeaderErrorKind: "not_single_object",
 	} {
 		if hdr[k] != want {
 			t.Errorf("dead-letter header %s = %q, want %q", k, hdr[k], want)
 		}
 	}
-	if hdr[hdrErrTimestamp] == "" || hdr[hdrErrMessage] == "" {
+	if hdr[codec.HeaderErrorTimestamp] == "" || hdr[codec.HeaderErrorMessage] == "" {
 		t.Errorf("dead-letter headers lack timestamp or message: %v", hdr)
 	}
 

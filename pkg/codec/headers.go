@@ -1,0 +1,272 @@
+package codec
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The record headers are part of the wire contract, beside the schemas: the
+// router writes them, tail, replay and the router itself read them back, all
+// through this file. avro/README.md lists them for clients in other
+// languages.
+//
+// A dead-lettered record carries faultrouter.error.* headers (like Kafka
+// Connect's __connect.errors.*): where its input came from, at which stage it
+// failed and why. A re-driven record (replay --redrive-to) carries
+// faultrouter.redrive.* lineage headers: the record it was re-driven from,
+// how many times its lineage was re-driven, and the operator's reason. Input
+// headers are otherwise opaque, except the W3C trace context (traceparent),
+// which the router carries to every record it routes from an input.
+const (
+	HeaderTraceparent = "traceparent"
+
+	ErrorHeaderPrefix    = "faultrouter.error."
+	HeaderErrorTopic     = "faultrouter.error.topic"     // input topic
+	HeaderErrorPartition = "faultrouter.error.partition" // input partition
+	HeaderErrorOffset    = "faultrouter.error.offset"    // input offset
+	HeaderErrorTimestamp = "faultrouter.error.timestamp" // input record time, Unix ms
+	HeaderErrorStage     = "faultrouter.error.stage"     // one of the Stage* values
+	HeaderErrorKind      = "faultrouter.error.kind"      // short machine name of the failure
+	HeaderErrorMessage   = "faultrouter.error.message"   // what went wrong, for people
+	HeaderErrorClass     = "faultrouter.error.class"     // the decision's class (stage route)
+
+	RedriveHeaderPrefix       = "faultrouter.redrive."
+	HeaderRedriveSourceTopic  = "faultrouter.redrive.source.topic"     // where the re-driven record was: topic,
+	HeaderRedriveSourcePart   = "faultrouter.redrive.source.partition" // partition
+	HeaderRedriveSourceOffset = "faultrouter.redrive.source.offset"    // and offset
+	HeaderRedriveCount        = "faultrouter.redrive.count"            // re-drives of this lineage, 1 for the first
+	HeaderRedriveReason       = "faultrouter.redrive.reason"           // the operator's --reason, if given
+	HeaderRedriveForced       = "faultrouter.redrive.forced"           // "true": --force overrode the unknown-outcome guard
+)
+
+// maxErrorMessageHeaderBytes bounds the text headers the router writes.
+const maxErrorMessageHeaderBytes = 4 << 10
+
+// Stages of faultrouter.error.stage. The stage also says what the value of a
+// dead-letter record holds.
+const (
+	// StageDecode: the input's bytes do not decode; the value is the
+	// original bytes.
+	StageDecode = "decode"
+	// StageValidate: the input decodes but breaks the contract (no key, key
+	// differs from task_id, over --max-record-bytes, invalid field); the
+	// value is the original bytes.
+	StageValidate = "validate"
+	// StageRoute: the policy decided DEADLETTER; the value is a
+	// RoutedRecord with the event and the decision.
+	StageRoute = "route"
+	// StageWrite: the input was valid, but a record routed from it cannot
+	// be written for a deterministic reason (too large for its topic,
+	// rejected by the broker as invalid); the value is a RoutedRecord with
+	// a bounded copy of the event, and the original stays on the input
+	// topic at faultrouter.error.topic/partition/offset.
+	StageWrite = "write"
+)
+
+// ErrorInfo is what the faultrouter.error.* headers say.
+type ErrorInfo struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time // zero when absent
+	Stage     string
+	Kind      string
+	Message   string
+	Class     string
+}
+
+// Raw reports whether the record's value is the input's original bytes
+// (stages decode and validate, and any stage this build does not know)
+// rather than a RoutedRecord.
+func (e *ErrorInfo) Raw() bool {
+	return e != nil && e.Stage != StageRoute && e.Stage != StageWrite
+}
+
+// Redrive is what the faultrouter.redrive.* headers say.
+type Redrive struct {
+	SourceTopic     string
+	SourcePartition int32
+	SourceOffset    int64
+	// Count is the number of re-drives of this lineage, 1 for the first.
+	Count int
+	// Reason is the operator's reason; Forced is set when the operator
+	// overrode the guard against re-driving a write whose outcome is
+	// unknown.
+	Reason string
+	Forced bool
+}
+
+// Source names the re-driven record: topic/partition@offset.
+func (r *Redrive) Source() string {
+	return r.SourceTopic + "/" + strconv.Itoa(int(r.SourcePartition)) + "@" + strconv.FormatInt(r.SourceOffset, 10)
+}
+
+// Headers are a record's contract headers, parsed.
+type Headers struct {
+	// Error is nil without faultrouter.error.* headers.
+	Error *ErrorInfo
+	// Redrive is nil without a faultrouter.redrive.count of at least 1.
+	Redrive *Redrive
+	// Traceparent is the W3C trace context, empty without one.
+	Traceparent string
+}
+
+// ParseHeaders reads the contract headers of a record. It never fails: a
+// header that does not parse reads as absent (a number as 0). When a header
+// repeats, the last one wins.
+func ParseHeaders(hs []kgo.RecordHeader) Headers {
+	var h Headers
+	var rd Redrive
+	for _, x := range hs {
+		v := string(x.Value)
+		switch {
+		case x.Key == HeaderTraceparent:
+			h.Traceparent = v
+		case strings.HasPrefix(x.Key, ErrorHeaderPrefix):
+			if h.Error == nil {
+				h.Error = &ErrorInfo{}
+			}
+			e := h.Error
+			switch x.Key {
+			case HeaderErrorTopic:
+				e.Topic = v
+			case HeaderErrorPartition:
+				e.Partition = int32(atoi(v))
+			case HeaderErrorOffset:
+				e.Offset = atoi(v)
+			case HeaderErrorTimestamp:
+				if ms := atoi(v); ms > 0 {
+					e.Timestamp = time.UnixMilli(ms).UTC()
+				}
+			case HeaderErrorStage:
+				e.Stage = v
+			case HeaderErrorKind:
+				e.Kind = v
+			case HeaderErrorMessage:
+				e.Message = v
+			case HeaderErrorClass:
+				e.Class = v
+			}
+		case x.Key == HeaderRedriveSourceTopic:
+			rd.SourceTopic = v
+		case x.Key == HeaderRedriveSourcePart:
+			rd.SourcePartition = int32(atoi(v))
+		case x.Key == HeaderRedriveSourceOffset:
+			rd.SourceOffset = atoi(v)
+		case x.Key == HeaderRedriveCount:
+			rd.Count = int(atoi(v))
+		case x.Key == HeaderRedriveReason:
+			rd.Reason = v
+		case x.Key == HeaderRedriveForced:
+			rd.Forced = v == "true"
+		}
+	}
+	if rd.Count > 0 {
+		h.Redrive = &rd
+	}
+	return h
+}
+
+func atoi(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// AppendHeaders appends the faultrouter.error.* headers of e to hs. Empty
+// fields are left out, except the stage, kind and message; the message is
+// cut to 4 KiB.
+func (e *ErrorInfo) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	add := func(k, v string) {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	if e.Topic != "" {
+		add(HeaderErrorTopic, e.Topic)
+		add(HeaderErrorPartition, strconv.Itoa(int(e.Partition)))
+		add(HeaderErrorOffset, strconv.FormatInt(e.Offset, 10))
+	}
+	if !e.Timestamp.IsZero() {
+		add(HeaderErrorTimestamp, strconv.FormatInt(e.Timestamp.UnixMilli(), 10))
+	}
+	add(HeaderErrorStage, e.Stage)
+	if e.Class != "" {
+		add(HeaderErrorClass, e.Class)
+	}
+	add(HeaderErrorKind, e.Kind)
+	add(HeaderErrorMessage, Truncate(e.Message, maxErrorMessageHeaderBytes))
+	return hs
+}
+
+// AppendHeaders appends the faultrouter.redrive.* headers of r to hs.
+func (r *Redrive) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	add := func(k, v string) {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	add(HeaderRedriveSourceTopic, r.SourceTopic)
+	add(HeaderRedriveSourcePart, strconv.Itoa(int(r.SourcePartition)))
+	add(HeaderRedriveSourceOffset, strconv.FormatInt(r.SourceOffset, 10))
+	add(HeaderRedriveCount, strconv.Itoa(r.Count))
+	if r.Reason != "" {
+		add(HeaderRedriveReason, Truncate(r.Reason, maxErrorMessageHeaderBytes))
+	}
+	if r.Forced {
+		add(HeaderRedriveForced, "true")
+	}
+	return hs
+}
+
+// WithoutContract returns the headers of hs that are not faultrouter.error.*
+// or faultrouter.redrive.* headers: what an input carried of its own.
+func WithoutContract(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	var out []kgo.RecordHeader
+	for _, h := range hs {
+		if !strings.HasPrefix(h.Key, ErrorHeaderPrefix) && !strings.HasPrefix(h.Key, RedriveHeaderPrefix) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Carried returns the headers of an input that the router carries to every
+// record routed from it: the trace context and the re-drive lineage.
+func Carried(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	var out []kgo.RecordHeader
+	for _, h := range hs {
+		if h.Key == HeaderTraceparent || strings.HasPrefix(h.Key, RedriveHeaderPrefix) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// HeaderMap returns the contract headers of hs (faultrouter.error.* and
+// faultrouter.redrive.*) as a map for printing, nil without any.
+func HeaderMap(hs []kgo.RecordHeader) map[string]string {
+	var m map[string]string
+	for _, h := range hs {
+		if strings.HasPrefix(h.Key, ErrorHeaderPrefix) || strings.HasPrefix(h.Key, RedriveHeaderPrefix) {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[h.Key] = string(h.Value)
+		}
+	}
+	return m
+}
+
+// Truncate cuts s to at most n bytes on a UTF-8 boundary.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
