@@ -211,7 +211,7 @@ func (r *Router) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.ready.Store(false)
+		r.setReady(false)
 		r.metrics.sessionRestarts.Inc()
 		r.log.Warn("transactional session ended; starting a new one", "err", err, "backoff", backoff)
 		select {
@@ -224,6 +224,11 @@ func (r *Router) Run(ctx context.Context) error {
 }
 
 func (r *Router) runSession(ctx context.Context) error {
+	// A failed restore is reported here by the assignment callback, which
+	// must not leave the group itself (that deadlocks in franz-go); the
+	// loop below ends the session instead, which leaves the group, and Run
+	// starts a new one that restores again.
+	restoreFailed := make(chan error, 1)
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
@@ -237,7 +242,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State)),
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, r.cfg.MaxRecordBytes*2))),
-		kgo.OnPartitionsAssigned(r.onAssigned),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+			r.onAssigned(ctx, cl, assigned, restoreFailed)
+		}),
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onRevoked),
 	)
@@ -269,6 +276,14 @@ func (r *Router) runSession(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			return errors.New("router: client closed")
 		}
+		// franz-go fetches newly assigned partitions only after the
+		// callback returned, so a batch holding their records is never
+		// routed on a state that failed to restore
+		select {
+		case err := <-restoreFailed:
+			return fmt.Errorf("router: restore failed; leaving the group so that the partitions are assigned and restored again: %w", err)
+		default:
+		}
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
@@ -296,11 +311,20 @@ func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
 	sess.Close()
 }
 
-func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+// onAssigned restores the state of the assigned partitions. It runs in
+// franz-go's group management goroutine: on failure it reports to the run
+// loop (failed) rather than leave the group here, which would deadlock.
+// The router is ready once the restore of every assigned partition
+// succeeded, and not ready from a revoke or loss until then.
+func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
 	parts := assigned[r.cfg.Topics.Ingress]
 	if err := r.restore(ctx, cl, parts); err != nil {
-		r.log.Error("restore failed; leaving the group so that the partitions are retried", "err", err)
-		cl.LeaveGroup()
+		r.setReady(false)
+		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
+		select {
+		case failed <- err:
+		default: // one report ends the session
+		}
 		return
 	}
 	r.mu.Lock()
@@ -308,16 +332,27 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		r.owned[p] = true
 	}
 	r.mu.Unlock()
-	r.ready.Store(true)
-	r.metrics.ready.Set(1)
+	r.setReady(true)
 }
 
+// onRevoked runs on a revoke and on a loss of partitions: the router is not
+// ready until the next assignment is restored.
 func (r *Router) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	r.setReady(false)
 	r.mu.Lock()
 	for _, p := range revoked[r.cfg.Topics.Ingress] {
 		delete(r.owned, p)
 	}
 	r.mu.Unlock()
+}
+
+func (r *Router) setReady(ready bool) {
+	r.ready.Store(ready)
+	if ready {
+		r.metrics.ready.Set(1)
+	} else {
+		r.metrics.ready.Set(0)
+	}
 }
 
 func (r *Router) ownedPartitions() []int32 {
