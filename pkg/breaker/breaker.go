@@ -9,7 +9,8 @@
 // traffic that follows (an open breaker re-opens once min_requests failures
 // arrive again within the window). A breaker latched open by Trip (a
 // hallucination) is lost on restart the same way; the BreakerEvent on the
-// alerts topic stays the durable record.
+// alerts topic stays the durable record. Begin, Commit and Rollback make the
+// changes of one batch a unit that can be undone when its transaction aborts.
 package breaker
 
 import (
@@ -478,4 +479,10 @@ func (s *Set) sortedRefs() []Ref {
 		return refs[i].Key < refs[j].Key
 	})
 	return refs
+}
+
+// Latched reports whether a breaker is latched open (by Trip, until Reset).
+func (s *Set) Latched(ref Ref) bool {
+	b, ok := s.breakers[ref]
+	return ok && b.latched
 }

@@ -7,7 +7,8 @@ type BreakerEvent struct {
 	Scope string `json:"scope"`
 	// Key is the breaker's key within its scope, e.g. "openai/gpt-4o".
 	Key string `json:"key"`
-	// Kind is TRANSITION or ALERT.
+	// Kind is TRANSITION or ALERT on the alerts topic, RESET or LATCH on the
+	// decisions topic.
 	Kind string `json:"kind"`
 	// From and To are breaker states (CLOSED, OPEN, HALF_OPEN); empty for alerts.
 	From   string `json:"from,omitempty"`
@@ -24,6 +25,19 @@ type BreakerEvent struct {
 	Instance string    `json:"instance"`
 	At       Timestamp `json:"at"`
 }
+
+// BreakerEvent kinds. TRANSITION and ALERT are written by the router to the
+// alerts topic. RESET and LATCH are commands on the decisions topic, written
+// to every partition so that every router instance applies them: RESET
+// closes a breaker (`faultrouter breaker reset`, or a person deciding a
+// hallucination's review item), LATCH opens a breaker until a person resets
+// it (the instance that saw a hallucination latching its prompt template).
+const (
+	BreakerKindTransition = "TRANSITION"
+	BreakerKindAlert      = "ALERT"
+	BreakerKindReset      = "RESET"
+	BreakerKindLatch      = "LATCH"
+)
 
 // ReviewDecision is what a reviewer decided for a task on the review topic.
 type ReviewDecision struct {

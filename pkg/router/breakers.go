@@ -24,6 +24,12 @@ package router
 // half-opens, the rest once it has closed. While a template breaker is
 // latched open by a hallucination, its retries are held until a person
 // resets it (or the instance restarts: the latch is in memory only).
+//
+// Latches and resets reach every instance as commands on the decisions
+// topic: the instance that latches a breaker (or routes the review decision
+// that resets it) writes a LATCH (or RESET) BreakerEvent to every decisions
+// partition in the batch's transaction; each partition's owner applies it
+// (breakerCommand) and audits it.
 
 import (
 	"fmt"
@@ -40,34 +46,10 @@ import (
 
 // BreakerEvent kinds and the scope of a per-task alert.
 const (
-	breakerKindTransition = "TRANSITION"
-	breakerKindAlert      = "ALERT"
+	breakerKindTransition = event.BreakerKindTransition
+	breakerKindAlert      = event.BreakerKindAlert
 	scopeTask             = "TASK"
 )
-
-// Which classes count as a failure of each scope; SUCCEEDED counts as a
-// success of every scope the event names; other classes are not counted
-// (a bad input or a business "no" says nothing about the provider).
-var (
-	// providerFailures: the provider/model layer failed (any stage but
-	// BUSINESS) or the model's output is unusable.
-	providerFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
-		event.ClassAuthFailed, event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation)
-	// downstreamFailures: the business system (stage BUSINESS) did not answer.
-	downstreamFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
-		event.ClassAuthFailed, event.ClassUnclassified)
-	// templateFailures: the output of the prompt is unusable.
-	templateFailures = classSet(event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation,
-		event.ClassValidationFixable)
-)
-
-func classSet(cs ...event.Class) map[event.Class]bool {
-	m := make(map[event.Class]bool, len(cs))
-	for _, c := range cs {
-		m[c] = true
-	}
-	return m
-}
 
 // breakers is the router's breaker set, its metrics and the retries it holds.
 type breakers struct {
@@ -149,40 +131,6 @@ func newSurges(p policy.Surge) (*breaker.Surges, error) {
 	return breaker.NewSurges(cfg)
 }
 
-// refs are the breakers an event's retry would be published into.
-func refs(ev *event.TaskEvent) []breaker.Ref {
-	out := make([]breaker.Ref, 0, 3)
-	if ev.Provider != "" && ev.Model != "" {
-		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
-	}
-	if ev.Action != "" {
-		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
-	}
-	if ev.PromptTemplate != "" {
-		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
-	}
-	return out
-}
-
-// outcomes are what one decided event tells each breaker it names.
-func outcomes(ev *event.TaskEvent, class event.Class) []breaker.Outcome {
-	var out []breaker.Outcome
-	for _, ref := range refs(ev) {
-		var failure bool
-		switch {
-		case class == event.ClassSucceeded:
-		case ref.Scope == breaker.ProviderModel && ev.Stage != event.StageBusiness && providerFailures[class],
-			ref.Scope == breaker.Downstream && ev.Stage == event.StageBusiness && downstreamFailures[class],
-			ref.Scope == breaker.PromptTemplate && templateFailures[class]:
-			failure = true
-		default:
-			continue
-		}
-		out = append(out, breaker.Outcome{Ref: ref, Failure: failure, Class: string(class), TaskID: ev.TaskID})
-	}
-	return out
-}
-
 // observe feeds a decided task event into its breakers and queues the
 // BreakerEvents of the transitions and immediate alerts it causes.
 func (r *Router) observe(in *input, b *batch, now time.Time) {
@@ -194,7 +142,7 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		return
 	}
 	ev, d := &in.event, &in.decision
-	for _, o := range outcomes(ev, d.Class) {
+	for _, o := range policy.BreakerOutcomes(ev, d.Class) {
 		r.transitions(r.brk.set.Record(o, now), b, now)
 	}
 	r.surge(ev, d.Class, b, now)
@@ -206,10 +154,8 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		}
 		r.alert(b, now, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
-		if ev.PromptTemplate != "" {
-			ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
-			r.transitions(r.brk.set.Trip(ref, "MODEL_HALLUCINATION: open until a person resets it",
-				breaker.Outcome{Class: string(d.Class), TaskID: ev.TaskID}, now), b, now)
+		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
+			r.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, b, now)
 		}
 	case event.ClassBudgetExhausted:
 		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
@@ -220,7 +166,7 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 // surge feeds a decided task event into the surge detector of its prompt
 // template and provider/model and queues an ALERT for a surge it starts.
 func (r *Router) surge(ev *event.TaskEvent, class event.Class, b *batch, now time.Time) {
-	for _, ref := range refs(ev) {
+	for _, ref := range policy.BreakerRefs(ev) {
 		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
 			r.alert(b, now, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
@@ -232,57 +178,94 @@ func (r *Router) surge(ev *event.TaskEvent, class event.Class, b *batch, now tim
 // reviewed closes the prompt template breaker a hallucination latched open
 // once a person decided its review item (approved or rejected): that is the
 // person's reset. A decision for an item already closed changes nothing.
+// The reset reaches every instance as a RESET command on every decisions
+// partition.
 func (r *Router) reviewed(in *input, b *batch, now time.Time) {
-	d := &in.decision
 	st := b.states[in.review.TaskID]
-	if d.Class != event.ClassHallucination || d.Route == event.RouteDrop || st == nil ||
-		st.LastEvent == nil || st.LastEvent.PromptTemplate == "" {
+	if st == nil {
+		return
+	}
+	ref, ok := policy.ReviewResetsTemplate(&in.decision, st.LastEvent)
+	if !ok {
 		return
 	}
 	who := in.review.Reviewer
 	if who == "" {
 		who = "a reviewer"
 	}
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: st.LastEvent.PromptTemplate}
-	ts := r.brk.set.Reset(ref, fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason), now)
+	reason := fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason)
+	ts := r.brk.set.Reset(ref, reason, now)
 	for i := range ts {
-		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(d.Class)
+		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
 	}
 	r.transitions(ts, b, now)
+	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindReset,
+		Reason: reason, Class: in.decision.Class, TaskID: in.review.TaskID, Instance: who, At: event.At(now)})
+}
+
+// latch latches a breaker open until a person resets it and, when this
+// instance had not latched it yet, writes a LATCH command to every
+// decisions partition in the batch's transaction, so that every instance
+// holds the retries of that breaker, not only the one that saw the cause.
+func (r *Router) latch(ref breaker.Ref, reason, class, taskID string, b *batch, now time.Time) {
+	if r.brk.set.Latched(ref) {
+		return
+	}
+	r.transitions(r.brk.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), b, now)
+	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindLatch,
+		Reason: reason, Class: event.Class(class), TaskID: taskID, Instance: r.cfg.InstanceID, At: event.At(now)})
+}
+
+// broadcast queues a breaker command on every partition of the decisions
+// topic: each partition's owner applies it, so every instance does.
+func (r *Router) broadcast(b *batch, c event.BreakerEvent) {
+	v, err := r.codec.EncodeBreakerEvent(nil, &c)
+	if err != nil { // only a bug can get here: every field is the router's own
+		r.log.Error("breaker command does not encode", "task_id", c.TaskID, "err", err)
+		return
+	}
+	for p := range r.parts.decisions {
+		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Decisions, Partition: p,
+			Key: []byte(c.Scope + "/" + c.Key), Value: v, Timestamp: c.At.Time})
+	}
 }
 
 // BreakerKindReset is the kind of the BreakerEvent that `faultrouter breaker
 // reset` writes to every partition of the decisions topic: a person closing a
 // breaker (for example a prompt template latched open by a hallucination).
-const BreakerKindReset = "RESET"
+const BreakerKindReset = event.BreakerKindReset
 
-// resetBreaker closes the breaker a reset command names. Its audit record has
-// class UNCLASSIFIED (it is no task's failure), route COMPLETE and rule
-// breaker.reset; an unknown scope is audited as DROP and changes nothing.
-// Every instance gets the command on each decisions partition it owns; a
-// second reset of a closed breaker changes nothing.
-func (r *Router) resetBreaker(in *input, b *batch, now time.Time) event.Decision {
-	c := &in.reset
-	d := event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "breaker.reset", DecidedAt: event.At(now)}
-	scope, err := breaker.ParseScope(c.Scope)
-	if err != nil || c.Key == "" {
-		d.Route, d.Rule = event.RouteDrop, "breaker.reset_invalid"
-		d.Reason = fmt.Sprintf("breaker reset names scope %q key %q: want a scope of PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE and a key", c.Scope, c.Key)
-		return d
+// breakerCommand applies a RESET or LATCH command from the decisions topic
+// to this instance's breaker and returns its decision (policy.BreakerCommand):
+// every instance gets the command on each decisions partition it owns; a
+// repeated command changes nothing.
+func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decision {
+	c := &in.command
+	ref, invalid := policy.BreakerCommand(c, now)
+	if invalid != nil {
+		return *invalid
 	}
 	who := c.Instance
 	if who == "" {
 		who = "an operator"
 	}
-	ref := breaker.Ref{Scope: scope, Key: c.Key}
-	ts := r.brk.set.Reset(ref, fmt.Sprintf("%s reset the breaker: %s", who, c.Reason), now)
-	r.transitions(ts, b, now)
-	if len(ts) == 0 {
-		d.Reason = fmt.Sprintf("%s asked to reset %s (%s); it is already closed here", who, ref, c.Reason)
-	} else {
-		d.Reason = fmt.Sprintf("%s reset %s: %s", who, ref, c.Reason)
+	var ts []breaker.Transition
+	changed := false
+	switch c.Kind {
+	case event.BreakerKindLatch:
+		if !r.brk.set.Latched(ref) {
+			ts = r.brk.set.Trip(ref, fmt.Sprintf("latched by %s: %s", who, c.Reason), breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
+			changed = true
+		}
+	default:
+		ts = r.brk.set.Reset(ref, fmt.Sprintf("%s reset the breaker: %s", who, c.Reason), now)
+		for i := range ts {
+			ts[i].TaskID, ts[i].Class = c.TaskID, string(c.Class)
+		}
+		changed = len(ts) > 0
 	}
-	return d
+	r.transitions(ts, b, now)
+	return policy.BreakerCommandApplied(c, ref, changed, now)
 }
 
 // holdRetry reports whether the due retry of ev must stay pending because a
@@ -292,7 +275,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
-	ok, ts := r.brk.set.Allow(refs(ev), now)
+	ok, ts := r.brk.set.Allow(policy.BreakerRefs(ev), now)
 	r.transitions(ts, b, now)
 	switch {
 	case !ok && !r.brk.held[ev.TaskID]:
@@ -319,7 +302,7 @@ func (r *Router) postpone(ev *event.TaskEvent, b *batch, now time.Time) {
 	if st == nil || st.Pending == nil {
 		return
 	}
-	until := r.brk.set.HoldUntil(refs(ev), now).UnixMilli()
+	until := r.brk.set.HoldUntil(policy.BreakerRefs(ev), now).UnixMilli()
 	if until == r.brk.holdUntil {
 		r.brk.holdSeq++
 	} else {

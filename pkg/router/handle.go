@@ -10,6 +10,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -144,17 +145,12 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 func (r *Router) route(in *input, b *batch, now time.Time) {
 	switch in.kind {
 	case inputPoison:
-		in.decision = event.Decision{
-			Class: event.ClassInvalidInput, Route: event.RouteDeadLetter,
-			Rule:   "input." + in.errKind,
-			Reason: in.err.Error(),
-			Totals: event.Totals{}, DecidedAt: event.At(now),
-		}
+		in.decision = policy.Poison(in.errKind, in.err, now)
 		b.out = append(b.out, r.deadLetterRaw(in, now))
 		b.out = append(b.out, r.audit(in, nil))
 		return
-	case inputReset:
-		in.decision = r.resetBreaker(in, b, now)
+	case inputCommand:
+		in.decision = r.breakerCommand(in, b, now) // breakers.go
 		b.out = append(b.out, r.audit(in, nil))
 		return
 	case inputReview:
@@ -241,17 +237,12 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 	// tasks of this batch and of the due index alike
 	for _, id := range b.touched {
 		st := b.states[id]
-		if st.Pending == nil || st.Pending.NotBefore > nowMs || st.LastEvent == nil {
+		d, due := policy.RetryDue(st, now)
+		if !due {
 			continue
 		}
 		if r.holdRetry(st.LastEvent, b, now) { // breakers.go: stays pending while a breaker is open
 			continue
-		}
-		d := event.Decision{
-			Class: st.LastClass, Route: event.RouteRetry, Rule: "retry.due",
-			Reason: fmt.Sprintf("retry %d is due (not before %s)", st.Pending.N, event.FromMillis(st.Pending.NotBefore).Format(time.RFC3339Nano)),
-			Retry:  &event.RetryPlan{N: st.Pending.N, DelayMs: st.Pending.DelayMs, NotBefore: event.FromMillis(st.Pending.NotBefore)},
-			Totals: st.Totals(), DecidedAt: event.At(now),
 		}
 		var hdr []kgo.RecordHeader
 		if st.Traceparent != "" {

@@ -16,10 +16,10 @@ import (
 type inputKind uint8
 
 const (
-	inputTask   inputKind = iota // a TaskEvent from ingress
-	inputReview                  // a ReviewDecision from decisions
-	inputPoison                  // a record the router cannot accept
-	inputReset                   // a breaker reset (BreakerEvent of kind RESET) from decisions
+	inputTask    inputKind = iota // a TaskEvent from ingress
+	inputReview                   // a ReviewDecision from decisions
+	inputPoison                   // a record the router cannot accept
+	inputCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) from decisions
 )
 
 // input is one consumed record, decoded.
@@ -28,7 +28,7 @@ type input struct {
 	kind     inputKind
 	event    event.TaskEvent
 	review   event.ReviewDecision
-	reset    event.BreakerEvent
+	command  event.BreakerEvent
 	err      error
 	errKind  string // faultrouter.error.kind of a poison record
 	decision event.Decision
@@ -80,13 +80,14 @@ func (r *Router) decode(rec *kgo.Record) input {
 		case *event.ReviewDecision:
 			in.kind, in.review, id = inputReview, *x, x.TaskID
 		case *event.BreakerEvent:
-			if x.Kind != BreakerKindReset {
-				return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s, got %q", codec.ErrWrongSchema, BreakerKindReset, x.Kind))
+			if x.Kind != event.BreakerKindReset && x.Kind != event.BreakerKindLatch {
+				return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s or %s, got %q",
+					codec.ErrWrongSchema, event.BreakerKindReset, event.BreakerKindLatch, x.Kind))
 			}
-			in.kind, in.reset = inputReset, *x
+			in.kind, in.command = inputCommand, *x
 			return in
 		default:
-			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker resets, got %T", codec.ErrWrongSchema, v))
+			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker commands, got %T", codec.ErrWrongSchema, v))
 		}
 	} else {
 		e, err := r.codec.DecodeTaskEvent(rec.Value)

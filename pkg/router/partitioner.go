@@ -1,23 +1,65 @@
 package router
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"context"
+	"fmt"
 
-// partitioner sends changelog records to the partition set on the record
-// (the task's ingress partition) and hashes the key like the Java client
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partitioner sends the records whose partition the router chooses itself
+// (state changelog records: the task's partition; breaker commands on
+// decisions: every partition; forwarded input: the task's partition) to the
+// partition set on the record, and hashes the key like the Java client
 // (murmur2) for every other topic.
 type partitioner struct {
-	state  string
+	placed map[string]bool
 	manual kgo.Partitioner
 	keyed  kgo.Partitioner
 }
 
-func newPartitioner(stateTopic string) kgo.Partitioner {
-	return partitioner{state: stateTopic, manual: kgo.ManualPartitioner(), keyed: kgo.StickyKeyPartitioner(nil)}
+func newPartitioner(placed ...string) kgo.Partitioner {
+	m := map[string]bool{}
+	for _, t := range placed {
+		m[t] = true
+	}
+	return partitioner{placed: m, manual: kgo.ManualPartitioner(), keyed: kgo.StickyKeyPartitioner(nil)}
 }
 
 func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	if topic == p.state {
+	if p.placed[topic] {
 		return p.manual.ForTopic(topic)
 	}
 	return p.keyed.ForTopic(topic)
+}
+
+// partitionCounts are the partition counts of the co-partitioned topics.
+type partitionCounts struct {
+	ingress, decisions, state int32
+}
+
+// loadPartitions reads the partition counts of ingress, decisions and state.
+func (r *Router) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionCounts, error) {
+	t := r.cfg.Topics
+	td, err := kadm.NewClient(cl).ListTopics(ctx, t.Ingress, t.Decisions, t.State)
+	if err != nil {
+		return partitionCounts{}, fmt.Errorf("router: partitions of %s, %s, %s: %w", t.Ingress, t.Decisions, t.State, err)
+	}
+	n := func(topic string) (int32, error) {
+		d, ok := td[topic]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return 0, fmt.Errorf("router: topic %s: no partitions (%v)", topic, d.Err)
+		}
+		return int32(len(d.Partitions)), nil
+	}
+	var pc partitionCounts
+	if pc.ingress, err = n(t.Ingress); err != nil {
+		return pc, err
+	}
+	if pc.decisions, err = n(t.Decisions); err != nil {
+		return pc, err
+	}
+	pc.state, err = n(t.State)
+	return pc, err
 }

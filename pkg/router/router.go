@@ -130,6 +130,9 @@ type Router struct {
 	store   *store.Store
 	metrics *metrics
 	brk     *breakers // breakers.go; used by the handle goroutine only
+	// parts are the partition counts of ingress, decisions and state, read
+	// when a session starts (partitioner.go); used by the handle goroutine
+	parts partitionCounts
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -240,7 +243,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
-		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State)),
+		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions)),
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, r.cfg.MaxRecordBytes*2))),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			r.onAssigned(ctx, cl, assigned, restoreFailed)
@@ -263,6 +266,9 @@ func (r *Router) runSession(ctx context.Context) error {
 	// the transaction timeout.
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("router: init transactional producer: %w", err)
+	}
+	if r.parts, err = r.loadPartitions(ctx, sess.Client()); err != nil {
+		return err
 	}
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
 	b := newBatch()

@@ -1,0 +1,103 @@
+package policy
+
+// breakers.go: which breakers a decided event speaks for, and whether it
+// counts as a failure or a success of each. Pure: the router feeds the
+// outcomes into its breaker set.
+
+import (
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// Which classes count as a failure of each breaker scope. SUCCEEDED counts as
+// a success of every scope the event names; other classes are not counted (a
+// bad input or a business "no" says nothing about the provider).
+var (
+	// providerFailures: the provider/model layer failed (any stage but
+	// BUSINESS) or the model's output is unusable.
+	providerFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
+		event.ClassAuthFailed, event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation)
+	// downstreamFailures: the business system (stage BUSINESS) did not answer.
+	downstreamFailures = classSet(event.ClassNetworkTimeout, event.ClassRateLimited, event.ClassRateLimitExceeded,
+		event.ClassAuthFailed, event.ClassUnclassified)
+	// templateFailures: the output of the prompt is unusable.
+	templateFailures = classSet(event.ClassModelRefusal, event.ClassHallucination, event.ClassSchemaViolation,
+		event.ClassValidationFixable)
+)
+
+func classSet(cs ...event.Class) map[event.Class]bool {
+	m := make(map[event.Class]bool, len(cs))
+	for _, c := range cs {
+		m[c] = true
+	}
+	return m
+}
+
+// BreakerFailure reports whether an event of class at stage counts as a
+// failure of a breaker of scope sc.
+func BreakerFailure(sc breaker.Scope, stage event.Stage, class event.Class) bool {
+	switch sc {
+	case breaker.ProviderModel:
+		return stage != event.StageBusiness && providerFailures[class]
+	case breaker.Downstream:
+		return stage == event.StageBusiness && downstreamFailures[class]
+	case breaker.PromptTemplate:
+		return templateFailures[class]
+	}
+	return false
+}
+
+// BreakerRefs are the breakers an event names: the ones its retry would be
+// published into (provider/model, downstream action, prompt template).
+func BreakerRefs(ev *event.TaskEvent) []breaker.Ref {
+	out := make([]breaker.Ref, 0, 3)
+	if ev.Provider != "" && ev.Model != "" {
+		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
+	}
+	if ev.Action != "" {
+		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
+	}
+	if ev.PromptTemplate != "" {
+		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
+	}
+	return out
+}
+
+// BreakerOutcomes are what one decided event tells each breaker it names: a
+// success, a failure, or nothing.
+func BreakerOutcomes(ev *event.TaskEvent, class event.Class) []breaker.Outcome {
+	var out []breaker.Outcome
+	for _, ref := range BreakerRefs(ev) {
+		var failure bool
+		switch {
+		case class == event.ClassSucceeded:
+		case BreakerFailure(ref.Scope, ev.Stage, class):
+			failure = true
+		default:
+			continue
+		}
+		out = append(out, breaker.Outcome{Ref: ref, Failure: failure, Class: string(class), TaskID: ev.TaskID})
+	}
+	return out
+}
+
+// LatchesTemplate reports whether a decided event latches its prompt
+// template's breaker open until a person resets it (a hallucination), and
+// which breaker that is.
+func LatchesTemplate(ev *event.TaskEvent, class event.Class) (breaker.Ref, bool) {
+	if class != event.ClassHallucination || ev.PromptTemplate == "" {
+		return breaker.Ref{}, false
+	}
+	return breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}, true
+}
+
+// ReviewResetsTemplate reports whether a person's decision on a review item
+// closes the prompt template breaker its hallucination latched (approved or
+// rejected alike: that is the person's reset), and which breaker that is.
+// last is the task's last event; d the decision routed for the review.
+func ReviewResetsTemplate(d *event.Decision, last *event.TaskEvent) (breaker.Ref, bool) {
+	if d.Class != event.ClassHallucination || d.Route == event.RouteDrop || last == nil || last.PromptTemplate == "" {
+		return breaker.Ref{}, false
+	}
+	return breaker.Ref{Scope: breaker.PromptTemplate, Key: last.PromptTemplate}, true
+}
