@@ -1,7 +1,7 @@
 # faultrouter: the README's commands.
 GO ?= go
 
-.PHONY: build demo test unit fuzz broker-start broker-stop lint
+.PHONY: build demo test unit fuzz broker-start broker-stop lint bench
 
 build: ## build bin/faultrouter
 	$(GO) build -trimpath -o bin/faultrouter ./cmd/faultrouter
@@ -23,3 +23,6 @@ broker-start: ## start the test broker on 127.0.0.1:19092
 
 broker-stop:
 	integration/kafka.sh stop
+
+bench: ## the router against a raw transactional passthrough, latency, restore, memory (bench/; real broker)
+	$(GO) run ./bench $(BENCHFLAGS)

@@ -45,3 +45,9 @@ export FAULTROUTER_KAFKA_PORT=${FAULTROUTER_KAFKA_PORT:-19092}
 FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
 export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
 go test -count=1 -v -timeout 30m ./integration/
+
+# make bench on a small backlog, only to prove that it works: its figures on a
+# shared CI machine mean nothing, and nothing is asserted on them
+echo "== bench (small backlog)"
+go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 \
+	--rss-tasks 2000 --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"

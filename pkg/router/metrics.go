@@ -20,6 +20,7 @@ type metrics struct {
 	sessionRestarts  prometheus.Counter
 	batchSeconds     prometheus.Histogram
 	restoredRecords  prometheus.Counter
+	restoreSeconds   prometheus.Histogram
 	restoreRemaining prometheus.Gauge
 	ready            prometheus.Gauge
 	tasksStarted     prometheus.Counter
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time from poll to committed state per batch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
 			Help: "Changelog records applied to the state store during restores."}),
+		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "restore_seconds",
+			Help: "Time to bring the state of an assignment up to the end of the changelog.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		restoreRemaining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "restore_remaining_records",
 			Help: "Changelog records left to restore (approximate, offsets)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreRemaining, m.ready, m.consumerLag)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m

@@ -22,6 +22,8 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return nil
 	}
 	topic := r.cfg.Topics.State
+	entered := time.Now()
+	defer func() { r.metrics.restoreSeconds.Observe(time.Since(entered).Seconds()) }()
 	adm := kadm.NewClient(cl)
 	ends, err := r.stableEnds(ctx, adm, topic, parts)
 	if err != nil {

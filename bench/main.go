@@ -1,0 +1,428 @@
+// Command bench measures faultrouter against the ceiling of what Kafka
+// allows on the same broker, in one run (`make bench`):
+//
+//   - throughput: a backlog of events (three attempts per task, a realistic
+//     mix of failure classes) is routed by the router, built with
+//     router.New and the default policy exactly as `faultrouter run` builds
+//     it, and copied by a raw transactional passthrough (one transaction per
+//     poll, three output records per input, nothing else) from the same
+//     backlog; the ratio router/raw is the headline;
+//   - latency: events produced at a steady rate (half the measured router
+//     maximum, and 500 events/s), from each input record's timestamp to its
+//     committed audit record, p50/p99/p99.9;
+//   - restore: the state changelog the run wrote, restored into an empty
+//     state directory, against a plain read_committed read of the same
+//     topic;
+//   - memory: the resident set of a `faultrouter run` process holding
+//     --rss-tasks live task states.
+//
+// It prints one table and writes it as JSON (--json). It starts the
+// project's broker with integration/kafka.sh unless --brokers is given. Only
+// ratios and figures are printed; nothing is asserted.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+type config struct {
+	brokers     string
+	tasks       int
+	latencyDur  time.Duration
+	lowRate     float64
+	rssTasks    int
+	routerBin   string
+	jsonOut     string
+	cpuProfile  string
+	memProfile  string
+	workDir     string
+	partitions  int
+	skipLatency bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.brokers, "brokers", "", "bootstrap brokers; default: start integration/kafka.sh (FAULTROUTER_KAFKA_DIR, FAULTROUTER_KAFKA_PORT)")
+	flag.IntVar(&c.tasks, "tasks", 50_000, "tasks in the backlog (three attempts each)")
+	flag.DurationVar(&c.latencyDur, "latency", 10*time.Second, "duration of each steady-rate latency run")
+	flag.Float64Var(&c.lowRate, "low-rate", 500, "the light-traffic latency run's rate, events/s")
+	flag.IntVar(&c.rssTasks, "rss-tasks", 1_000_000, "live tasks for the memory measurement; 0 skips it")
+	flag.StringVar(&c.routerBin, "router-bin", "", "faultrouter binary for the memory measurement; default: go build ./cmd/faultrouter")
+	flag.StringVar(&c.jsonOut, "json", "bench-result.json", "where to write the results as JSON")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the router's backlog run to this file")
+	flag.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile after the router's backlog run to this file, and one from before it to FILE.base (go tool pprof -base)")
+	flag.StringVar(&c.workDir, "work-dir", "", "directory for state stores and logs; default: a temporary one")
+	flag.IntVar(&c.partitions, "partitions", 6, "partitions of every topic")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// result is everything one run measured.
+type result struct {
+	Date          string         `json:"date"`
+	Cores         int            `json:"cores"`
+	GoVersion     string         `json:"go"`
+	Brokers       string         `json:"brokers"`
+	BacklogEvents int            `json:"backlog_events"`
+	Tasks         int            `json:"tasks"`
+	PollRecords   int            `json:"poll_records"`
+	RawPerSec     float64        `json:"raw_events_per_s"`
+	RouterPerSec  float64        `json:"router_events_per_s"`
+	RouterRatio   float64        `json:"router_over_raw"`
+	Classes       map[string]int `json:"classes"`
+	LatencyHalf   latencyResult  `json:"latency_half_load"`
+	LatencyLow    latencyResult  `json:"latency_low_rate"`
+	CommitMs      float64        `json:"mean_batch_ms"`
+	Restore       restoreResult  `json:"restore"`
+	RSS           *rssResult     `json:"rss,omitempty"`
+}
+
+type latencyResult struct {
+	Rate  float64 `json:"events_per_s"`
+	N     int     `json:"samples"`
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+type restoreResult struct {
+	Records      int     `json:"records"`
+	PlainPerSec  float64 `json:"plain_read_records_per_s"`
+	PlainS       float64 `json:"plain_read_s"`
+	RestoreS     float64 `json:"restore_s"`
+	ReadyS       float64 `json:"start_to_ready_s"`
+	RestorePerS  float64 `json:"restore_records_per_s"`
+	RestoreRatio float64 `json:"restore_over_plain"`
+}
+
+func run(ctx context.Context, c config, out io.Writer) error {
+	if c.workDir == "" {
+		d, err := os.MkdirTemp("", "faultrouter-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		c.workDir = d
+	}
+	if c.brokers == "" {
+		b, stopBroker, err := startBroker(ctx)
+		if err != nil {
+			return err
+		}
+		defer stopBroker()
+		c.brokers = b
+	}
+	seeds := []kgo.Opt{kgo.SeedBrokers(strings.Split(c.brokers, ",")...)}
+	res := result{Date: time.Now().UTC().Format("2006-01-02"), Cores: runtime.NumCPU(), GoVersion: runtime.Version(),
+		Brokers: c.brokers, Tasks: c.tasks, PollRecords: router.Default().MaxPollRecords}
+
+	prefix := fmt.Sprintf("bench-%d.", time.Now().Unix())
+	set, err := topicspec.Load(prefix)
+	if err != nil {
+		return err
+	}
+	set = set.WithPartitions(int32(c.partitions))
+	topics := routerTopics(set)
+	raw := [3]string{prefix + "raw.audit", prefix + "raw.state", prefix + "raw.routed"}
+	if err := createTopics(ctx, seeds, set, raw[:], c.partitions); err != nil {
+		return err
+	}
+	w, err := newWorkload(topics.Ingress, "bench", 1)
+	if err != nil {
+		return err
+	}
+
+	// the backlog, in ingress before anything consumes it
+	pc, err := kgo.NewClient(append(append([]kgo.Opt{}, seeds...), kgo.MaxBufferedRecords(50_000))...)
+	if err != nil {
+		return err
+	}
+	step(out, "producing the backlog: %d tasks x 3 attempts", c.tasks)
+	n, err := w.produce(ctx, pc, 0, c.tasks, 3)
+	pc.Close()
+	if err != nil {
+		return err
+	}
+	res.BacklogEvents = n
+
+	step(out, "raw transactional passthrough")
+	if res.RawPerSec, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
+		return err
+	}
+
+	step(out, "router, default policy")
+	stateDir, err := tempDir(c.workDir, "state")
+	if err != nil {
+		return err
+	}
+	if c.memProfile != "" { // the allocations before the router's run, for pprof -base
+		if err := writeMemProfile(c.memProfile + ".base"); err != nil {
+			return err
+		}
+	}
+	stopProfile, err := startProfile(c.cpuProfile)
+	if err != nil {
+		return err
+	}
+	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir)
+	if err != nil {
+		stopProfile()
+		return err
+	}
+	took, err := rt.waitRouted(ctx, n)
+	stopProfile()
+	if err != nil {
+		rt.stop()
+		return err
+	}
+	if err := writeMemProfile(c.memProfile); err != nil {
+		rt.stop()
+		return err
+	}
+	res.RouterPerSec = float64(n) / took.Seconds()
+	res.RouterRatio = res.RouterPerSec / res.RawPerSec
+	res.Classes = rt.routedByClass()
+	batches := rt.counter("faultrouter_transactions_committed_total")
+	if batches > 0 {
+		res.CommitMs = rt.counter("faultrouter_batch_seconds") / batches * 1000
+	}
+
+	next := c.tasks
+	for _, l := range []struct {
+		dst  *latencyResult
+		rate float64
+	}{{&res.LatencyHalf, res.RouterPerSec / 2}, {&res.LatencyLow, c.lowRate}} {
+		if c.latencyDur <= 0 {
+			break
+		}
+		step(out, "latency at %.0f events/s for %s", l.rate, c.latencyDur)
+		p, err := latency(ctx, seeds, w, topics.Audit, next, l.rate, c.latencyDur)
+		if err != nil {
+			rt.stop()
+			return err
+		}
+		next += int(l.rate*c.latencyDur.Seconds()) + 1
+		*l.dst = latencyResult{Rate: l.rate, N: p.N, P50: ms(p.P50), P99: ms(p.P99), P999: ms(p.P999), MaxMs: ms(p.Max)}
+	}
+	if err := rt.stop(); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+
+	step(out, "restore from an empty state directory vs a plain read of the changelog")
+	recs, plain, err := plainRead(ctx, seeds, topics.State)
+	if err != nil {
+		return err
+	}
+	empty, err := tempDir(c.workDir, "state-empty")
+	if err != nil {
+		return err
+	}
+	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty)
+	if err != nil {
+		return err
+	}
+	restored := rt2.counter("faultrouter_restore_records_total")
+	restoreS := rt2.counter("faultrouter_restore_seconds")
+	if err := rt2.stop(); err != nil {
+		return err
+	}
+	res.Restore = restoreResult{Records: recs, PlainS: plain.Seconds(), PlainPerSec: float64(recs) / plain.Seconds(),
+		RestoreS: restoreS, ReadyS: ready.Seconds()}
+	if restoreS > 0 {
+		res.Restore.RestorePerS = restored / restoreS
+		res.Restore.RestoreRatio = res.Restore.RestorePerS / res.Restore.PlainPerSec
+	}
+
+	if c.rssTasks > 0 {
+		step(out, "memory of `faultrouter run` with %d live tasks", c.rssTasks)
+		bin := c.routerBin
+		if bin == "" {
+			bin = filepath.Join(c.workDir, "faultrouter")
+			b := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/faultrouter")
+			b.Stdout, b.Stderr = os.Stderr, os.Stderr
+			if err := b.Run(); err != nil {
+				return fmt.Errorf("build the router (run from the repository root or pass --router-bin): %w", err)
+			}
+		}
+		r, err := rss(ctx, bin, c.brokers, seeds, fmt.Sprintf("bench-rss-%d.", time.Now().Unix()), c.workDir, c.rssTasks)
+		if err != nil {
+			return err
+		}
+		res.RSS = &r
+	}
+
+	printTable(out, &res)
+	if c.jsonOut != "" {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nwritten to %s\n", c.jsonOut)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func step(out io.Writer, format string, args ...any) {
+	fmt.Fprintf(out, "== "+format+"\n", args...)
+}
+
+func printTable(out io.Writer, r *result) {
+	fmt.Fprintf(out, "\nfaultrouter bench, %s, %d cores, %s, broker %s\n", r.Date, r.Cores, r.GoVersion, r.Brokers)
+	fmt.Fprintf(out, "backlog: %d events (%d tasks x 3 attempts); poll up to %d records\n\n", r.BacklogEvents, r.Tasks, r.PollRecords)
+	row := func(what, figure, ratio string) { fmt.Fprintf(out, "| %-58s | %-24s | %-12s |\n", what, figure, ratio) }
+	row("measure", "figure", "ratio")
+	fmt.Fprintf(out, "|%s|%s|%s|\n", strings.Repeat("-", 60), strings.Repeat("-", 26), strings.Repeat("-", 14))
+	row("raw transactional passthrough (3 records out per input)", fmt.Sprintf("%.0f events/s", r.RawPerSec), "1")
+	row("router, default policy", fmt.Sprintf("%.0f events/s", r.RouterPerSec), fmt.Sprintf("%.2f", r.RouterRatio))
+	row("router, mean time per batch (poll to committed state)", fmt.Sprintf("%.1f ms", r.CommitMs), "")
+	for _, l := range []struct {
+		name string
+		l    latencyResult
+	}{{"half load", r.LatencyHalf}, {"light load", r.LatencyLow}} {
+		if l.l.N == 0 {
+			continue
+		}
+		row(fmt.Sprintf("latency to committed audit, %s (%.0f events/s)", l.name, l.l.Rate),
+			fmt.Sprintf("p50 %.0f, p99 %.0f ms", l.l.P50, l.l.P99), fmt.Sprintf("p99.9 %.0f ms", l.l.P999))
+	}
+	row(fmt.Sprintf("plain read_committed read of the changelog (%d records)", r.Restore.Records),
+		fmt.Sprintf("%.0f records/s", r.Restore.PlainPerSec), "1")
+	row("restore into an empty state directory",
+		fmt.Sprintf("%.0f records/s (%.2f s)", r.Restore.RestorePerS, r.Restore.RestoreS), fmt.Sprintf("%.2f", r.Restore.RestoreRatio))
+	if r.RSS != nil {
+		row(fmt.Sprintf("`faultrouter run` RSS with %d live tasks", r.RSS.Tasks),
+			fmt.Sprintf("%.0f MiB (peak %.0f)", r.RSS.RSSMiB, r.RSS.PeakRSSMiB), "")
+	}
+}
+
+// startBroker starts the project's broker with integration/kafka.sh and
+// returns its address and a function that stops it.
+func startBroker(ctx context.Context) (string, func(), error) {
+	env := os.Environ()
+	if os.Getenv("FAULTROUTER_KAFKA_DIR") == "" {
+		env = append(env, "FAULTROUTER_KAFKA_DIR="+filepath.Join(os.TempDir(), "faultrouter-bench-kafka"))
+	}
+	if os.Getenv("FAULTROUTER_KAFKA_PORT") == "" {
+		env = append(env, "FAULTROUTER_KAFKA_PORT=19392")
+	}
+	script := filepath.Join("integration", "kafka.sh")
+	cmd := exec.CommandContext(ctx, script, "start")
+	cmd.Env, cmd.Stderr = env, os.Stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("%s start (run from the repository root or pass --brokers): %w", script, err)
+	}
+	stop := func() {
+		s := exec.Command(script, "stop")
+		s.Env, s.Stderr = env, os.Stderr
+		s.Run()
+	}
+	return strings.TrimSpace(string(b)), stop, nil
+}
+
+// createTopics creates the router's topics from the specs and the
+// passthrough's output topics.
+func createTopics(ctx context.Context, seeds []kgo.Opt, set topicspec.Set, extra []string, partitions int) error {
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := set.Ensure(ctx, adm); err != nil {
+		return err
+	}
+	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, extra...)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Sorted() {
+		if t.Err != nil {
+			return fmt.Errorf("create %s: %w", t.Topic, t.Err)
+		}
+	}
+	// wait until every partition has a leader, so that neither contender
+	// starts its clock on topics the cluster is still setting up
+	all := append(set.Names(), extra...)
+	for {
+		ends, err := adm.ListEndOffsets(ctx, all...)
+		ok := err == nil
+		if ok {
+			ends.Each(func(o kadm.ListedOffset) { ok = ok && o.Err == nil })
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func newWorkload(topic, prefix string, seed uint64) (*workload, error) {
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	return &workload{codec: c, topic: topic, prefix: prefix, seed: seed}, nil
+}
+
+func startProfile(file string) (func(), error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func writeMemProfile(file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("allocs").WriteTo(f, 0)
+}

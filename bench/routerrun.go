@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
+)
+
+// runningRouter is a router built with router.New, as `faultrouter run`
+// builds it, running in this process.
+type runningRouter struct {
+	rt     *router.Router
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startRouter builds a router with the default policy on topics and a state
+// directory, starts it and waits until it is ready (state restored, partitions
+// assigned). It returns the time from Run to ready.
+func startRouter(ctx context.Context, seeds []kgo.Opt, topics router.Topics, group, stateDir string) (*runningRouter, time.Duration, error) {
+	reg := prometheus.NewRegistry()
+	cfg := router.Default()
+	cfg.ClientOpts = seeds
+	cfg.Topics = topics
+	cfg.StateDir = stateDir
+	cfg.Group = group
+	cfg.InstanceID = "bench"
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg.Registerer = reg
+	rt, err := router.New(cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	start := time.Now()
+	go func() { r.done <- rt.Run(rctx) }()
+	for !rt.Ready() {
+		select {
+		case err := <-r.done:
+			cancel()
+			return nil, 0, fmt.Errorf("router stopped before it was ready: %v", err)
+		case <-ctx.Done():
+			r.stop()
+			return nil, 0, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return r, time.Since(start), nil
+}
+
+func (r *runningRouter) stop() error {
+	r.cancel()
+	return <-r.done
+}
+
+// counter sums every sample of a counter family (all label values).
+func (r *runningRouter) counter(name string) float64 {
+	fams, err := r.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	n := 0.0
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				n += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				n += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return n
+}
+
+// routedByClass returns the routed counts by class.
+func (r *runningRouter) routedByClass() map[string]int {
+	out := map[string]int{}
+	fams, _ := r.reg.Gather()
+	for _, f := range fams {
+		if f.GetName() != "faultrouter_routed_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "class" {
+					out[l.GetValue()] += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
+}
+
+// waitRouted waits until the router has committed the routing of n input
+// records and returns how long that took from now.
+func (r *runningRouter) waitRouted(ctx context.Context, n int) (time.Duration, error) {
+	start := time.Now()
+	for r.counter("faultrouter_routed_total") < float64(n) {
+		select {
+		case err := <-r.done:
+			return 0, fmt.Errorf("router stopped: %v", err)
+		case <-ctx.Done():
+			return 0, fmt.Errorf("routed %v of %d: %w", r.counter("faultrouter_routed_total"), n, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return time.Since(start), nil
+}
+
+// routerTopics maps the topic specs onto the router's topic names.
+func routerTopics(set topicspec.Set) router.Topics {
+	n := func(short string) string {
+		name, err := set.Name(short)
+		if err != nil {
+			panic(err)
+		}
+		return name
+	}
+	return router.Topics{
+		Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"),
+		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"),
+	}
+}
+
+// latency produces events at a steady rate for d and measures, for each, the
+// time from its input record's timestamp to when its audit record is
+// committed and read by a read_committed consumer. The first second is
+// warm-up and not counted.
+func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, firstTask int, rate float64, d time.Duration) (percentiles, error) {
+	adm, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return percentiles{}, err
+	}
+	defer adm.Close()
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, audit)
+	if err != nil {
+		return percentiles{}, err
+	}
+	start := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) { start[o.Partition] = kgo.NewOffset().At(o.Offset) })
+	opts := append([]kgo.Opt{}, seeds...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{audit: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(time.Second),
+	)
+	rd, err := kgo.NewClient(opts...)
+	if err != nil {
+		return percentiles{}, err
+	}
+	defer rd.Close()
+	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, seeds...), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return percentiles{}, err
+	}
+	defer prod.Close()
+
+	dec, err := codec.New()
+	if err != nil {
+		return percentiles{}, err
+	}
+	t0 := time.Now()
+	warm := t0.Add(time.Second)
+	total := int(rate * d.Seconds())
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		seen int
+	)
+	readDone := make(chan error, 1)
+	rctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	go func() {
+		for seen < total {
+			fs := rd.PollFetches(rctx)
+			if rctx.Err() != nil {
+				readDone <- fmt.Errorf("latency: read %d of %d audit records: %w", seen, total, rctx.Err())
+				return
+			}
+			now := time.Now()
+			fs.EachRecord(func(rec *kgo.Record) {
+				rr, err := dec.DecodeRouted(rec.Value)
+				if err != nil || rr.Input.Topic != w.topic {
+					return
+				}
+				mu.Lock()
+				seen++
+				if in := rr.Input.Timestamp.Time; in.After(warm) {
+					lats = append(lats, now.Sub(in))
+				}
+				mu.Unlock()
+			})
+		}
+		readDone <- nil
+	}()
+
+	// one task per event keeps every event a first attempt of a fresh task
+	var produced int
+	var perr error
+	var pmu sync.Mutex
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for produced < total {
+		<-tick.C
+		due := min(total, int(rate*time.Since(t0).Seconds()))
+		for ; produced < due; produced++ {
+			rec, err := w.record(firstTask+produced, 1, time.Now())
+			if err != nil {
+				return percentiles{}, err
+			}
+			rec.Timestamp = time.Now()
+			prod.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+				if err != nil {
+					pmu.Lock()
+					perr = err
+					pmu.Unlock()
+				}
+			})
+		}
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return percentiles{}, err
+	}
+	if perr != nil {
+		return percentiles{}, perr
+	}
+	if err := <-readDone; err != nil {
+		return percentiles{}, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return percentilesOf(lats), nil
+}
+
+type percentiles struct {
+	N                     int
+	P50, P99, P999, Max   time.Duration
+	RatePerSec, DurationS float64
+}
+
+func percentilesOf(ds []time.Duration) percentiles {
+	if len(ds) == 0 {
+		return percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return percentiles{N: len(ds), P50: at(0.5), P99: at(0.99), P999: at(0.999), Max: ds[len(ds)-1]}
+}
+
+// plainRead reads every committed record of topic, as a read_committed
+// consumer that does nothing with them, and returns the count and the time
+// from client creation to the last record.
+func plainRead(ctx context.Context, seeds []kgo.Opt, topic string) (int, time.Duration, error) {
+	start := time.Now()
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return 0, 0, err
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	cl.Close()
+	if err != nil {
+		return 0, 0, err
+	}
+	want := map[int32]int64{}
+	from := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			from[o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	opts := append([]kgo.Opt{}, seeds...)
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
+	rc, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rc.Close()
+	n := 0
+	for len(want) > 0 {
+		fs := rc.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return n, 0, err
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) { ferr = errors.Join(ferr, err) })
+		if ferr != nil {
+			return n, 0, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				n++
+			}
+			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return n, time.Since(start), nil
+}
+
+// tempDir returns a fresh directory under base.
+func tempDir(base, name string) (string, error) {
+	dir := filepath.Join(base, name)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
