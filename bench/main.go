@@ -360,7 +360,7 @@ func createTopics(ctx context.Context, seeds []kgo.Opt, set topicspec.Set, extra
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := set.Ensure(ctx, adm); err != nil {
+	if err := set.Ensure(ctx, adm, nil); err != nil {
 		return err
 	}
 	resp, err := adm.CreateTopics(ctx, int32(partitions), 1, nil, extra...)
