@@ -20,6 +20,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/logging"
 	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
+	"github.com/faultrouter/faultrouter/pkg/worker"
 )
 
 const demoSynopsis = `usage: faultrouter demo [--verbose]
@@ -87,25 +88,31 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	script := demoScript(time.Now().Add(-time.Minute))
-	recs := make([]*kgo.Record, 0, len(script)+1)
-	for i := range script {
-		v, err := c.EncodeTaskEvent(nil, &script[i])
-		if err != nil {
-			return fmt.Errorf("demo: event %d: %w", i, err)
-		}
-		recs = append(recs, &kgo.Record{Topic: cfg.Topics.Ingress, Key: []byte(script[i].TaskID), Value: v})
+	// the workers report through pkg/worker, as a Go worker would
+	rep, err := worker.NewReporter(worker.Config{ClientOpts: seeds})
+	if err != nil {
+		return err
 	}
-	// one record a worker wrote with a broken serializer
-	recs = append(recs, &kgo.Record{Topic: cfg.Topics.Ingress, Key: []byte("t-garbled"), Value: []byte("\x00\x01not avro")})
+	defer rep.Close()
+	script := demoScript(time.Now().Add(-time.Minute))
+	events := make([]*event.TaskEvent, len(script))
+	for i := range script {
+		events[i] = &script[i]
+	}
+	// and one worker wrote a record with a broken serializer
+	garbled := &kgo.Record{Topic: cfg.Topics.Ingress, Key: []byte("t-garbled"), Value: []byte("\x00\x01not avro")}
 	pcl, err := kgo.NewClient(seeds...)
 	if err != nil {
 		return err
 	}
 	defer pcl.Close()
+	inputs := len(events) + 1
 	fmt.Fprintf(stdout, "faultrouter demo: embedded broker %v, %d worker events (%d tasks) on %s\n",
-		cluster.ListenAddrs(), len(recs), countTasks(script)+1, cfg.Topics.Ingress)
-	if err := pcl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		cluster.ListenAddrs(), inputs, countTasks(script)+1, cfg.Topics.Ingress)
+	if err := rep.Report(ctx, events...); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	if err := pcl.ProduceSync(ctx, garbled).FirstErr(); err != nil {
 		return fmt.Errorf("demo: produce: %w", err)
 	}
 
@@ -131,7 +138,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				due = d.Retry.NotBefore.Time
 			}
 		}
-		if counts[cfg.Topics.Audit] >= len(recs) && time.Now().After(due.Add(500*time.Millisecond)) {
+		if counts[cfg.Topics.Audit] >= inputs && time.Now().After(due.Add(500*time.Millisecond)) {
 			break
 		}
 		pctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
