@@ -64,7 +64,7 @@ func at(v any, path ...any) any {
 	return v
 }
 
-// Guards the chart contract of issue 8: a StatefulSet whose pod name is the
+// Guards the chart contract: a StatefulSet whose pod name is the
 // --instance-id, a PVC for Pebble, the policy from a ConfigMap, Kafka
 // credentials from a Secret, /healthz and /readyz probes on the metrics port,
 // a non-root read-only security context, a metrics Service, an optional

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Guards issue 7's manual reset: a prompt template breaker latched open by a
+// Guards the manual reset: a prompt template breaker latched open by a
 // MODEL_HALLUCINATION stays open until a person closes it, and `faultrouter
 // breaker reset` does: the command reaches the router on every decisions
 // partition, the OPEN->CLOSED transition naming the operator appears on the

@@ -32,7 +32,7 @@ func transitions(alerts []map[string]any, key, to string) []map[string]any {
 	return out
 }
 
-// Guards issue 7's breaker contract end to end on the real broker: a burst of
+// Guards the breaker contract end to end on the real broker: a burst of
 // 429s from one provider/model opens its breaker and writes a BreakerEvent to
 // the alerts topic; the due retries of that provider are held (no retry
 // record) while it is open; when the cooldown is over it half-opens and
@@ -128,7 +128,7 @@ func TestBreakerHoldsRetriesWhileOpen(t *testing.T) {
 	}
 }
 
-// Guards issue 7's log contract: every log line of a routed event carries
+// Guards the log contract: every log line of a routed event carries
 // its task_id, and in the text format starts with [TASK:<id>] so that one
 // grep gives a task's whole story.
 func TestRoutedLogLinesCarryTaskID(t *testing.T) {
@@ -167,7 +167,7 @@ func TestRoutedLogLinesCarryTaskID(t *testing.T) {
 	}
 }
 
-// Guards issue 7's immediate alerts: MODEL_HALLUCINATION writes an ALERT and
+// Guards the immediate alerts: MODEL_HALLUCINATION writes an ALERT and
 // opens its prompt template's breaker (a TRANSITION to OPEN) at once;
 // BUDGET_EXHAUSTED writes an ALERT naming the task; both are counted in
 // faultrouter_alerts_total; a person's review decision on the quarantined

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Guards issue 6's restore contract: a router started on an EMPTY state
+// Guards the restore contract: a router started on an EMPTY state
 // directory restores a task's history from the state changelog and routes the
 // task's next event as if it had never stopped: the third timeout of a task is
 // still dead-lettered (network_timeout.exhausted), and a redelivery of its first
@@ -131,7 +131,7 @@ func quietBreakers(t *testing.T) []string {
 // pause waits d give or take half, to land disruptions at random moments.
 func pause(d time.Duration) { time.Sleep(d/2 + rand.N(d)) }
 
-// Guards issue 6 (4a): with >= 50,000 events of mixed classes and 10% exact
+// Guards exactly once under load: with >= 50,000 events of mixed classes and 10% exact
 // redeliveries, a router SIGKILLed at random moments (4 times, the last
 // restart on an empty state directory that must be restored from the
 // changelog) routes every input exactly once: one audit record per input, one
@@ -162,7 +162,7 @@ func TestChaosKill(t *testing.T) {
 	logReport(t, rep, tx, took)
 }
 
-// Guards issue 6 (4b): two router instances of one group, scaled 1 -> 2 -> 1
+// Guards exactly once while scaling: two router instances of one group, scaled 1 -> 2 -> 1
 // during the stream, route every input exactly once (partitions move with
 // their state and their pending retries).
 func TestChaosScale(t *testing.T) {
@@ -187,7 +187,7 @@ func TestChaosScale(t *testing.T) {
 	logReport(t, rep, tx, took)
 }
 
-// Guards issue 6 (4c): the broker stopped and restarted mid-stream; the
+// Guards exactly once across a broker restart: the broker stopped and restarted mid-stream; the
 // router recovers by itself and routes every input exactly once. It restarts
 // the broker of FAULTROUTER_KAFKA_DIR / FAULTROUTER_KAFKA_PORT with
 // integration/kafka.sh, as integration/test.sh exports them.

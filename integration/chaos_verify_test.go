@@ -271,7 +271,7 @@ type report struct {
 	stateMarkers markers
 }
 
-// verify checks the exactly-once contracts of issue 6 from the topics.
+// verify checks the exactly-once contracts from the topics.
 func verify(ctx context.Context, t *testing.T, e *env, s stream) report {
 	t.Helper()
 	c, err := codec.New()

@@ -111,7 +111,7 @@ func auditOf(recs []map[string]any, topic string, partition int32, offset int64)
 	return out
 }
 
-// Guards issue 3's poison-input contract on the real broker: random bytes,
+// Guards the poison-input contract on the real broker: random bytes,
 // truncated Avro, an unknown schema fingerprint, an empty key, a missing
 // task_id, a key that differs from task_id and a record over the configured
 // maximum size each go to the dead-letter topic with their original bytes and
@@ -257,7 +257,7 @@ func TestPoisonInputIsDeadLettered(t *testing.T) {
 	})
 }
 
-// Guards issue 3's "must show": `faultrouter topics check` against the real
+// Guards the topic check: `faultrouter topics check` against the real
 // broker passes after `run` has created the topics.
 func TestTopicsCheckAfterRun(t *testing.T) {
 	e := newEnv(t)
@@ -268,7 +268,7 @@ func TestTopicsCheckAfterRun(t *testing.T) {
 	}
 }
 
-// Guards issue 3's start-up check: `run` refuses to start, with one clear
+// Guards the start-up check: `run` refuses to start, with one clear
 // message naming the topic and the setting, when an existing topic
 // contradicts its spec (here a state changelog that is not compacted).
 func TestRunRefusesContradictingTopic(t *testing.T) {
@@ -299,7 +299,7 @@ func TestRunRefusesContradictingTopic(t *testing.T) {
 	}
 }
 
-// Guards issue 3's tail contract: a record that does not decode is printed
+// Guards the tail contract: a record that does not decode is printed
 // as an error object with its offset, and tailing goes on to the next record.
 func TestTailPrintsUndecodableAndGoesOn(t *testing.T) {
 	e := newEnv(t)
@@ -342,7 +342,7 @@ func TestTailPrintsUndecodableAndGoesOn(t *testing.T) {
 	}
 }
 
-// Guards issue 3's produce contract: every line is validated before anything
+// Guards the produce contract: every line is validated before anything
 // is sent; one bad line (a misspelled field) sends nothing and the message
 // names the line and the field.
 func TestProduceValidatesEveryLineFirst(t *testing.T) {

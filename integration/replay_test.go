@@ -39,7 +39,7 @@ func (e *env) replayJSON(args ...string) ([]map[string]any, string) {
 	return parseLines(e.t, out), errOut
 }
 
-// Guards replay's time range (DESIGN.md CLI contract, issue 8): --since and
+// Guards replay's time range (docs/design.md, command line): --since and
 // --until are located with offsets-for-times, so records before the range are
 // never read (the consumer starts at the found offset) and records at or after
 // --until are not printed.
@@ -97,7 +97,7 @@ func TestReplayTimeRangeReadsOnlyTheRange(t *testing.T) {
 	}
 }
 
-// Guards `replay --task ID --timeline` and re-drive (issue 8): the story of a
+// Guards `replay --task ID --timeline` and re-drive: the story of a
 // task retried twice and dead-lettered across ingress, audit, retry and dead
 // letter in time order with decisions and reasons; a dry run prints the
 // re-drive and sends nothing; the re-drive sends exactly the selected record,
@@ -187,7 +187,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 	}
 }
 
-// Guards the re-drive loop guard (issue 8): a raw poison input dead-lettered
+// Guards the re-drive loop guard: a raw poison input dead-lettered
 // by the router, re-driven, dead-lettered again... carries its re-drive count
 // through the router; after 3 re-drives the next one is refused and says so,
 // and nothing is sent.

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Guards DESIGN.md's "an open review item past its owner's SLA raises an
+// Guards docs/design.md's "an open review item past its owner's SLA raises an
 // alert": an UNCLASSIFIED item left open past the operations owner's SLA
 // raises exactly one ALERT (scope TASK) naming the owner on the alerts topic,
 // and an item a person decided within the SLA raises none.

@@ -33,7 +33,7 @@ func byTask(recs []map[string]any, taskID string) []map[string]any {
 	return out
 }
 
-// Guards the spine of DESIGN.md end to end on the real broker, through the
+// Guards the spine of docs/design.md end to end on the real broker, through the
 // CLI a user runs: SUCCEEDED completes, NETWORK_TIMEOUT is retried twice (each
 // retry published to the retry topic when due) and then dead-lettered,
 // MODEL_REFUSAL goes to review, and every input record has exactly one audit

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Task-state contracts of issue 5 on the real broker, driven through the CLI
+// Task-state contracts on the real broker, driven through the CLI
 // (produce, review decide, taskid) and observed through tail.
 
 const (
@@ -50,7 +50,7 @@ func stateMetric(t *testing.T, rt *router, name string) float64 {
 	return v
 }
 
-// Guards dedup (issue 5 point 2): an exact redelivery (same event_id) is
+// Guards dedup: an exact redelivery (same event_id) is
 // routed once; every copy gets its audit record, the copies DROP with rule
 // dedup.redelivery, and they are counted in
 // faultrouter_redeliveries_dropped_total. Covered in one batch (two copies
@@ -103,7 +103,7 @@ func TestStateSameEventTwiceIsRoutedOnce(t *testing.T) {
 	}
 }
 
-// Guards issue 5 point 2's second half: any event for a task already terminal
+// Guards the second half of dedup: any event for a task already terminal
 // (completed, or ended in review) is DUPLICATE_EXECUTION, audit only: no
 // retry, no review item, no dead letter, and the task's ending stays.
 func TestStateEventForTerminalTaskIsDuplicateExecution(t *testing.T) {
@@ -145,7 +145,7 @@ func TestStateEventForTerminalTaskIsDuplicateExecution(t *testing.T) {
 	}
 }
 
-// Guards the review loop-back (issue 5 point 5) through `faultrouter review
+// Guards the review loop-back through `faultrouter review
 // decide`: approving an open item produces exactly one retry with the same
 // task_id and audits MANUAL_OVERRIDE_SUCCESS (a second approval finds no open
 // item and changes nothing); rejecting makes the task terminal, audits
@@ -224,7 +224,7 @@ func TestStateReviewDecisions(t *testing.T) {
 	}
 }
 
-// Guards unknown outcomes (issue 5 point 4): a WRITE operation SUBMITTED with
+// Guards unknown outcomes: a WRITE operation SUBMITTED with
 // no receipt is OUTCOME_UNKNOWN, held in review and never retried; a receipt
 // for another op_id with the same params_sha256 does not resolve it (two
 // separately authorized operations stay distinct, and that is no
@@ -257,7 +257,7 @@ func TestStateUnknownOutcomeThenReceipt(t *testing.T) {
 	}
 }
 
-// Guards the shared retry budget (issue 5 point 3, default retry_budget 4):
+// Guards the shared retry budget (default retry_budget 4):
 // retries of one task across classes (a timeout, a 429 with retry_after_ms,
 // an auth failure, a CODE_1xxx validation failure), each within its own
 // class limit, stop at 4 in total; the fifth retriable failure is dead-
@@ -310,7 +310,7 @@ func TestStateSharedRetryBudget(t *testing.T) {
 	}
 }
 
-// Guards deterministic task IDs through the CLI (issue 5 point 7): the same
+// Guards deterministic task IDs through the CLI: the same
 // content, user and action give a byte-identical ID; one changed byte of
 // content gives another; --authorization separates two separately approved
 // identical operations; the user and the action are part of the identity.

@@ -40,7 +40,7 @@ func surgeAlerts(alerts []map[string]any) []map[string]any {
 	return out
 }
 
-// Guards issue 7's surge alerts end to end on the real broker: a burst of
+// Guards the surge alerts end to end on the real broker: a burst of
 // MODEL_REFUSAL for one prompt template (tpl-new, on acme/m1) raises exactly
 // one ALERT naming the template with the numbers, and one naming its
 // provider/model, each triggered by a refusing task; a template and a model

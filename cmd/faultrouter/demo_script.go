@@ -7,7 +7,7 @@ import (
 )
 
 // demoScript is the demo's stream: one or more tasks for every failure class
-// of DESIGN.md, a redelivered event, and a lost-receipt write that is later
+// of docs/design.md, a redelivered event, and a lost-receipt write that is later
 // confirmed. Events of a task are a second apart, starting at t0.
 func demoScript(t0 time.Time) []event.TaskEvent {
 	var evs []event.TaskEvent

@@ -19,8 +19,8 @@ func explainEvent(id, task string, sec int, cost float64, extra string) string {
 		`"source":"w","action":"refund","usage":{"cost_usd":%g,"tokens":10,"elapsed_ms":100}%s}`+"\n", id, task, sec, cost, extra)
 }
 
-// TestPolicyExplainEveryClass guards issue 4's "must show": `policy explain`
-// on an event of each class prints the class DESIGN.md names (classes that
+// TestPolicyExplainEveryClass guards the classifier as a user sees it: `policy explain`
+// on an event of each class prints the class docs/design.md names (classes that
 // depend on history get the events before them on the same stdin).
 func TestPolicyExplainEveryClass(t *testing.T) {
 	const writeUnknown = `,"status":"ERROR","stage":"BUSINESS","error":{"type":"TimeoutError"},"operation":{"op_id":"op1","kind":"WRITE","params_sha256":"aa","state":"UNKNOWN"}`

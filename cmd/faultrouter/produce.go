@@ -18,7 +18,7 @@ import (
 const produceSynopsis = `usage: faultrouter produce [--topic ingress|decisions] [--file F]
 
 Reads JSON lines (TaskEvent for ingress, ReviewDecision for decisions; the
-field names of DESIGN.md) from --file or stdin, validates every line first and
+field names of avro/*.avsc; docs/design.md) from --file or stdin, validates every line first and
 produces nothing if any line is bad, naming the line and the field. Then
 produces them as Avro single-object records keyed by task_id.`
 

@@ -38,7 +38,7 @@ const (
 	schema    = "SCHEMA_VIOLATION"
 )
 
-// TestSurgeDetector guards the surge contract of issue 7: a watched class
+// TestSurgeDetector guards the surge contract: a watched class
 // fires once when, within the window, it has min_events events of a key and
 // at least ratio of that key's events; it stays quiet while the ratio stays
 // high, re-arms only when the ratio falls below the threshold (or the window

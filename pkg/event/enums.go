@@ -58,7 +58,7 @@ var OpStates = []OpState{OpPlanned, OpSubmitted, OpConfirmed, OpRejected, OpUnkn
 // Class is the failure class the policy assigns to an event.
 type Class string
 
-// Classes, as in DESIGN.md. InvalidInput is the class of a record the router
+// Classes, as in docs/design.md. InvalidInput is the class of a record the router
 // could not decode or accept (it never reaches the policy).
 const (
 	ClassSucceeded          Class = "SUCCEEDED"

@@ -23,8 +23,8 @@ func timeoutEvent(id string, attempt int32, at time.Time) *event.TaskEvent {
 	}
 }
 
-// TestGoldenCoversEveryClass guards issue 4 point 6: the golden cases hold at
-// least one decision of every class of DESIGN.md (all but INVALID_INPUT,
+// TestGoldenCoversEveryClass guards the golden files' coverage: the golden cases hold at
+// least one decision of every class of docs/design.md (all but INVALID_INPUT,
 // which never reaches the policy) and every route.
 func TestGoldenCoversEveryClass(t *testing.T) {
 	files, _ := filepath.Glob("testdata/cases/*.json")
@@ -104,7 +104,7 @@ func TestDropChangesNothing(t *testing.T) {
 	}
 }
 
-// TestReviewWithoutOpenItem guards issue 5 point 5: a decision for an unknown
+// TestReviewWithoutOpenItem guards the review loop-back: a decision for an unknown
 // task or an item already closed is audited (DROP) and changes nothing.
 func TestReviewWithoutOpenItem(t *testing.T) {
 	p := Default()

@@ -5,7 +5,7 @@
 // router's clock, tested with golden files under testdata/.
 //
 // The numbers, phrase lists, code ranges and review owners come from a Policy:
-// Default() is the policy of DESIGN.md, Load and Parse read a YAML policy file
+// Default() is the policy of docs/design.md, Load and Parse read a YAML policy file
 // (default-policy.yaml is the commented default, `faultrouter policy default`
 // prints it).
 //

@@ -59,8 +59,8 @@ type goldenStep struct {
 	Decision event.Decision `json:"decision"`
 }
 
-// TestGolden guards the classes and decisions of DESIGN.md and issues 4 and
-// 5: every case of testdata/cases must meet its per-step expectations, and its
+// TestGolden guards the classes and decisions of docs/design.md and the
+// task-state rules: every case of testdata/cases must meet its per-step expectations, and its
 // full decisions and final task states must equal testdata/golden (rewrite
 // with go test ./pkg/policy -update, then review the diff by reading).
 func TestGolden(t *testing.T) {

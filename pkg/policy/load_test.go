@@ -11,7 +11,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
-// TestDefaultValid guards Default(): the DESIGN.md defaults form a valid
+// TestDefaultValid guards Default(): the docs/design.md defaults form a valid
 // policy with the numbers of the classes table.
 func TestDefaultValid(t *testing.T) {
 	p := Default()

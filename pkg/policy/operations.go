@@ -8,7 +8,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// The rules about business operations (attempts vs operations, issue 5):
+// The rules about business operations (attempts vs operations):
 // parameters that changed, receipts, unknown outcomes, rejections.
 
 func (p *Policy) paramsMismatch(ev *event.TaskEvent, st *task.State) (verdict, bool) {

@@ -5,7 +5,7 @@ import (
 	"unicode"
 )
 
-// TestRefusalLibrary guards issue 4 point 3: the built-in library holds at
+// TestRefusalLibrary guards the refusal phrases: the built-in library holds at
 // least 27 variants in Chinese and English, including the ones the issue
 // names, and every phrase matches itself once normalised.
 func TestRefusalLibrary(t *testing.T) {

@@ -267,7 +267,7 @@ const (
 	hour   = 60 * minute
 )
 
-// Default returns the default policy of DESIGN.md. Each call returns a new
+// Default returns the default policy of docs/design.md. Each call returns a new
 // value the caller may change (then call Validate).
 func Default() *Policy {
 	p := &Policy{

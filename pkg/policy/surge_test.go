@@ -60,7 +60,7 @@ func TestSurgeBadValues(t *testing.T) {
 	}
 }
 
-// TestSurgeDefaultsAndOverride guards the surge defaults of issue 7 and "a
+// TestSurgeDefaultsAndOverride guards the surge defaults and "a
 // policy file sets only what it changes": a list replaces the default list,
 // other keys keep their defaults, and an empty class list is allowed (off).
 func TestSurgeDefaultsAndOverride(t *testing.T) {

@@ -243,7 +243,7 @@ func expUnknownWrite(eventID, taskID string) event.TaskEvent {
 	return ev
 }
 
-// Guards the TTL contract (DESIGN.md, issue 5 point 6): a task's state
+// Guards the TTL contract (docs/design.md): a task's state
 // expires 2 x SLA after its last event on the router clock; the sweep over
 // the expiry buckets writes a changelog tombstone for it; an event arriving
 // after expiry starts a fresh task history (even an exact redelivery is

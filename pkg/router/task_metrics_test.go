@@ -44,7 +44,7 @@ func sample(t *testing.T, reg *prometheus.Registry, name string, want map[string
 	return 0
 }
 
-// Guards DESIGN.md's measurement contract: per-task metrics count the
+// Guards docs/design.md's measurement contract: per-task metrics count the
 // original task, never the attempt (two tasks, four attempts: two started,
 // two terminal), with the terminal class and route, the time to the terminal
 // decision, and the attempts' cost and tokens by class.

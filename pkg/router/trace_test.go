@@ -11,7 +11,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
-// Guards issue 7's trace context: a traceparent header on an input record is
+// Guards the trace context: a traceparent header on an input record is
 // carried to every record routed from it (audit, review, a retry published at
 // once and one published later when due), and no other input header leaks
 // onto them.

@@ -20,7 +20,7 @@ import (
 	"github.com/faultrouter/faultrouter/topics"
 )
 
-// shorts are the short names of all topics, in the order of DESIGN.md's topics
+// shorts are the short names of all topics, in the order of docs/design.md's topics
 // table. Each has a file <short>.yaml in package topics.
 var shorts = []string{"ingress", "decisions", "retry", "review", "audit", "deadletter", "alerts", "state"}
 
@@ -53,7 +53,7 @@ type Set struct {
 	specs []Spec // in the order of shorts
 }
 
-// Shorts returns the short names of all topics, in the order of DESIGN.md.
+// Shorts returns the short names of all topics, in the order of docs/design.md.
 func Shorts() []string { return slices.Clone(shorts) }
 
 // Load returns the embedded topic specs with prefix prepended to every topic
@@ -168,7 +168,7 @@ func validName(name string) error {
 	return nil
 }
 
-// Specs returns a copy of every topic's spec, in the order of DESIGN.md.
+// Specs returns a copy of every topic's spec, in the order of docs/design.md.
 func (s Set) Specs() []Spec {
 	out := make([]Spec, len(s.specs))
 	for i, sp := range s.specs {
@@ -199,7 +199,7 @@ func (s Set) Name(short string) (string, error) {
 	return sp.Name, nil
 }
 
-// Names returns every topic's Kafka name, in the order of DESIGN.md.
+// Names returns every topic's Kafka name, in the order of docs/design.md.
 func (s Set) Names() []string {
 	out := make([]string, len(s.specs))
 	for i, sp := range s.specs {

@@ -9,7 +9,7 @@ import (
 	"github.com/faultrouter/faultrouter/topics"
 )
 
-// Guards DESIGN.md's topics table: the default names, the co-partitioned
+// Guards the topics table of docs/design.md: the default names, the co-partitioned
 // counts, a single-broker replication factor, a compacted state changelog and
 // long audit retention.
 func TestLoadDefaults(t *testing.T) {
