@@ -10,16 +10,27 @@
 #   integration/kafka.sh status   exit 0 when a broker started by this script is running
 #   integration/kafka.sh brokers  print the bootstrap address
 #
-# A second start while one runs reuses the running broker. Environment:
-#   FAULTROUTER_KAFKA_DIR   working directory (default /tmp/faultrouter-kafka)
-#   FAULTROUTER_KAFKA_PORT  broker port (default 19092; the controller uses port+1)
+# A second start while one runs reuses the running broker. Besides PLAINTEXT
+# the broker has a SASL_SSL listener (SCRAM-SHA-512 over TLS) on port+2: start
+# makes a test CA and the broker's PKCS12 keystore with keytool, and a SCRAM
+# user with a random password with Kafka's storage tool, and writes what a
+# client needs to $FAULTROUTER_KAFKA_DIR/sasl.env:
+#   FAULTROUTER_TEST_SASL_BROKERS, FAULTROUTER_TEST_SASL_USER,
+#   FAULTROUTER_TEST_SASL_PASSWORD, FAULTROUTER_TEST_TLS_CA (PEM)
+# Environment:
+#   FAULTROUTER_KAFKA_DIR       working directory (default /tmp/faultrouter-kafka)
+#   FAULTROUTER_KAFKA_PORT      broker port (default 19092; the controller uses port+1)
+#   FAULTROUTER_KAFKA_SASL_SSL  1 (default) for the SASL_SSL listener, 0 for PLAINTEXT only
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 dir=${FAULTROUTER_KAFKA_DIR:-/tmp/faultrouter-kafka}
 port=${FAULTROUTER_KAFKA_PORT:-19092}
 cport=$((port + 1))
+sport=$((port + 2))
+sasl=${FAULTROUTER_KAFKA_SASL_SSL:-1}
 lib=$dir/lib
+tlsdir=$dir/tls
 data=$dir/data
 pidfile=$dir/broker.pid
 logfile=$dir/broker.log
@@ -47,16 +58,61 @@ resolve() {
 	echo "$stamp" >"$lib/.stamp"
 }
 
+secret() { head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9'; }
+
+# tlsmaterial makes, once per storage (stop removes them), a test CA (ca.pem) and the
+# broker's keystore (broker.p12: its key and a certificate for 127.0.0.1 and
+# localhost signed by the CA), plus the passwords in sasl.env.
+tlsmaterial() {
+	if [[ -f $dir/sasl.env && -f $tlsdir/broker.p12 ]]; then
+		return
+	fi
+	command -v keytool >/dev/null || { log "keytool not found: install a Java 17 JDK"; exit 1; }
+	rm -rf "$tlsdir" && mkdir -p "$tlsdir"
+	local pw kt=(keytool -storetype PKCS12 -keyalg EC -groupname secp256r1 -validity 3650)
+	pw=$(secret)
+	{
+		"${kt[@]}" -genkeypair -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca \
+			-dname "CN=faultrouter test CA" -ext bc:c
+		keytool -exportcert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -rfc -file "$tlsdir/ca.pem"
+		"${kt[@]}" -genkeypair -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -dname "CN=127.0.0.1"
+		keytool -certreq -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -file "$tlsdir/broker.csr"
+		keytool -gencert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -validity 3650 -rfc \
+			-ext SAN=ip:127.0.0.1,dns:localhost -ext EKU=serverAuth \
+			-infile "$tlsdir/broker.csr" -outfile "$tlsdir/broker.pem"
+		keytool -importcert -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias ca -file "$tlsdir/ca.pem" -noprompt
+		keytool -importcert -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -file "$tlsdir/broker.pem"
+	} >"$tlsdir/keytool.log" 2>&1 || { cat "$tlsdir/keytool.log" >&2; exit 1; }
+	(
+		umask 077
+		cat >"$dir/sasl.env" <<ENV
+FAULTROUTER_TEST_SASL_BROKERS=127.0.0.1:$sport
+FAULTROUTER_TEST_SASL_USER=faultrouter
+FAULTROUTER_TEST_SASL_PASSWORD=$(secret)
+FAULTROUTER_TEST_TLS_CA=$tlsdir/ca.pem
+KEYSTORE_PASSWORD=$pw
+ENV
+	)
+}
+
+# saslenv reads one value of sasl.env.
+saslenv() { sed -n "s/^$1=//p" "$dir/sasl.env"; }
+
 configure() {
 	mkdir -p "$data"
+	local listeners="PLAINTEXT://127.0.0.1:$port" protocols=PLAINTEXT:PLAINTEXT
+	if [[ $sasl == 1 ]]; then
+		listeners+=",SASL_SSL://127.0.0.1:$sport"
+		protocols+=",SASL_SSL:SASL_SSL"
+	fi
 	cat >"$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$data
 num.partitions=1
@@ -72,6 +128,16 @@ auto.create.topics.enable=false
 log.segment.bytes=67108864
 transaction.partition.verification.enable=true
 PROPS
+	if [[ $sasl == 1 ]]; then
+		cat >>"$dir/server.properties" <<PROPS
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$tlsdir/broker.p12
+ssl.keystore.password=$(saslenv KEYSTORE_PASSWORD)
+ssl.client.auth=none
+PROPS
+	fi
 	cat >"$dir/log4j2.properties" <<PROPS
 status=warn
 appender.file.type=File
@@ -106,16 +172,30 @@ start() {
 	command -v java >/dev/null || { log "java not found: install a Java 17 JDK"; exit 1; }
 	command -v mvn >/dev/null || { log "mvn not found: install Maven"; exit 1; }
 	resolve
+	if [[ $sasl == 1 && ! -f $dir/sasl.env && -f $data/meta.properties ]]; then
+		log "the storage in $data was formatted without the SCRAM user: no SASL_SSL listener until kafka.sh stop"
+		sasl=0
+	fi
+	if [[ $sasl == 1 ]]; then
+		tlsmaterial
+	else
+		rm -f "$dir/sasl.env"
+	fi
 	configure
 	local cp="$lib/*" jvm=(-Xms256m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true
 		"-Dlog4j2.configurationFile=$dir/log4j2.properties" "-Dkafka.logs.dir=$dir")
 	if [[ ! -f $data/meta.properties ]]; then
+		local scram=()
+		if [[ $sasl == 1 ]]; then
+			# the SCRAM user goes into the cluster metadata when the storage is formatted
+			scram=(--add-scram "SCRAM-SHA-512=[name=$(saslenv FAULTROUTER_TEST_SASL_USER),password=$(saslenv FAULTROUTER_TEST_SASL_PASSWORD)]")
+		fi
 		java "${jvm[@]}" -cp "$cp" kafka.tools.StorageTool format \
 			-t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null)" \
-			-c "$dir/server.properties" >"$dir/format.log" 2>&1 ||
+			-c "$dir/server.properties" "${scram[@]}" >"$dir/format.log" 2>&1 ||
 			{ cat "$dir/format.log" >&2; exit 1; }
 	fi
-	log "starting Apache Kafka $(ls "$lib" | sed -n 's/^kafka_2.13-\(.*\)\.jar$/\1/p') on 127.0.0.1:$port (log: $logfile)"
+	log "starting Apache Kafka $(ls "$lib" | sed -n 's/^kafka_2.13-\(.*\)\.jar$/\1/p') on 127.0.0.1:$port$([[ $sasl == 1 ]] && echo ", SASL_SSL on 127.0.0.1:$sport ($dir/sasl.env)") (log: $logfile)"
 	setsid java "${jvm[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" \
 		>"$dir/stdout.log" 2>&1 </dev/null 9>&- &
 	echo $! >"$pidfile"
@@ -159,7 +239,7 @@ halt() {
 
 stop() {
 	halt
-	rm -rf "$data"
+	rm -rf "$data" "$tlsdir" "$dir/sasl.env"
 	log "broker stopped"
 }
 
@@ -169,5 +249,5 @@ stop) stop ;;
 restart) halt; start ;;
 status) running ;;
 brokers) echo "127.0.0.1:$port" ;;
-*) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
