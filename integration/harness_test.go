@@ -54,18 +54,21 @@ func TestMain(m *testing.M) {
 // env is one test's isolated world: a topic prefix, a consumer group and a
 // state directory per router instance.
 type env struct {
-	t      *testing.T
-	prefix string
+	t       *testing.T
+	prefix  string
+	brokers string   // what the commands connect to: the test broker unless a test sets another listener
+	vars    []string // more environment of every command (KEY=VALUE, winning over the inherited)
+	flags   []string // flags appended to every command
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	return &env{t: t, prefix: fmt.Sprintf("it-%s-%06d.", name, rand.IntN(1_000_000))}
+	return &env{t: t, prefix: fmt.Sprintf("it-%s-%06d.", name, rand.IntN(1_000_000)), brokers: brokers}
 }
 
 func (e *env) cmdEnv() []string {
-	return append(os.Environ(), "FAULTROUTER_BROKERS="+brokers, "FAULTROUTER_TOPIC_PREFIX="+e.prefix)
+	return append(append(os.Environ(), "FAULTROUTER_BROKERS="+e.brokers, "FAULTROUTER_TOPIC_PREFIX="+e.prefix), e.vars...)
 }
 
 // cli runs the binary to completion and returns its stdout; it fails the test
@@ -83,7 +86,7 @@ func (e *env) cli(stdin string, args ...string) string {
 func (e *env) tryCLI(stdin string, args ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, binary, append(args, e.flags...)...)
 	cmd.Env = e.cmdEnv()
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
@@ -108,7 +111,7 @@ func (e *env) startRouter(instance, stateDir string, extra ...string) *router {
 	args := append([]string{"run", "--state-dir", stateDir, "--instance-id", instance,
 		"--group", e.prefix + "router", "--partitions", "3",
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(binary, append(args, e.flags...)...)
 	cmd.Env = e.cmdEnv()
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

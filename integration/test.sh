@@ -44,6 +44,10 @@ export FAULTROUTER_KAFKA_DIR
 export FAULTROUTER_KAFKA_PORT=${FAULTROUTER_KAFKA_PORT:-19092}
 FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
 export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
+# the broker's SASL_SSL listener (kafka.sh; FAULTROUTER_KAFKA_SASL_SSL=0 turns it off) is tested too
+if [[ ${FAULTROUTER_KAFKA_SASL_SSL:-1} == 1 ]]; then
+	export FAULTROUTER_REQUIRE_SASL=1
+fi
 go test -count=1 -v -timeout 30m ./integration/
 
 # make bench on a small backlog, only to prove that it works: its figures on a

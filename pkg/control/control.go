@@ -48,15 +48,37 @@ func Decide(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topic string, d
 		}
 		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(d.TaskID), Value: v})
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(opts, kgo.RecordDeliveryTimeout(deliveryTimeout))...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if _, err := partitions(ctx, cl, topic); err != nil {
+		return fmt.Errorf("control: writing %d decision(s): %w", len(recs), err)
+	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("control: writing %d decision(s) to %s: %w", len(recs), topic, err)
 	}
 	return nil
+}
+
+// deliveryTimeout bounds a produce that cannot be delivered (franz-go's
+// default retries forever).
+const deliveryTimeout = 30 * time.Second
+
+// partitions returns the partitions of topic. Listing them fails at once,
+// naming the cause (failed authentication, an untrusted certificate, a
+// missing topic), where a produce would retry until its delivery timeout.
+func partitions(ctx context.Context, cl *kgo.Client, topic string) (map[int32]kadm.PartitionDetail, error) {
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	td, ok := topics[topic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNoTopic, topic)
+	}
+	return td.Partitions, nil
 }
 
 // Reset is a person closing a circuit breaker.
@@ -82,21 +104,17 @@ func ResetBreaker(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topic str
 	if err != nil {
 		return 0, err
 	}
-	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordDeliveryTimeout(deliveryTimeout))...)
 	if err != nil {
 		return 0, err
 	}
 	defer cl.Close()
-	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	parts, err := partitions(ctx, cl, topic)
 	if err != nil {
 		return 0, fmt.Errorf("control: breaker reset: %w", err)
 	}
-	td, ok := topics[topic]
-	if !ok || td.Err != nil || len(td.Partitions) == 0 {
-		return 0, fmt.Errorf("%w: %s", ErrNoTopic, topic)
-	}
-	recs := make([]*kgo.Record, 0, len(td.Partitions))
-	for p := range td.Partitions {
+	recs := make([]*kgo.Record, 0, len(parts))
+	for p := range parts {
 		recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Key: []byte(e.Scope + "/" + r.Key), Value: v})
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
