@@ -24,6 +24,9 @@ import (
 const (
 	HeaderTraceparent = "traceparent"
 
+	HeaderEventTruncated = "faultrouter.event.truncated" // the record's event is a bounded copy: the fields cut, comma-separated
+	HeaderEventSource    = "faultrouter.event.source"    // where the whole event is: topic/partition@offset
+
 	ErrorHeaderPrefix    = "faultrouter.error."
 	HeaderErrorTopic     = "faultrouter.error.topic"     // input topic
 	HeaderErrorPartition = "faultrouter.error.partition" // input partition
@@ -105,6 +108,29 @@ func (r *Redrive) Source() string {
 	return r.SourceTopic + "/" + strconv.Itoa(int(r.SourcePartition)) + "@" + strconv.FormatInt(r.SourceOffset, 10)
 }
 
+// EventCopy says that a record's event is the task state's bounded copy of
+// an input event, cut to fit (faultrouter.event.* headers): a retry
+// published when due, or on a review approval, carries the copy.
+type EventCopy struct {
+	// Truncated are the JSON names of the fields cut, e.g. output.text.
+	Truncated []string
+	// Topic, Partition and Offset locate the input record that holds the
+	// whole event; Topic is empty when unknown.
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// AppendHeaders appends the faultrouter.event.* headers of c to hs.
+func (c *EventCopy) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	hs = append(hs, kgo.RecordHeader{Key: HeaderEventTruncated, Value: []byte(strings.Join(c.Truncated, ","))})
+	if c.Topic != "" {
+		src := c.Topic + "/" + strconv.Itoa(int(c.Partition)) + "@" + strconv.FormatInt(c.Offset, 10)
+		hs = append(hs, kgo.RecordHeader{Key: HeaderEventSource, Value: []byte(src)})
+	}
+	return hs
+}
+
 // Headers are a record's contract headers, parsed.
 type Headers struct {
 	// Error is nil without faultrouter.error.* headers.
@@ -113,6 +139,8 @@ type Headers struct {
 	Redrive *Redrive
 	// Traceparent is the W3C trace context, empty without one.
 	Traceparent string
+	// Copy is nil unless the record's event is a bounded copy.
+	Copy *EventCopy
 }
 
 // ParseHeaders reads the contract headers of a record. It never fails: a
@@ -126,6 +154,16 @@ func ParseHeaders(hs []kgo.RecordHeader) Headers {
 		switch {
 		case x.Key == HeaderTraceparent:
 			h.Traceparent = v
+		case x.Key == HeaderEventTruncated:
+			if h.Copy == nil {
+				h.Copy = &EventCopy{}
+			}
+			h.Copy.Truncated = strings.Split(v, ",")
+		case x.Key == HeaderEventSource:
+			if h.Copy == nil {
+				h.Copy = &EventCopy{}
+			}
+			h.Copy.Topic, h.Copy.Partition, h.Copy.Offset = parseAt(v)
 		case strings.HasPrefix(x.Key, ErrorHeaderPrefix):
 			if h.Error == nil {
 				h.Error = &ErrorInfo{}
@@ -169,6 +207,17 @@ func ParseHeaders(hs []kgo.RecordHeader) Headers {
 		h.Redrive = &rd
 	}
 	return h
+}
+
+// parseAt reads topic/partition@offset; a value that does not parse reads as
+// an empty topic.
+func parseAt(s string) (string, int32, int64) {
+	at := strings.LastIndexByte(s, '@')
+	slash := strings.LastIndexByte(s, '/')
+	if at < 0 || slash < 0 || slash > at {
+		return "", 0, 0
+	}
+	return s[:slash], int32(atoi(s[slash+1 : at])), atoi(s[at+1:])
 }
 
 func atoi(s string) int64 {

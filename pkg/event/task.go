@@ -87,6 +87,13 @@ type InputRef struct {
 	SizeBytes int64  `json:"size_bytes,omitempty"`
 }
 
+// MaxIDBytes bounds the identity fields of a TaskEvent: event_id, task_id,
+// source, action, provider, model, prompt_template, error.type, error.code,
+// operation.op_id and operation.params_sha256. They are keys, breaker names
+// and state; an event with a longer one is invalid input (dead letter, kind
+// invalid_record), so that the router's records and state stay bounded.
+const MaxIDBytes = 1024
+
 // FieldError names the JSON field that made a record invalid.
 type FieldError struct {
 	Field string
@@ -117,6 +124,9 @@ func (e *TaskEvent) Validate() error {
 	case e.SLAMs != nil && *e.SLAMs <= 0:
 		return bad("sla_ms", "must be a positive number of milliseconds or null")
 	}
+	if f := e.longID(); f != "" {
+		return bad(f, fmt.Sprintf("longer than %d bytes", MaxIDBytes))
+	}
 	if op := e.Operation; op != nil {
 		switch {
 		case op.OpID == "":
@@ -131,6 +141,25 @@ func (e *TaskEvent) Validate() error {
 		return bad("input_ref.uri", "required when input_ref is set")
 	}
 	return nil
+}
+
+// longID returns the JSON name of the first identity field over
+// MaxIDBytes, "" when none is.
+func (e *TaskEvent) longID() string {
+	ids := []struct{ name, v string }{{"event_id", e.EventID}, {"task_id", e.TaskID}, {"source", e.Source}, {"action", e.Action},
+		{"provider", e.Provider}, {"model", e.Model}, {"prompt_template", e.PromptTemplate}}
+	if e.Error != nil {
+		ids = append(ids, struct{ name, v string }{"error.type", e.Error.Type}, struct{ name, v string }{"error.code", e.Error.Code})
+	}
+	if e.Operation != nil {
+		ids = append(ids, struct{ name, v string }{"operation.op_id", e.Operation.OpID}, struct{ name, v string }{"operation.params_sha256", e.Operation.ParamsSHA256})
+	}
+	for _, id := range ids {
+		if len(id.v) > MaxIDBytes {
+			return id.name
+		}
+	}
+	return ""
 }
 
 // ParseTaskEventJSON decodes one JSON object strictly: an unknown field is an

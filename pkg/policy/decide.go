@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -21,7 +20,7 @@ const maxRateLimitTimes = 4
 // updates st in place. The caller has already dropped exact redeliveries
 // (st.Seen(ev.EventID)); st.TaskID == "" is a new task.
 //
-// State updates: the event ID is appended to SeenEvents; Attempts and the
+// State updates: the event ID joins the dedup set (MarkSeen); Attempts and the
 // usage totals grow; a RETRY counts in Retries and RetriesByClass and sets
 // Pending; a 429 appends its occurred_at to RateLimitedAt; operations are
 // recorded (a PARAMS_MISMATCH leaves the approved one untouched); REVIEW and
@@ -33,7 +32,7 @@ func (p *Policy) Decide(ev *event.TaskEvent, st *task.State, now time.Time) even
 	if st.TaskID == "" {
 		st.TaskID = ev.TaskID
 	}
-	st.SeenEvents = append(st.SeenEvents, ev.EventID)
+	st.MarkSeen(ev.EventID)
 	st.Attempts++
 	st.CostUSD = float64(micros(st.CostUSD)+micros(ev.Usage.CostUSD)) / 1e6
 	st.Tokens += ev.Usage.Tokens
@@ -80,7 +79,7 @@ func (p *Policy) apply(v verdict, ev *event.TaskEvent, st *task.State, now time.
 
 	p.recordOperation(ev.Operation, st, v)
 	if !v.keepLastEvent || st.LastEvent == nil {
-		st.LastEvent = cloneEvent(ev)
+		st.SetLastEvent(ev) // a bounded copy
 	}
 	st.Pending = nil
 	switch v.route {
@@ -132,13 +131,13 @@ func (p *Policy) recordOperation(op *event.Operation, st *task.State, v verdict)
 	}
 	known := st.Op(op.OpID)
 	if known == nil {
-		st.Operations = append(st.Operations, task.Operation{
+		st.AddOperation(task.Operation{
 			OpID: op.OpID, Kind: op.Kind, ParamsSHA256: op.ParamsSHA256, State: op.State,
 		})
 		return
 	}
 	if known.ParamsSHA256 == "" {
-		known.ParamsSHA256 = op.ParamsSHA256
+		known.SetParams(op.ParamsSHA256)
 	}
 	if known.State != event.OpConfirmed && known.State != event.OpRejected {
 		known.State = op.State
@@ -194,45 +193,4 @@ func dollars(usd float64) string {
 		return s + "0"
 	}
 	return s
-}
-
-// cloneEvent copies ev deeply, so that the state never aliases the caller's
-// event.
-func cloneEvent(ev *event.TaskEvent) *event.TaskEvent {
-	c := *ev
-	if ev.Error != nil {
-		e := *ev.Error
-		if e.RetryAfterMs != nil {
-			ra := *e.RetryAfterMs
-			e.RetryAfterMs = &ra
-		}
-		c.Error = &e
-	}
-	if ev.Output != nil {
-		o := *ev.Output
-		if o.SchemaValid != nil {
-			sv := *o.SchemaValid
-			o.SchemaValid = &sv
-		}
-		if o.Confidence != nil {
-			cf := *o.Confidence
-			o.Confidence = &cf
-		}
-		o.Flags = slices.Clone(o.Flags)
-		c.Output = &o
-	}
-	if ev.Operation != nil {
-		op := *ev.Operation
-		c.Operation = &op
-	}
-	if ev.InputRef != nil {
-		ir := *ev.InputRef
-		c.InputRef = &ir
-	}
-	if ev.SLAMs != nil {
-		s := *ev.SLAMs
-		c.SLAMs = &s
-	}
-	c.Attributes = maps.Clone(ev.Attributes)
-	return &c
 }

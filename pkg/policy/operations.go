@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -20,7 +19,7 @@ func (p *Policy) paramsMismatch(ev *event.TaskEvent, st *task.State) (verdict, b
 		return verdict{}, false // the task ended: DUPLICATE_EXECUTION
 	}
 	known := st.Op(op.OpID)
-	if known == nil || known.ParamsSHA256 == "" || strings.EqualFold(known.ParamsSHA256, op.ParamsSHA256) {
+	if known == nil || known.ParamsSHA256 == "" || known.SameParams(op.ParamsSHA256) {
 		return verdict{}, false
 	}
 	return verdict{

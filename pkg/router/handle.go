@@ -158,16 +158,23 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
 		r.trackReview(st, &in.decision, now)
 		b.touch(st.TaskID, in.rec.Partition)
+		n := len(b.out)
 		r.emit(in, st.LastEvent, st, b, now)
+		for _, rec := range b.out[n:] {
+			rec.Headers = copyHeaders(st, rec.Headers)
+		}
 		return
 	}
 	ev := &in.event
 	st := b.state(ev.TaskID, in.rec.Partition)
-	wasTerminal, isNew := st.Terminal, st.TaskID == ""
+	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
 	if !isNew && st.Seen(ev.EventID) {
 		in.decision = r.cfg.Policy.Drop(ev, st, now)
 	} else {
 		in.decision = r.cfg.Policy.Decide(ev, st, now)
+	}
+	if st.LastEvent != last { // the state keeps a bounded copy of this event
+		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 	}
 	if in.decision.Route != event.RouteDrop {
 		in.started, in.finished = isNew, st.Terminal && !wasTerminal
@@ -177,9 +184,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		if in.finished {
 			in.taskMs = ev.OccurredAt.Millis() - st.FirstEventAt
 		}
-		if tp := codec.ParseHeaders(in.rec.Headers).Traceparent; tp != "" {
-			st.Traceparent = tp
-		}
+		st.SetTraceparent(codec.ParseHeaders(in.rec.Headers).Traceparent)
 		r.trackReview(st, &in.decision, now)
 	}
 	b.touch(ev.TaskID, in.rec.Partition)
@@ -248,12 +253,30 @@ func (r *Router) releaseDue(b *batch, now time.Time) error {
 		if st.Traceparent != "" {
 			hdr = []kgo.RecordHeader{{Key: codec.HeaderTraceparent, Value: []byte(st.Traceparent)}}
 		}
-		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, event.Source{}, hdr)
+		var src event.Source
+		if st.LastInput != nil {
+			src = *st.LastInput
+		}
+		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
+		rec.Headers = copyHeaders(st, rec.Headers)
 		b.out = append(b.out, rec)
 		st.Pending = nil
 		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
 	}
 	return nil
+}
+
+// copyHeaders adds to hs, when the state's copy of the last event was cut to
+// its bounds, the headers that say so and where the whole event is.
+func copyHeaders(st *task.State, hs []kgo.RecordHeader) []kgo.RecordHeader {
+	if len(st.LastEventTruncated) == 0 {
+		return hs
+	}
+	c := codec.EventCopy{Truncated: st.LastEventTruncated}
+	if st.LastInput != nil {
+		c.Topic, c.Partition, c.Offset = st.LastInput.Topic, st.LastInput.Partition, st.LastInput.Offset
+	}
+	return c.AppendHeaders(hs)
 }
 
 // changelog queues one state record per task the batch touched.
@@ -265,7 +288,13 @@ func (r *Router) changelog(b *batch) {
 			r.log.Error("state does not encode", "task_id", id, "err", err)
 			continue
 		}
-		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: b.partOf[id], Key: []byte(id), Value: v})
+		rec := &kgo.Record{Topic: r.cfg.Topics.State, Partition: b.partOf[id], Key: []byte(id), Value: v}
+		if !r.limits.fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
+			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(v), "limit", r.limits.of(rec.Topic))
+			st.Shrink()
+			rec.Value, _ = st.Marshal()
+		}
+		b.out = append(b.out, rec)
 	}
 }
 

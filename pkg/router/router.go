@@ -133,6 +133,9 @@ type Router struct {
 	// parts are the partition counts of ingress, decisions and state, read
 	// when a session starts (partitioner.go); used by the handle goroutine
 	parts partitionCounts
+	// limits are the record size limits per topic, read when a session
+	// starts (limits.go); used by the handle goroutine
+	limits *limits
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -232,6 +235,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// loop below ends the session instead, which leaves the group, and Run
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
+	r.limits = r.loadLimits(ctx) // limits.go
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
@@ -244,7 +248,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// pending transactional offset commit is waited for, never skipped
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions)),
-		kgo.ProducerBatchMaxBytes(int32(max(1<<20, r.cfg.MaxRecordBytes*2))),
+		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			r.onAssigned(ctx, cl, assigned, restoreFailed)
 		}),

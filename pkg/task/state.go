@@ -6,7 +6,6 @@ package task
 
 import (
 	"encoding/json"
-	"slices"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -26,7 +25,8 @@ const (
 // milliseconds; occurred_at times come from the events, not the router clock.
 type State struct {
 	TaskID string `json:"task_id"`
-	// SeenEvents are the event IDs already routed, oldest first.
+	// SeenEvents is the dedup set: the latest MaxSeenEvents event IDs
+	// routed, oldest first (see MarkSeen; a long ID is kept as a hash).
 	SeenEvents []string `json:"seen,omitempty"`
 	// Attempts counts the distinct events of the task.
 	Attempts int32 `json:"attempts"`
@@ -40,7 +40,8 @@ type State struct {
 	CostUSD   float64 `json:"cost_usd"`
 	Tokens    int64   `json:"tokens"`
 	ElapsedMs int64   `json:"elapsed_ms"`
-	// Operations are the business operations the task's events named.
+	// Operations are the business operations the task's events named, at
+	// most MaxOperations (see AddOperation).
 	Operations []Operation `json:"operations,omitempty"`
 	// Review is ReviewNone, ReviewOpen, ReviewApproved, ReviewRejected or
 	// ReviewResolved.
@@ -77,8 +78,15 @@ type State struct {
 	// Traceparent is the W3C trace context of the latest input record, carried
 	// to the retry published when it is due.
 	Traceparent string `json:"traceparent,omitempty"`
-	// LastEvent is the latest input event, kept to re-issue a retry on approval.
+	// LastEvent is a bounded copy of the latest input event (SetLastEvent),
+	// kept to publish a retry when it is due or on approval.
 	LastEvent *event.TaskEvent `json:"last_event,omitempty"`
+	// LastEventTruncated names the fields of LastEvent cut to fit the
+	// bounds, e.g. output.text; empty when the copy is whole.
+	LastEventTruncated []string `json:"last_event_truncated,omitempty"`
+	// LastInput is the input record LastEvent came from: the whole event is
+	// there (for the input topic's retention).
+	LastInput *event.Source `json:"last_input,omitempty"`
 }
 
 // Operation is what the router knows of one business operation.
@@ -94,19 +102,6 @@ type PendingRetry struct {
 	N         int32 `json:"n"`
 	DelayMs   int64 `json:"delay_ms"`
 	NotBefore int64 `json:"not_before"`
-}
-
-// Seen reports whether the event ID was already routed for this task.
-func (s *State) Seen(eventID string) bool { return slices.Contains(s.SeenEvents, eventID) }
-
-// Op returns the operation with the given ID, or nil.
-func (s *State) Op(opID string) *Operation {
-	for i := range s.Operations {
-		if s.Operations[i].OpID == opID {
-			return &s.Operations[i]
-		}
-	}
-	return nil
 }
 
 // Totals returns the decision totals of the task.
