@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -96,20 +97,26 @@ func lcStart(t *testing.T, partitions int32) *lcWorld {
 }
 
 // run starts the router; it stops at the end of the test.
-func (w *lcWorld) run() {
+func (w *lcWorld) run() { w.rt = w.start("lc", nil) }
+
+// start starts a router instance, adjusted by adjust (may be nil); it stops
+// at the end of the test.
+func (w *lcWorld) start(instance string, adjust func(*Config)) *Router {
 	w.t.Helper()
 	cfg := Default()
 	cfg.ClientOpts = w.seeds
 	cfg.Topics = w.topics
 	cfg.StateDir = w.t.TempDir()
-	cfg.InstanceID = "lc"
+	cfg.InstanceID = instance
 	cfg.Tick = 50 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	rt, err := New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.rt = rt
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(ctx) }()
@@ -124,6 +131,7 @@ func (w *lcWorld) run() {
 			w.t.Errorf("Run did not return within 30 s of its context's end (deadlocked)")
 		}
 	})
+	return rt
 }
 
 // routes produces one successful event for taskID and waits for its audit
@@ -242,4 +250,132 @@ func TestReadyFollowsRevokeAndRestore(t *testing.T) {
 	if !w.routes("t-after-rebalance") {
 		t.Errorf("no audit record for an event produced after the router was ready again")
 	}
+}
+
+// produce writes one event to the ingress topic.
+func (w *lcWorld) produce(ev event.TaskEvent) {
+	w.t.Helper()
+	v, err := w.codec.EncodeTaskEvent(nil, &ev)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(w.seeds, kgo.DefaultProduceTopic(w.topics.Ingress))...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(ev.TaskID), Value: v}).FirstErr(); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// committed returns the committed routed records of topic for taskID, read
+// from the start of the topic until d passes without a new one.
+func (w *lcWorld) committed(topic, taskID string, d time.Duration) []event.Routed {
+	w.t.Helper()
+	cl := testClient(w.t, w.seeds, topic, topic)
+	var out []event.Routed
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if rt, err := w.codec.DecodeRouted(r.Value); err == nil && rt.Event != nil && rt.Event.TaskID == taskID {
+				out = append(out, rt)
+			}
+		})
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+// Guards exactly-once publication of due retries against a zombie instance:
+// instance a is evicted from the group without knowing it yet (its
+// heartbeats do not reach the coordinator but are answered, as in the window
+// after a pause before its heartbeat learns of the eviction), the group
+// gives its partition to instance b, and b publishes the retry that falls
+// due. a, still believing it owns the partition, publishes the same retry in
+// a transaction that consumes nothing. That transaction must be fenced by
+// the group generation like any other: a must not add a second retry.
+func TestZombieCannotPublishDueRetry(t *testing.T) {
+	w := lcStart(t, 1)
+	var (
+		aMember atomic.Value // string
+		hold    atomic.Bool
+	)
+	w.cluster.ControlKey(int16(kmsg.Heartbeat), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		w.cluster.KeepControl()
+		req := kreq.(*kmsg.HeartbeatRequest)
+		if aMember.Load() == nil {
+			aMember.Store(req.MemberID) // a is alone in the group until b starts
+		}
+		if hold.Load() && req.MemberID == aMember.Load() {
+			// a is told all is well, and the coordinator never hears
+			// from it: its session expires without a knowing
+			resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	a := w.start("a", func(c *Config) {
+		c.SessionTimeout = 6 * time.Second
+	})
+	if !lcWaitFor(30*time.Second, a.Ready) {
+		t.Fatal("a not ready within 30 s")
+	}
+	if !lcWaitFor(30*time.Second, func() bool { return aMember.Load() != nil }) {
+		t.Fatal("no heartbeat from a within 30 s")
+	}
+
+	ra := int64(12_000)
+	w.produce(event.TaskEvent{
+		EventID: "z-1", TaskID: "t-zombie", Attempt: 1, OccurredAt: event.At(time.Now()),
+		Source: "unit", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusError,
+		Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra},
+	})
+	audit := w.committed(w.topics.Audit, "t-zombie", 3*time.Second)
+	if len(audit) != 1 || audit[0].Decision.Route != event.RouteRetry {
+		t.Fatalf("audit of t-zombie: %+v, want one RETRY", audit)
+	}
+
+	// a goes deaf; b joins, gets the partition once a's session expired,
+	// restores the pending retry and publishes it when due
+	hold.Store(true)
+	regB := prometheus.NewRegistry()
+	w.start("b", func(c *Config) { c.Registerer = regB; c.SessionTimeout = 6 * time.Second })
+	published := func() bool {
+		v, _ := gauge(t, regB, "faultrouter_retries_published_total")
+		return v >= 1
+	}
+	if !lcWaitFor(60*time.Second, published) {
+		t.Fatal("b did not publish the due retry within 60 s")
+	}
+	time.Sleep(2 * time.Second) // a's tick finds the same retry due meanwhile
+
+	if got := w.committed(w.topics.Retry, "t-zombie", 5*time.Second); len(got) != 1 {
+		t.Errorf("t-zombie: %d committed retry records, want exactly 1 (b's)", len(got))
+	}
+}
+
+// gauge returns the value of an unlabelled counter or gauge in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name || len(f.GetMetric()) == 0 {
+			continue
+		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue(), true
+		}
+		return m.GetGauge().GetValue(), true
+	}
+	return 0, false
 }
