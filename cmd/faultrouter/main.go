@@ -42,6 +42,7 @@ Verbs:
   replay    incident analysis: a time range or one task's timeline; re-drive to ingress
   review    review decide: approve or reject a task in review
   breaker   breaker reset: close a circuit breaker by hand
+  console   the operator console in the browser: review queue, timeline, breakers, dead letter, alerts
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
   topics    topics apply | topics check
@@ -93,6 +94,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return reviewCommand(ctx, rest, stdout, stderr)
 	case "breaker":
 		return breakerCommand(ctx, rest, stdout, stderr)
+	case "console":
+		return consoleCommand(ctx, rest, stdin, stdout, stderr)
 	case "taskid":
 		return taskidCommand(rest, stdout)
 	case "policy":

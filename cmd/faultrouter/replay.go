@@ -44,9 +44,6 @@ whose outcome is unknown (class OUTCOME_UNKNOWN, or a WRITE operation
 SUBMITTED or UNKNOWN) is refused unless --force and --reason are both given:
 running it again may execute it twice.`
 
-// timelineShorts are the topics of a task's story, in data-path order.
-var timelineShorts = []string{"ingress", "decisions", "audit", "retry", "review", "deadletter", "alerts"}
-
 type replayFlags struct {
 	topic, since, until, format, redriveTo string
 	reason                                 string
@@ -104,7 +101,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var topics []string
 	if f.timeline {
-		for _, s := range timelineShorts {
+		for _, s := range replay.TimelineShorts {
 			n, _ := set.Name(s)
 			topics = append(topics, n)
 		}

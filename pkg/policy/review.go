@@ -56,7 +56,7 @@ func (p *Policy) DecideReview(rd *event.ReviewDecision, st *task.State, now time
 	} else {
 		d.Route, d.Rule = event.RouteComplete, RuleManualRejected
 		d.Reason = fmt.Sprintf("%s rejected the %s item: %s; the task ends", who, d.Class, rd.Reason)
-		d.UserMessage = p.userMessage(rd.Reason)
+		d.UserMessage = p.UserMessage(rd.Reason)
 		st.Review, st.LastRoute, st.Pending = task.ReviewRejected, event.RouteComplete, nil
 		st.Terminal, st.TerminalClass = true, d.Class
 	}
@@ -64,8 +64,9 @@ func (p *Policy) DecideReview(rd *event.ReviewDecision, st *task.State, now time
 	return d
 }
 
-// userMessage fills the review loop's end-user messages with reason.
-func (p *Policy) userMessage(reason string) string {
+// UserMessage is the end-user message of a task rejected for reason: the
+// review loop's messages (one per language, one a line) filled with it.
+func (p *Policy) UserMessage(reason string) string {
 	reason = strings.TrimRight(strings.TrimSpace(reason), ".。")
 	lines := make([]string, len(p.ReviewLoop.UserMessages))
 	for i, m := range p.ReviewLoop.UserMessages {

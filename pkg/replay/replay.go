@@ -138,6 +138,9 @@ func (f *Filter) Match(s *Step) bool {
 	return true
 }
 
+// TimelineShorts are the topics of a task's story, in data-path order.
+var TimelineShorts = []string{"ingress", "decisions", "audit", "retry", "review", "deadletter", "alerts"}
+
 // topicRank orders steps written in the same millisecond along the data
 // path: the input first, then what the router wrote for it.
 var topicRank = map[string]int{

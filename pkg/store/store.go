@@ -189,6 +189,10 @@ func (s *Store) DropExpired(p int32, stale []Due) error { return s.dropTimes('x'
 // Metrics returns Pebble's metrics (disk usage, memtable size, ...).
 func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
 
+// PebbleLogger routes Pebble's log lines to log: its info lines at debug
+// level. The console's own Pebble view logs through it too.
+func PebbleLogger(log *slog.Logger) pebble.Logger { return pebbleLogger{log} }
+
 type pebbleLogger struct{ log *slog.Logger }
 
 func (l pebbleLogger) Infof(format string, args ...any) {

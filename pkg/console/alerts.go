@@ -1,0 +1,45 @@
+package console
+
+// alerts.go: the alerts topic as a live feed, newest first: breaker
+// transitions and immediate alerts (hallucination, budget exhausted, surge,
+// overdue review).
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// alertRow is an alert as the feed shows it (and the live script adds it).
+type alertJSON struct {
+	Time     string `json:"time"`
+	Kind     string `json:"kind"`
+	Scope    string `json:"scope"`
+	Key      string `json:"key"`
+	Change   string `json:"change"`
+	Class    string `json:"class"`
+	TaskID   string `json:"task_id"`
+	Reason   string `json:"reason"`
+	Instance string `json:"instance"`
+}
+
+func alertRow(a *alert) alertJSON {
+	return alertJSON{Time: a.Time.UTC().Format("2006-01-02 15:04:05Z"), Kind: a.Kind, Scope: a.Scope, Key: a.Key,
+		Change: strings.Trim(a.From+"→"+a.To, "→"), Class: string(a.Class), TaskID: a.TaskID, Reason: a.Reason, Instance: a.Instance}
+}
+
+func (s *Server) alertsPage(w http.ResponseWriter, r *http.Request, p *person) error {
+	var rows []alertJSON
+	err := s.view.each("alr/", true, func(_ string, val []byte) bool {
+		var a alert
+		if json.Unmarshal(val, &a) == nil {
+			rows = append(rows, alertRow(&a))
+		}
+		return len(rows) < 200
+	})
+	if err != nil {
+		return err
+	}
+	s.render(w, r, p, "alerts", http.StatusOK, "Alerts", "alerts", map[string]any{"Rows": rows})
+	return nil
+}

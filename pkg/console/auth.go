@@ -1,0 +1,271 @@
+package console
+
+// auth.go: who is asking. Nothing is served without an identity, which comes
+// from one of two places:
+//
+//   - a users file (YAML: name, bcrypt hash, roles, owners) and the login
+//     form; the session is a cookie signed with the console's secret, so
+//     replicas that share the secret share sessions;
+//   - with Config.TrustProxy only, the X-Forwarded-User (or
+//     X-Forwarded-Email) header of a reverse proxy in front (oauth2-proxy's
+//     convention); its roles come from the users file entry of that name,
+//     else Config.ProxyRole.
+//
+// Every state-changing request carries a CSRF token: an HMAC of a random
+// per-browser cookie and the person's name, in the form field "csrf" or the
+// X-CSRF-Token header.
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"gopkg.in/yaml.v3"
+)
+
+// Roles.
+const (
+	RoleViewer   = "viewer"   // reads every page
+	RoleReviewer = "reviewer" // decides review items of its owners
+	RoleOperator = "operator" // resets breakers, re-drives dead letters
+)
+
+// User is one entry of the users file.
+type User struct {
+	Name string `yaml:"name"`
+	// Email matches X-Forwarded-Email behind a trusted proxy.
+	Email string `yaml:"email"`
+	// PasswordBcrypt is the bcrypt hash of the password; empty for a person
+	// who only signs in through the proxy.
+	PasswordBcrypt string `yaml:"password_bcrypt"`
+	// Roles: viewer, reviewer, operator.
+	Roles []string `yaml:"roles"`
+	// Owners a reviewer decides for (policy owners such as ai-product); "*"
+	// is every owner.
+	Owners []string `yaml:"owners"`
+}
+
+// Users is the users file.
+type Users struct {
+	Users []User `yaml:"users"`
+}
+
+// LoadUsers reads and checks a users file.
+func LoadUsers(path string) (*Users, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("console: users file: %w", err)
+	}
+	var u Users
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&u); err != nil {
+		return nil, fmt.Errorf("console: users file %s: %w", path, err)
+	}
+	return &u, u.Validate()
+}
+
+// Validate checks every entry: a name, known roles, a bcrypt hash that
+// parses, owners for a reviewer.
+func (u *Users) Validate() error {
+	seen := map[string]bool{}
+	for i, x := range u.Users {
+		at := fmt.Sprintf("console: users[%d]", i)
+		switch {
+		case x.Name == "":
+			return fmt.Errorf("%s.name: required", at)
+		case seen[x.Name]:
+			return fmt.Errorf("%s.name: %q appears twice", at, x.Name)
+		case len(x.Roles) == 0:
+			return fmt.Errorf("%s.roles: at least one of viewer, reviewer, operator", at)
+		}
+		seen[x.Name] = true
+		for _, r := range x.Roles {
+			if r != RoleViewer && r != RoleReviewer && r != RoleOperator {
+				return fmt.Errorf("%s.roles: %q: allowed viewer, reviewer, operator", at, r)
+			}
+		}
+		if slices.Contains(x.Roles, RoleReviewer) && len(x.Owners) == 0 {
+			return fmt.Errorf("%s.owners: a reviewer needs the owners it decides for (\"*\" for all)", at)
+		}
+		if x.PasswordBcrypt != "" {
+			if _, err := bcrypt.Cost([]byte(x.PasswordBcrypt)); err != nil {
+				return fmt.Errorf("%s.password_bcrypt: not a bcrypt hash: %v", at, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (u *Users) find(name string) *User {
+	if u == nil || name == "" {
+		return nil
+	}
+	for i := range u.Users {
+		if u.Users[i].Name == name || (u.Users[i].Email != "" && u.Users[i].Email == name) {
+			return &u.Users[i]
+		}
+	}
+	return nil
+}
+
+// HashPassword returns the bcrypt hash of a password for the users file.
+func HashPassword(password string) (string, error) {
+	if password == "" {
+		return "", errors.New("console: an empty password")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	return string(h), err
+}
+
+// person is who is asking, and what they may do.
+type person struct {
+	Name   string
+	Roles  []string
+	Owners []string
+	Proxy  bool // identified by the trusted proxy's header
+}
+
+func (p *person) has(role string) bool { return p != nil && slices.Contains(p.Roles, role) }
+
+// canDecide reports whether p may decide items of owner.
+func (p *person) canDecide(owner string) bool {
+	return p.has(RoleReviewer) && (slices.Contains(p.Owners, "*") || slices.Contains(p.Owners, owner))
+}
+
+func (p *person) reviewer() bool { return p.has(RoleReviewer) }
+func (p *person) operator() bool { return p.has(RoleOperator) }
+
+const (
+	sessionCookie = "frc_session"
+	nonceCookie   = "frc_nonce"
+	sessionTTL    = 12 * time.Hour
+)
+
+var errNoSession = errors.New("console: no valid session")
+
+func (s *Server) mac(parts ...string) []byte {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte(strings.Join(parts, "\x00")))
+	return m.Sum(nil)
+}
+
+// sessionValue is name|expiry|mac, base64.
+func (s *Server) sessionValue(name string, exp time.Time) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	raw := name + "|" + e + "|" + hex.EncodeToString(s.mac("session", name, e))
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func (s *Server) sessionName(r *http.Request) (string, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return "", errNoSession
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil {
+		return "", errNoSession
+	}
+	parts := strings.Split(string(raw), "|")
+	if len(parts) != 3 {
+		return "", errNoSession
+	}
+	want := hex.EncodeToString(s.mac("session", parts[0], parts[1]))
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || !hmac.Equal([]byte(want), []byte(parts[2])) || time.Now().Unix() > exp {
+		return "", errNoSession
+	}
+	return parts[0], nil
+}
+
+// identify returns the person asking, nil when nobody is signed in.
+func (s *Server) identify(r *http.Request) *person {
+	if s.cfg.TrustProxy {
+		name := r.Header.Get("X-Forwarded-User")
+		if name == "" {
+			name = r.Header.Get("X-Forwarded-Email")
+		}
+		if name != "" {
+			if u := s.cfg.Users.find(name); u != nil {
+				return &person{Name: u.Name, Roles: u.Roles, Owners: u.Owners, Proxy: true}
+			}
+			p := &person{Name: name, Roles: []string{s.cfg.ProxyRole}, Proxy: true}
+			if s.cfg.ProxyRole == RoleReviewer {
+				p.Owners = []string{"*"}
+			}
+			return p
+		}
+	}
+	name, err := s.sessionName(r)
+	if err != nil {
+		return nil
+	}
+	u := s.cfg.Users.find(name)
+	if u == nil {
+		return nil // removed from the users file since
+	}
+	return &person{Name: u.Name, Roles: u.Roles, Owners: u.Owners}
+}
+
+// nonce returns the browser's CSRF nonce, setting the cookie when absent.
+func nonce(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(nonceCookie); err == nil && len(c.Value) >= 16 {
+		return c.Value
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	n := hex.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	r.AddCookie(&http.Cookie{Name: nonceCookie, Value: n})
+	return n
+}
+
+// csrfToken is the token the pages of name put in their forms.
+func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request, name string) string {
+	return hex.EncodeToString(s.mac("csrf", nonce(w, r), name))
+}
+
+// csrfOK checks the token of a state-changing request.
+func (s *Server) csrfOK(r *http.Request, name string) bool {
+	c, err := r.Cookie(nonceCookie)
+	if err != nil {
+		return false
+	}
+	got := r.Header.Get("X-CSRF-Token")
+	if got == "" {
+		got = r.PostFormValue("csrf")
+	}
+	want := hex.EncodeToString(s.mac("csrf", c.Value, name))
+	return got != "" && hmac.Equal([]byte(got), []byte(want))
+}
+
+// login checks a name and password against the users file.
+func (s *Server) login(name, password string) bool {
+	u := s.cfg.Users.find(name)
+	if u == nil || u.PasswordBcrypt == "" {
+		// spend the same time as a wrong password
+		bcrypt.CompareHashAndPassword([]byte("$2a$10$abcdefghijklmnopqrstuuJ3z3b3b3b3b3b3b3b3b3b3b3b3b3b3b"), []byte(password))
+		return false
+	}
+	return bcrypt.CompareHashAndPassword([]byte(u.PasswordBcrypt), []byte(password)) == nil
+}
+
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request, name string) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessionValue(name, time.Now().Add(sessionTTL)), Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+}
+
+func clearSession(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true})
+}

@@ -1,0 +1,261 @@
+package console
+
+// deadletter.go: the dead letters, by time range, class, error kind, model
+// and task, with their original bytes and error headers; a re-drive of the
+// records picked by hand or of everything a filter matches ("all
+// NETWORK_TIMEOUT for model m since 02:00"), always through a dry-run
+// preview that gives the count and what the loop guard refuses, then run as
+// a job (jobs.go).
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/control"
+	"github.com/faultrouter/faultrouter/pkg/replay"
+)
+
+// dlFilter selects dead letters.
+type dlFilter struct {
+	Since, Until       string // RFC 3339 or relative (-2h), as replay takes them
+	Class, Kind, Model string
+	Task               string
+	since, until       time.Time
+}
+
+func dlFilterOf(get func(string) string) (dlFilter, error) {
+	f := dlFilter{Since: get("since"), Until: get("until"), Class: strings.ToUpper(strings.TrimSpace(get("class"))),
+		Kind: strings.TrimSpace(get("kind")), Model: strings.TrimSpace(get("model")), Task: strings.TrimSpace(get("task"))}
+	now := time.Now()
+	var err error
+	if strings.TrimSpace(f.Since) != "" {
+		if f.since, err = replay.ParseTime(f.Since, now); err != nil {
+			return f, badRequest(fmt.Sprintf("Since %q: give an RFC 3339 time (2026-11-29T02:00:00Z) or a relative one (-2h).", f.Since))
+		}
+	}
+	if strings.TrimSpace(f.Until) != "" {
+		if f.until, err = replay.ParseTime(f.Until, now); err != nil {
+			return f, badRequest(fmt.Sprintf("Until %q: give an RFC 3339 time or a relative one (-1h).", f.Until))
+		}
+	}
+	return f, nil
+}
+
+func (f *dlFilter) match(d *deadLetter) bool {
+	return (f.Class == "" || d.Class == f.Class) && (f.Kind == "" || d.ErrorKind == f.Kind) &&
+		(f.Model == "" || d.Model == f.Model) && (f.Task == "" || d.TaskID == f.Task)
+}
+
+// deadLetters returns the matching records in time order, at most limit
+// (0: all).
+func (s *Server) deadLetters(f *dlFilter, limit int) ([]deadLetter, error) {
+	lo := "dl/"
+	if !f.since.IsZero() {
+		lo = "dl/" + timeKey(f.since.UnixMilli())
+	}
+	hi := "dl0"
+	if !f.until.IsZero() {
+		hi = "dl/" + timeKey(f.until.UnixMilli())
+	}
+	var out []deadLetter
+	err := s.view.each("dl/", false, func(k string, val []byte) bool {
+		if k < lo {
+			return true
+		}
+		if k >= hi {
+			return false
+		}
+		var d deadLetter
+		if json.Unmarshal(val, &d) == nil && f.match(&d) {
+			out = append(out, d)
+		}
+		return limit == 0 || len(out) < limit
+	})
+	return out, err
+}
+
+// dlRow is a dead letter as the page shows it.
+type dlRow struct {
+	deadLetter
+	ID      string
+	Event   string // the decoded event, indented JSON; empty when it does not decode
+	Headers []replay.Header
+}
+
+func (s *Server) dlRow(d *deadLetter) dlRow {
+	r := dlRow{deadLetter: *d, ID: d.id(), Headers: d.Headers}
+	st := replay.Decode(s.codec, d.record(), "deadletter")
+	if st.Event != nil {
+		b, _ := json.MarshalIndent(st.Event, "", "  ")
+		r.Event = string(b)
+	}
+	return r
+}
+
+// record rebuilds the Kafka record of a dead letter.
+func (d *deadLetter) record() *kgo.Record {
+	rec := &kgo.Record{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Timestamp: d.Time, Key: d.Key, Value: d.Value}
+	for _, h := range d.Headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	return rec
+}
+
+func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request, p *person) error {
+	q := r.URL.Query()
+	f, err := dlFilterOf(q.Get)
+	if err != nil {
+		return err
+	}
+	const limit = 200
+	ds, err := s.deadLetters(&f, limit+1)
+	if err != nil {
+		return err
+	}
+	more := len(ds) > limit
+	if more {
+		ds = ds[:limit]
+	}
+	rows := make([]dlRow, len(ds))
+	classes, kinds := map[string]bool{}, map[string]bool{}
+	for i := range ds {
+		rows[i] = s.dlRow(&ds[i])
+		classes[ds[i].Class], kinds[ds[i].ErrorKind] = true, true
+	}
+	s.render(w, r, p, "deadletter", http.StatusOK, "Dead letter", "deadletter", map[string]any{
+		"Rows": rows, "More": more, "Filter": f, "Operator": p.operator(), "Jobs": s.jobs.list(),
+		"Rate": s.cfg.RedriveRate, "MaxRedrives": s.cfg.MaxRedrives,
+	})
+	return nil
+}
+
+// selection resolves a re-drive form to its dead letters: the ids picked by
+// hand, or everything the filter matches.
+func (s *Server) selection(r *http.Request) ([]deadLetter, string, error) {
+	if r.PostFormValue("select") == "filter" {
+		f, err := dlFilterOf(r.PostFormValue)
+		if err != nil {
+			return nil, "", err
+		}
+		ds, err := s.deadLetters(&f, 0)
+		desc := fmt.Sprintf("filter class=%s kind=%s model=%s task=%s since=%s until=%s", f.Class, f.Kind, f.Model, f.Task, f.Since, f.Until)
+		return ds, desc, err
+	}
+	ids := r.PostForm["id"]
+	if len(ids) == 0 {
+		return nil, "", badRequest("Nothing selected: tick records, or choose all matching the filter.")
+	}
+	var out []deadLetter
+	for _, id := range ids {
+		parts := strings.Split(id, "/")
+		if len(parts) != 3 {
+			return nil, "", badRequest(fmt.Sprintf("Unknown record %q.", id))
+		}
+		p, err1 := strconv.Atoi(parts[1])
+		off, err2 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, "", badRequest(fmt.Sprintf("Unknown record %q.", id))
+		}
+		d, err := s.findDeadLetter(parts[0], int32(p), off)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b deadLetter) int { return strings.Compare(a.key(), b.key()) })
+	return out, fmt.Sprintf("%d records picked by hand", len(out)), nil
+}
+
+func (s *Server) findDeadLetter(topic string, partition int32, offset int64) (*deadLetter, error) {
+	var found *deadLetter
+	err := s.view.each("dl/", false, func(_ string, val []byte) bool {
+		var d deadLetter
+		if json.Unmarshal(val, &d) == nil && d.Topic == topic && d.Partition == partition && d.Offset == offset {
+			found = &d
+			return false
+		}
+		return true
+	})
+	if err == nil && found == nil {
+		err = notFound(fmt.Sprintf("No dead letter at %s/%d@%d.", topic, partition, offset))
+	}
+	return found, err
+}
+
+// plan is the dry run of a selection.
+func (s *Server) plan(ds []deadLetter) ([]control.Redrive, error) {
+	found := make([]replay.Found, len(ds))
+	for i := range ds {
+		rec := ds[i].record()
+		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, "deadletter")}
+	}
+	return control.PlanRedrive(s.codec, found, s.topic("ingress"), s.cfg.MaxRedrives)
+}
+
+// redrivePost previews a re-drive (the dry run) or, confirmed with the
+// previewed count, starts it as a job.
+func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) error {
+	if !p.operator() {
+		return forbidden(fmt.Sprintf("Refused: re-driving needs the operator role; %s has %s.", p.Name, strings.Join(p.Roles, ", ")))
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if reason == "" {
+		return badRequest("A reason is required for a re-drive: the job records who ran it and why.")
+	}
+	rate, err := strconv.Atoi(r.PostFormValue("rate"))
+	if err != nil || rate <= 0 {
+		rate = s.cfg.RedriveRate
+	}
+	ds, desc, err := s.selection(r)
+	if err != nil {
+		return err
+	}
+	plan, err := s.plan(ds)
+	if err != nil {
+		return err
+	}
+	send := control.Sendable(plan)
+	want, _ := strconv.Atoi(r.PostFormValue("confirm"))
+	if r.PostFormValue("run") == "" || want != len(send) {
+		var lines []map[string]any
+		refused := 0
+		for i := range plan {
+			x := &plan[i]
+			line := map[string]any{"At": x.At(), "Task": x.Step.TaskID, "Count": x.Count}
+			switch {
+			case x.Refused != nil:
+				line["Refused"] = x.Refused.Error()
+				refused++
+			case x.Out == nil:
+				line["Refused"] = "skipped: " + x.Skipped
+			}
+			if len(lines) < 50 {
+				lines = append(lines, line)
+			}
+		}
+		hidden := url.Values{}
+		for _, k := range []string{"select", "since", "until", "class", "kind", "model", "task"} {
+			hidden.Set(k, r.PostFormValue(k))
+		}
+		s.render(w, r, p, "deadletter", http.StatusOK, "Re-drive", "deadletter", map[string]any{
+			"Preview": map[string]any{"Send": len(send), "Refused": refused, "Total": len(plan), "Lines": lines, "Desc": desc,
+				"Reason": reason, "Rate": rate, "IDs": r.PostForm["id"], "Hidden": hidden, "Changed": want > 0 && want != len(send)},
+			"Operator": p.operator(), "Jobs": s.jobs.list(), "MaxRedrives": s.cfg.MaxRedrives, "Rate": rate,
+		})
+		return nil
+	}
+	if len(send) == 0 {
+		return badRequest("Nothing to re-drive: the loop guard refused every selected record.")
+	}
+	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
+	http.Redirect(w, r, "/deadletter?"+url.Values{"done": {"job"}, "task": {j.ID}}.Encode(), http.StatusSeeOther)
+	return nil
+}

@@ -1,0 +1,70 @@
+package console
+
+import (
+	"encoding/base64"
+	"fmt"
+	"html/template"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// funcs are the template helpers.
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"left":  func(due, now time.Time) string { return roundDur(due.Sub(now)) },
+	"money": func(f float64) string { return fmt.Sprintf("$%.4f", f) },
+	"join":  strings.Join,
+	"b64":   func(b []byte) string { return base64.StdEncoding.EncodeToString(b) },
+	"str":   func(b []byte) string { return string(b) },
+	"lines": func(s string) []string { return strings.Split(s, "\n") },
+	"query": func(kv ...string) template.URL {
+		v := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				v.Set(kv[i], kv[i+1])
+			}
+		}
+		return template.URL(v.Encode())
+	},
+}
+
+// roundDur prints a duration to the second, negative when past.
+func roundDur(d time.Duration) string {
+	neg := d < 0
+	if neg {
+		d = -d
+	}
+	out := d.Round(time.Second).String()
+	if d >= time.Hour {
+		out = d.Round(time.Minute).String()
+	}
+	if neg {
+		return "-" + out
+	}
+	return out
+}
+
+// flashOf words the outcome a POST redirected with (done=..., task=...):
+// the text comes from here, never from the URL.
+func flashOf(q url.Values) string {
+	task, n := q.Get("task"), q.Get("n")
+	switch q.Get("done") {
+	case "approve":
+		return fmt.Sprintf("Approval of %s sent. The item closes when the router audits it.", task)
+	case "reject":
+		return fmt.Sprintf("Rejection of %s sent. The item closes when the router audits it.", task)
+	case "bulk":
+		return fmt.Sprintf("%s decisions sent. The items close as the router audits them.", n)
+	case "reset":
+		return fmt.Sprintf("Reset of %s sent to %s partitions of the decisions topic.", task, n)
+	case "job":
+		return fmt.Sprintf("Re-drive job %s started.", task)
+	}
+	return ""
+}

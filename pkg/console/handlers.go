@@ -1,0 +1,218 @@
+package console
+
+// handlers.go: the routes, the sign-in, and the one way a page is rendered.
+// A handler that meets bad input (unknown task, item already decided,
+// missing reason) renders the page with the message; nothing a person types
+// ends in a 500.
+
+import (
+	"bytes"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// userError is a message for the person, shown on the page with a status.
+type userError struct {
+	Status int
+	Msg    string
+}
+
+func (e *userError) Error() string { return e.Msg }
+
+func badRequest(msg string) error { return &userError{Status: http.StatusBadRequest, Msg: msg} }
+func forbidden(msg string) error  { return &userError{Status: http.StatusForbidden, Msg: msg} }
+func conflict(msg string) error   { return &userError{Status: http.StatusConflict, Msg: msg} }
+func notFound(msg string) error   { return &userError{Status: http.StatusNotFound, Msg: msg} }
+
+// pageFunc handles one signed-in request.
+type pageFunc func(w http.ResponseWriter, r *http.Request, p *person) error
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(assets, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.loginPost)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.Handle("POST /logout", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
+		clearSession(w)
+		http.Redirect(w, r, "/login", http.StatusSeeOther)
+		return nil
+	}))
+	mux.Handle("GET /{$}", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
+		http.Redirect(w, r, "/review", http.StatusSeeOther)
+		return nil
+	}))
+	mux.Handle("GET /events", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
+		s.events(w, r, p)
+		return nil
+	}))
+	mux.Handle("GET /review", s.signedIn(s.reviewPage))
+	mux.Handle("POST /review/decide", s.signedIn(s.reviewDecide))
+	mux.Handle("POST /review/bulk", s.signedIn(s.reviewBulk))
+	mux.Handle("GET /task", s.signedIn(s.timelinePage))
+	mux.Handle("GET /breakers", s.signedIn(s.breakersPage))
+	mux.Handle("POST /breakers/reset", s.signedIn(s.breakerReset))
+	mux.Handle("GET /deadletter", s.signedIn(s.deadLetterPage))
+	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
+	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
+	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
+	return securityHeaders(mux)
+}
+
+// securityHeaders: no framing, no sniffing, no script but our own.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// signedIn refuses a request without an identity (a page is redirected to
+// the sign-in) and a state-changing request without a valid CSRF token.
+func (s *Server) signedIn(fn pageFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := s.identify(r)
+		if p == nil {
+			if r.Method == http.MethodGet && r.URL.Path != "/events" {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.fail(w, r, nil, &userError{Status: http.StatusUnauthorized, Msg: "Sign in first: this request carries no valid session."})
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+			if err := r.ParseForm(); err != nil {
+				s.fail(w, r, p, badRequest("The form could not be read: "+err.Error()))
+				return
+			}
+			if !s.csrfOK(r, p.Name) {
+				s.fail(w, r, p, forbidden("Refused: the request carries no valid CSRF token. Reload the page and try again."))
+				return
+			}
+		}
+		if err := fn(w, r, p); err != nil {
+			s.fail(w, r, p, err)
+		}
+	})
+}
+
+// fail renders err on an error page; only a bug is a 500.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, p *person, err error) {
+	var ue *userError
+	if !errors.As(err, &ue) {
+		s.log.Error("console: request failed", "path", r.URL.Path, "err", err)
+		ue = &userError{Status: http.StatusInternalServerError, Msg: "Something went wrong on the console's side: " + err.Error()}
+	}
+	s.render(w, r, p, "error", ue.Status, "Error", "", map[string]any{"Message": ue.Msg})
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Nav      string
+	Me       *person
+	CSRF     string
+	Lang     string
+	Flash    string
+	Progress map[string]any
+	Now      time.Time
+	Data     any
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name string, status int, title, nav string, data any) {
+	name0 := ""
+	if p != nil {
+		name0 = p.Name
+	}
+	read, total, caughtUp, perr := s.prog.snapshot()
+	pg := page{Title: title, Nav: nav, Me: p, CSRF: s.csrfToken(w, r, name0), Lang: lang(r), Now: time.Now(), Data: data,
+		Flash:    flashOf(r.URL.Query()),
+		Progress: map[string]any{"Read": read, "Total": total, "CaughtUp": caughtUp, "Error": perr}}
+	t, err := s.pages.get(name, pg.Lang)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", pg); err != nil {
+		s.log.Error("console: template", "page", name, "err", err)
+		http.Error(w, "template: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	if s.identify(r) != nil {
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, nil, "login", http.StatusOK, "Sign in", "", map[string]any{"Next": r.URL.Query().Get("next"), "Proxy": s.cfg.TrustProxy})
+}
+
+func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
+	r.ParseForm()
+	data := map[string]any{"Next": r.PostFormValue("next")}
+	status := http.StatusOK
+	switch {
+	case !s.csrfOK(r, ""):
+		data["Error"], status = "Refused: the form carries no valid CSRF token. Reload the page and try again.", http.StatusForbidden
+	case !s.login(r.PostFormValue("name"), r.PostFormValue("password")):
+		data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
+	default:
+		s.setSession(w, r, r.PostFormValue("name"))
+		s.log.Info("console: signed in", "user", r.PostFormValue("name"))
+		http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, nil, "login", status, "Sign in", "", data)
+}
+
+// safeNext keeps a redirect on this site.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return "/review"
+	}
+	return next
+}
+
+// pages are the parsed templates: each page with the layout.
+type pages map[string]*template.Template
+
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts"}
+
+func parsePages() (pages, error) {
+	ps := pages{}
+	for _, n := range pageNames {
+		t, err := template.New(n).Funcs(funcs).Funcs(template.FuncMap{"t": translator("en")}).
+			ParseFS(assets, "templates/layout.html", "templates/"+n+".html")
+		if err != nil {
+			return nil, err
+		}
+		ps[n] = t
+	}
+	return ps, nil
+}
+
+// get returns the page with t in lang.
+func (ps pages) get(name, lang string) (*template.Template, error) {
+	t, err := ps[name].Clone()
+	if err != nil {
+		return nil, err
+	}
+	return t.Funcs(template.FuncMap{"t": translator(lang)}), nil
+}

@@ -1,0 +1,137 @@
+package console
+
+// i18n.go: the pages in English or Chinese, by the browser's
+// Accept-Language (the first language it names that the console has).
+// Reasons, class names and messages from the policy are shown as written.
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// zh holds the Chinese of every English phrase the pages use; a phrase
+// missing here shows in English.
+var zh = map[string]string{
+	"Operator console":                    "运维控制台",
+	"Review queue":                        "审核队列",
+	"Task timeline":                       "任务时间线",
+	"Breakers":                            "熔断器",
+	"Dead letter":                         "死信",
+	"Alerts":                              "告警",
+	"Sign in":                             "登录",
+	"Sign out":                            "退出",
+	"Name":                                "用户名",
+	"Password":                            "密码",
+	"Task ID":                             "任务 ID",
+	"Search":                              "搜索",
+	"Owner":                               "负责人",
+	"Class":                               "类别",
+	"Reason":                              "原因",
+	"Time left":                           "剩余时间",
+	"overdue":                             "已超时",
+	"Model":                               "模型",
+	"Cost":                                "费用",
+	"Input":                               "输入",
+	"Decide":                              "决定",
+	"Approve":                             "批准",
+	"Reject":                              "驳回",
+	"Filter":                              "筛选",
+	"all":                                 "全部",
+	"Open":                                "待处理",
+	"Overdue":                             "超时",
+	"Open items":                          "待处理项",
+	"No open items.":                      "没有待处理项。",
+	"Recently closed":                     "最近关闭",
+	"Outcome":                             "结果",
+	"Closed":                              "关闭时间",
+	"Bulk decision":                       "批量决定",
+	"Preview":                             "预览",
+	"Confirm":                             "确认",
+	"Cancel":                              "取消",
+	"Time":                                "时间",
+	"Topic":                               "主题",
+	"Step":                                "步骤",
+	"Scope":                               "范围",
+	"Key":                                 "键",
+	"State":                               "状态",
+	"Failure rate":                        "失败率",
+	"Why it opened":                       "打开原因",
+	"Next probe":                          "下次探测",
+	"Held retries":                        "暂扣重试",
+	"Recent transitions":                  "最近状态变化",
+	"Reset":                               "重置",
+	"Kind":                                "类型",
+	"Message":                             "消息",
+	"Task":                                "任务",
+	"Since":                               "开始时间",
+	"Until":                               "结束时间",
+	"Error kind":                          "错误类型",
+	"Re-drive":                            "重新投递",
+	"Re-drive jobs":                       "重新投递任务",
+	"Dry run":                             "试运行",
+	"Selected":                            "已选",
+	"All matching the filter":             "所有符合筛选的记录",
+	"Original bytes":                      "原始字节",
+	"Headers":                             "消息头",
+	"Pause":                               "暂停",
+	"Resume":                              "继续",
+	"Stop":                                "停止",
+	"Progress":                            "进度",
+	"Rate":                                "速率",
+	"By":                                  "执行人",
+	"Live":                                "实时",
+	"Instance":                            "实例",
+	"decided by":                          "已由此人决定：",
+	"waiting for the router":              "等待路由器确认",
+	"The end user will get this message:": "最终用户将收到以下消息：",
+	"Send the rejection":                  "发送驳回",
+	"Rebuilding the view from the topics": "正在从主题重建视图",
+	"records":                             "条记录",
+	"you may view only":                   "您只有查看权限",
+	"latched until a person resets it":    "锁定，需人工重置",
+	"Loop guard":                          "循环保护",
+	"Signed in as":                        "当前用户",
+	"Error":                               "错误",
+	"new items arrived":                   "有新的待处理项",
+	"reload":                              "刷新",
+	"Items":                               "项",
+	"Per second":                          "每秒",
+	"Run":                                 "运行",
+	"Job":                                 "任务",
+	"Dead letters":                        "死信记录",
+	"No dead letters match.":              "没有符合条件的死信。",
+	"No breaker has changed state yet.":   "熔断器尚无状态变化。",
+	"No alerts yet.":                      "暂无告警。",
+	"No records for this task.":           "此任务没有记录。",
+}
+
+// lang picks en or zh from the Accept-Language header.
+func lang(r *http.Request) string {
+	for _, part := range strings.Split(r.Header.Get("Accept-Language"), ",") {
+		tag := strings.ToLower(strings.TrimSpace(strings.SplitN(part, ";", 2)[0]))
+		switch {
+		case strings.HasPrefix(tag, "zh"):
+			return "zh"
+		case strings.HasPrefix(tag, "en"):
+			return "en"
+		}
+	}
+	return "en"
+}
+
+// translator returns the t function of a page in lang: t "phrase" args...
+// formats the phrase (fmt verbs) after translating it.
+func translator(lang string) func(string, ...any) string {
+	return func(s string, args ...any) string {
+		if lang == "zh" {
+			if z, ok := zh[s]; ok {
+				s = z
+			}
+		}
+		if len(args) > 0 {
+			return fmt.Sprintf(s, args...)
+		}
+		return s
+	}
+}

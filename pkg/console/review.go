@@ -1,0 +1,340 @@
+package console
+
+// review.go: the review queue. Open items, overdue first, with each owner's
+// open and overdue counts; approve, or reject after the end-user message is
+// shown; bulk decisions on a filter after a preview of the count. A decision
+// is a record on the decisions topic; the item stays in the queue, marked
+// decided, until the router's audit record for it appears.
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/control"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// reviewFilter selects items.
+type reviewFilter struct {
+	Owner, Class string
+}
+
+func (f reviewFilter) match(it *reviewItem) bool {
+	return (f.Owner == "" || it.Owner == f.Owner) && (f.Class == "" || it.Class == f.Class)
+}
+
+// row is one item as the queue shows it.
+type row struct {
+	*reviewItem
+	Due       time.Time
+	Overdue   bool
+	CanDecide bool
+	// DecidedBy is set once someone decided the item; the router has not
+	// audited the decision yet.
+	DecidedBy string
+	Approved  bool
+}
+
+// ownerCount is one owner's open and overdue items.
+type ownerCount struct {
+	Owner         string
+	Open, Overdue int
+}
+
+// openItems returns the open items, overdue first then by due time.
+func (s *Server) openItems() ([]reviewItem, error) {
+	var keys []string
+	if err := s.view.each("open/", false, func(k string, _ []byte) bool {
+		keys = append(keys, strings.TrimPrefix(k, "open/"))
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]reviewItem, 0, len(keys))
+	for _, task := range keys {
+		var it reviewItem
+		if ok, err := s.view.get("rev/"+task, &it); err != nil {
+			return nil, err
+		} else if ok && it.open() {
+			out = append(out, it)
+		}
+	}
+	slices.SortFunc(out, func(a, b reviewItem) int {
+		if c := a.dueAt().Compare(b.dueAt()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.TaskID, b.TaskID)
+	})
+	return out, nil
+}
+
+// recentlyClosed returns up to n closed items, newest first.
+func (s *Server) recentlyClosed(n int) ([]reviewItem, error) {
+	var out []reviewItem
+	err := s.view.each("rev/", false, func(_ string, val []byte) bool {
+		var it reviewItem
+		if json.Unmarshal(val, &it) == nil && !it.open() && it.Closed != nil && !it.OpenedAt.IsZero() {
+			out = append(out, it)
+		}
+		return true
+	})
+	slices.SortFunc(out, func(a, b reviewItem) int { return b.ClosedAt.Compare(a.ClosedAt) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, err
+}
+
+func (s *Server) rowOf(it *reviewItem, p *person, now time.Time) row {
+	r := row{reviewItem: it, Due: it.dueAt(), CanDecide: p.canDecide(it.Owner)}
+	r.Overdue = r.Due.Before(now)
+	if c, ok := s.claimOf(it); ok {
+		r.DecidedBy, r.Approved = c.By, c.Approve
+	}
+	if d := it.decided(); d != nil {
+		r.DecidedBy, r.Approved = d.Reviewer, d.Approve
+	}
+	return r
+}
+
+func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) error {
+	f := reviewFilter{Owner: r.URL.Query().Get("owner"), Class: r.URL.Query().Get("class")}
+	items, err := s.openItems()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	counts := map[string]*ownerCount{}
+	classes := map[string]bool{}
+	var rows []row
+	for i := range items {
+		it := &items[i]
+		oc := counts[it.Owner]
+		if oc == nil {
+			oc = &ownerCount{Owner: it.Owner}
+			counts[it.Owner] = oc
+		}
+		oc.Open++
+		if it.dueAt().Before(now) {
+			oc.Overdue++
+		}
+		classes[it.Class] = true
+		if f.match(it) {
+			rows = append(rows, s.rowOf(it, p, now))
+		}
+	}
+	var owners []ownerCount
+	for _, oc := range counts {
+		owners = append(owners, *oc)
+	}
+	slices.SortFunc(owners, func(a, b ownerCount) int { return cmp.Compare(a.Owner, b.Owner) })
+	closed, err := s.recentlyClosed(20)
+	if err != nil {
+		return err
+	}
+	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
+		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
+	})
+	return nil
+}
+
+// claimOf returns the decision this replica sent for the item's current
+// opening, if the view has not read it back yet.
+func (s *Server) claimOf(it *reviewItem) (claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.claims[it.TaskID]
+	if !ok || c.At.Before(it.OpenedAt) {
+		return claim{}, false
+	}
+	return c, true
+}
+
+// checkDecidable says why p may not decide the task's item now, nil when
+// they may. Called with s.mu held.
+func (s *Server) checkDecidable(p *person, it *reviewItem, found bool, task string) error {
+	switch {
+	case !found || it.OpenedAt.IsZero():
+		return notFound(fmt.Sprintf("Unknown task %q: it has no review item.", task))
+	case !it.open():
+		by := ""
+		if it.Decision != nil && !it.Decision.At.Before(it.OpenedAt) {
+			by = " by " + it.Decision.Reviewer
+		}
+		return conflict(fmt.Sprintf("Task %s is already decided%s: the router closed its item at %s (%s).",
+			task, by, it.ClosedAt.UTC().Format(time.RFC3339), it.Closed.Rule))
+	}
+	if d := it.decided(); d != nil {
+		return conflict(fmt.Sprintf("Refused: %s already decided task %s at %s (%s); the router has not closed the item yet. A second decision would be ignored.",
+			d.Reviewer, task, d.At.UTC().Format(time.RFC3339), verdict(d.Approve)))
+	}
+	if c, ok := s.claims[task]; ok && !c.At.Before(it.OpenedAt) {
+		return conflict(fmt.Sprintf("Refused: %s already decided task %s at %s (%s); the router has not closed the item yet. A second decision would be ignored.",
+			c.By, task, c.At.UTC().Format(time.RFC3339), verdict(c.Approve)))
+	}
+	if !p.reviewer() {
+		return forbidden(fmt.Sprintf("Refused: %s may view only; deciding needs the reviewer role.", p.Name))
+	}
+	if !p.canDecide(it.Owner) {
+		return forbidden(fmt.Sprintf("Refused: task %s belongs to owner %s; %s reviews for %s.", task, it.Owner, p.Name, strings.Join(p.Owners, ", ")))
+	}
+	return nil
+}
+
+func verdict(approve bool) string {
+	if approve {
+		return "approved"
+	}
+	return "rejected"
+}
+
+// decide sends the decisions of p on tasks, refusing the lot when any one
+// may not be decided now.
+func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool, reason string) error {
+	if strings.TrimSpace(reason) == "" {
+		return badRequest("A reason is required: it goes on the audit record (and, for a reject, to the end user).")
+	}
+	now := time.Now()
+	s.mu.Lock()
+	for _, task := range tasks {
+		var it reviewItem
+		found, err := s.view.get("rev/"+task, &it)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if err := s.checkDecidable(p, &it, found, task); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	ds := make([]event.ReviewDecision, len(tasks))
+	for i, task := range tasks {
+		s.claims[task] = claim{By: p.Name, Approve: approve, At: now}
+		ds[i] = event.ReviewDecision{TaskID: task, Approve: approve, Reason: reason, Reviewer: p.Name, At: event.At(now)}
+	}
+	s.mu.Unlock()
+	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), ds...); err != nil {
+		s.mu.Lock()
+		for _, task := range tasks {
+			delete(s.claims, task)
+		}
+		s.mu.Unlock()
+		return fmt.Errorf("writing the decision: %w", err)
+	}
+	for _, task := range tasks {
+		s.log.Info("console: decision sent", "task_id", task, "reviewer", p.Name, "approve", approve)
+		var it reviewItem
+		if ok, _ := s.view.get("rev/"+task, &it); ok {
+			s.hub.publish(note{Kind: "review", Item: &it})
+		}
+	}
+	return nil
+}
+
+// reviewDecide approves, or rejects after showing the end-user message.
+func (s *Server) reviewDecide(w http.ResponseWriter, r *http.Request, p *person) error {
+	task := strings.TrimSpace(r.PostFormValue("task"))
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	action := r.PostFormValue("action")
+	if task == "" {
+		return badRequest("Which task? The form names none.")
+	}
+	if action != "approve" && action != "reject" {
+		return badRequest(fmt.Sprintf("Unknown action %q: approve or reject.", action))
+	}
+	if reason == "" {
+		return badRequest("A reason is required: it goes on the audit record (and, for a reject, to the end user).")
+	}
+	if action == "reject" && r.PostFormValue("confirm") == "" {
+		s.mu.Lock()
+		var it reviewItem
+		found, err := s.view.get("rev/"+task, &it)
+		if err == nil {
+			err = s.checkDecidable(p, &it, found, task)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		s.render(w, r, p, "confirm", http.StatusOK, "Reject", "review", map[string]any{
+			"Kind": "reject", "Task": task, "Reason": reason, "Item": it,
+			"Message": s.cfg.Policy.UserMessage(reason),
+		})
+		return nil
+	}
+	if err := s.decide(r, p, []string{task}, action == "approve", reason); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/review?"+url.Values{"done": {action}, "task": {task}}.Encode(), http.StatusSeeOther)
+	return nil
+}
+
+// reviewBulk decides every item of a filter: first a preview of the count,
+// then, confirmed with that count, the decisions.
+func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) error {
+	f := reviewFilter{Owner: r.PostFormValue("owner"), Class: r.PostFormValue("class")}
+	action, reason := r.PostFormValue("action"), strings.TrimSpace(r.PostFormValue("reason"))
+	if action != "approve" && action != "reject" {
+		return badRequest(fmt.Sprintf("Unknown action %q: approve or reject.", action))
+	}
+	if reason == "" {
+		return badRequest("A reason is required for a bulk decision.")
+	}
+	items, err := s.openItems()
+	if err != nil {
+		return err
+	}
+	var tasks []string
+	skipped := 0
+	s.mu.Lock()
+	for i := range items {
+		it := &items[i]
+		if !f.match(it) {
+			continue
+		}
+		if s.checkDecidable(p, it, true, it.TaskID) != nil {
+			skipped++
+			continue
+		}
+		tasks = append(tasks, it.TaskID)
+	}
+	s.mu.Unlock()
+	if len(tasks) == 0 {
+		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already or belong to other owners).", p.Name, skipped))
+	}
+	want, _ := strconv.Atoi(r.PostFormValue("confirm"))
+	if want != len(tasks) {
+		data := map[string]any{"Kind": "bulk", "Action": action, "Reason": reason, "Filter": f, "Count": len(tasks),
+			"Skipped": skipped, "Tasks": tasks}
+		if want > 0 {
+			data["Changed"] = want
+		}
+		if action == "reject" {
+			data["Message"] = s.cfg.Policy.UserMessage(reason)
+		}
+		s.render(w, r, p, "confirm", http.StatusOK, "Bulk decision", "review", data)
+		return nil
+	}
+	if err := s.decide(r, p, tasks, action == "approve", reason); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/review?"+url.Values{"done": {"bulk"}, "n": {strconv.Itoa(len(tasks))}}.Encode(), http.StatusSeeOther)
+	return nil
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
