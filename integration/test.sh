@@ -32,6 +32,12 @@ FAULTROUTER_JAVA_CP=$(integration/interop.sh java)
 FAULTROUTER_PYTHON=$(integration/interop.sh python)
 export FAULTROUTER_JAVA_CP FAULTROUTER_PYTHON
 
+echo "== Chromium for the console's browser test"
+if [[ ! -x /usr/bin/chromium ]]; then
+	# Debian's package; the test drives it headless with chromedp
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+fi
+
 echo "== integration tests on a real Apache Kafka broker"
 if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
 	FAULTROUTER_KAFKA_DIR=$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)

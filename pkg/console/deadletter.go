@@ -87,7 +87,7 @@ type dlRow struct {
 	deadLetter
 	ID      string
 	Event   string // the decoded event, indented JSON; empty when it does not decode
-	Headers []replay.Header
+	Headers []kgo.RecordHeader
 }
 
 func (s *Server) dlRow(d *deadLetter) dlRow {
@@ -102,11 +102,8 @@ func (s *Server) dlRow(d *deadLetter) dlRow {
 
 // record rebuilds the Kafka record of a dead letter.
 func (d *deadLetter) record() *kgo.Record {
-	rec := &kgo.Record{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Timestamp: d.Time, Key: d.Key, Value: d.Value}
-	for _, h := range d.Headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	return rec
+	return &kgo.Record{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Timestamp: d.Time, Key: d.Key, Value: d.Value,
+		Headers: d.Headers}
 }
 
 func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request, p *person) error {
@@ -191,13 +188,13 @@ func (s *Server) findDeadLetter(topic string, partition int32, offset int64) (*d
 }
 
 // plan is the dry run of a selection.
-func (s *Server) plan(ds []deadLetter) ([]control.Redrive, error) {
+func (s *Server) plan(ds []deadLetter, reason string) ([]control.Redrive, error) {
 	found := make([]replay.Found, len(ds))
 	for i := range ds {
 		rec := ds[i].record()
 		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, "deadletter")}
 	}
-	return control.PlanRedrive(s.codec, found, s.topic("ingress"), s.cfg.MaxRedrives)
+	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason})
 }
 
 // redrivePost previews a re-drive (the dry run) or, confirmed with the
@@ -218,7 +215,7 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 	if err != nil {
 		return err
 	}
-	plan, err := s.plan(ds)
+	plan, err := s.plan(ds, reason)
 	if err != nil {
 		return err
 	}

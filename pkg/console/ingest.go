@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 )
@@ -289,11 +290,11 @@ func (s *Server) trackRetry(b *batch, task string, r *event.Routed, ts time.Time
 func (s *Server) applyDeadLetter(b *batch, rec *kgo.Record) (*note, error) {
 	st := replay.Decode(s.codec, rec, "deadletter")
 	d := deadLetter{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Time: rec.Timestamp,
-		Key: rec.Key, Value: rec.Value, Headers: replay.Headers(rec), TaskID: st.TaskID,
-		Redrives: replay.RedriveCount(replay.Headers(rec))}
-	d.ErrorKind = d.header("faultrouter.error.kind")
-	d.Message = d.header("faultrouter.error.message")
-	d.Class = d.header("faultrouter.error.class")
+		Key: rec.Key, Value: rec.Value, Headers: rec.Headers, TaskID: st.TaskID,
+		Redrives: replay.RedriveCount(rec.Headers)}
+	if e := codec.ParseHeaders(rec.Headers).Error; e != nil {
+		d.ErrorKind, d.Message, d.Class = e.Kind, e.Message, e.Class
+	}
 	if st.Kind == replay.KindPoison {
 		d.Class = string(event.ClassInvalidInput)
 	}

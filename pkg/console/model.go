@@ -7,6 +7,8 @@ package console
 // review record is newer than the audit record that closed it.
 
 import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/replay"
 )
 
 // reviewItem is one task's human-review item, built from the review,
@@ -226,21 +227,21 @@ type alert struct {
 // deadLetter is one dead-letter record: its original bytes and headers, and
 // what the console filters on.
 type deadLetter struct {
-	Topic     string          `json:"topic"`
-	Partition int32           `json:"partition"`
-	Offset    int64           `json:"offset"`
-	Time      time.Time       `json:"time"`
-	Key       []byte          `json:"key"`
-	Value     []byte          `json:"value"`
-	Headers   []replay.Header `json:"headers"`
-	TaskID    string          `json:"task_id"`
-	Class     string          `json:"class"`
-	ErrorKind string          `json:"error_kind"`
-	Message   string          `json:"message"`
-	Provider  string          `json:"provider,omitempty"`
-	Model     string          `json:"model,omitempty"`
-	Template  string          `json:"prompt_template,omitempty"`
-	Redrives  int             `json:"redrives"`
+	Topic     string             `json:"topic"`
+	Partition int32              `json:"partition"`
+	Offset    int64              `json:"offset"`
+	Time      time.Time          `json:"time"`
+	Key       []byte             `json:"key"`
+	Value     []byte             `json:"value"`
+	Headers   []kgo.RecordHeader `json:"headers"`
+	TaskID    string             `json:"task_id"`
+	Class     string             `json:"class"`
+	ErrorKind string             `json:"error_kind"`
+	Message   string             `json:"message"`
+	Provider  string             `json:"provider,omitempty"`
+	Model     string             `json:"model,omitempty"`
+	Template  string             `json:"prompt_template,omitempty"`
+	Redrives  int                `json:"redrives"`
 }
 
 // id names the record in forms: topic/partition/offset.
@@ -252,17 +253,6 @@ func (d *deadLetter) key() string { return dlKey(d.Time.UnixMilli(), d.Topic, d.
 
 func dlKey(ms int64, topic string, partition int32, offset int64) string {
 	return fmt.Sprintf("dl/%s/%s/%08x/%016x", timeKey(ms), topic, partition, offset)
-}
-
-// header returns the value of the last header named k.
-func (d *deadLetter) header(k string) string {
-	v := ""
-	for _, h := range d.Headers {
-		if h.Key == k {
-			v = string(h.Value)
-		}
-	}
-	return v
 }
 
 // pendingRetry is a retry the router audited and has not yet published, with

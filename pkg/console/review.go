@@ -141,6 +141,7 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
 		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
+		"Reviewer": p.reviewer(),
 	})
 	return nil
 }

@@ -4,7 +4,11 @@
 (function () {
   "use strict";
   var es = new EventSource("/events");
-  var me = (document.getElementById("me") || {}).textContent;
+  // A page left for another must give its stream back: browsers allow six
+  // connections per host, and a page kept in the back-forward cache would
+  // hold its stream open.
+  window.addEventListener("pagehide", function () { es.close(); });
+  window.addEventListener("pageshow", function (e) { if (e.persisted) { location.reload(); } });
 
   es.addEventListener("review", function (e) {
     var d = JSON.parse(e.data);
