@@ -361,7 +361,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		t.Errorf("audit of the reject: %v, want one MANUAL_REJECTED by alice with the user message", rj)
 	}
 	for _, d := range e.tailNow("decisions") {
-		if str(d, "task_id") == "t-halluc" {
+		if str(d, "task_id") == "t-halluc" && get(d, "approve") != nil { // a review decision, not the router's breaker latch
 			t.Errorf("a refused request reached the decisions topic: %v", d)
 		}
 	}
