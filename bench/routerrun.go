@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
@@ -276,49 +276,18 @@ func plainRead(ctx context.Context, seeds []kgo.Opt, topic string) (int, time.Du
 	if err != nil {
 		return 0, 0, err
 	}
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
 	cl.Close()
 	if err != nil {
 		return 0, 0, err
 	}
-	want := map[int32]int64{}
-	from := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-			from[o.Partition] = kgo.NewOffset().AtStart()
-		}
-	})
-	opts := append([]kgo.Opt{}, seeds...)
-	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-	)
-	rc, err := kgo.NewClient(opts...)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer rc.Close()
 	n := 0
-	for len(want) > 0 {
-		fs := rc.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return n, 0, err
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = errors.Join(ferr, err) })
-		if ferr != nil {
-			return n, 0, ferr
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() {
-				n++
-			}
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
-				delete(want, r.Partition)
-			}
-		})
+	err = scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
+		n += len(b.Records)
+		return nil
+	})
+	if err != nil {
+		return n, 0, err
 	}
 	return n, time.Since(start), nil
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // failNextProduceTo makes the broker reject the next produce request that
@@ -82,38 +84,29 @@ func readAlerts(t *testing.T, seeds []kgo.Opt, topic string) []event.BreakerEven
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(append(seeds, kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	cl, err := kgo.NewClient(seeds...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
+	cl.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
 	c, _ := codec.New()
 	var out []event.BreakerEvent
-	for len(left) > 0 && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
-				delete(left, r.Partition)
-			}
-			if r.Attrs.IsControl() {
-				return
-			}
+	err = scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
+		for _, r := range b.Records {
 			v, err := c.Decode(r.Value)
 			if err != nil {
-				t.Fatalf("alert does not decode: %v", err)
+				return fmt.Errorf("alert does not decode: %w", err)
 			}
 			out = append(out, *v.(*event.BreakerEvent))
-		})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading %s: %v", topic, err)
 	}
 	return out
 }
