@@ -23,19 +23,28 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/worker"
 )
 
-const demoSynopsis = `usage: faultrouter demo [--verbose]
+const demoSynopsis = `usage: faultrouter demo [--verbose] [--console [--listen 127.0.0.1:8080]]
 
 Starts an embedded Kafka broker (franz-go kfake), the router on a temporary
 state directory, and a scripted stream of worker events covering every
-failure class; waits until every event is routed, then prints a summary per
-class and route and the records on each output topic. Needs no set-up.`
+failure class; waits until every event is routed and every due retry is
+published or accounted for, then prints a summary per class and route, the
+records on each output topic, what became of each retry and the alerts.
+Needs no set-up.
+
+--console then opens the operator console on the same embedded broker, with
+the review queue the demo filled, and runs until interrupted; it prints the
+address and a one-time password for the user "demo".`
 
 func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, _ := newFlagSet("demo", demoSynopsis, stderr)
 	verbose := fs.Bool("verbose", false, "print the router's event log to stderr")
+	withConsole := fs.Bool("console", false, "then open the operator console on the embedded broker until interrupted")
+	listen := fs.String("listen", "127.0.0.1:8080", "with --console: the console's HTTP address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
@@ -79,7 +88,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	rctx, stopRouter := context.WithCancel(ctx)
+	rctx, stopRouter := context.WithCancel(runCtx)
 	done := make(chan error, 1)
 	go func() { done <- rt.Run(rctx) }()
 	defer func() { stopRouter(); <-done }()
@@ -121,7 +130,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	counts := map[string]int{}
 	rows := map[[2]string]int{}
 	ccl, err := kgo.NewClient(append(seeds,
-		kgo.ConsumeTopics(cfg.Topics.Audit, cfg.Topics.Retry, cfg.Topics.Review, cfg.Topics.DeadLetter),
+		kgo.ConsumeTopics(cfg.Topics.Audit, cfg.Topics.Retry, cfg.Topics.Review, cfg.Topics.DeadLetter, cfg.Topics.Alerts),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
@@ -131,6 +140,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// a retry decided last for its task is published when due: wait past the
 	// latest due time once every input has its audit record
 	last := map[string]event.Decision{}
+	rs := newRetryStory()
 	for {
 		var due time.Time
 		for _, d := range last {
@@ -149,7 +159,17 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
 			counts[rec.Topic]++
-			if rec.Topic != cfg.Topics.Audit {
+			switch rec.Topic {
+			case cfg.Topics.Alerts:
+				if b, err := c.DecodeBreakerEvent(rec.Value); err == nil {
+					rs.alert(b)
+				}
+				return
+			case cfg.Topics.Retry:
+				rs.published(string(rec.Key), rec.Timestamp)
+				return
+			case cfg.Topics.Audit:
+			default:
 				return
 			}
 			r, err := c.DecodeRouted(rec.Value)
@@ -159,11 +179,16 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			rows[[2]string{string(r.Decision.Class), string(r.Decision.Route)}]++
 			if r.Event != nil {
 				last[r.Event.TaskID] = r.Decision
+				rs.audited(r, rec.Timestamp)
 			}
 		})
 	}
 	printSummary(stdout, rows, counts, cfg.Topics)
-	return nil
+	rs.print(stdout, time.Now())
+	if !*withConsole {
+		return nil
+	}
+	return demoConsole(runCtx, seeds, set, *listen, stdout, log)
 }
 
 func printSummary(w io.Writer, rows map[[2]string]int, counts map[string]int, t router.Topics) {
@@ -189,7 +214,7 @@ func printSummary(w io.Writer, rows map[[2]string]int, counts map[string]int, t 
 	tw.Flush()
 	fmt.Fprintln(w, "\nRecords per output topic:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, topic := range []string{t.Retry, t.Review, t.DeadLetter, t.Audit} {
+	for _, topic := range []string{t.Retry, t.Review, t.DeadLetter, t.Audit, t.Alerts} {
 		fmt.Fprintf(tw, "%s\t%d\n", topic, counts[topic])
 	}
 	tw.Flush()
