@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&c.rssTasks, "rss-tasks", 1_000_000, "live tasks for the memory measurement; 0 skips it")
 	flag.StringVar(&c.routerBin, "router-bin", "", "faultrouter binary for the memory measurement; default: go build ./cmd/faultrouter")
 	flag.StringVar(&c.jsonOut, "json", "bench-result.json", "where to write the results as JSON")
-	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the router's backlog run to this file")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the router's backlog run to this file (NAME.cpu), and one of the restore to NAME.restore.cpu")
 	flag.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile after the router's backlog run to this file, and one from before it to FILE.base (go tool pprof -base)")
 	flag.StringVar(&c.workDir, "work-dir", "", "directory for state stores and logs; default: a temporary one")
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions of every topic")
@@ -243,7 +243,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err = startProfile(strings.TrimSuffix(c.cpuProfile, ".cpu") + ".restore.cpu")
+	if err != nil {
+		return err
+	}
 	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty)
+	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -401,7 +406,7 @@ func newWorkload(topic, prefix string, seed uint64) (*workload, error) {
 }
 
 func startProfile(file string) (func(), error) {
-	if file == "" {
+	if file == "" || file == ".restore.cpu" {
 		return func() {}, nil
 	}
 	f, err := os.Create(file)

@@ -121,7 +121,7 @@ func (r *runningRouter) waitRouted(ctx context.Context, n int) (time.Duration, e
 			return 0, fmt.Errorf("router stopped: %v", err)
 		case <-ctx.Done():
 			return 0, fmt.Errorf("routed %v of %d: %w", r.counter("faultrouter_routed_total"), n, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	return time.Since(start), nil

@@ -74,6 +74,10 @@ type Codec struct {
 	taskEvent, routed, breaker, review *writer // the schemas this codec writes
 
 	view *view // the reader's fields and enums
+
+	// wire writes RoutedRecords without goavro (routed_wire.go); nil when
+	// it does not agree with goavro on this build's schemas
+	wire *routedWire
 }
 
 // writer is one accepted writer schema.
@@ -150,6 +154,20 @@ func NewWith(o Options) (*Codec, error) {
 	}
 	if c.view, err = newView(readers); err != nil {
 		return nil, err
+	}
+	cur, err := avro.Current(avro.TaskEvent)
+	if err != nil {
+		return nil, err
+	}
+	routed, err := avro.Current(avro.RoutedRecord)
+	if err != nil {
+		return nil, err
+	}
+	if c.wire, err = newRoutedWire(routed.JSON, c.writers[cur.Fingerprint]); err != nil {
+		return nil, err
+	}
+	if !c.routedWireAgrees() {
+		c.wire = nil
 	}
 	return c, nil
 }

@@ -9,6 +9,45 @@ import (
 
 // EncodeRouted appends the single-object encoding of r to dst.
 func (c *Codec) EncodeRouted(dst []byte, r *event.Routed) ([]byte, error) {
+	return c.EncodeRoutedFrom(dst, r, nil)
+}
+
+// EncodeRoutedFrom is EncodeRouted for the routed record of an input: in is
+// the single-object encoding r.Event was decoded from (nil when there is
+// none). When in was written with the TaskEvent schema the RoutedRecord
+// embeds, the event's body is copied from it rather than encoded again.
+func (c *Codec) EncodeRoutedFrom(dst []byte, r *event.Routed, in []byte) ([]byte, error) {
+	if c.wire == nil {
+		return c.encodeRoutedNative(dst, r)
+	}
+	return c.encodeRoutedWire(dst, r, in)
+}
+
+// encodeRoutedWire encodes r with routed_wire.go's encoder.
+func (c *Codec) encodeRoutedWire(dst []byte, r *event.Routed, in []byte) ([]byte, error) {
+	var body []byte
+	if r.Event != nil {
+		if w, err := c.writerOf(in); err == nil && w == c.wire.event {
+			body = in[headerLen:]
+		} else {
+			n := teNatives.Get().(*teNative)
+			body, err = c.wire.event.codec.BinaryFromNative(nil, n.fill(r.Event))
+			n.release()
+			if err != nil {
+				return dst, fmt.Errorf("codec: encode %s: %w", avro.RoutedRecord, err)
+			}
+		}
+	}
+	n := len(dst)
+	out, err := c.wire.encode(header(dst, c.routed), r, body)
+	if err != nil {
+		return dst[:n], err
+	}
+	return out, nil
+}
+
+// encodeRoutedNative encodes r with goavro.
+func (c *Codec) encodeRoutedNative(dst []byte, r *event.Routed) ([]byte, error) {
 	m := make(map[string]any, 3)
 	m["event"] = nil
 	if r.Event != nil {

@@ -15,7 +15,7 @@ import (
 
 // BenchmarkBatching measures the router end to end on an embedded broker
 // (kfake): events routed per second with one transaction and one Pebble
-// batch per poll of up to 1000 records (the default), against a baseline in
+// batch per poll of up to Default().MaxPollRecords records, against a baseline in
 // the same run that routes one record per poll (one transaction, one Pebble
 // batch per record). It prints the ratio; nothing is asserted.
 //
@@ -46,12 +46,12 @@ func BenchmarkBatching(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		base := rate(b, 1)
-		batched := rate(b, 1000)
+		batched := rate(b, Default().MaxPollRecords)
 		b.ReportMetric(base, "events/s-per-record")
 		b.ReportMetric(batched, "events/s-batched")
 		b.ReportMetric(batched/base, "ratio")
-		fmt.Printf("router on kfake, %d events: one record per poll %.0f events/s; up to 1000 per poll %.0f events/s; ratio %.1fx\n",
-			n, base, batched, batched/base)
+		fmt.Printf("router on kfake, %d events: one record per poll %.0f events/s; up to %d per poll %.0f events/s; ratio %.1fx\n",
+			n, base, Default().MaxPollRecords, batched, batched/base)
 	}
 }
 

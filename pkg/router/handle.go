@@ -72,7 +72,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		committed = true // nothing to write: keep what the passing of time changed
 		return nil
 	}
-	r.changelog(b)
+	r.changelog(b, now)
 
 	// produce and commit: one transaction
 	if err := sess.Begin(); err != nil {
@@ -281,10 +281,12 @@ func copyHeaders(st *task.State, hs []kgo.RecordHeader) []kgo.RecordHeader {
 	return c.AppendHeaders(hs)
 }
 
-// changelog queues one state record per task the batch touched.
-func (r *Router) changelog(b *batch) {
+// changelog queues one state record per task the batch touched, its expiry
+// stamped; persist stores the same bytes once the transaction commits.
+func (r *Router) changelog(b *batch, now time.Time) {
 	for _, id := range b.touched {
 		st := b.states[id]
+		st.ExpiresAt = r.expiresAt(st, now)
 		v, err := st.Marshal()
 		if err != nil { // a State always marshals; keep the batch going regardless
 			r.log.Error("state does not encode", "task_id", id, "err", err)
@@ -296,6 +298,7 @@ func (r *Router) changelog(b *batch) {
 			st.Shrink()
 			rec.Value, _ = st.Marshal()
 		}
+		b.encoded[id] = rec.Value
 		b.out = append(b.out, rec)
 	}
 }
@@ -304,8 +307,14 @@ func (r *Router) changelog(b *batch) {
 func (r *Router) persist(b *batch, now time.Time) error {
 	wb := r.store.NewBatch()
 	for _, id := range b.touched {
-		st := b.states[id]
-		if err := wb.Put(b.partOf[id], b.old[id], st, r.expiresAt(st, now)); err != nil {
+		st, v := b.states[id], b.encoded[id]
+		var err error
+		if v != nil {
+			err = wb.PutEncoded(b.partOf[id], b.old[id], st, v)
+		} else {
+			err = wb.Put(b.partOf[id], b.old[id], st, r.expiresAt(st, now))
+		}
+		if err != nil {
 			wb.Discard()
 			return err
 		}
@@ -353,6 +362,7 @@ type batch struct {
 	partOf      map[string]int32
 	touched     []string
 	isTouched   map[string]bool
+	encoded     map[string][]byte // the changelog value of each touched state
 	out         []*kgo.Record
 	checkpoints map[int32]int64
 	expired     []expiredTask // states the TTL forgets after commit (expiry.go)
@@ -367,6 +377,7 @@ func newBatch() *batch {
 		old:         map[string]*task.State{},
 		partOf:      map[string]int32{},
 		isTouched:   map[string]bool{},
+		encoded:     map[string][]byte{},
 		checkpoints: map[int32]int64{},
 	}
 }
@@ -380,6 +391,7 @@ func (b *batch) reset() {
 	clear(b.partOf)
 	b.touched = b.touched[:0]
 	clear(b.isTouched)
+	clear(b.encoded)
 	clear(b.out)
 	b.out = b.out[:0]
 	clear(b.checkpoints)

@@ -126,7 +126,11 @@ func (r *Router) audit(in *input, ev *event.TaskEvent) *kgo.Record {
 
 func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
 	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
-	rec := r.routedRecord(topic, ev, d, src, in.rec.Headers)
+	var raw []byte // the bytes ev was decoded from: its body is copied, not encoded again
+	if ev == &in.event {
+		raw = in.rec.Value
+	}
+	rec := r.routedRecordFrom(topic, ev, raw, d, src, in.rec.Headers)
 	if ev == nil {
 		rec.Key = in.rec.Key
 	}
@@ -143,8 +147,14 @@ func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.De
 // same time, so a timeline orders them by the data path, not by the
 // millisecond each happened to be produced in.
 func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
+	return r.routedRecordFrom(topic, ev, nil, d, src, inHeaders)
+}
+
+// routedRecordFrom is routedRecord for an event decoded from raw (nil when
+// it was not, or is not at hand).
+func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
-	v, err := r.codec.EncodeRouted(nil, &rr)
+	v, err := r.codec.EncodeRoutedFrom(make([]byte, 0, 64+len(raw)+len(d.Reason)), &rr, raw)
 	if err != nil {
 		// Only a bug can get here (the decision's enums are the policy's own);
 		// keep the record with the error rather than lose it.

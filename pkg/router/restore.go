@@ -108,7 +108,7 @@ func (r *Router) applyChangelog(wb *store.Batch, rec *kgo.Record, applied map[st
 		return nil
 	}
 	applied[id] = st
-	return wb.Put(rec.Partition, old, st, st.ExpiresAt)
+	return wb.PutEncoded(rec.Partition, old, st, rec.Value)
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no

@@ -54,8 +54,13 @@ type Config struct {
 	// dead-letter topic. It must stay below the dead-letter topic's
 	// max.message.bytes. Default 512 KiB.
 	MaxRecordBytes int
-	// MaxPollRecords bounds one batch (one transaction). Default 1000.
+	// MaxPollRecords bounds one batch (one transaction). Larger batches
+	// spread the fixed cost of a transaction (its offset commit and end
+	// markers) over more records. Default 5000.
 	MaxPollRecords int
+	// MaxPollBytes bounds the bytes of one fetch from the brokers, and so the
+	// memory a batch holds. Default 16 MiB.
+	MaxPollBytes int
 	// Tick is how often due retries are looked for when no input arrives.
 	// Default 200ms.
 	Tick time.Duration
@@ -82,7 +87,8 @@ func Default() Config {
 		Group:              "faultrouter",
 		InstanceID:         "0",
 		MaxRecordBytes:     512 << 10,
-		MaxPollRecords:     1000,
+		MaxPollRecords:     5000,
+		MaxPollBytes:       16 << 20,
 		Tick:               200 * time.Millisecond,
 		TransactionTimeout: 30 * time.Second,
 		SessionTimeout:     10 * time.Second,
@@ -112,6 +118,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: MaxRecordBytes: must be > 0, got %d", c.MaxRecordBytes)
 	case c.MaxPollRecords <= 0:
 		return fmt.Errorf("router: MaxPollRecords: must be > 0, got %d", c.MaxPollRecords)
+	case c.MaxPollBytes < c.MaxRecordBytes:
+		return fmt.Errorf("router: MaxPollBytes: must be >= MaxRecordBytes (%d), got %d", c.MaxRecordBytes, c.MaxPollBytes)
 	case c.Tick <= 0:
 		return fmt.Errorf("router: Tick: must be > 0, got %s", c.Tick)
 	case c.TransactionTimeout < time.Second:
@@ -160,6 +168,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = d.MaxPollRecords
+	}
+	if cfg.MaxPollBytes == 0 {
+		cfg.MaxPollBytes = d.MaxPollBytes
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = d.Tick
@@ -249,6 +260,10 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
+		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
+		// a batch's output (audit, state and routed records) is buffered
+		// whole before the flush that ends its transaction
+		kgo.MaxBufferedRecords(max(10_000, 4*r.cfg.MaxPollRecords)),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			r.onAssigned(ctx, cl, assigned, restoreFailed)
 		}),

@@ -23,7 +23,6 @@ func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
 // store held before (nil for a new task); its index entries are replaced.
 // expiresAt is the router-clock time (ms) the state expires, 0 for never.
 func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
-	b.unindex(p, old)
 	// the stored state carries its expiry: the next Put's old state names the
 	// index entry to replace, and the sweep re-checks it
 	st.ExpiresAt = expiresAt
@@ -31,6 +30,16 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 	if err != nil {
 		return fmt.Errorf("store: encode state of %s: %w", st.TaskID, err)
 	}
+	return b.PutEncoded(p, old, st, v)
+}
+
+// PutEncoded is Put for a state that is already encoded: v is st.Marshal()
+// with st.ExpiresAt set to the state's expiry (0 for never), e.g. the value
+// of its changelog record. The bytes are stored as they are, so a state is
+// encoded once for the changelog and the store.
+func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
+	b.unindex(p, old)
+	expiresAt := st.ExpiresAt
 	if err := b.b.Set(taskKey(st.TaskID), v, nil); err != nil {
 		return err
 	}

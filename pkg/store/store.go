@@ -39,10 +39,13 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 		log = slog.Default()
 	}
 	opts := &pebble.Options{
-		Logger:             pebbleLogger{log.With("component", "pebble")},
-		BytesPerSync:       1 << 20,
-		MemTableSize:       32 << 20,
-		MaxOpenFiles:       1000,
+		Logger:       pebbleLogger{log.With("component", "pebble")},
+		BytesPerSync: 1 << 20,
+		MemTableSize: 32 << 20,
+		MaxOpenFiles: 1000,
+		// the point reads of a poll hit recently written states most: keep
+		// their blocks decompressed in memory (Pebble's default is 8 MiB)
+		CacheSize:          64 << 20,
 		FormatMajorVersion: pebble.FormatNewest,
 	}
 	for i := range opts.Levels {
