@@ -175,9 +175,9 @@ func routedSamples() []event.Routed {
 		Event: &ev,
 		Decision: event.Decision{
 			Class: event.ClassNetworkTimeout, Route: event.RouteRetry, Rule: "network.retry", Reason: "why",
-			Retry:  &event.RetryPlan{N: 2, DelayMs: -1, NotBefore: event.FromMillis(1_700_000_001_000)},
-			Totals: event.Totals{Attempts: 3, Retries: -2, CostUSD: math.Inf(1), Tokens: 1 << 40, ElapsedMs: -5},
-			Review: &event.Review{Owner: "security", SLAMs: 3600000, Priority: "high"},
+			Retry:    &event.RetryPlan{N: 2, DelayMs: -1, NotBefore: event.FromMillis(1_700_000_001_000)},
+			Totals:   event.Totals{Attempts: 3, Retries: -2, CostUSD: math.Inf(1), Tokens: 1 << 40, ElapsedMs: -5},
+			Review:   &event.Review{Owner: "security", SLAMs: 3600000, Priority: "high"},
 			Feedback: "fb", SuggestedModel: "sm", UserMessage: "um", DecidedAt: event.FromMillis(1_700_000_002_000),
 		},
 		Input: event.Source{Topic: "ai.tasks.ingress", Partition: 5, Offset: 1 << 33, Timestamp: event.FromMillis(1_700_000_000_000)},
