@@ -66,10 +66,10 @@ func (r *reader) next(ctx context.Context) (event.Routed, *kgo.Record, error) {
 		if fs.IsClientClosed() {
 			return event.Routed{}, nil, fmt.Errorf("worker: %s: client closed", r.topic)
 		}
-		if errs := fs.Errors(); len(errs) > 0 {
+		r.fetched = fs.Records()
+		if errs := fs.Errors(); len(errs) > 0 && len(r.fetched) == 0 {
 			return event.Routed{}, nil, fmt.Errorf("worker: fetch %s: %w", r.topic, errs[0].Err)
 		}
-		r.fetched = fs.Records()
 	}
 	rec := r.fetched[0]
 	r.fetched = r.fetched[1:]
