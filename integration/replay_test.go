@@ -185,6 +185,69 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 			t.Fatalf("an original record carries lineage: %v", r)
 		}
 	}
+
+	// The router's decision on the re-driven event, read from the audit
+	// topic: a re-drive is an operator's instruction, not a redelivery of
+	// net-3, so the task is reopened and the timeout is retried afresh
+	// (before, it was dropped as an exact redelivery).
+	var audit []map[string]any
+	e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool { audit = byTask(r, "t-net"); return len(audit) >= 4 })
+	if len(audit) != 4 {
+		t.Fatalf("%d audit records of t-net after the re-drive, want 4", len(audit))
+	}
+	last := audit[3]
+	if str(last, "event_id") != "net-3" || str(last, "decision.class") != "NETWORK_TIMEOUT" || str(last, "decision.route") != "RETRY" ||
+		!strings.Contains(str(last, "decision.reason"), "re-drive 1 of "+str(src, "topic")) {
+		t.Fatalf("the re-driven event was decided %s/%s (%s), want NETWORK_TIMEOUT/RETRY naming the re-drive",
+			str(last, "decision.class"), str(last, "decision.route"), str(last, "decision.reason"))
+	}
+	// and the fresh retry is published when due, with the lineage
+	retries := e.tailUntil("retry", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-net")) >= 3 })
+	if n := len(byTask(retries, "t-net")); n != 3 {
+		t.Fatalf("%d retries of t-net after the re-drive, want 3 (2 before, 1 after)", n)
+	}
+}
+
+// Guards the re-drive of a write whose outcome is unknown: replay refuses it
+// unless the operator gives --force and --reason (running it again may pay a
+// refund twice); forced, it reaches the router as an operator's instruction,
+// and the router still holds the write for reconciliation (it never retries
+// it), with the re-drive and its reason named in the audit record.
+func TestReplayRedriveOfUnknownOutcomeNeedsForceAndReason(t *testing.T) {
+	e := newEnv(t)
+	e.startRouter("a", t.TempDir())
+	write := `"status":"ERROR","stage":"BUSINESS","error":{"type":"TimeoutError","message":"no receipt"},` +
+		`"operation":{"op_id":"refund-7","kind":"WRITE","params_sha256":"ab12","state":"UNKNOWN"}`
+	e.cli(taskEvent("pay-1", "t-pay", 1, write), "produce", "--topic", "ingress")
+	e.tailUntil("review", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-pay")) >= 1 })
+
+	redrive := []string{"replay", "--topic", "review", "--task", "t-pay", "--redrive-to", "ingress"}
+	out, stderr, err := e.tryCLI("", redrive...)
+	if err != nil || strings.TrimSpace(out) != "" || !strings.Contains(stderr, "outcome is unknown") || !strings.Contains(stderr, "nothing to re-drive") {
+		t.Fatalf("re-drive without --force was not refused: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	if _, stderr, err := e.tryCLI("", append(redrive, "--force")...); err == nil || !strings.Contains(stderr, "--force needs --reason") {
+		t.Fatalf("--force without --reason: %v\n%s", err, stderr)
+	}
+	_, stderr, err = e.tryCLI("", append(redrive, "--force", "--reason", "ledger checked: refund-7 not paid")...)
+	if err != nil || !strings.Contains(stderr, "re-drove 1 record(s)") {
+		t.Fatalf("forced re-drive: %v\n%s", err, stderr)
+	}
+	var audit []map[string]any
+	e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool { audit = byTask(r, "t-pay"); return len(audit) >= 2 })
+	if len(audit) != 2 {
+		t.Fatalf("%d audit records of t-pay, want 2", len(audit))
+	}
+	d := audit[1]
+	reason := str(d, "decision.reason")
+	if str(d, "decision.class") != "OUTCOME_UNKNOWN" || str(d, "decision.route") != "REVIEW" ||
+		!strings.Contains(reason, "re-drive 1 of") || !strings.Contains(reason, "forced") || !strings.Contains(reason, "ledger checked") {
+		t.Fatalf("the forced re-drive was decided %s/%s (%s), want OUTCOME_UNKNOWN/REVIEW naming the forced re-drive and its reason",
+			str(d, "decision.class"), str(d, "decision.route"), reason)
+	}
+	if retries := byTask(e.tailNow("retry"), "t-pay"); len(retries) != 0 {
+		t.Fatalf("a write whose outcome is unknown was retried: %v", retries)
+	}
 }
 
 // Guards the re-drive loop guard: a raw poison input dead-lettered

@@ -38,7 +38,10 @@ decision and reason.
 dead-letter or review records (raw dead-lettered input as its original bytes)
 with lineage headers faultrouter.redrive.source.{topic,partition,offset},
 faultrouter.redrive.count and faultrouter.redrive.reason (--reason), all in one
-transaction. --dry-run prints what would be sent and sends nothing. A record
+transaction. The router takes a re-driven event as an operator's
+instruction: it reopens the task (a fresh retry budget) and decides the event
+afresh, and the audit record names the re-drive. --dry-run prints what would
+be sent and sends nothing. A record
 already re-driven --max-redrives times is refused by the loop guard. A write
 whose outcome is unknown (class OUTCOME_UNKNOWN, or a WRITE operation
 SUBMITTED or UNKNOWN) is refused unless --force and --reason are both given:

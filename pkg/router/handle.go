@@ -169,12 +169,9 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	}
 	ev := &in.event
 	st := b.state(ev.TaskID, in.rec.Partition)
+	hdr := codec.ParseHeaders(in.rec.Headers)
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
-	if !isNew && st.Seen(ev.EventID) {
-		in.decision = r.cfg.Policy.Drop(ev, st, now)
-	} else {
-		in.decision = r.cfg.Policy.Decide(ev, st, now)
-	}
+	in.decision = r.decideEvent(ev, st, hdr.Redrive, now) // redrive.go: dedup, re-drive, policy
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
 		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 	}
@@ -186,7 +183,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		if in.finished {
 			in.taskMs = ev.OccurredAt.Millis() - st.FirstEventAt
 		}
-		st.SetTraceparent(codec.ParseHeaders(in.rec.Headers).Traceparent)
+		st.SetTraceparent(hdr.Traceparent)
 		r.trackReview(st, &in.decision, now)
 	}
 	b.touch(ev.TaskID, in.rec.Partition)

@@ -84,6 +84,9 @@ func (s *State) Seen(eventID string) bool {
 // MarkSeen adds the event ID to the dedup set, forgetting the oldest beyond
 // MaxSeenEvents.
 func (s *State) MarkSeen(eventID string) {
+	if s.Seen(eventID) {
+		return
+	}
 	s.SeenEvents = append(s.SeenEvents, compactID(eventID))
 	if n := len(s.SeenEvents); n > MaxSeenEvents {
 		s.SeenEvents = slices.Clone(s.SeenEvents[n-MaxSeenEvents:])

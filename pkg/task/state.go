@@ -104,6 +104,22 @@ type PendingRetry struct {
 	NotBefore int64 `json:"not_before"`
 }
 
+// Reopen starts a new episode of the task, on an operator's re-drive: the
+// task is no longer terminal, an open review item is closed, a pending retry
+// is dropped, and the retry budget (also per class), the rate-limit window
+// and the usage totals start afresh. What the task remembers of its history
+// stays: the attempts count, the dedup set and the operations (a WRITE whose
+// outcome is unknown stays held; PARAMS_MISMATCH still compares with the
+// approved parameters).
+func (s *State) Reopen() {
+	s.Terminal, s.TerminalClass = false, ""
+	s.Review, s.ReviewClass = ReviewNone, ""
+	s.ReviewOwner, s.ReviewDueAt, s.ReviewAlerted = "", 0, false
+	s.Pending = nil
+	s.Retries, s.RetriesByClass, s.RateLimitedAt = 0, nil, nil
+	s.CostUSD, s.Tokens, s.ElapsedMs = 0, 0, 0
+}
+
 // Totals returns the decision totals of the task.
 func (s *State) Totals() event.Totals {
 	return event.Totals{Attempts: s.Attempts, Retries: s.Retries, CostUSD: s.CostUSD, Tokens: s.Tokens, ElapsedMs: s.ElapsedMs}
