@@ -69,19 +69,22 @@ tlsmaterial() {
 	fi
 	command -v keytool >/dev/null || { log "keytool not found: install a Java 17 JDK"; exit 1; }
 	rm -rf "$tlsdir" && mkdir -p "$tlsdir"
-	local pw kt=(keytool -storetype PKCS12 -keyalg EC -groupname secp256r1 -validity 3650)
+	# keytool is a JVM per call: client JIT only and no GC threads make each cheaper
+	local pw kt=(keytool -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -J-XX:-UsePerfData)
+	local gen=(-genkeypair -storetype PKCS12 -keyalg EC -groupname secp256r1 -validity 3650)
 	pw=$(secret)
+	# one chain of commands: set -e does not apply inside a list ending in ||
 	{
-		"${kt[@]}" -genkeypair -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca \
-			-dname "CN=faultrouter test CA" -ext bc:c
-		keytool -exportcert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -rfc -file "$tlsdir/ca.pem"
-		"${kt[@]}" -genkeypair -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -dname "CN=127.0.0.1"
-		keytool -certreq -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -file "$tlsdir/broker.csr"
-		keytool -gencert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -validity 3650 -rfc \
-			-ext SAN=ip:127.0.0.1,dns:localhost -ext EKU=serverAuth \
-			-infile "$tlsdir/broker.csr" -outfile "$tlsdir/broker.pem"
-		keytool -importcert -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias ca -file "$tlsdir/ca.pem" -noprompt
-		keytool -importcert -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -file "$tlsdir/broker.pem"
+		"${kt[@]}" "${gen[@]}" -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca \
+			-dname "CN=faultrouter test CA" -ext bc:c &&
+		"${kt[@]}" -exportcert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -rfc -file "$tlsdir/ca.pem" &&
+		"${kt[@]}" "${gen[@]}" -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -dname "CN=127.0.0.1" &&
+		"${kt[@]}" -certreq -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker |
+			"${kt[@]}" -gencert -keystore "$tlsdir/ca.p12" -storepass "$pw" -alias ca -validity 3650 -rfc \
+				-ext SAN=ip:127.0.0.1,dns:localhost -ext EKU=serverAuth >"$tlsdir/broker.pem" &&
+		# the signed certificate and the CA's: the chain the broker presents
+		cat "$tlsdir/ca.pem" >>"$tlsdir/broker.pem" &&
+		"${kt[@]}" -importcert -keystore "$tlsdir/broker.p12" -storepass "$pw" -alias broker -file "$tlsdir/broker.pem" -noprompt
 	} >"$tlsdir/keytool.log" 2>&1 || { cat "$tlsdir/keytool.log" >&2; exit 1; }
 	(
 		umask 077
