@@ -78,6 +78,9 @@ type Codec struct {
 	// wire writes RoutedRecords without goavro (routed_wire.go); nil when
 	// it does not agree with goavro on this build's schemas
 	wire *routedWire
+	// event reads and writes bodies of the current TaskEvent schema without
+	// goavro (event_wire.go); nil when it does not agree with goavro
+	event *eventWire
 }
 
 // writer is one accepted writer schema.
@@ -168,6 +171,9 @@ func NewWith(o Options) (*Codec, error) {
 	}
 	if !c.routedWireAgrees() {
 		c.wire = nil
+	}
+	if ew, err := newEventWire(cur.JSON); err == nil && c.eventWireAgrees(c.writers[cur.Fingerprint], ew) {
+		c.event = ew
 	}
 	return c, nil
 }

@@ -29,6 +29,10 @@ func (c *Codec) encodeRoutedWire(dst []byte, r *event.Routed, in []byte) ([]byte
 	if r.Event != nil {
 		if w, err := c.writerOf(in); err == nil && w == c.wire.event {
 			body = in[headerLen:]
+		} else if c.event != nil {
+			if body, err = c.event.encode(nil, r.Event); err != nil {
+				return dst, err
+			}
 		} else {
 			n := teNatives.Get().(*teNative)
 			body, err = c.wire.event.codec.BinaryFromNative(nil, n.fill(r.Event))

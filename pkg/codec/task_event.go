@@ -12,6 +12,14 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 	if err := e.Validate(); err != nil {
 		return dst, fmt.Errorf("%w: task %s: %w", ErrInvalidRecord, e.TaskID, err)
 	}
+	if c.event != nil && c.wire != nil && c.taskEvent == c.wire.event {
+		n := len(dst)
+		out, err := c.event.encode(header(dst, c.taskEvent), e)
+		if err != nil {
+			return dst[:n], err
+		}
+		return out, nil
+	}
 	n := teNatives.Get().(*teNative)
 	defer n.release()
 	return encode(dst, c.taskEvent, n.fill(e))
@@ -21,6 +29,9 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 // but is invalid (ErrInvalidRecord), the decoded event is returned with the
 // error, so that the caller can log its task_id.
 func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
+	if e, ok, err := c.decodeTaskEventWire(b); ok {
+		return e, err
+	}
 	m, _, err := c.decodeAs(b, avro.TaskEvent)
 	if err != nil {
 		return event.TaskEvent{}, err
@@ -34,6 +45,32 @@ func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
 		return e, err
 	}
 	return e, nil
+}
+
+// decodeTaskEventWire decodes a TaskEvent of the current schema with
+// event_wire.go's reader. ok is false when it does not apply (another writer
+// schema) or the body does not read, so that goavro decodes it and reports
+// the error.
+func (c *Codec) decodeTaskEventWire(b []byte) (e event.TaskEvent, ok bool, err error) {
+	if c.event == nil || c.wire == nil {
+		return e, false, nil
+	}
+	if w, err := c.writerOf(b); err != nil || w != c.wire.event {
+		return e, false, nil
+	}
+	r := rd{b: b[headerLen:]}
+	d := nat{v: c.view}
+	c.event.decode(&r, &d, &e)
+	if r.err != nil || len(r.b) != 0 {
+		return event.TaskEvent{}, false, nil
+	}
+	if d.err != nil {
+		return event.TaskEvent{}, true, d.err
+	}
+	for _, drop := range c.view.dropTaskEvent {
+		drop(&e)
+	}
+	return e, true, checkTaskEvent(&e)
 }
 
 // checkTaskEvent is the contract of a decoded TaskEvent.

@@ -235,6 +235,11 @@ func (d *nat) ts(m map[string]any, k string) event.Timestamp {
 	default:
 		d.fail(k, t)
 	}
+	return d.millisTS(k, ms)
+}
+
+// millisTS is the timestamp of field k at ms (0 reads as the zero Timestamp).
+func (d *nat) millisTS(k string, ms int64) event.Timestamp {
 	if ms == 0 {
 		return event.Timestamp{}
 	}
