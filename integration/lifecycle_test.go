@@ -1,11 +1,15 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Guards exactly-once publication of due retries across a pause: an instance
@@ -79,4 +83,69 @@ func TestPausedInstanceCannotPublishDueRetry(t *testing.T) {
 func tailLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// Guards the restore against stale local state: Pebble keeps the tasks of a
+// partition this instance stopped owning. While it was away, another owner
+// published the task's retry, the task expired, and compaction dropped every
+// record of the task, its tombstone included. The changelog then holds
+// nothing of the task, and the instance's checkpoint still lies within the
+// changelog: restoring from the checkpoint alone would keep the stale
+// pending retry and publish it again. The changelog is made so here with
+// DeleteRecords (what compaction leaves: no record of the task before or
+// after the checkpoint) and an unrelated record another owner wrote.
+func TestStaleLocalStateIsNotRestored(t *testing.T) {
+	e := newEnv(t)
+	dir, pol := t.TempDir(), quietBreakers(t)
+	a := e.startRouter("a", dir, pol...)
+	e.cli(taskEvent("s-1", "t-stale", 1, strings.Replace(rateLimitedFields, `"retry_after_ms":1000`, `"retry_after_ms":15000`, 1)),
+		"produce", "--topic", "ingress")
+	audit := e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-stale")) >= 1 })
+	if route := str(byTask(audit, "t-stale")[0], "decision.route"); route != "RETRY" {
+		t.Fatalf("t-stale: route %s, want RETRY", route)
+	}
+	a.stop(t) // Pebble holds t-stale with its pending retry
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stateTopic := e.prefix + "faultrouter.state"
+	var p int32 = -1
+	var end int64
+	for _, r := range readTopic(ctx, t, stateTopic, true) {
+		if string(r.Key) == "t-stale" {
+			p, end = r.Partition, r.Offset+1
+		}
+	}
+	if p < 0 {
+		t.Fatal("no changelog record of t-stale")
+	}
+	adm := kadm.NewClient(kafkaClient(t))
+	// compaction's result: no record of t-stale is left (DeleteRecords needs
+	// the delete policy, so it is added for the moment)
+	setPolicy := func(policy string) {
+		t.Helper()
+		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr(policy)}}, stateTopic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setPolicy("compact,delete")
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: stateTopic, Partition: p, At: end})
+	if resp, err := adm.DeleteRecords(ctx, offs); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp.Error())
+	}
+	setPolicy("compact")
+	// another owner's record of another task, after the checkpoint
+	other := kafkaClient(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := other.ProduceSync(ctx, &kgo.Record{Topic: stateTopic, Partition: p, Key: []byte("t-other")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	// a comes back to its state directory and the partition; the retry
+	// would have been due 15 s after the 429
+	a = e.startRouter("a", dir, pol...)
+	retries := e.tail("retry", 20*time.Second)
+	if n := len(byTask(retries, "t-stale")); n != 0 {
+		t.Errorf("t-stale: %d retries published from stale local state; the changelog holds nothing of the task; logs:\n%s", n, a.logs.String())
+	}
 }

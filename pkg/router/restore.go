@@ -17,6 +17,15 @@ import (
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
 // for open transactions on the changelog to finish first (a previous owner's
 // last transaction commits or aborts), so that nothing committed is missed.
+//
+// The local state of a partition is kept only if this instance released the
+// partition cleanly and the changelog has not moved since (trustOrWipe);
+// else it is wiped and the partition restored from the changelog's start.
+// Restoring from the checkpoint alone would keep state the changelog no
+// longer holds: while another instance owned the partition it may have
+// finished a task, and compaction may have dropped the task's records and
+// then its tombstone, so that no record after the checkpoint says the local
+// copy (a pending retry, an open review item) is gone.
 func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
@@ -31,6 +40,9 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	}
 	ranges := scan.Ranges{}
 	for _, p := range parts {
+		if err := r.trustOrWipe(p, ends[p]); err != nil {
+			return err
+		}
 		next, _, err := r.store.Checkpoint(p)
 		if err != nil {
 			return err
@@ -146,5 +158,60 @@ func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string,
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// trustOrWipe keeps the local state of partition p if this instance released
+// p at changelog end offset end (nothing was written to the changelog
+// partition since, by anyone), and wipes it otherwise: after a restart
+// without a clean release, or when another instance owned p meanwhile.
+func (r *Router) trustOrWipe(p int32, end int64) error {
+	released, ok, err := r.store.TakeReleased(p)
+	if err != nil {
+		return err
+	}
+	if ok && released == end {
+		return nil
+	}
+	n, err := r.store.WipePartition(p)
+	if err != nil {
+		return err
+	}
+	if n > 0 || ok {
+		r.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
+			"topic", r.cfg.Topics.State, "partition", p, "tasks", n, "released_at", released, "end", end, "released", ok)
+	}
+	return nil
+}
+
+// markReleased records, for each partition, the end offset of its changelog
+// as this instance lets it go. It is bounded: on failure no mark is written,
+// and the partition is restored from the changelog's start when it comes
+// back.
+func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
+	if len(parts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	stable, err := adm.ListCommittedOffsets(ctx, r.cfg.Topics.State)
+	if err == nil {
+		var hw kadm.ListedOffsets
+		if hw, err = adm.ListEndOffsets(ctx, r.cfg.Topics.State); err == nil {
+			for _, p := range parts {
+				s, ok1 := stable.Lookup(r.cfg.Topics.State, p)
+				h, ok2 := hw.Lookup(r.cfg.Topics.State, p)
+				if !ok1 || !ok2 || s.Err != nil || h.Err != nil || s.Offset != h.Offset {
+					continue // unknown, or a transaction still open: no mark
+				}
+				if err := r.store.SetReleased(p, s.Offset); err != nil {
+					r.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
+				}
+			}
+		}
+	}
+	if err != nil {
+		r.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
 	}
 }

@@ -268,7 +268,7 @@ func (r *Router) runSession(ctx context.Context) error {
 			r.onAssigned(ctx, cl, assigned, restoreFailed)
 		}),
 		kgo.OnPartitionsRevoked(r.onRevoked),
-		kgo.OnPartitionsLost(r.onRevoked),
+		kgo.OnPartitionsLost(r.onLost),
 	)
 	if r.metrics.kprom != nil {
 		opts = append(opts, kgo.WithHooks(r.metrics.kprom))
@@ -360,12 +360,30 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	r.setReady(true)
 }
 
-// onRevoked runs on a revoke and on a loss of partitions: the router is not
-// ready until the next assignment is restored.
-func (r *Router) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+// onRevoked runs when partitions are revoked: the router is not ready until
+// the next assignment is restored. franz-go's transactional session has
+// ended the open transaction by now, so the store holds everything this
+// instance committed: it marks each revoked partition released at the
+// changelog's current end (restore.go trusts the local state of a partition
+// it gets back only if the changelog has not moved since).
+func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.setReady(false)
+	parts := revoked[r.cfg.Topics.Ingress]
+	r.mu.Lock()
+	for _, p := range parts {
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+	r.markReleased(ctx, cl, parts)
+}
+
+// onLost runs when partitions are lost (the session expired or the group
+// errored): not ready, and no release mark, since another instance may
+// already be writing to them.
+func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.setReady(false)
 	r.mu.Lock()
-	for _, p := range revoked[r.cfg.Topics.Ingress] {
+	for _, p := range lost[r.cfg.Topics.Ingress] {
 		delete(r.owned, p)
 	}
 	r.mu.Unlock()

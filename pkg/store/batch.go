@@ -43,6 +43,14 @@ func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
 	if err := b.b.Set(taskKey(st.TaskID), v, nil); err != nil {
 		return err
 	}
+	// which partition the task belongs to, both ways: WipePartition finds
+	// the tasks of a partition, and deletes only those still of it
+	if err := b.b.Set(memberKey(p, st.TaskID), nil, nil); err != nil {
+		return err
+	}
+	if err := b.b.Set(ownerKey(st.TaskID), binary.BigEndian.AppendUint32(nil, uint32(p)), nil); err != nil {
+		return err
+	}
 	if st.Pending != nil {
 		if err := b.b.Set(dueKey(p, st.Pending.NotBefore, st.TaskID), nil, nil); err != nil {
 			return err
@@ -73,6 +81,12 @@ func (b *Batch) Delete(p int32, old *task.State) error {
 		return nil
 	}
 	b.unindex(p, old)
+	if err := b.b.Delete(memberKey(p, old.TaskID), nil); err != nil {
+		return err
+	}
+	if err := b.b.Delete(ownerKey(old.TaskID), nil); err != nil {
+		return err
+	}
 	return b.b.Delete(taskKey(old.TaskID), nil)
 }
 
@@ -135,3 +149,17 @@ func timeKey(prefix byte, p int32, at int64, id string) []byte {
 }
 
 func expiryKey(p int32, bucket int64, id string) []byte { return timeKey('x', p, bucket, id) }
+
+// memberKey lists task id as a task of partition p: m/<p:4><id>.
+func memberKey(p int32, id string) []byte {
+	return append(binary.BigEndian.AppendUint32([]byte("m/"), uint32(p)), id...)
+}
+
+// ownerKey holds the partition a task belongs to: r/<id> -> <p:4>.
+func ownerKey(id string) []byte { return append([]byte("r/"), id...) }
+
+// releasedKey holds the changelog end offset of partition p when this
+// instance last released it: e/<p:4> -> <offset:8>.
+func releasedKey(p int32) []byte {
+	return binary.BigEndian.AppendUint32([]byte("e/"), uint32(p))
+}

@@ -13,6 +13,18 @@
 //	d/<partition:4><not_before:8><task_id> -> due index of pending retries
 //	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = hour of expiry)
 //	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
+//	m/<partition:4><task_id>             -> the tasks of a partition
+//	r/<task_id>                          -> the partition of a task
+//	e/<partition:4>                      -> changelog end when the partition was released
+//	v                                    -> key layout version
+//
+// The state of a partition is trusted only while this instance holds the
+// partition without a gap: a partition it gets back (after a restart, or
+// after another instance held it) is wiped (WipePartition) and restored from
+// the changelog's start, unless the changelog has not moved since this
+// instance released it (Released). Otherwise state the changelog no longer
+// holds (a task another owner finished and compaction then dropped with its
+// tombstone) would come back from the local copy.
 package store
 
 import (
@@ -55,7 +67,119 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	return &Store{db: db, log: log}, nil
+	s := &Store{db: db, log: log}
+	if err := s.upgrade(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// layoutVersion is the version of the key layout; a store of another
+// version is emptied on open (it is a cache: the changelog restores it).
+const layoutVersion = "2"
+
+func (s *Store) upgrade() error {
+	v, closer, err := s.db.Get([]byte("v"))
+	if err == nil {
+		same := string(v) == layoutVersion
+		closer.Close()
+		if same {
+			return nil
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("store: layout version: %w", err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
+		return err
+	}
+	if err := b.Set([]byte("v"), []byte(layoutVersion), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: set layout version: %w", err)
+	}
+	return nil
+}
+
+// WipePartition deletes everything the store holds of partition p: its
+// tasks (those still of p), their index entries, its checkpoint and its
+// release mark. The next restore of p reads the changelog from its start.
+func (s *Store) WipePartition(p int32) (int, error) {
+	prefix := memberKey(p, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: memberKey(p+1, "")})
+	if err != nil {
+		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		id := string(it.Key()[len(prefix):])
+		v, closer, err := s.db.Get(ownerKey(id))
+		if err == nil {
+			mine := len(v) == 4 && int32(binary.BigEndian.Uint32(v)) == p
+			closer.Close()
+			if mine {
+				_ = b.Delete(taskKey(id), nil)
+				_ = b.Delete(ownerKey(id), nil)
+				n++
+			}
+		} else if !errors.Is(err, pebble.ErrNotFound) {
+			it.Close()
+			return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
+	}
+	for _, prefix := range []byte{'m', 'd', 'x', 'o'} {
+		lo := binary.BigEndian.AppendUint32([]byte{prefix, '/'}, uint32(p))
+		hi := binary.BigEndian.AppendUint32([]byte{prefix, '/'}, uint32(p+1))
+		if err := b.DeleteRange(lo, hi, nil); err != nil {
+			return 0, err
+		}
+	}
+	_ = b.Delete(checkpointKey(p), nil)
+	_ = b.Delete(releasedKey(p), nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
+	}
+	return n, nil
+}
+
+// SetReleased records the changelog end offset of partition p as this
+// instance releases the partition (revoked, with everything it committed
+// applied).
+func (s *Store) SetReleased(p int32, end int64) error {
+	if err := s.db.Set(releasedKey(p), binary.BigEndian.AppendUint64(nil, uint64(end)), pebble.NoSync); err != nil {
+		return fmt.Errorf("store: release mark of partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// TakeReleased returns and deletes the release mark of partition p: the
+// changelog end offset when this instance last released p, and false when
+// there is none (never released cleanly, or already taken).
+func (s *Store) TakeReleased(p int32) (int64, bool, error) {
+	v, closer, err := s.db.Get(releasedKey(p))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
+	}
+	end, ok := int64(0), len(v) == 8
+	if ok {
+		end = int64(binary.BigEndian.Uint64(v))
+	}
+	closer.Close()
+	if err := s.db.Delete(releasedKey(p), pebble.NoSync); err != nil {
+		return 0, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
+	}
+	return end, ok, nil
 }
 
 // Close flushes nothing to disk beyond what Pebble does by itself and closes

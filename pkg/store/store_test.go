@@ -254,3 +254,58 @@ func TestCheckpoint(t *testing.T) {
 		t.Errorf("Checkpoint(5) is known, want unknown")
 	}
 }
+
+// Guards WipePartition: it drops every task of the partition with its index
+// entries, checkpoint and release mark, and nothing of another partition,
+// not even a task that moved from the wiped partition to another one.
+func TestWipePartitionDropsOnlyItsTasks(t *testing.T) {
+	s := openTest(t)
+	b := s.NewBatch()
+	put := func(p int32, old *task.State, id string) *task.State {
+		st := &task.State{TaskID: id, Pending: &task.PendingRetry{N: 1, NotBefore: 1000}}
+		if err := b.Put(p, old, st, 5000); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	put(1, nil, "a")
+	moved := put(1, nil, "moved")
+	put(2, nil, "b")
+	if err := b.SetCheckpoint(1, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b = s.NewBatch()
+	put(2, moved, "moved") // the task's state now lives in partition 2
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetReleased(1, 9); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := s.WipePartition(1)
+	if err != nil || n != 1 {
+		t.Fatalf("WipePartition(1) = %d, %v; want 1 task dropped", n, err)
+	}
+	for id, want := range map[string]bool{"a": false, "moved": true, "b": true} {
+		st, err := s.Get(id)
+		if err != nil || (st != nil) != want {
+			t.Errorf("task %s after the wipe: %+v, %v; want present %v", id, st, err, want)
+		}
+	}
+	if due, _ := s.Due(1, 10_000, 10); len(due) != 0 {
+		t.Errorf("due index of partition 1 after the wipe: %v", due)
+	}
+	if due, _ := s.Due(2, 10_000, 10); len(due) != 2 {
+		t.Errorf("due index of partition 2: %v, want b and moved", due)
+	}
+	if _, ok, _ := s.Checkpoint(1); ok {
+		t.Errorf("checkpoint of partition 1 survived the wipe")
+	}
+	if _, ok, _ := s.TakeReleased(1); ok {
+		t.Errorf("release mark of partition 1 survived the wipe")
+	}
+}
