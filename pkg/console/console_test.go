@@ -50,7 +50,7 @@ func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 	}
 	c, _ := codec.New()
 	review, _ := set.Name("review")
-	for task, owner := range map[string]string{"t-1": "ai_product", "t-2": "security"} {
+	for task, owner := range map[string]string{"t-1": "ai_product", "t-2": "security", "t-3": "ai_product"} {
 		v, err := c.EncodeRouted(nil, &event.Routed{
 			Event: &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError},
 			Decision: event.Decision{Class: event.ClassModelRefusal, Route: event.RouteReview, Rule: "test", Reason: "refused",
@@ -148,7 +148,9 @@ func (c *client) login(name string) {
 // a reviewer of other owners, an unknown task and a missing reason each get
 // a clear message and the right status, never a 500; an allowed approval
 // writes one ReviewDecision naming the reviewer, and a second decision on the
-// same item is refused before it reaches Kafka.
+// same item is refused before it reaches Kafka; a bulk decision previews the
+// count of what the filter selects and the reviewer may decide, and writes
+// only once confirmed with that count.
 func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 	base, opts, set := testConsole(t, Config{Users: testUsers(t)})
 	anon := newClient(t, base)
@@ -210,7 +212,18 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 		t.Errorf("second decision: %d, want 409 naming alice; body:\n%s", code, body)
 	}
 
-	// exactly one decision reached Kafka, naming alice
+	// bulk: the filter ai_product holds t-1 (decided already) and t-3
+	bulk := url.Values{"csrf": {tok}, "owner": {"ai_product"}, "action": {"approve"}, "reason": {"batch fixed"}}
+	code, body = alice.do(http.MethodPost, "/review/bulk", bulk)
+	if code != http.StatusOK || !regexp.MustCompile(`id="bulk-count">[^<]*<b>1</b>`).MatchString(body) || !strings.Contains(body, "t-3") {
+		t.Fatalf("bulk preview: %d, want a count of 1 (t-3); body:\n%s", code, body)
+	}
+	bulk.Set("confirm", "1")
+	if code, body = alice.do(http.MethodPost, "/review/bulk", bulk); code != http.StatusSeeOther {
+		t.Fatalf("bulk confirm: %d; body:\n%s", code, body)
+	}
+
+	// alice's approval of t-1 and the bulk approval of t-3 reached Kafka
 	decisions, _ := set.Name("decisions")
 	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(decisions), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
@@ -228,8 +241,13 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 			}
 		})
 	}
-	if len(got) != 1 || got[0].TaskID != "t-1" || !got[0].Approve || got[0].Reviewer != "alice" || got[0].Reason != "looks right" {
-		t.Errorf("decisions on Kafka: %+v, want alice's one approval of t-1", got)
+	byTask := map[string]event.ReviewDecision{}
+	for _, d := range got {
+		byTask[d.TaskID] = d
+	}
+	if len(got) != 2 || byTask["t-1"].Reason != "looks right" || byTask["t-3"].Reason != "batch fixed" ||
+		byTask["t-1"].Reviewer != "alice" || !byTask["t-1"].Approve || !byTask["t-3"].Approve {
+		t.Errorf("decisions on Kafka: %+v, want alice's approvals of t-1 and t-3", got)
 	}
 
 	// the page speaks Chinese to a browser that asks for it

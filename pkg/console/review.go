@@ -216,6 +216,11 @@ func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool
 			return err
 		}
 	}
+	for task, c := range s.claims { // the view has long read these back
+		if now.Sub(c.At) > 24*time.Hour {
+			delete(s.claims, task)
+		}
+	}
 	ds := make([]event.ReviewDecision, len(tasks))
 	for i, task := range tasks {
 		s.claims[task] = claim{By: p.Name, Approve: approve, At: now}
