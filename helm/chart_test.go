@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -160,5 +161,119 @@ func TestChartDefaultsAndCreatedSecret(t *testing.T) {
 	objs = render(t, "--set", "kafka.user=router", "--set", "kafka.password=secret")
 	if len(objs["Secret"]) != 1 || at(objs["Secret"][0], "stringData", "sasl-user") != "router" {
 		t.Fatalf("chart-created Secret: %v", objs["Secret"])
+	}
+}
+
+// Guards the console in the chart: off by default; on, a Deployment running
+// `faultrouter console` with the users file mounted from a Secret and the
+// session secret from it, a Service, an optional Ingress to that Service;
+// its pods are not selected by the router's StatefulSet or Services; and it
+// refuses to render without a way to authenticate.
+func TestChartRendersTheConsole(t *testing.T) {
+	for _, kind := range []string{"Deployment", "Ingress"} {
+		if n := len(render(t)[kind]); n != 0 {
+			t.Errorf("%d %s rendered with the console disabled", n, kind)
+		}
+	}
+	users := "users:\n  - {name: alice, password_bcrypt: x, roles: [reviewer], owners: [\"*\"]}\n"
+	usersFile := filepath.Join(t.TempDir(), "users.yaml")
+	if err := os.WriteFile(usersFile, []byte(users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, "--set", "console.enabled=true", "--set-file", "console.users="+usersFile,
+		"--set", "console.ingress.enabled=true", "--set", "console.ingress.host=console.test", "--set-string", "policy=version: 1")
+	if len(objs["Deployment"]) != 1 || len(objs["Ingress"]) != 1 {
+		t.Fatalf("console: %d Deployments, %d Ingresses, want 1 and 1", len(objs["Deployment"]), len(objs["Ingress"]))
+	}
+	d := objs["Deployment"][0]
+	c := at(d, "spec", "template", "spec", "containers", 0)
+	var args []string
+	for _, a := range at(c, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	for _, want := range []string{"console", "--listen=:8080", "--users=/etc/faultrouter-console/users.yaml", "--policy=/etc/faultrouter/policy.yaml"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("console args %v lack %s", args, want)
+		}
+	}
+	if slices.Contains(args, "--trust-proxy-header") {
+		t.Errorf("the proxy header is trusted without console.trustProxyHeader")
+	}
+	var secret map[string]any
+	for _, s := range objs["Secret"] {
+		if at(s, "metadata", "name") == "fr-faultrouter-console" {
+			secret = s
+		}
+	}
+	if secret == nil || at(secret, "stringData", "users.yaml") != users || at(secret, "stringData", "session-secret") == "" {
+		t.Fatalf("console Secret %v, want the users file and a session secret", secret)
+	}
+	mounted := false
+	for _, v := range at(d, "spec", "template", "spec", "volumes").([]any) {
+		if at(v, "name") == "users" && at(v, "secret", "secretName") == "fr-faultrouter-console" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("the users file is not mounted from the console Secret")
+	}
+	env := map[string]any{}
+	for _, e := range at(c, "env").([]any) {
+		env[at(e, "name").(string)] = e
+	}
+	if at(env["FAULTROUTER_CONSOLE_SECRET"], "valueFrom", "secretKeyRef", "name") != "fr-faultrouter-console" {
+		t.Errorf("FAULTROUTER_CONSOLE_SECRET does not come from the console Secret: %v", env["FAULTROUTER_CONSOLE_SECRET"])
+	}
+	if at(c, "securityContext", "readOnlyRootFilesystem") != true {
+		t.Errorf("console container securityContext %v", at(c, "securityContext"))
+	}
+	podLabels := at(d, "spec", "template", "metadata", "labels").(map[string]any)
+	selects := func(sel any) bool {
+		m, _ := sel.(map[string]any)
+		for k, v := range m {
+			if podLabels[k] != v {
+				return false
+			}
+		}
+		return len(m) > 0
+	}
+	if selects(at(objs["StatefulSet"][0], "spec", "selector", "matchLabels")) {
+		t.Errorf("the router's StatefulSet selects the console's pods")
+	}
+	var consoleSvc map[string]any
+	for _, s := range objs["Service"] {
+		name := at(s, "metadata", "name")
+		if name == "fr-faultrouter-console" {
+			consoleSvc = s
+		} else if selects(at(s, "spec", "selector")) {
+			t.Errorf("router Service %v selects the console's pods", name)
+		}
+	}
+	if consoleSvc == nil || !selects(at(consoleSvc, "spec", "selector")) {
+		t.Fatalf("no console Service selecting its pods: %v", consoleSvc)
+	}
+	ing := objs["Ingress"][0]
+	if at(ing, "spec", "rules", 0, "host") != "console.test" ||
+		at(ing, "spec", "rules", 0, "http", "paths", 0, "backend", "service", "name") != "fr-faultrouter-console" {
+		t.Errorf("console Ingress %v", at(ing, "spec"))
+	}
+
+	// an existing Secret: the chart creates none; the proxy header only on request
+	objs = render(t, "--set", "console.enabled=true", "--set", "console.existingSecret=console-users", "--set", "console.trustProxyHeader=true")
+	if len(objs["Secret"]) != 0 {
+		t.Errorf("a Secret was rendered although console.existingSecret is set")
+	}
+	args = nil
+	for _, a := range at(objs["Deployment"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--trust-proxy-header") || !slices.Contains(args, "--proxy-role=viewer") {
+		t.Errorf("console.trustProxyHeader: args %v", args)
+	}
+
+	// no users file, no existing Secret, no proxy: refused
+	cmd := exec.Command(os.Getenv("HELM"), "template", "fr", "faultrouter", "--set", "console.enabled=true")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "without authentication") {
+		t.Errorf("console without authentication rendered (err %v): %s", err, out)
 	}
 }

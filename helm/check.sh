@@ -21,4 +21,8 @@ export HELM
 "$HELM" template fr faultrouter >/dev/null
 "$HELM" template fr faultrouter --set metrics.serviceMonitor.enabled=true \
 	--set kafka.user=u --set kafka.password=p --set-string policy='version: 1' >/dev/null
+"$HELM" lint --strict faultrouter --set console.enabled=true --set-string console.users='users: []' \
+	--set console.ingress.enabled=true
+"$HELM" template fr faultrouter --set console.enabled=true --set-string console.users='users: []' \
+	--set console.ingress.enabled=true >/dev/null
 go test -count=1 .

@@ -25,3 +25,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "faultrouter.hasSecret" -}}
 {{- if or .Values.kafka.existingSecret .Values.kafka.user -}}true{{- end -}}
 {{- end -}}
+
+{{- define "faultrouter.consoleSelectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-console
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "faultrouter.consoleSecretName" -}}
+{{- default (printf "%s-console" (include "faultrouter.fullname" .)) .Values.console.existingSecret -}}
+{{- end -}}
