@@ -44,6 +44,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		partitions  = fs.Int("partitions", 0, "partition count when creating topics (default: topics/, 6)")
 		rf          = fs.Int("replication-factor", 0, "replication factor when creating topics (default: topics/, 1; production: 3)")
 		maxBytes    = fs.Int("max-record-bytes", 512<<10, "largest input record value routed; larger ones are dead-lettered")
+		partCheck   = fs.Duration("partition-check", 30*time.Second, "how often the partition counts of ingress, decisions and state are read to detect partitions added at runtime")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +58,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errors.New("run: --instance-id must not be empty (a stable, unique name per instance)")
 	case *group == "":
 		return errors.New("run: --group must not be empty")
+	case *partCheck <= 0:
+		return fmt.Errorf("run: --partition-check must be a positive duration, got %s", *partCheck)
 	}
 	log, err := g.logger(stderr)
 	if err != nil {
@@ -93,6 +96,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.Group = *group
 	cfg.InstanceID = *instanceID
 	cfg.MaxRecordBytes = *maxBytes
+	cfg.PartitionCheck = *partCheck
 	cfg.Logger = log
 	cfg.Registerer = reg
 	rt, err := router.New(cfg)

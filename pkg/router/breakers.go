@@ -224,7 +224,7 @@ func (r *Router) broadcast(b *batch, c event.BreakerEvent) {
 		r.log.Error("breaker command does not encode", "task_id", c.TaskID, "err", err)
 		return
 	}
-	for p := range r.parts.decisions {
+	for p := range r.seen.decisions {
 		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Decisions, Partition: p,
 			Key: []byte(c.Scope + "/" + c.Key), Value: v, Timestamp: c.At.Time})
 	}

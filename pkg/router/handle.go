@@ -33,6 +33,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		} else {
 			r.rollbackBreakers()
 		}
+		r.partitionsCommitted(b, sess.Client(), committed) // forward.go
 	}()
 
 	// consume and decode
@@ -68,6 +69,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.overdueReviews(b, now); err != nil { // review_sla.go: owner SLA alerts
 		return err
 	}
+	r.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
 		committed = true // nothing to write: keep what the passing of time changed
 		return nil
@@ -124,6 +126,11 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	for i := range b.inputs {
 		in := &b.inputs[i]
+		if in.kind == inputForward {
+			r.metrics.forwarded.WithLabelValues(in.rec.Topic).Inc()
+			r.logDecision(in)
+			continue
+		}
 		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
 		r.metrics.countTask(in)
 		switch {
@@ -154,6 +161,9 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	case inputCommand:
 		in.decision = r.breakerCommand(in, b, now) // breakers.go
 		b.out = append(b.out, r.audit(in, nil))
+		return
+	case inputForward:
+		r.forward(in, b, now) // forward.go
 		return
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
@@ -367,6 +377,8 @@ type batch struct {
 	// breakerEvents are the transitions and alerts queued on the alerts
 	// topic, logged and counted once the transaction commits (breakers.go)
 	breakerEvents []event.BreakerEvent
+	// parts are new partition counts this batch alerted about (forward.go)
+	parts *partitionCounts
 }
 
 func newBatch() *batch {
@@ -396,6 +408,7 @@ func (b *batch) reset() {
 	clear(b.expired)
 	b.expired = b.expired[:0]
 	b.breakerEvents = b.breakerEvents[:0]
+	b.parts = nil
 }
 
 // state returns the working state of a task, creating an empty one for a

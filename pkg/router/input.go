@@ -20,17 +20,21 @@ const (
 	inputReview                   // a ReviewDecision from decisions
 	inputPoison                   // a record the router cannot accept
 	inputCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) from decisions
+	inputForward                  // a task event or review decision on the wrong partition for its task (forward.go)
 )
 
 // input is one consumed record, decoded.
 type input struct {
-	rec      *kgo.Record
-	kind     inputKind
-	event    event.TaskEvent
-	review   event.ReviewDecision
-	command  event.BreakerEvent
-	err      error
-	errKind  string // faultrouter.error.kind of a poison record
+	rec     *kgo.Record
+	kind    inputKind
+	event   event.TaskEvent
+	review  event.ReviewDecision
+	command event.BreakerEvent
+	err     error
+	errKind string // faultrouter.error.kind of a poison record
+	home    int32  // the home partition of a misplaced input
+	// fwd is the kind a forwarded input was decoded as (task or review)
+	fwd      inputKind
 	decision event.Decision
 	// started and finished tell that this event opened its task or brought
 	// it to a terminal decision; taskMs is then the task's time to that
@@ -40,7 +44,11 @@ type input struct {
 }
 
 func (in *input) taskID() string {
-	switch in.kind {
+	kind := in.kind
+	if kind == inputForward {
+		kind = in.fwd
+	}
+	switch kind {
 	case inputTask:
 		return in.event.TaskID
 	case inputReview:
@@ -98,6 +106,9 @@ func (r *Router) decode(rec *kgo.Record) input {
 	}
 	if string(rec.Key) != id {
 		return poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
+	}
+	if home, ok := r.misplaced(rec); ok { // forward.go
+		in.fwd, in.kind, in.home = in.kind, inputForward, home
 	}
 	return in
 }

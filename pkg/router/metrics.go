@@ -28,6 +28,9 @@ type metrics struct {
 	taskSeconds      *prometheus.HistogramVec
 	costUSD          *prometheus.CounterVec
 	tokens           *prometheus.CounterVec
+	forwarded        *prometheus.CounterVec // forward.go
+	partitions       *prometheus.GaugeVec
+	partitionChanges *prometheus.CounterVec
 	consumerLag      *prometheus.GaugeVec // lag.go
 	lag              lag                  // the per-partition lags behind consumerLag
 	kprom            *kprom.Metrics
@@ -76,7 +79,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Reported cost of the routed attempts, by class."}, []string{"class"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tokens_total",
 		Help: "Reported tokens of the routed attempts, by class."}, []string{"class"})
+	m.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "forwarded_total",
+		Help: "Input records on the wrong partition for their task, forwarded to its partition, by topic."}, []string{"topic"})
+	m.partitions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "partitions",
+		Help: "Partition count of ingress, decisions and state as last read."}, []string{"topic"})
+	m.partitionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "partition_changes_total",
+		Help: "Partition count changes of ingress, decisions or state seen while running."}, []string{"topic"})
 	if reg != nil {
+		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
 			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag)

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,4 +63,28 @@ func (r *Router) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionC
 	}
 	pc.state, err = n(t.State)
 	return pc, err
+}
+
+// startPartitions reads the partition counts before a session starts; the
+// first session of the process fixes the home count (forward.go).
+func (r *Router) startPartitions(ctx context.Context) error {
+	cl, err := kgo.NewClient(r.cfg.ClientOpts...)
+	if err != nil {
+		return fmt.Errorf("router: client: %w", err)
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pc, err := r.loadPartitions(cctx, cl)
+	if err != nil {
+		return err
+	}
+	if r.home == 0 {
+		r.home = pc.state
+	} else if pc.state != r.home {
+		r.log.Error("the state topic's partition count differs from the one this process started with; tasks keep their home partitions",
+			"partitions", pc.state, "home_partitions", r.home)
+	}
+	r.parts, r.seen, r.partsCheckedAt = pc, pc, time.Now()
+	return nil
 }

@@ -78,6 +78,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the router clock. Default time.Now.
 	Now func() time.Time
+	// PartitionCheck is how often the partition counts of ingress,
+	// decisions and state are read to detect partitions added at runtime.
+	// Default 30s.
+	PartitionCheck time.Duration
 }
 
 // Default returns a Config with every optional field at its default.
@@ -94,6 +98,7 @@ func Default() Config {
 		SessionTimeout:     10 * time.Second,
 		Logger:             slog.Default(),
 		Now:                time.Now,
+		PartitionCheck:     30 * time.Second,
 	}
 }
 
@@ -126,6 +131,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: TransactionTimeout: must be >= 1s, got %s", c.TransactionTimeout)
 	case c.SessionTimeout < time.Second:
 		return fmt.Errorf("router: SessionTimeout: must be >= 1s, got %s", c.SessionTimeout)
+	case c.PartitionCheck <= 0:
+		return fmt.Errorf("router: PartitionCheck: must be > 0, got %s", c.PartitionCheck)
 	}
 	return nil
 }
@@ -139,8 +146,15 @@ type Router struct {
 	metrics *metrics
 	brk     *breakers // breakers.go; used by the handle goroutine only
 	// parts are the partition counts of ingress, decisions and state, read
-	// when a session starts (partitioner.go); used by the handle goroutine
-	parts partitionCounts
+	// before a session starts (partitioner.go); seen are the latest counts
+	// (forward.go); home is the partition count a task's home partition is
+	// hashed over, fixed for the life of the process; hash is Kafka's
+	// murmur2 partitioner. Used by the handle goroutine (parts also by the
+	// assignment callbacks, which start after it is set).
+	parts, seen    partitionCounts
+	home           int32
+	hash           kgo.TopicPartitioner
+	partsCheckedAt time.Time
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
@@ -187,6 +201,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Now == nil {
 		cfg.Now = d.Now
 	}
+	if cfg.PartitionCheck == 0 {
+		cfg.PartitionCheck = d.PartitionCheck
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -211,6 +228,7 @@ func New(cfg Config) (*Router, error) {
 		store:   st,
 		metrics: newMetrics(cfg.Registerer),
 		owned:   map[int32]bool{},
+		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 	}, nil
 }
 
@@ -247,6 +265,9 @@ func (r *Router) runSession(ctx context.Context) error {
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
 	r.limits = r.loadLimits(ctx) // limits.go
+	if err := r.startPartitions(ctx); err != nil { // partitioner.go
+		return err
+	}
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
@@ -258,7 +279,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
 		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
-		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions)),
+		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
 		// a batch's output (audit, state and routed records) is buffered
@@ -285,9 +306,6 @@ func (r *Router) runSession(ctx context.Context) error {
 	// the transaction timeout.
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("router: init transactional producer: %w", err)
-	}
-	if r.parts, err = r.loadPartitions(ctx, sess.Client()); err != nil {
-		return err
 	}
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
 	b := newBatch()
@@ -342,7 +360,12 @@ func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
 // The router is ready once the restore of every assigned partition
 // succeeded, and not ready from a revoke or loss until then.
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
-	parts := assigned[r.cfg.Topics.Ingress]
+	var parts []int32
+	for _, p := range assigned[r.cfg.Topics.Ingress] {
+		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
+			parts = append(parts, p)
+		}
+	}
 	if err := r.restore(ctx, cl, parts); err != nil {
 		r.setReady(false)
 		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
