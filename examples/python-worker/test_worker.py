@@ -45,6 +45,10 @@ def wait_for(worker, topic, want, timeout=60):
     """Reads topic from the beginning until want(records by task) holds; returns them."""
     seen = {}
     for key, rec in worker.consume(topic, f"py-test-{RUN}-{uuid.uuid4().hex[:6]}", timeout):
+        if (rec.get("decision") or {}).get("rule") == "partition.forward":
+            # CRC32 put the record on another partition than its task's (murmur2): the router
+            # forwarded it there and audited that; its decision follows from the task's partition
+            continue
         seen.setdefault(key, []).append(rec)
         if want(seen):
             return seen

@@ -87,3 +87,13 @@ func TestRouterOwnDecisions(t *testing.T) {
 		t.Error("a hallucination did not latch its template")
 	}
 }
+
+// Guards the forward decision: a record on the wrong partition is audited
+// COMPLETE with rule partition.forward, naming both partitions.
+func TestForwardDecision(t *testing.T) {
+	d := Forward("t1", "ai.tasks.ingress", 4, 0, 3, time.UnixMilli(5))
+	if d.Route != event.RouteComplete || d.Rule != "partition.forward" || !strings.Contains(d.Reason, "partition 0") ||
+		!strings.Contains(d.Reason, "not 4") || d.DecidedAt.UnixMilli() != 5 {
+		t.Errorf("Forward = %+v", d)
+	}
+}
