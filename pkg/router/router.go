@@ -264,7 +264,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// loop below ends the session instead, which leaves the group, and Run
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
-	r.limits = r.loadLimits(ctx) // limits.go
+	r.limits = r.loadLimits(ctx)                   // limits.go
 	if err := r.startPartitions(ctx); err != nil { // partitioner.go
 		return err
 	}
