@@ -18,15 +18,17 @@ package router
 //     state whose ExpiresAt has passed is treated as absent, so an event
 //     arriving after expiry never sees it, whether or not the sweep below has
 //     deleted it yet.
-//   - expire (after the due retries): stamps the new ExpiresAt on every state
-//     the batch changes, so that the changelog record carries it and a
-//     restore rebuilds the same expiry index; then, for each partition this
-//     instance owns, reads that partition's expiry index (store.Expired: hour
-//     buckets that lie wholly in the past, never the whole store), and for
-//     each task whose state is past its ExpiresAt and that the batch does not
-//     touch, queues a tombstone on the state changelog in the batch's
-//     transaction. An index entry that no longer matches its state is
-//     dropped, so stale entries cannot stall the sweep.
+//   - the sweep (sweep.go, after the batch's input is decided): for each
+//     partition this instance owns, reads that partition's expiry index
+//     (hour buckets that lie wholly in the past, never the whole store), and
+//     for each task whose state is past its ExpiresAt and that the batch does
+//     not touch, queues a tombstone on the state changelog in the batch's
+//     transaction, before the same sweep looks at due retries and overdue
+//     review items, which then skip the task. An index entry that no longer
+//     matches its state is dropped, so stale entries cannot stall the sweep.
+//     The changelog record of every state the batch changes carries its new
+//     ExpiresAt (changelog, in handle.go), so a restore rebuilds the same
+//     expiry index.
 //   - forget (in persist, after the transaction committed): deletes those
 //     states and their index entries from Pebble.
 //
@@ -47,15 +49,9 @@ package router
 import (
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
-
-// expiryLimit bounds the expired tasks read from the index per batch, so that
-// a backlog of expiries is spread over several transactions.
-const expiryLimit = 500
 
 // expiredTask is a state the TTL forgets once the batch's transaction commits.
 type expiredTask struct {
@@ -83,47 +79,6 @@ func (r *Router) forgetExpired(b *batch, now time.Time) {
 		delete(b.states, id)
 		r.log.Info("state expired; a new event starts a fresh task history", "task_id", id, "expired_at", st.ExpiresAt)
 	}
-}
-
-// expire stamps the expiry of the states the batch changes and queues a
-// changelog tombstone for every expired task of an owned partition that the
-// batch does not touch.
-func (r *Router) expire(b *batch, now time.Time) error {
-	nowMs := now.UnixMilli()
-	for _, id := range b.touched {
-		st := b.states[id]
-		st.ExpiresAt = r.expiresAt(st, now)
-	}
-
-	queued := map[string]bool{}
-	for _, p := range r.ownedPartitions() {
-		due, err := r.store.Expired(p, nowMs, expiryLimit)
-		if err != nil {
-			return err
-		}
-		var stale []store.Due
-		for _, e := range due {
-			if b.isTouched[e.TaskID] || queued[e.TaskID] {
-				continue
-			}
-			st, err := r.store.Get(e.TaskID)
-			if err != nil {
-				return err
-			}
-			// re-check against the state itself: the index is only a hint
-			if st == nil || !expired(st, nowMs) || r.expiresAt(st, now) == 0 {
-				stale = append(stale, e) // the entry lags its state: repair, never stall the sweep
-				continue
-			}
-			queued[e.TaskID] = true
-			b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: p, Key: []byte(e.TaskID)})
-			b.expired = append(b.expired, expiredTask{partition: p, state: st})
-		}
-		if err := r.store.DropExpired(p, stale); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // forget deletes the expired states of the committed batch from the store.

@@ -373,3 +373,37 @@ func TestExpiryKeepsTaskWithPendingRetry(t *testing.T) {
 		t.Errorf("exp-429 got %d tombstones, want none", n)
 	}
 }
+
+// Guards one sweep over the time indexes: a task whose state has expired and
+// whose review item is past its owner's SLA in the same batch is decided
+// once. Expiry wins (the review item no longer exists, as for a review
+// decision after expiry), so the changelog's last record of the task is its
+// tombstone and a later event starts fresh. With separate sweeps the SLA
+// alert rewrote the state after the tombstone, and the changelog brought the
+// forgotten task back on restore.
+func TestSweepDecidesExpiredOverdueTaskOnce(t *testing.T) {
+	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, hourStart+60_000)
+
+	// a refusal: review by ai_product (SLA 72 h); the task's own sla_ms is
+	// 60 s, so its state expires 2 min later
+	w.produce(expRefusal("r-1", "exp-overdue"))
+	if d := w.waitAudit("exp-overdue", 1)[0]; d.Route != event.RouteReview {
+		t.Fatalf("refusal: route %s, want REVIEW", d.Route)
+	}
+
+	// 73 h on, both the expiry and the review SLA have passed
+	w.clock.Add(73 * time.Hour.Milliseconds())
+	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-overdue") >= 1 }) {
+		t.Fatalf("no tombstone for the expired task")
+	}
+	w.produce(expRefusal("o-1", "exp-other")) // one more batch on the same clock
+	w.waitAudit("exp-other", 1)
+	if st := w.lastState("exp-overdue"); st != nil {
+		t.Errorf("the changelog's last record of the expired task is a state (%+v), want its tombstone", st)
+	}
+	w.produce(expRefusal("r-2", "exp-overdue"))
+	if d := w.waitAudit("exp-overdue", 2)[1]; d.Totals.Attempts != 1 {
+		t.Errorf("event after expiry: attempts %d, want a fresh task (1)", d.Totals.Attempts)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -59,14 +58,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		r.route(&b.inputs[i], b, now)
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 	}
-	// retries whose due time has come, on the partitions this instance owns
-	if err := r.releaseDue(b, now); err != nil {
-		return err
-	}
-	if err := r.expire(b, now); err != nil { // expiry.go: TTL sweep over time buckets
-		return err
-	}
-	if err := r.overdueReviews(b, now); err != nil { // review_sla.go: owner SLA alerts
+	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
+	// this instance owns, from one sweep over their time indexes
+	if err := r.sweep(b, now); err != nil {
 		return err
 	}
 	r.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
@@ -219,36 +213,9 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 	b.out = append(b.out, r.audit(in, ev))
 }
 
-// releaseDue publishes the pending retries that are due on the partitions
-// this instance owns.
-func (r *Router) releaseDue(b *batch, now time.Time) error {
-	nowMs := now.UnixMilli()
-	for _, p := range r.ownedPartitions() {
-		due, err := r.store.Due(p, nowMs, 500)
-		if err != nil {
-			return err
-		}
-		var stale []store.Due
-		for _, d := range due {
-			id := d.TaskID
-			if _, ok := b.states[id]; !ok {
-				st, err := r.store.Get(id)
-				if err != nil {
-					return err
-				}
-				if st == nil || st.Pending == nil || st.Pending.NotBefore != d.NotBefore {
-					stale = append(stale, d) // the index lags its state: repair, never starve
-					continue
-				}
-				b.states[id] = st
-				b.remember(st)
-			}
-			b.touch(id, p)
-		}
-		if err := r.store.DropDue(p, stale); err != nil {
-			return err
-		}
-	}
+// publishDue publishes the pending retries that are due, of the tasks the
+// batch touched: by its input or by the sweep of the due index.
+func (r *Router) publishDue(b *batch, now time.Time) error {
 	// tasks of this batch and of the due index alike
 	for _, id := range b.touched {
 		st := b.states[id]
@@ -373,7 +340,8 @@ type batch struct {
 	encoded     map[string][]byte // the changelog value of each touched state
 	out         []*kgo.Record
 	checkpoints map[int32]int64
-	expired     []expiredTask // states the TTL forgets after commit (expiry.go)
+	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
+	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
 	// breakerEvents are the transitions and alerts queued on the alerts
 	// topic, logged and counted once the transaction commits (breakers.go)
 	breakerEvents []event.BreakerEvent
@@ -389,6 +357,7 @@ func newBatch() *batch {
 		isTouched:   map[string]bool{},
 		encoded:     map[string][]byte{},
 		checkpoints: map[int32]int64{},
+		forgotten:   map[string]bool{},
 	}
 }
 
@@ -407,6 +376,7 @@ func (b *batch) reset() {
 	clear(b.checkpoints)
 	clear(b.expired)
 	b.expired = b.expired[:0]
+	clear(b.forgotten)
 	b.breakerEvents = b.breakerEvents[:0]
 	b.parts = nil
 }

@@ -238,6 +238,33 @@ func (s *Store) Checkpoint(p int32) (int64, bool, error) {
 	return int64(binary.BigEndian.Uint64(v)), true, nil
 }
 
+// Index names one of the per-partition time indexes.
+type Index byte
+
+// The time indexes: pending retries by due time, expiring states by hour
+// bucket, open review items by their owner's SLA deadline.
+const (
+	DueIndex     Index = 'd'
+	ExpiryIndex  Index = 'x'
+	OverdueIndex Index = 'o'
+)
+
+// Scan returns up to limit entries of index ix of partition p that have come
+// due at nowMs, earliest first: Due, Expired or Overdue.
+func (s *Store) Scan(ix Index, p int32, nowMs int64, limit int) ([]Due, error) {
+	if ix == ExpiryIndex {
+		return s.Expired(p, nowMs, limit)
+	}
+	return s.scanTimes(byte(ix), p, nowMs, limit)
+}
+
+// DropStale deletes entries of index ix of partition p that no longer match
+// their task's state. The indexes are derived from the states, so this
+// repairs the cache without a changelog record.
+func (s *Store) DropStale(ix Index, p int32, stale []Due) error {
+	return s.dropTimes(byte(ix), p, stale)
+}
+
 // Due is one entry of the due index: a task whose pending retry is due.
 type Due struct {
 	TaskID    string
