@@ -4,6 +4,14 @@
 // DecideReview and Drop are functions of the event, the task state and the
 // router's clock, tested with golden files under testdata/.
 //
+// The decisions the router makes on its own are here too, as pure functions
+// (commands.go): Poison (a record it cannot accept), RetryDue (a pending
+// retry whose time has come), BreakerCommand and BreakerCommandApplied (a
+// RESET or LATCH on the decisions topic) and Forward (a record on the wrong
+// partition for its task); and which decided events count as failures or
+// successes of which breaker (breakers.go: BreakerOutcomes, BreakerFailure,
+// LatchesTemplate, ReviewResetsTemplate).
+//
 // The numbers, phrase lists, code ranges and review owners come from a Policy:
 // Default() is the policy of docs/design.md, Load and Parse read a YAML policy file
 // (default-policy.yaml is the commented default, `faultrouter policy default`
