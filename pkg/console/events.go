@@ -127,11 +127,14 @@ func (s *Server) itemState(it *reviewItem) map[string]any {
 	switch {
 	case !it.open() && it.Closed != nil:
 		m["state"], m["outcome"] = "closed", it.Closed.Rule
+		if it.Decision != nil && !it.Decision.At.Before(it.OpenedAt) {
+			m["by"] = it.Decision.Reviewer
+		}
 	case it.decided() != nil:
 		d := it.decided()
 		m["state"], m["by"], m["approve"] = "decided", d.Reviewer, d.Approve
 	}
-	if c, ok := s.claimOf(it); ok {
+	if c, ok := s.claimOf(it); ok && it.open() {
 		m["state"], m["by"], m["approve"] = "decided", c.By, c.Approve
 	}
 	return m

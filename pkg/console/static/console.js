@@ -25,7 +25,7 @@
       row.querySelectorAll("form.decision button").forEach(function (b) { b.disabled = true; });
       if (state) {
         state.textContent = d.state === "closed"
-          ? "closed by the router (" + d.outcome + ")"
+          ? "closed by the router (" + d.outcome + ")" + (d.by ? ", decided by " + d.by : "")
           : "decided by " + d.by + " (" + (d.approve ? "approve" : "reject") + "), waiting for the router";
       }
     }
