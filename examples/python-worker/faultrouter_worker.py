@@ -23,7 +23,8 @@ from fastavro.schema import expand_schema, fingerprint, to_parsing_canonical_for
 MARKER = b"\xc3\x01"
 
 # Shared named types first (class.avsc, task_event.avsc): the others refer to them by name.
-SCHEMA_FILES = ["class.avsc", "task_event.avsc", "routed_record.avsc", "breaker_event.avsc", "review_decision.avsc"]
+SCHEMA_FILES = ["class.avsc", "task_event.avsc", "routed_record.avsc", "breaker_event.avsc", "review_decision.avsc",
+                "task_state.avsc"]
 
 TASK_EVENT = "faultrouter.TaskEvent"
 ROUTED_RECORD = "faultrouter.RoutedRecord"

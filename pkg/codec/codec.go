@@ -71,7 +71,7 @@ type Codec struct {
 	writers  map[uint64]*writer // accepted writer schemas by fingerprint
 	accepted []SchemaInfo
 
-	taskEvent, routed, breaker, review *writer // the schemas this codec writes
+	taskEvent, routed, breaker, review, state *writer // the schemas this codec writes
 
 	view *view // the reader's fields and enums
 
@@ -81,6 +81,9 @@ type Codec struct {
 	// event reads and writes bodies of the current TaskEvent schema without
 	// goavro (event_wire.go); nil when it does not agree with goavro
 	event *eventWire
+	// stateWire is set when state.go's TaskState reader and writer agree
+	// with goavro
+	stateWire bool
 }
 
 // writer is one accepted writer schema.
@@ -144,6 +147,8 @@ func NewWith(o Options) (*Codec, error) {
 		case s.Name == avro.ReviewDecision && s.Current:
 			c.review, writes = w, true
 			readers = append(readers, s.JSON)
+		case s.Name == avro.TaskState && s.Current:
+			c.state, writes = w, true
 		}
 		c.accepted = append(c.accepted, SchemaInfo{
 			Name: s.Name, Version: s.Version, Fingerprint: fmt.Sprintf("%016x", w.fp), Legacy: legacy, Writes: writes,
@@ -152,7 +157,7 @@ func NewWith(o Options) (*Codec, error) {
 	if c.taskEvent == nil {
 		return nil, fmt.Errorf("codec: TaskEventVersion %d is not a known TaskEvent schema version", o.TaskEventVersion)
 	}
-	if c.routed == nil || c.breaker == nil || c.review == nil {
+	if c.routed == nil || c.breaker == nil || c.review == nil || c.state == nil {
 		return nil, fmt.Errorf("codec: a current schema is missing from the avro catalog")
 	}
 	if c.view, err = newView(readers); err != nil {
@@ -174,6 +179,7 @@ func NewWith(o Options) (*Codec, error) {
 	}
 	if ew, err := newEventWire(cur.JSON); err == nil && c.eventWireAgrees(c.writers[cur.Fingerprint], ew) {
 		c.event = ew
+		c.stateWire = c.stateWireAgrees()
 	}
 	return c, nil
 }
@@ -273,6 +279,8 @@ func (c *Codec) Decode(b []byte) (any, error) {
 			return nil, err
 		}
 		return &e, nil
+	case avro.TaskState:
+		return c.DecodeState(b)
 	case avro.ReviewDecision:
 		d, err := c.DecodeReviewDecision(b)
 		if err != nil {

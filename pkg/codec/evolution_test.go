@@ -105,7 +105,7 @@ func TestOlderReaderReadsNewerWriter(t *testing.T) {
 			writes = append(writes, s.Name+"/"+s.Fingerprint)
 		}
 	}
-	if len(writes) != 4 || writes[0] != avro.TaskEvent+"/"+wantFingerprints["faultrouter.TaskEvent/1"] {
+	if len(writes) != 5 || writes[0] != avro.TaskEvent+"/"+wantFingerprints["faultrouter.TaskEvent/1"] {
 		t.Fatalf("old codec writes %v", writes)
 	}
 }

@@ -201,7 +201,7 @@ func (w *expWorld) lastState(taskID string) *task.State {
 		st = nil
 		if r.Value != nil {
 			var err error
-			if st, err = task.Unmarshal(r.Value); err != nil {
+			if st, err = w.codec.DecodeState(r.Value); err != nil {
 				w.t.Fatalf("changelog record of %s: %v", taskID, err)
 			}
 		}

@@ -262,8 +262,8 @@ func (r *Router) changelog(b *batch, now time.Time) {
 	for _, id := range b.touched {
 		st := b.states[id]
 		st.ExpiresAt = r.expiresAt(st, now)
-		v, err := st.Marshal()
-		if err != nil { // a State always marshals; keep the batch going regardless
+		v, err := r.codec.EncodeState(nil, st)
+		if err != nil { // a State always encodes; keep the batch going regardless
 			r.log.Error("state does not encode", "task_id", id, "err", err)
 			continue
 		}
@@ -271,7 +271,7 @@ func (r *Router) changelog(b *batch, now time.Time) {
 		if !r.limits.fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
 			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(v), "limit", r.limits.of(rec.Topic))
 			st.Shrink()
-			rec.Value, _ = st.Marshal()
+			rec.Value, _ = r.codec.EncodeState(nil, st)
 		}
 		b.encoded[id] = rec.Value
 		b.out = append(b.out, rec)

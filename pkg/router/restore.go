@@ -114,7 +114,7 @@ func (r *Router) applyChangelog(wb *store.Batch, rec *kgo.Record, applied map[st
 		applied[id] = nil
 		return wb.Delete(rec.Partition, old)
 	}
-	st, err := task.Unmarshal(rec.Value)
+	st, err := r.codec.DecodeState(rec.Value) // an Avro TaskState, or the JSON of an earlier build
 	if err != nil {
 		r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return nil

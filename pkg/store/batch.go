@@ -6,18 +6,20 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // Batch collects the writes of one poll: states, index entries and
 // checkpoints, applied together without fsync.
 type Batch struct {
-	b   *pebble.Batch
-	buf []byte
+	b     *pebble.Batch
+	buf   []byte
+	codec *codec.Codec
 }
 
 // NewBatch returns an empty batch.
-func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
+func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch(), codec: s.codec} }
 
 // Put writes the new state of a task of partition p. old is the state the
 // store held before (nil for a new task); its index entries are replaced.
@@ -26,15 +28,15 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 	// the stored state carries its expiry: the next Put's old state names the
 	// index entry to replace, and the sweep re-checks it
 	st.ExpiresAt = expiresAt
-	v, err := st.Marshal()
+	v, err := b.codec.EncodeState(nil, st)
 	if err != nil {
 		return fmt.Errorf("store: encode state of %s: %w", st.TaskID, err)
 	}
 	return b.PutEncoded(p, old, st, v)
 }
 
-// PutEncoded is Put for a state that is already encoded: v is st.Marshal()
-// with st.ExpiresAt set to the state's expiry (0 for never), e.g. the value
+// PutEncoded is Put for a state that is already encoded: v is
+// codec.EncodeState of st (or the JSON of an earlier build) with st.ExpiresAt set to the state's expiry (0 for never), e.g. the value
 // of its changelog record. The bytes are stored as they are, so a state is
 // encoded once for the changelog and the store.
 func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {

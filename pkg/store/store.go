@@ -36,13 +36,15 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // Store is the Pebble-backed task state of one router instance.
 type Store struct {
-	db  *pebble.DB
-	log *slog.Logger
+	db    *pebble.DB
+	log   *slog.Logger
+	codec *codec.Codec // states are TaskState records (codec.EncodeState)
 }
 
 // Open opens (or creates) the store in dir.
@@ -63,11 +65,15 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, log: log}
+	s := &Store{db: db, log: log, codec: c}
 	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err
@@ -196,7 +202,7 @@ func (s *Store) Get(taskID string) (*task.State, error) {
 		return nil, fmt.Errorf("store: get %s: %w", taskID, err)
 	}
 	defer closer.Close()
-	st, err := task.Unmarshal(v)
+	st, err := s.codec.DecodeState(v) // an Avro TaskState, or the JSON of an earlier build
 	if err != nil {
 		return nil, fmt.Errorf("store: decode state of %s: %w", taskID, err)
 	}

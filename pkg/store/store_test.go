@@ -309,3 +309,62 @@ func TestWipePartitionDropsOnlyItsTasks(t *testing.T) {
 		t.Errorf("release mark of partition 1 survived the wipe")
 	}
 }
+
+// TestReadsStatesOfEarlierBuilds guards an upgrade in place: a state
+// directory written by a build that stored states as JSON is read as it is
+// (states are Avro TaskState records now, told apart by their first byte),
+// and a state written afresh replaces it with its index entries.
+func TestReadsStatesOfEarlierBuilds(t *testing.T) {
+	s := openTest(t)
+	old := &task.State{TaskID: "t-json", Attempts: 2, Review: task.ReviewOpen, ReviewDueAt: 5000,
+		Pending: &task.PendingRetry{N: 1, DelayMs: 1000, NotBefore: 2000}, ExpiresAt: 9_000_000}
+	v, err := old.Marshal() // the JSON form earlier builds wrote
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0] != '{' {
+		t.Fatalf("JSON state starts with %q", v[0])
+	}
+	b := s.NewBatch()
+	if err := b.PutEncoded(3, nil, old, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("t-json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Attempts != 2 || got.Pending == nil || got.Pending.NotBefore != 2000 || got.Review != task.ReviewOpen {
+		t.Fatalf("JSON state read as %+v", got)
+	}
+	due, err := s.Due(3, 3000, 10)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("due index of the JSON state: %v, %v", due, err)
+	}
+	// the next write is Avro and moves the index entries
+	got.Pending = nil
+	b = s.NewBatch()
+	if err := b.Put(3, old, got, 9_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	raw, closer, err := s.db.Get(taskKey("t-json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw[0] != 0xC3 || raw[1] != 0x01 {
+		t.Errorf("rewritten state starts with % x, want the Avro single-object marker", raw[:2])
+	}
+	closer.Close()
+	if due, _ := s.Due(3, 3000, 10); len(due) != 0 {
+		t.Errorf("due index still lists %v", due)
+	}
+	again, err := s.Get("t-json")
+	if err != nil || again.Attempts != 2 || again.Pending != nil {
+		t.Fatalf("Avro state read as %+v, %v", again, err)
+	}
+}

@@ -48,7 +48,7 @@ public final class WireCheck {
     Schema.Parser parser = new Schema.Parser();
     Map<String, Schema> out = new HashMap<>();
     for (String f : List.of("class.avsc", "task_event.avsc", "routed_record.avsc", "breaker_event.avsc",
-        "review_decision.avsc")) {
+        "review_decision.avsc", "task_state.avsc")) {
       out.put(f, parser.parse(new File(dir, f)));
     }
     File[] history = new File(dir, "history").listFiles((d, n) -> n.endsWith(".avsc"));
