@@ -1,0 +1,134 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+)
+
+// Guards the dead-letter re-drive: a selection by filter is previewed with
+// its count and what the loop guard refuses, nothing is sent until the
+// preview's count is confirmed, and the job then re-drives exactly the
+// records the filter selected to ingress, with lineage headers and
+// the operator's reason, and records who ran it and why. A reviewer without
+// the operator role is refused.
+func TestRedriveByFilterPreviewThenJob(t *testing.T) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	users := &Users{Users: []User{
+		{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}},
+		{Name: "rita", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"*"}},
+	}}
+	base, opts, set := testConsole(t, Config{Users: users, RedriveRate: 1})
+	dl, _ := set.Name("deadletter")
+	ingress, _ := set.Name("ingress")
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	poison := func(key, kind string, count int) *kgo.Record {
+		hs := []kgo.RecordHeader{{Key: codec.HeaderErrorStage, Value: []byte(codec.StageDecode)}, {Key: codec.HeaderErrorKind, Value: []byte(kind)},
+			{Key: codec.HeaderErrorMessage, Value: []byte("bad bytes")}}
+		if count > 0 {
+			hs = append(hs, kgo.RecordHeader{Key: codec.HeaderRedriveCount, Value: []byte{byte('0' + count)}})
+		}
+		return &kgo.Record{Topic: dl, Partition: 0, Key: []byte(key), Value: []byte("raw-" + key), Headers: hs}
+	}
+	ctx := context.Background()
+	if err := cl.ProduceSync(ctx, poison("t-a", "not_single_object", 0), poison("t-b", "not_single_object", 0),
+		poison("t-c", "not_single_object", 3), poison("t-d", "empty_key", 0)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	olga := newClient(t, base)
+	olga.login("olga")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, body := olga.do(http.MethodGet, "/deadletter", nil); strings.Count(body, `data-id=`) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead-letter page never showed the 4 records")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	form := url.Values{"csrf": {olga.token("/deadletter")}, "select": {"filter"}, "class": {"INVALID_INPUT"},
+		"kind": {"not_single_object"}, "since": {"-1h"}, "reason": {"decoder fixed"}}
+	code, body := olga.do(http.MethodPost, "/deadletter/redrive", form)
+	if code != http.StatusOK || !regexp.MustCompile(`Would re-drive <b>2</b> of 3 selected record\(s\) to ingress; <b>1</b> refused`).MatchString(body) {
+		t.Fatalf("preview: %d, want 2 of 3 to send and 1 refused by the loop guard; body:\n%s", code, body)
+	}
+	if n := countRecords(t, opts, ingress); n != 0 {
+		t.Fatalf("the preview sent %d records to ingress", n)
+	}
+
+	rita := newClient(t, base)
+	rita.login("rita")
+	rform := url.Values{"csrf": {rita.token("/review")}, "select": {"filter"}, "reason": {"x"}, "run": {"1"}, "confirm": {"2"}}
+	if code, body := rita.do(http.MethodPost, "/deadletter/redrive", rform); code != http.StatusForbidden || !strings.Contains(body, "operator role") {
+		t.Errorf("a reviewer's re-drive: %d, want 403 naming the operator role", code)
+	}
+
+	form.Set("run", "1")
+	form.Set("confirm", "2")
+	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", form); code != http.StatusSeeOther {
+		t.Fatalf("run: %d; body:\n%s", code, body)
+	}
+	var recs []*kgo.Record
+	deadline = time.Now().Add(15 * time.Second)
+	for len(recs) < 2 && time.Now().Before(deadline) {
+		recs = readAll(t, opts, ingress)
+		time.Sleep(100 * time.Millisecond)
+	}
+	keys := map[string]*kgo.Record{}
+	for _, r := range recs {
+		keys[string(r.Key)] = r
+	}
+	if len(recs) != 2 || keys["t-a"] == nil || keys["t-b"] == nil {
+		t.Fatalf("ingress after the job: %d records, want t-a and t-b", len(recs))
+	}
+	hs := codec.ParseHeaders(keys["t-a"].Headers)
+	if hs.Redrive == nil || hs.Redrive.Count != 1 || hs.Redrive.Reason != "decoder fixed" || hs.Redrive.SourceTopic != dl || string(keys["t-a"].Value) != "raw-t-a" {
+		t.Errorf("re-driven record: %+v value %q, want the original bytes, count 1, the reason and the source", hs.Redrive, keys["t-a"].Value)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		_, body := olga.do(http.MethodGet, "/deadletter", nil)
+		if strings.Contains(body, "olga") && strings.Contains(body, "decoder fixed") && regexp.MustCompile(`job-state">done`).MatchString(body) &&
+			strings.Contains(body, "2 / 2 (1 refused)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the jobs table never showed olga's finished job; body:\n%s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readAll reads every record of topic.
+func readAll(t *testing.T, opts []kgo.Opt, topic string) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	for ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func countRecords(t *testing.T, opts []kgo.Opt, topic string) int { return len(readAll(t, opts, topic)) }
