@@ -131,4 +131,6 @@ func readAll(t *testing.T, opts []kgo.Opt, topic string) []*kgo.Record {
 	return out
 }
 
-func countRecords(t *testing.T, opts []kgo.Opt, topic string) int { return len(readAll(t, opts, topic)) }
+func countRecords(t *testing.T, opts []kgo.Opt, topic string) int {
+	return len(readAll(t, opts, topic))
+}
