@@ -13,6 +13,9 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
+// restoreSlice is how many writes a restore commits to Pebble at once.
+const restoreSlice = 20_000
+
 // restore brings the Pebble cache of the given partitions up to the end of
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
 // for open transactions on the changelog to finish first (a previous owner's
@@ -68,6 +71,15 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 			if err := r.applyChangelog(wb, rec, applied); err != nil {
 				wb.Discard()
 				return err
+			}
+			// a Pebble batch over half a memtable is sorted whole on commit:
+			// commit in slices (applying a record twice is harmless, and the
+			// checkpoint moves only at the end)
+			if wb.Len() >= restoreSlice {
+				if err := wb.Commit(); err != nil {
+					return err
+				}
+				wb = r.store.NewBatch()
 			}
 			total++
 			r.metrics.restoredRecords.Inc()
