@@ -10,7 +10,15 @@
 // when the directory is empty, and replicas run side by side, each with its
 // own. It writes only to Kafka, through pkg/control as the CLI does: review
 // decisions, breaker resets, re-drives. An item closes when the router's
-// audit record for the decision appears, not when the button is pressed.
+// audit record for the decision appears, not when the button is pressed. A
+// second decision on an item is refused once this replica has sent or read
+// the first; should two replicas take two decisions within the moment before
+// each reads the other's, the router applies the first and audits the
+// second as review.no_open_item, changing nothing.
+//
+// The breakers page counts the due retries a breaker holds from the audit
+// and retry topics: retries the router audited, whose due time has passed,
+// and which it has not published.
 //
 // People sign in with a users file (bcrypt) or behind a trusted reverse
 // proxy (auth.go); every state-changing request carries a CSRF token. Pages
