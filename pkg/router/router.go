@@ -391,13 +391,16 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 // it gets back only if the changelog has not moved since).
 func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.setReady(false)
-	parts := revoked[r.cfg.Topics.Ingress]
+	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
 	r.mu.Lock()
-	for _, p := range parts {
+	for _, p := range revoked[r.cfg.Topics.Ingress] {
+		if r.owned[p] {
+			held = append(held, p)
+		}
 		delete(r.owned, p)
 	}
 	r.mu.Unlock()
-	r.markReleased(ctx, cl, parts)
+	r.markReleased(ctx, cl, held)
 }
 
 // onLost runs when partitions are lost (the session expired or the group
