@@ -52,7 +52,8 @@ func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 	review, _ := set.Name("review")
 	for task, owner := range map[string]string{"t-1": "ai_product", "t-2": "security", "t-3": "ai_product"} {
 		v, err := c.EncodeRouted(nil, &event.Routed{
-			Event: &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError},
+			Event: &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError,
+				InputRef: &event.InputRef{URI: "s3://inputs/" + task + ".pdf"}},
 			Decision: event.Decision{Class: event.ClassModelRefusal, Route: event.RouteReview, Rule: "test", Reason: "refused",
 				Review: &event.Review{Owner: owner, SLAMs: 60_000}, DecidedAt: event.At(time.Now())}})
 		if err != nil {
@@ -171,6 +172,9 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 			t.Fatal("the queue never showed t-1 and t-2")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if _, body := alice.do(http.MethodGet, "/review", nil); !strings.Contains(body, "s3://inputs/t-1.pdf") {
+		t.Errorf("the queue does not show t-1's input snapshot s3://inputs/t-1.pdf")
 	}
 	tok := alice.token("/review")
 	cases := []struct {

@@ -17,12 +17,14 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"left":  func(due, now time.Time) string { return roundDur(due.Sub(now)) },
-	"money": func(f float64) string { return fmt.Sprintf("$%.4f", f) },
-	"join":  strings.Join,
-	"b64":   func(b []byte) string { return base64.StdEncoding.EncodeToString(b) },
-	"str":   func(b []byte) string { return string(b) },
-	"lines": func(s string) []string { return strings.Split(s, "\n") },
+	"left": func(due, now time.Time) string { return roundDur(due.Sub(now)) },
+	// weblink: a URI the browser can open (an input snapshot may be s3://...)
+	"weblink": func(u string) bool { return strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://") },
+	"money":   func(f float64) string { return fmt.Sprintf("$%.4f", f) },
+	"join":    strings.Join,
+	"b64":     func(b []byte) string { return base64.StdEncoding.EncodeToString(b) },
+	"str":     func(b []byte) string { return string(b) },
+	"lines":   func(s string) []string { return strings.Split(s, "\n") },
 	"query": func(kv ...string) template.URL {
 		v := url.Values{}
 		for i := 0; i+1 < len(kv); i += 2 {
