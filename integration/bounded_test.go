@@ -243,3 +243,82 @@ func TestLoopOnTerminalTaskKeepsStateBounded(t *testing.T) {
 		t.Fatalf("the looping task's largest state record is %d bytes, want some and at most 256 KiB", largest)
 	}
 }
+
+// Guards the dead-letter path of input whose records cannot be written: with
+// --max-record-bytes raised to the ingress topic's 1 MiB, a valid event just
+// under it would make an audit record over the audit topic's limit, and a
+// record that does not decode would make a dead-letter copy (original bytes
+// plus error headers) over the dead-letter topic's. Both go to dead letter
+// with a bounded copy and headers that say why, both are audited, and the
+// events around them in the same partition are routed in the same
+// transaction. Before, the broker refused the record and the batch was
+// polled and aborted forever.
+func TestUnwritableInputIsDeadLetteredAndTheBatchCommits(t *testing.T) {
+	e := newEnv(t)
+	r := e.startRouter("a", t.TempDir(), "--max-record-bytes", "1048576")
+	w := newBoundedWorld(t, e)
+
+	tasks := w.tasksOn("t-edge", 0, 4)
+	const size = 1_048_200 // the value of each large record: just under the ingress topic's 1 MiB
+	big := boundedEvent("edge-big", tasks[1], 1, event.StatusOK)
+	big.Output = &event.Output{Text: ""}
+	probe := w.record(t, big)
+	big.Output.Text = strings.Repeat("a", size-len(probe.Value))
+	bigRec := w.record(t, big)
+	big.Output.Text = big.Output.Text[:len(big.Output.Text)-(len(bigRec.Value)-size)] // the length's varint grew
+	bigRec = w.record(t, big)
+	if len(bigRec.Value) != size {
+		t.Fatalf("large event is %d bytes, want %d", len(bigRec.Value), size)
+	}
+	garbage := &kgo.Record{Topic: w.ingress(), Key: []byte(tasks[2]), Value: []byte(strings.Repeat("x", size))}
+	w.produce(t,
+		w.record(t, boundedEvent("edge-before", tasks[0], 1, event.StatusOK)),
+		bigRec, garbage,
+		w.record(t, boundedEvent("edge-after", tasks[3], 1, event.StatusError)))
+
+	got := w.await(t, r, 90*time.Second, "edge-before", "edge-big", "edge-after")
+	if d := got["edge-before"]; d.Class != event.ClassSucceeded {
+		t.Fatalf("event before the large ones decided %s/%s, want SUCCEEDED", d.Class, d.Route)
+	}
+	if d := got["edge-after"]; d.Class != event.ClassNetworkTimeout || d.Route != event.RouteRetry {
+		t.Fatalf("event after the large ones decided %s/%s, want NETWORK_TIMEOUT/RETRY", d.Class, d.Route)
+	}
+	if d := got["edge-big"]; d.Class != event.ClassInvalidInput || d.Route != event.RouteDeadLetter || d.Rule != "output.too_large" ||
+		!strings.Contains(d.Reason, "max.message.bytes") {
+		t.Fatalf("the large valid event decided %s/%s (%s: %s), want INVALID_INPUT/DEADLETTER output.too_large naming the limit", d.Class, d.Route, d.Rule, d.Reason)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sawBig, sawGarbage bool
+	for _, rec := range readTopic(ctx, t, e.prefix+"ai.tasks.deadletter", true) {
+		h := codec.ParseHeaders(rec.Headers)
+		switch string(rec.Key) {
+		case tasks[1]:
+			rr, err := w.c.DecodeRouted(rec.Value)
+			if err != nil || h.Error == nil || h.Error.Stage != codec.StageWrite || h.Error.Kind != "too_large" || h.Error.Offset != bigRec.Offset ||
+				rr.Event == nil || len(rr.Event.Output.Text) > 8<<10 || h.Copy == nil || h.Copy.Truncated[0] != "output.text" {
+				t.Fatalf("dead letter of the large event: err %v, headers %+v, copy %+v", err, h.Error, h.Copy)
+			}
+			sawBig = true
+		case tasks[2]:
+			if h.Error == nil || !h.Error.Raw() || h.Error.OriginalBytes != size || len(rec.Value) > 64<<10 || string(rec.Value[:10]) != "xxxxxxxxxx" {
+				t.Fatalf("dead letter of the large undecodable record: headers %+v, %d bytes", h.Error, len(rec.Value))
+			}
+			sawGarbage = true
+		}
+	}
+	if !sawBig || !sawGarbage {
+		t.Fatalf("dead letters: large event %v, large undecodable record %v; want both", sawBig, sawGarbage)
+	}
+	// the undecodable one has its audit record too (no event in it)
+	audits := 0
+	for _, rec := range readTopic(ctx, t, e.prefix+"ai.tasks.audit", true) {
+		if string(rec.Key) == tasks[2] {
+			audits++
+		}
+	}
+	if audits != 1 {
+		t.Fatalf("%d audit records of the large undecodable record, want 1", audits)
+	}
+}

@@ -35,7 +35,8 @@ const (
 	HeaderErrorStage     = "faultrouter.error.stage"     // one of the Stage* values
 	HeaderErrorKind      = "faultrouter.error.kind"      // short machine name of the failure
 	HeaderErrorMessage   = "faultrouter.error.message"   // what went wrong, for people
-	HeaderErrorClass     = "faultrouter.error.class"     // the decision's class (stage route)
+	HeaderErrorClass     = "faultrouter.error.class"     // the decision's class (stages route, write)
+	HeaderErrorTruncated = "faultrouter.error.truncated" // the value holds only the first bytes of the original, whose length this is
 
 	RedriveHeaderPrefix       = "faultrouter.redrive."
 	HeaderRedriveSourceTopic  = "faultrouter.redrive.source.topic"     // where the re-driven record was: topic,
@@ -80,6 +81,9 @@ type ErrorInfo struct {
 	Kind      string
 	Message   string
 	Class     string
+	// OriginalBytes is set when the value is cut: the original value's
+	// length (the original is on the input topic at Topic/Partition/Offset).
+	OriginalBytes int64
 }
 
 // Raw reports whether the record's value is the input's original bytes
@@ -188,6 +192,8 @@ func ParseHeaders(hs []kgo.RecordHeader) Headers {
 				e.Message = v
 			case HeaderErrorClass:
 				e.Class = v
+			case HeaderErrorTruncated:
+				e.OriginalBytes = atoi(v)
 			}
 		case x.Key == HeaderRedriveSourceTopic:
 			rd.SourceTopic = v

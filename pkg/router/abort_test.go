@@ -21,8 +21,10 @@ import (
 )
 
 // failNextProduceTo makes the broker reject the next produce request that
-// carries records for topic (MESSAGE_TOO_LARGE on every partition of the
-// request), so the router's transaction of that batch aborts. It returns a
+// carries records for topic (UNKNOWN_SERVER_ERROR on every partition of the
+// request: not retried by the client, and not an error that recurs for the
+// same records, which the router would dead-letter), so the router's
+// transaction of that batch aborts. It returns a
 // function that reports whether the fault has fired.
 func failNextProduceTo(t *testing.T, c *kfake.Cluster, seeds []kgo.Opt, topic string) func() bool {
 	t.Helper()
@@ -55,7 +57,7 @@ func failNextProduceTo(t *testing.T, c *kfake.Cluster, seeds []kgo.Opt, topic st
 			st.Topic, st.TopicID = rt.Topic, rt.TopicID
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.MessageTooLarge.Code
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.UnknownServerError.Code
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)

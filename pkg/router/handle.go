@@ -37,7 +37,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 
 	// consume and decode
 	fetches.EachRecord(func(rec *kgo.Record) {
-		b.inputs = append(b.inputs, r.decode(rec))
+		in := r.decode(rec)
+		r.checkWritable(&in) // unwritable.go
+		b.inputs = append(b.inputs, in)
 	})
 	r.metrics.consumed.Add(float64(len(b.inputs)))
 	r.observeLag(fetches) // lag.go
@@ -55,7 +57,11 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 
 	// classify and decide, in input order, per task on the evolving state
 	for i := range b.inputs {
+		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
+		for _, rec := range b.out[n:] {
+			b.origin[rec] = b.inputs[i].rec
+		}
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
@@ -77,6 +83,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	var (
 		mu      sync.Mutex
 		prodErr error
+		failed  = map[*kgo.Record]error{}
 	)
 	for _, rec := range b.out {
 		sess.Produce(ctx, rec, func(rec *kgo.Record, err error) {
@@ -86,6 +93,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 				if prodErr == nil {
 					prodErr = err
 				}
+				failed[rec] = err
 				return
 			}
 			if rec.Topic == r.cfg.Topics.State && rec.Offset+1 > b.checkpoints[rec.Partition] {
@@ -100,6 +108,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if prodErr != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
 		try = kgo.TryAbort
+		r.rememberRefused(failed, b.origin) // unwritable.go: dead-lettered when polled again
 	}
 	ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(sess.Client())), try)
 	if err != nil {
@@ -109,9 +118,16 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if !ok {
 		r.metrics.txAborted.Inc()
 		r.log.Info("transaction aborted; the batch will be consumed again", "records", len(b.inputs))
+		if prodErr != nil {
+			r.pause(ctx) // unwritable.go: no hot loop against a broker in trouble
+		}
 		return nil
 	}
 	r.metrics.txCommitted.Inc()
+	r.backoff = 0
+	for i := range b.inputs {
+		delete(r.refused, at(b.inputs[i].rec))
+	}
 	committed = true
 
 	// the transaction committed: now, and only now, update the cache
@@ -148,8 +164,16 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 func (r *Router) route(in *input, b *batch, now time.Time) {
 	switch in.kind {
 	case inputPoison:
+		if in.unwritable {
+			r.routeUnwritable(in, b, now) // unwritable.go
+			return
+		}
 		in.decision = policy.Poison(in.errKind, in.err, now)
-		b.out = append(b.out, r.deadLetterRaw(in, now))
+		dl := r.deadLetterRaw(in, now)
+		if !r.limits.fits(dl) {
+			r.cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
+		}
+		b.out = append(b.out, dl)
 		b.out = append(b.out, r.audit(in, nil))
 		return
 	case inputCommand:
@@ -339,6 +363,7 @@ type batch struct {
 	isTouched   map[string]bool
 	encoded     map[string][]byte // the changelog value of each touched state
 	out         []*kgo.Record
+	origin      map[*kgo.Record]*kgo.Record // the input each routed record came from
 	checkpoints map[int32]int64
 	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
 	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
@@ -356,6 +381,7 @@ func newBatch() *batch {
 		partOf:      map[string]int32{},
 		isTouched:   map[string]bool{},
 		encoded:     map[string][]byte{},
+		origin:      map[*kgo.Record]*kgo.Record{},
 		checkpoints: map[int32]int64{},
 		forgotten:   map[string]bool{},
 	}
@@ -373,6 +399,7 @@ func (b *batch) reset() {
 	clear(b.encoded)
 	clear(b.out)
 	b.out = b.out[:0]
+	clear(b.origin)
 	clear(b.checkpoints)
 	clear(b.expired)
 	b.expired = b.expired[:0]

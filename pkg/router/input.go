@@ -34,8 +34,11 @@ type input struct {
 	errKind string // faultrouter.error.kind of a poison record
 	home    int32  // the home partition of a misplaced input
 	// fwd is the kind a forwarded input was decoded as (task or review)
-	fwd      inputKind
-	decision event.Decision
+	fwd inputKind
+	// unwritable marks a valid task event (kind poison) whose routed records
+	// cannot be written (unwritable.go)
+	unwritable bool
+	decision   event.Decision
 	// started and finished tell that this event opened its task or brought
 	// it to a terminal decision; taskMs is then the task's time to that
 	// decision, on the events' clock.
@@ -164,6 +167,7 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 // routedRecordFrom is routedRecord for an event decoded from raw (nil when
 // it was not, or is not at hand).
 func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
+	boundDecision(&d) // unwritable.go: a routed record is its input plus at most decisionSlack
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
 	v, err := r.codec.EncodeRoutedFrom(make([]byte, 0, 64+len(raw)+len(d.Reason)), &rr, raw)
 	if err != nil {

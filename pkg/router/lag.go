@@ -8,8 +8,8 @@ import (
 
 // lag is the consumer lag of the partitions this instance owns, per input
 // topic: for each partition, the last stable offset (read_committed) minus
-// the next offset to consume, as of the latest poll that returned records
-// for it. It is approximate: a partition is only measured when it has
+// the first offset of the latest poll that returned records for it (its
+// records are not routed until their transaction commits). It is approximate: a partition is only measured when it has
 // records, and a transaction's commit marker counts one offset.
 type lag struct {
 	mu   sync.Mutex
@@ -31,7 +31,9 @@ func (r *Router) observeLag(fetches kgo.Fetches) {
 		if end < 0 {
 			end = p.HighWatermark
 		}
-		next := p.Records[len(p.Records)-1].Offset + 1
+		// the batch's records count until its transaction commits: a batch
+		// polled again and again (a produce failing) shows as lag
+		next := p.Records[0].Offset
 		if r.metrics.lag.last[p.Topic] == nil {
 			r.metrics.lag.last[p.Topic] = map[int32]int64{}
 		}

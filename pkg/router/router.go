@@ -158,6 +158,12 @@ type Router struct {
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
+	// refused are the inputs whose routed records the broker refused for
+	// a deterministic reason, dead-lettered when polled again; backoff is
+	// the wait before polling again after a failed produce (unwritable.go).
+	// Both are used by the handle goroutine only.
+	refused map[inputAt]refused
+	backoff time.Duration
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -229,6 +235,7 @@ func New(cfg Config) (*Router, error) {
 		metrics: newMetrics(cfg.Registerer),
 		owned:   map[int32]bool{},
 		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
+		refused: map[inputAt]refused{},
 	}, nil
 }
 
