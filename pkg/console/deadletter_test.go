@@ -134,3 +134,74 @@ func readAll(t *testing.T, opts []kgo.Opt, topic string) []*kgo.Record {
 func countRecords(t *testing.T, opts []kgo.Opt, topic string) int {
 	return len(readAll(t, opts, topic))
 }
+
+// Guards the job controls: a paused job sends nothing until resumed, a
+// stopped job sends nothing more, and both show on the page.
+func TestRedriveJobPauseResumeStop(t *testing.T) {
+	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
+	base, opts, set := testConsole(t, Config{Users: users, RedriveRate: 1})
+	dl, _ := set.Name("deadletter")
+	ingress, _ := set.Name("ingress")
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for _, k := range []string{"t-1", "t-2", "t-3", "t-4"} {
+		recs = append(recs, &kgo.Record{Topic: dl, Key: []byte(k), Value: []byte("raw"), Headers: []kgo.RecordHeader{
+			{Key: codec.HeaderErrorStage, Value: []byte(codec.StageDecode)}, {Key: codec.HeaderErrorKind, Value: []byte("k")}}})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	olga := newClient(t, base)
+	olga.login("olga")
+	waitPage := func(what string, ok func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			_, body := olga.do(http.MethodGet, "/deadletter", nil)
+			if ok(body) {
+				return body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the page never showed it; body:\n%s", what, body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitPage("4 dead letters", func(b string) bool { return strings.Count(b, "data-id=") == 4 })
+	tok := olga.token("/deadletter")
+	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", url.Values{"csrf": {tok}, "select": {"filter"}, "reason": {"r"}, "run": {"1"}, "confirm": {"4"}}); code != http.StatusSeeOther {
+		t.Fatalf("run: %d; body:\n%s", code, body)
+	}
+	body := waitPage("a running job", func(b string) bool { return strings.Contains(b, `job-state">running`) })
+	id := regexp.MustCompile(`data-job="([^"]+)"`).FindStringSubmatch(body)[1]
+	if code, _ := olga.do(http.MethodPost, "/deadletter/jobs/"+id+"/pause", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+		t.Fatalf("pause: %d", code)
+	}
+	waitPage("the paused job", func(b string) bool { return strings.Contains(b, `job-state">paused`) })
+	sent := countRecords(t, opts, ingress) // readAll waits half a second: the paused job sends nothing meanwhile
+	if again := countRecords(t, opts, ingress); again != sent || sent >= 4 {
+		t.Fatalf("while paused: %d then %d records on ingress, want no change and fewer than 4", sent, again)
+	}
+	if code, _ := olga.do(http.MethodPost, "/deadletter/jobs/"+id+"/resume", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+		t.Fatalf("resume: %d", code)
+	}
+	if code, _ := olga.do(http.MethodPost, "/deadletter/jobs/"+id+"/stop", url.Values{"csrf": {tok}}); code != http.StatusSeeOther {
+		t.Fatalf("stop: %d", code)
+	}
+	waitPage("the stopped job", func(b string) bool { return strings.Contains(b, `job-state">stopped`) })
+	final := countRecords(t, opts, ingress)
+	if final >= 4 {
+		t.Errorf("the stopped job sent all %d records", final)
+	}
+	if again := countRecords(t, opts, ingress); again != final {
+		t.Errorf("after the stop: %d then %d records on ingress, want no change", final, again)
+	}
+	if code, body := olga.do(http.MethodPost, "/deadletter/jobs/"+id+"/resume", url.Values{"csrf": {tok}}); code != http.StatusConflict || !strings.Contains(body, "stopped already") {
+		t.Errorf("resuming a stopped job: %d, want 409 saying it is stopped", code)
+	}
+}
