@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -66,6 +67,11 @@ func PlanRedrive(c *codec.Codec, found []replay.Found, target string, opt Redriv
 			out = append(out, r)
 			continue
 		}
+		if why := cutCopy(rec); why != "" {
+			r.Skipped = why
+			out = append(out, r)
+			continue
+		}
 		var value []byte
 		switch st.Kind {
 		case replay.KindPoison:
@@ -99,6 +105,24 @@ func PlanRedrive(c *codec.Codec, found []replay.Found, target string, opt Redriv
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// cutCopy says why a record holds only a cut copy of its input (a raw copy
+// cut to fit the dead-letter topic, or a bounded copy of the event), which
+// re-driving would send in place of the original; "" when it is whole.
+func cutCopy(rec *kgo.Record) string {
+	h := codec.ParseHeaders(rec.Headers)
+	if e := h.Error; e != nil && e.OriginalBytes > 0 {
+		return fmt.Sprintf("the dead letter holds only the first %d of the original %d bytes; the original is at %s/%d@%d", len(rec.Value), e.OriginalBytes, e.Topic, e.Partition, e.Offset)
+	}
+	if c := h.Copy; c != nil {
+		where := "its input record"
+		if c.Topic != "" {
+			where = fmt.Sprintf("%s/%d@%d", c.Topic, c.Partition, c.Offset)
+		}
+		return fmt.Sprintf("the record holds a bounded copy of the event (%s cut); the whole event is at %s", strings.Join(c.Truncated, ","), where)
+	}
+	return ""
 }
 
 // Sendable returns the records of plan that are to be sent, in plan order.
