@@ -107,11 +107,17 @@ type router struct {
 // waits until /readyz answers.
 func (e *env) startRouter(instance, stateDir string, extra ...string) *router {
 	e.t.Helper()
+	return e.startRouterBin(binary, instance, stateDir, extra...)
+}
+
+// startRouterBin is startRouter with another build of the binary.
+func (e *env) startRouterBin(bin, instance, stateDir string, extra ...string) *router {
+	e.t.Helper()
 	port := freePort(e.t)
 	args := append([]string{"run", "--state-dir", stateDir, "--instance-id", instance,
 		"--group", e.prefix + "router", "--partitions", "3",
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
-	cmd := exec.Command(binary, append(args, e.flags...)...)
+	cmd := exec.Command(bin, append(args, e.flags...)...)
 	cmd.Env = e.cmdEnv()
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

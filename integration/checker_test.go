@@ -1,0 +1,389 @@
+package integration
+
+import (
+	"context"
+	encbinary "encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/checker"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// The reference-model checker under faults: a seeded workload of every class
+// (checker_workload_test.go) is produced while router instances are killed,
+// paused past their session timeout, scaled 1 -> 3 -> 1, the broker
+// restarts and a restore fails; then every committed output is recomputed
+// from the committed inputs with the default policy, breakers on
+// (pkg/checker), and must match exactly.
+
+// checkerConfig is one checker run.
+type checkerConfig struct {
+	seed     uint64
+	tasks    int
+	duration time.Duration // stream time the tasks start within
+	faults   bool          // inject the faults (the self-test runs without)
+	// binary is the router binary; default the one TestMain built
+	binary string
+}
+
+// checkerResult is what one run found, for the summary table.
+type checkerResult struct {
+	cfg      checkerConfig
+	rep      *checker.Report
+	faults   []string
+	took     time.Duration
+	jsonPath string
+}
+
+// checkerSeed is FAULTROUTER_SEED, or a new random seed.
+func checkerSeed(t *testing.T) uint64 {
+	if s := os.Getenv("FAULTROUTER_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FAULTROUTER_SEED=%q: want an unsigned integer", s)
+		}
+		return n
+	}
+	return rand.Uint64N(1_000_000_000)
+}
+
+// Guards the exactly-once contract as a user meets it, not as a count: with
+// the default policy (breakers on), a seeded workload of >= 100,000 records
+// over >= 40,000 tasks of every class, produced while the router is
+// SIGKILLed, SIGSTOPped past its session timeout, scaled 1 -> 3 -> 1, the
+// broker restarts and a restore fails, produces exactly the outputs that the
+// policy computes from the committed input log, task by task: one audit
+// record per input with the model's decision, every retry once and when due,
+// every review, dead-letter and alert record and no other, breakers
+// consistent with the audit stream.
+func TestChecker(t *testing.T) {
+	seed := checkerSeed(t)
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 46_000, duration: 50 * time.Second, faults: true})
+	printSummary(os.Stdout, []checkerResult{res})
+	if !res.rep.OK() {
+		t.Fatalf("the router's outputs differ from the model (seed %d; JSON report %s)", seed, res.jsonPath)
+	}
+}
+
+// TestCheckerSoak runs TestChecker's round again and again, with seeds
+// SEED, SEED+1, ..., for FAULTROUTER_SOAK_DURATION (`make soak DURATION=1h`),
+// and prints one summary table. Skipped when the duration is unset.
+func TestCheckerSoak(t *testing.T) {
+	d := os.Getenv("FAULTROUTER_SOAK_DURATION")
+	if d == "" {
+		t.Skip("FAULTROUTER_SOAK_DURATION is unset (make soak sets it)")
+	}
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		t.Fatalf("FAULTROUTER_SOAK_DURATION=%q: %v", d, err)
+	}
+	seed := checkerSeed(t)
+	var results []checkerResult
+	began := time.Now()
+	for round := 0; round == 0 || time.Since(began) < dur; round++ {
+		s := seed + uint64(round)
+		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
+			res := runChecker(t, checkerConfig{seed: s, tasks: 46_000, duration: 50 * time.Second, faults: true})
+			results = append(results, res)
+			if !res.rep.OK() {
+				t.Errorf("the router's outputs differ from the model (seed %d; JSON report %s)", s, res.jsonPath)
+			}
+		})
+	}
+	fmt.Printf("\nsoak: %d rounds in %s\n", len(results), time.Since(began).Round(time.Second))
+	printSummary(os.Stdout, results)
+}
+
+// runChecker runs one workload against the router (with the faults), then
+// checks every output against the model and writes the JSON report.
+func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
+	t.Helper()
+	fmt.Printf("checker: workload seed %d (replay: make soak SEED=%d DURATION=1s)\n", cfg.seed, cfg.seed)
+	t.Logf("workload seed %d", cfg.seed)
+	began := time.Now()
+	e := newEnv(t)
+	bin := binary
+	if cfg.binary != "" {
+		bin = cfg.binary
+	}
+	c := &cluster{t: t, e: e, bin: bin, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	c.start("a")
+
+	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration)
+	t.Logf("workload: %d records, %d tasks, scenarios %v", len(w.items), w.tasks, w.scenario)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	var produced atomic.Int64
+	done := make(chan error, 1)
+	streamStart := time.Now()
+	go func() { done <- produceItems(ctx, e.prefix, w.items, 3, streamStart, &produced) }()
+	var faults []string
+	if cfg.faults {
+		faults = c.inject(streamStart, &produced)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// the drain: an operator resets every breaker, so no retry stays held
+	if err := produceItems(ctx, e.prefix, w.finalResets(0), 3, time.Now(), &produced); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("produced %d records in %s", produced.Load(), time.Since(streamStart).Round(time.Millisecond))
+	if !waitFor(4*time.Minute, func() bool {
+		return consumedAll(ctx, e, e.prefix+"ai.tasks.ingress", e.prefix+"ai.tasks.review.decisions")
+	}) {
+		t.Fatalf("the router did not consume every input within 4 min; logs of a:\n%s", tailLines(c.routers["a"].logs.String(), 40))
+	}
+
+	pol := policy.Default()
+	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
+		Starts: c.starts}
+	var rep *checker.Report
+	// retries held behind a breaker come out up to a cooldown after the
+	// drain's resets: check again while only retries are still missing
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		logs := readLogs(ctx, t, e)
+		var err error
+		if rep, err = checker.Check(logs, opts); err != nil {
+			t.Fatal(err)
+		}
+		if rep.ViolationsByCheck["retry.missing"] == 0 || time.Now().After(deadline) {
+			break
+		}
+		t.Logf("%d retries not published yet; checking again in 5 s", rep.ViolationsByCheck["retry.missing"])
+		time.Sleep(5 * time.Second)
+	}
+	res := checkerResult{cfg: cfg, rep: rep, faults: faults, took: time.Since(began)}
+	res.jsonPath = writeReport(t, cfg.seed, rep)
+	var text strings.Builder
+	rep.WriteText(&text)
+	t.Logf("checker (seed %d, JSON report %s):\n%s", cfg.seed, res.jsonPath, text.String())
+	if !rep.OK() {
+		for name, r := range c.routers {
+			t.Logf("logs of router %s (last lines):\n%s", name, tailLines(r.logs.String(), 30))
+		}
+	}
+	return res
+}
+
+// readLogs reads every input and output topic to its committed end.
+func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
+	t.Helper()
+	end := time.Now()
+	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
+	return checker.Logs{
+		Ingress:    readTopic(ctx, t, topic("ingress"), true),
+		Decisions:  readTopic(ctx, t, topic("review.decisions"), true),
+		Audit:      readTopic(ctx, t, topic("audit"), true),
+		Retry:      readTopic(ctx, t, topic("retry"), true),
+		Review:     readTopic(ctx, t, topic("review"), true),
+		DeadLetter: readTopic(ctx, t, topic("deadletter"), true),
+		Alerts:     readTopic(ctx, t, topic("alerts"), true),
+		End:        end,
+	}
+}
+
+// writeReport writes the report as JSON beside the test's temporary files
+// (FAULTROUTER_CHECKER_REPORTS names another directory) and returns its path.
+func writeReport(t *testing.T, seed uint64, rep *checker.Report) string {
+	dir := os.Getenv("FAULTROUTER_CHECKER_REPORTS")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("faultrouter-checker-%d-%s.json", seed, time.Now().UTC().Format("20060102T150405")))
+	b, err := json.MarshalIndent(struct {
+		Seed uint64 `json:"seed"`
+		*checker.Report
+	}{seed, rep}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// printSummary prints one row per run.
+func printSummary(out io.Writer, results []checkerResult) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "seed\tinputs\ttasks\taudit\tretry\treview\tdeadletter\talerts\ttransitions\theld→released\tsuperseded\ttook\tviolations\tfaults\t")
+	for _, r := range results {
+		rep := r.rep
+		v := 0
+		for _, n := range rep.ViolationsByCheck {
+			v += n
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t\n", r.cfg.seed, rep.Inputs, rep.Tasks, rep.Audit,
+			rep.Retries, rep.Reviews, rep.DeadLetters, rep.Alerts, rep.Transitions, rep.HeldReleased, rep.Superseded,
+			r.took.Round(time.Second), v, strings.Join(r.faults, ","))
+	}
+	tw.Flush()
+}
+
+// cluster is the router instances of one checker run.
+type cluster struct {
+	t       *testing.T
+	e       *env
+	bin     string
+	dirs    map[string]string
+	routers map[string]*router
+	starts  map[string][]time.Time // when each process of an instance started
+}
+
+func (c *cluster) start(name string) *router {
+	c.t.Helper()
+	if c.dirs[name] == "" {
+		c.dirs[name] = c.t.TempDir()
+	}
+	c.starts[name] = append(c.starts[name], time.Now())
+	r := c.e.startRouterBin(c.bin, name, c.dirs[name])
+	c.routers[name] = r
+	return r
+}
+
+// inject runs the faults, one after another, while the workload streams:
+// every fault at least once. It returns their names in order.
+func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
+	t := c.t
+	var done []string
+	at := func(d time.Duration) {
+		if w := time.Until(began.Add(d)); w > 0 {
+			time.Sleep(w)
+		}
+	}
+	log := func(name string, since time.Time, format string, args ...any) {
+		done = append(done, name)
+		t.Logf("fault %s at stream %s (%d records produced): %s (took %s)", name, since.Sub(began).Round(100*time.Millisecond),
+			produced.Load(), fmt.Sprintf(format, args...), time.Since(since).Round(100*time.Millisecond))
+	}
+
+	at(5 * time.Second)
+	s := time.Now()
+	c.routers["a"].kill()
+	c.start("a")
+	log("kill", s, "SIGKILL a, restarted on its state directory")
+
+	at(12 * time.Second)
+	s = time.Now()
+	c.start("b")
+	c.start("c")
+	log("scale-up", s, "1 -> 3 instances")
+
+	at(20 * time.Second)
+	s = time.Now()
+	pause := 10*time.Second + 6*time.Second // past the session timeout (10 s)
+	b := c.routers["b"]
+	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGSTOP)
+	time.Sleep(pause)
+	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGCONT)
+	log("pause", s, "SIGSTOP b for %s, then SIGCONT", pause)
+
+	at(40 * time.Second)
+	s = time.Now()
+	c.routers["b"].stop(t)
+	c.routers["c"].stop(t)
+	delete(c.routers, "b")
+	delete(c.routers, "c")
+	log("scale-down", s, "3 -> 1 instances (SIGTERM b and c)")
+
+	if os.Getenv("FAULTROUTER_KAFKA_DIR") != "" {
+		if out, err := exec.Command("../integration/kafka.sh", "brokers").Output(); err != nil || strings.TrimSpace(string(out)) != brokers {
+			t.Fatalf("kafka.sh would restart %q, but the tests run against %q (set FAULTROUTER_KAFKA_PORT)", strings.TrimSpace(string(out)), brokers)
+		}
+		at(45 * time.Second)
+		s = time.Now()
+		cmd := exec.Command("../integration/kafka.sh", "restart")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("kafka.sh restart: %v", err)
+		}
+		log("broker-restart", s, "kafka.sh restart")
+	} else {
+		t.Logf("fault broker-restart skipped: FAULTROUTER_KAFKA_DIR is unset (integration/test.sh sets it)")
+	}
+
+	at(55 * time.Second)
+	s = time.Now()
+	c.routers["a"].kill()
+	corruptCheckpoints(t, c.dirs["a"])
+	c.start("a")
+	log("restore-failure", s, "SIGKILL a, corrupted the changelog checkpoints in its Pebble store, restarted")
+	return done
+}
+
+// corruptCheckpoints overwrites the changelog checkpoint of every partition
+// in a stopped router's Pebble store with a value of the wrong length, a
+// real corruption the restore must survive (store: "c/" + partition as a
+// big-endian uint32, an 8-byte offset).
+func corruptCheckpoints(t *testing.T, dir string) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		t.Fatalf("open the stopped router's store: %v", err)
+	}
+	for p := range 3 {
+		k := encbinary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
+		if err := db.Set(k, []byte{0xde, 0xad, 0xbe}, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// consumedAll reports whether the router group has committed every offset
+// of the given topics.
+func consumedAll(ctx context.Context, e *env, topics ...string) bool {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		return false
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return false
+	}
+	committed, err := adm.FetchOffsets(ctx, e.prefix+"router")
+	if err != nil {
+		return false
+	}
+	ok := true
+	ends.Each(func(o kadm.ListedOffset) {
+		c, found := committed.Lookup(o.Topic, o.Partition)
+		if o.Offset > 0 && (!found || c.At < o.Offset) {
+			ok = false
+		}
+	})
+	return ok
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,443 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// This file is the reference-model checker's workload: a seeded random
+// stream of task events and review decisions, with every class,
+// multi-attempt tasks, 429s, writes whose receipt is lost and receipts that
+// arrive later, review decisions, exact redeliveries, stragglers after a
+// task ended, poison records, breaker resets and provider storms that trip
+// the breakers of the default policy. The same seed gives the same records
+// (occurred_at is on a fixed clock), produced at the same stream times.
+
+// workItem is one record of the workload, produced at stream time at.
+type workItem struct {
+	at       time.Duration
+	seq      int
+	decision bool // to the decisions topic (else ingress)
+	key      string
+	value    []byte
+	// reset is a breaker reset command, written to every decisions partition
+	reset bool
+}
+
+// workload is a generated stream.
+type workload struct {
+	seed     uint64
+	tasks    int
+	duration time.Duration // stream time the tasks start within
+	items    []workItem
+	scenario map[string]int // tasks per scenario
+}
+
+var (
+	wlProviders = [][2]string{{"openai", "gpt-4o"}, {"anthropic", "claude-sonnet"}, {"qwen", "qwen-max"}, {"mistral", "mistral-large"}}
+	wlTemplates = []string{"support-v3", "refund-v9", "contract-v2", "invoice-v5", "summary-v1", "triage-v4"}
+	wlActions   = []string{"answer_ticket", "refund", "contract_review", "invoice_extract", "ship_order"}
+	// the storm provider fails every model-stage attempt during storms
+	wlStormProvider = wlProviders[3]
+	wlStormTemplate = wlTemplates[4]
+	wlBase          = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// stormAt reports whether stream time t lies in a provider storm: 12 s out
+// of every 45 s, starting 10 s in.
+func stormAt(t time.Duration) bool {
+	if t < 10*time.Second {
+		return false
+	}
+	return (t-10*time.Second)%(45*time.Second) < 12*time.Second
+}
+
+// templateStormAt reports whether stream time t lies in a storm of the storm
+// template (its outputs break their schema): 8 s out of every 90 s, 25 s in.
+func templateStormAt(t time.Duration) bool {
+	if t < 25*time.Second {
+		return false
+	}
+	return (t-25*time.Second)%(90*time.Second) < 8*time.Second
+}
+
+// taskGen builds one task's items.
+type taskGen struct {
+	w      *workload
+	rng    *rand.Rand
+	c      *codec.Codec
+	id     string
+	at     time.Duration
+	n      int // events so far
+	pm     [2]string
+	tmpl   string
+	action string
+	events []event.TaskEvent
+}
+
+func (g *taskGen) ev(status event.Status, stage event.Stage) event.TaskEvent {
+	g.n++
+	e := event.TaskEvent{
+		EventID: fmt.Sprintf("%s-e%d", g.id, g.n), TaskID: g.id, Attempt: int32(g.n),
+		OccurredAt: event.At(wlBase.Add(g.at)), Source: "checker-worker", Action: g.action,
+		Provider: g.pm[0], Model: g.pm[1], PromptTemplate: g.tmpl, Status: status, Stage: stage,
+		Usage: event.Usage{CostUSD: float64(1+g.rng.IntN(20)) / 1000, Tokens: int64(50 + g.rng.IntN(300)), ElapsedMs: int64(100 + g.rng.IntN(1500))},
+	}
+	return e
+}
+
+func (g *taskGen) emit(e event.TaskEvent) {
+	v, err := g.c.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		panic(fmt.Sprintf("workload: encode %s: %v", e.EventID, err))
+	}
+	g.w.add(workItem{at: g.at, key: e.TaskID, value: v})
+	g.events = append(g.events, e)
+}
+
+func (g *taskGen) decide(approve bool) {
+	d := event.ReviewDecision{TaskID: g.id, Approve: approve, Reason: "checked by the checker's reviewer", Reviewer: "checker",
+		At: event.At(wlBase.Add(g.at))}
+	v, err := g.c.EncodeReviewDecision(nil, &d)
+	if err != nil {
+		panic(err)
+	}
+	g.w.add(workItem{at: g.at, decision: true, key: g.id, value: v})
+}
+
+func (g *taskGen) wait(lo, hi time.Duration) {
+	g.at += lo + time.Duration(g.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (g *taskGen) success() event.TaskEvent {
+	if g.pm == wlStormProvider && stormAt(g.at) {
+		return g.timeout()
+	}
+	e := g.ev(event.StatusOK, event.StageModel)
+	e.Output = &event.Output{Text: "Done: the request was handled.", SchemaValid: ptr(true), Confidence: ptr(0.8 + float64(g.rng.IntN(20))/100)}
+	if g.tmpl == wlStormTemplate && templateStormAt(g.at) {
+		e.Output.SchemaValid = ptr(false)
+	}
+	return e
+}
+
+func (g *taskGen) fail(stage event.Stage, er event.Error) event.TaskEvent {
+	e := g.ev(event.StatusError, stage)
+	e.Error = &er
+	return e
+}
+
+func (g *taskGen) timeout() event.TaskEvent {
+	return g.fail(event.StageNetwork, event.Error{Type: "TimeoutError", HTTPStatus: 504, Message: "upstream timed out"})
+}
+
+func (w *workload) add(it workItem) {
+	it.seq = len(w.items)
+	w.items = append(w.items, it)
+}
+
+// scenarios: name, weight (in thousandths, roughly), script. A script emits the task's records,
+// moving g.at forward between them.
+var wlScenarios = []struct {
+	name   string
+	weight int
+	run    func(g *taskGen)
+}{
+	{"succeeded", 240, func(g *taskGen) { g.emit(g.success()) }},
+	{"flaky-network", 90, func(g *taskGen) {
+		n := 1 + g.rng.IntN(2)
+		if g.rng.IntN(8) == 0 {
+			n = 3 // a third timeout is dead-lettered
+		}
+		for range n {
+			g.emit(g.timeout())
+			g.wait(2500*time.Millisecond, 5*time.Second)
+		}
+		g.emit(g.success())
+	}},
+	{"rate-limited", 60, func(g *taskGen) {
+		e := g.fail(event.StageNetwork, event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: ptr(int64(200 + g.rng.IntN(800)))})
+		g.emit(e)
+		g.wait(1500*time.Millisecond, 3*time.Second)
+		if g.rng.IntN(3) == 0 { // a second 429 within 60 s: RATE_LIMIT_EXCEEDED
+			g.emit(g.fail(event.StageNetwork, event.Error{Type: "RateLimitError", HTTPStatus: 429}))
+			return
+		}
+		g.emit(g.success())
+	}},
+	{"auth-then-review", 40, func(g *taskGen) {
+		g.emit(g.fail(event.StageProtocol, event.Error{Type: "AuthenticationError", HTTPStatus: 401, Code: "token_expired"}))
+		g.wait(500*time.Millisecond, 2*time.Second)
+		g.emit(g.fail(event.StageProtocol, event.Error{Type: "AuthenticationError", HTTPStatus: 401, Code: "invalid_token"}))
+		g.wait(2*time.Second, 8*time.Second)
+		g.decide(true) // credentials rotated: one more attempt
+		g.wait(1*time.Second, 3*time.Second)
+		g.emit(g.success())
+	}},
+	{"validation-loop", 25, func(g *taskGen) {
+		code := 1000 + g.rng.IntN(2000) // CODE_1xxx and CODE_2xxx retry with feedback
+		for i := range 1 + g.rng.IntN(4) {
+			e := g.fail(event.StageBusiness, event.Error{Type: "ValidationError", Code: fmt.Sprintf("CODE_%d", code+i), Message: "field total does not add up"})
+			g.emit(e)
+			g.wait(500*time.Millisecond, 2*time.Second)
+		}
+		if g.rng.IntN(2) == 0 {
+			g.emit(g.success())
+		}
+	}},
+	{"validation-ambiguous", 10, func(g *taskGen) {
+		g.emit(g.fail(event.StageBusiness, event.Error{Type: "ValidationError", Code: fmt.Sprintf("CODE_3%03d", g.rng.IntN(1000))}))
+	}},
+	{"refusal", 25, func(g *taskGen) {
+		e := g.ev(event.StatusOK, event.StageModel)
+		e.Output = &event.Output{Text: "I cannot help with that request.", SchemaValid: ptr(true), Confidence: ptr(0.9)}
+		g.emit(e)
+		g.wait(2*time.Second, 10*time.Second)
+		approve := g.rng.IntN(3) == 0
+		g.decide(approve)
+		if approve {
+			g.wait(1*time.Second, 3*time.Second)
+			g.emit(g.success())
+		}
+	}},
+	{"hallucination", 1, func(g *taskGen) {
+		e := g.ev(event.StatusOK, event.StageModel)
+		e.Output = &event.Output{Text: "Your order #99999 shipped yesterday.", SchemaValid: ptr(true), Confidence: ptr(0.95), Flags: []string{"fabricated_data"}}
+		g.emit(e)
+		if g.rng.IntN(4) == 0 {
+			g.wait(62*time.Second, 68*time.Second) // past content safety's 1 min SLA: alerted
+		} else {
+			g.wait(3*time.Second, 15*time.Second)
+		}
+		g.decide(g.rng.IntN(2) == 0)
+	}},
+	{"lost-receipt", 40, func(g *taskGen) {
+		op := event.Operation{OpID: g.id + "-op", Kind: event.OpWrite, ParamsSHA256: "aa11", State: event.OpSubmitted}
+		e := g.timeout()
+		e.Stage, e.Operation = event.StageBusiness, &op
+		g.emit(e) // OUTCOME_UNKNOWN: held, never retried
+		g.wait(3*time.Second, 12*time.Second)
+		r := g.ev(event.StatusOK, event.StageBusiness)
+		receipt := op
+		switch g.rng.IntN(3) {
+		case 0:
+			receipt.State = event.OpConfirmed
+		case 1:
+			receipt.State = event.OpRejected
+			r.Status, r.Error = event.StatusError, &event.Error{Type: "PaymentError", Code: "account_closed"}
+		case 2: // a fail-over model proposes other parameters for the held write
+			receipt.ParamsSHA256, receipt.State = "bb22", event.OpPlanned
+		}
+		r.Operation = &receipt
+		g.emit(r)
+	}},
+	{"params-mismatch", 20, func(g *taskGen) {
+		op := event.Operation{OpID: g.id + "-op", Kind: event.OpWrite, ParamsSHA256: "cc33", State: event.OpPlanned}
+		e := g.timeout()
+		e.Operation = &op
+		g.emit(e)
+		g.wait(2500*time.Millisecond, 5*time.Second)
+		op2 := op
+		op2.ParamsSHA256 = "dd44"
+		e2 := g.success()
+		e2.Operation = &op2
+		g.emit(e2)
+	}},
+	{"budget", 20, func(g *taskGen) {
+		for range 3 {
+			e := g.timeout()
+			e.Usage.CostUSD = 0.2
+			g.emit(e)
+			g.wait(2500*time.Millisecond, 5*time.Second)
+		}
+	}},
+	{"business-rejected", 30, func(g *taskGen) {
+		g.emit(g.fail(event.StageBusiness, event.Error{Type: "PaymentError", HTTPStatus: 422, Code: "insufficient_balance"}))
+	}},
+	{"input-quality", 30, func(g *taskGen) {
+		g.emit(g.fail(event.StageProtocol, event.Error{Type: "BadRequest", HTTPStatus: 400, Code: "invalid_file_format"}))
+	}},
+	{"schema-violation", 20, func(g *taskGen) {
+		e := g.ev(event.StatusOK, event.StageModel)
+		e.Output = &event.Output{Text: "{\"total\":", SchemaValid: ptr(false), Confidence: ptr(0.9)}
+		g.emit(e)
+	}},
+	{"unclassified", 30, func(g *taskGen) {
+		g.emit(g.fail(event.StageProtocol, event.Error{Type: "WeirdError", Message: "something odd"}))
+	}},
+	{"downstream-duplicate", 20, func(g *taskGen) {
+		g.emit(g.fail(event.StageBusiness, event.Error{Type: "ConflictError", HTTPStatus: 409, Code: "already_processed"}))
+	}},
+}
+
+// newWorkload generates the stream of seed: tasks tasks starting within
+// duration of stream time.
+func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
+	c, err := codec.New()
+	if err != nil {
+		panic(err)
+	}
+	w := &workload{seed: seed, tasks: tasks, duration: duration, scenario: map[string]int{}}
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	total := 0
+	for _, s := range wlScenarios {
+		total += s.weight
+	}
+	for i := range tasks {
+		g := &taskGen{w: w, rng: rng, c: c, id: fmt.Sprintf("s%d-t%d", seed, i),
+			at:     time.Duration(rng.Int64N(int64(duration))),
+			pm:     wlProviders[rng.IntN(len(wlProviders))],
+			tmpl:   wlTemplates[rng.IntN(len(wlTemplates))],
+			action: wlActions[rng.IntN(len(wlActions))]}
+		pick := rng.IntN(total)
+		for _, s := range wlScenarios {
+			if pick -= s.weight; pick < 0 {
+				w.scenario[s.name]++
+				s.run(g)
+				break
+			}
+		}
+		// an exact redelivery of one of its events, later
+		if len(g.events) > 0 && rng.IntN(8) == 0 {
+			e := g.events[rng.IntN(len(g.events))]
+			g.wait(200*time.Millisecond, 6*time.Second)
+			v, _ := c.EncodeTaskEvent(nil, &e)
+			w.add(workItem{at: g.at, key: e.TaskID, value: v})
+		}
+		// a straggler: one more attempt after the task ended
+		if rng.IntN(20) == 0 {
+			g.wait(1*time.Second, 5*time.Second)
+			g.emit(g.success())
+		}
+		// a reviewer answers an item that is not open
+		if rng.IntN(50) == 0 {
+			g.wait(1*time.Second, 5*time.Second)
+			g.decide(rng.IntN(2) == 0)
+		}
+	}
+	// poison: about one record in 1000
+	poison := len(w.items) / 1000
+	for i := range poison {
+		at := time.Duration(rng.Int64N(int64(duration)))
+		switch i % 3 {
+		case 0:
+			w.add(workItem{at: at, key: fmt.Sprintf("s%d-poison%d", seed, i), value: []byte("not avro at all")})
+		case 1: // a valid event under another task's key
+			e := event.TaskEvent{EventID: fmt.Sprintf("s%d-p%d", seed, i), TaskID: fmt.Sprintf("s%d-poisontask%d", seed, i), Attempt: 1,
+				OccurredAt: event.At(wlBase.Add(at)), Source: "checker-worker", Action: "refund", Status: event.StatusOK}
+			v, _ := c.EncodeTaskEvent(nil, &e)
+			w.add(workItem{at: at, key: fmt.Sprintf("s%d-wrongkey%d", seed, i), value: v})
+		case 2: // a review decision that does not decode
+			w.add(workItem{at: at, decision: true, key: fmt.Sprintf("s%d-poisondecision%d", seed, i), value: []byte{0xc3, 0x01, 1, 2, 3}})
+		}
+	}
+	// a person resets a breaker now and then (the one the storm trips)
+	for at := 25 * time.Second; at < duration; at += 40 * time.Second {
+		w.addReset(c, at, "PROVIDER_MODEL", wlStormProvider[0]+"/"+wlStormProvider[1])
+	}
+	slices.SortStableFunc(w.items, func(a, b workItem) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.seq - b.seq
+	})
+	return w
+}
+
+func (w *workload) addReset(c *codec.Codec, at time.Duration, scope, key string) {
+	e := event.BreakerEvent{Scope: scope, Key: key, Kind: "RESET", Reason: "checker: breaker reset", Instance: "checker-operator",
+		At: event.At(wlBase.Add(at))}
+	v, err := c.EncodeBreakerEvent(nil, &e)
+	if err != nil {
+		panic(err)
+	}
+	w.add(workItem{at: at, decision: true, reset: true, key: scope + "/" + key, value: v})
+}
+
+// finalResets resets every breaker the workload can trip: the drain at the
+// end of a run, so that no retry stays held behind a breaker that nothing
+// closes any more.
+func (w *workload) finalResets(at time.Duration) []workItem {
+	c, _ := codec.New()
+	tail := &workload{}
+	for _, pm := range wlProviders {
+		tail.addReset(c, at, "PROVIDER_MODEL", pm[0]+"/"+pm[1])
+	}
+	for _, a := range wlActions {
+		tail.addReset(c, at, "DOWNSTREAM", a)
+	}
+	for _, t := range wlTemplates {
+		tail.addReset(c, at, "PROMPT_TEMPLATE", t)
+	}
+	return tail.items
+}
+
+// produce writes items to the topics of prefix, each at its stream time
+// (scaled by speed: 1 is real time) after began. partitions is the decisions
+// topic's partition count (a reset goes to each).
+func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
+		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute)}
+	cl, err := kgo.NewClient(opts...) // keys hashed like the Java client, as workers do
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	manual, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...) // resets: every partition
+	if err != nil {
+		return err
+	}
+	defer manual.Close()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		perr error
+	)
+	send := func(cl *kgo.Client, r *kgo.Record) {
+		wg.Add(1)
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				perr = err
+				mu.Unlock()
+				return
+			}
+			produced.Add(1)
+		})
+	}
+	ingress, decisions := prefix+"ai.tasks.ingress", prefix+"ai.tasks.review.decisions"
+	for _, it := range items {
+		if d := time.Until(began.Add(it.at)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		switch {
+		case it.reset:
+			for p := range partitions {
+				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value})
+			}
+		case it.decision:
+			send(cl, &kgo.Record{Topic: decisions, Key: []byte(it.key), Value: it.value})
+		default:
+			send(cl, &kgo.Record{Topic: ingress, Key: []byte(it.key), Value: it.value})
+		}
+	}
+	manual.Flush(ctx)
+	wg.Wait()
+	return perr
+}

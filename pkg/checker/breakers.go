@@ -1,0 +1,240 @@
+package checker
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// Breaker windows depend on how the partitions' traffic interleaves in each
+// instance, so the checker does not predict transitions: it checks that
+// those on the alerts topic are consistent with each other and with the
+// audit stream, per instance process. A transition names its instance; a
+// retry record is tied to its instance by its producer ID (the instance's
+// transactional producer, also on its alert records). A process that
+// restarted (Options.Starts) begins with every breaker CLOSED.
+
+// transition is a TRANSITION record of the alerts topic.
+type transition struct {
+	rec *kgo.Record
+	e   event.BreakerEvent
+}
+
+// breakerKey is one breaker of one instance.
+type breakerKey struct {
+	instance string
+	ref      breaker.Ref
+}
+
+// span is a stretch of time a breaker spent in one state, within one
+// process of its instance: [from, to), to zero while it lasts.
+type span struct {
+	state    string
+	from, to time.Time
+	process  int
+	latched  bool
+}
+
+// process is the index of the process of instance that was running at t:
+// how many of its starts lie at or before t.
+func (c *checker) process(instance string, t time.Time) int {
+	n := 0
+	for _, s := range c.o.Starts[instance] {
+		if !s.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// has reports whether the task was decided with class at t.
+func (c *checker) has(task string, t time.Time, class event.Class) bool {
+	return slices.Contains(c.decision[decisionKey{task, t.UnixMilli()}], class)
+}
+
+// breakers checks every transition and every published retry against the
+// breakers' timelines.
+func (c *checker) breakers(ts []transition) {
+	slices.SortFunc(ts, func(a, b transition) int {
+		return cmp.Or(cmp.Compare(a.rec.Partition, b.rec.Partition), cmp.Compare(a.rec.Offset, b.rec.Offset))
+	})
+	halluc := map[alertKey]bool{}
+	c.instances = map[int64]string{}
+	for _, rec := range c.logs.Alerts {
+		e, err := c.codec.DecodeBreakerEvent(rec.Value)
+		if err != nil {
+			continue
+		}
+		c.instances[rec.ProducerID] = e.Instance
+		if e.Kind == "ALERT" && strings.HasPrefix(e.Reason, "output quarantined") {
+			halluc[alertKey{e.Scope, e.Key, e.TaskID, e.At.UnixMilli()}] = true
+		}
+	}
+	timelines := map[breakerKey][]span{}
+	for _, t := range ts {
+		c.rep.Transitions++
+		e := t.e
+		sc, err := breaker.ParseScope(e.Scope)
+		if err != nil {
+			c.violate("breaker.scope", e.TaskID, "transition %d@%d has scope %q", t.rec.Partition, t.rec.Offset, e.Scope)
+			continue
+		}
+		k := breakerKey{e.Instance, breaker.Ref{Scope: sc, Key: e.Key}}
+		tl := timelines[k]
+		at := e.At.Time
+		proc := c.process(e.Instance, at)
+		prev := span{state: "CLOSED", process: proc}
+		if len(tl) > 0 {
+			prev = tl[len(tl)-1]
+		}
+		restarted := prev.process != proc
+		if restarted {
+			prev = span{state: "CLOSED", process: proc}
+		}
+		if e.From != prev.state {
+			c.violate("breaker.chain", e.TaskID, "%s on instance %s: transition %s -> %s at %s, but its last transition left it %s",
+				k.ref, e.Instance, e.From, e.To, stamp(at), prev.state)
+		}
+		if len(tl) > 0 {
+			tl[len(tl)-1].to = at
+		}
+		cfg := c.breakerConfig(sc)
+		latch := e.To == "OPEN" && strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION")
+		switch {
+		case e.To == "OPEN" && e.TaskID != "":
+			if !c.has(e.TaskID, at, e.Class) {
+				c.violate("breaker.cause", e.TaskID, "%s opened at %s by task %s (%s), but the task has no %s decision at that time",
+					k.ref, stamp(at), e.TaskID, e.Class, e.Class)
+			}
+			if latch && !halluc[alertKey{"PROMPT_TEMPLATE", e.Key, e.TaskID, at.UnixMilli()}] {
+				c.violate("breaker.latch_alert", e.TaskID, "%s latched open at %s by task %s without its hallucination alert", k.ref, stamp(at), e.TaskID)
+			}
+		case e.To == "OPEN":
+			c.violate("breaker.cause", e.TaskID, "%s opened at %s without a triggering task", k.ref, stamp(at))
+		case e.To == "HALF_OPEN":
+			if prev.state == "OPEN" && !prev.latched && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
+				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %dms",
+					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.CooldownMs)
+			}
+			if prev.latched {
+				c.violate("breaker.latch", e.TaskID, "%s on instance %s half-opened at %s while latched open by a hallucination", k.ref, e.Instance, stamp(at))
+			}
+		case e.To == "CLOSED" && e.TaskID != "" && e.Class != event.ClassHallucination:
+			// a success while half-open (a reviewer's decision of a
+			// hallucination item names its task too)
+			if !c.has(e.TaskID, at, event.ClassSucceeded) {
+				c.violate("breaker.cause", e.TaskID, "%s closed at %s by task %s, which has no SUCCEEDED decision at that time", k.ref, stamp(at), e.TaskID)
+			}
+		}
+		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN"})
+	}
+	c.retriesVsBreakers(timelines)
+}
+
+// retriesVsBreakers checks that no retry was published into an open breaker,
+// that a half-open breaker let at most its probes through, and that the
+// retries held behind a breaker came out in due order once it closed.
+func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
+	type pub struct {
+		x  *expectRetry
+		r  *routed
+		at time.Time
+	}
+	byInstance := map[string][]pub{}
+	for _, x := range c.retries {
+		for _, p := range x.published {
+			if inst, ok := c.instances[p.rec.ProducerID]; ok {
+				byInstance[inst] = append(byInstance[inst], pub{x, p, p.at()})
+			}
+		}
+	}
+	for k, tl := range timelines {
+		pubs := byInstance[k.instance]
+		cfg := c.breakerConfig(k.ref.Scope)
+		for i, s := range tl {
+			var in []pub
+			for _, p := range pubs {
+				if c.process(k.instance, p.at) != s.process || !slices.Contains(p.x.refs, k.ref) {
+					continue
+				}
+				if p.at.Before(s.from) || !s.to.IsZero() && !p.at.Before(s.to) {
+					continue
+				}
+				in = append(in, p)
+			}
+			switch s.state {
+			case "OPEN":
+				for _, p := range in {
+					if p.at.After(s.from) {
+						c.violate("breaker.retry_into_open", p.x.task, "retry n=%d published at %s into %s, open since %s",
+							p.x.n, stamp(p.at), k.ref, stamp(s.from))
+					}
+				}
+			case "HALF_OPEN":
+				if int32(len(in)) > cfg.HalfOpenProbes {
+					c.violate("breaker.probes", in[0].x.task, "%s let %d retries through while half-open from %s, probes %d",
+						k.ref, len(in), stamp(s.from), cfg.HalfOpenProbes)
+				}
+			case "CLOSED":
+				if i == 0 {
+					continue
+				}
+				// held behind this breaker alone: due before it closed,
+				// published after, every other breaker of the retry closed
+				// in between (a retry held behind two breakers waits for both)
+				var held []pub
+				for _, p := range in {
+					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && !heldElsewhere(timelines, k, p.x, p.at) {
+						held = append(held, p)
+					}
+				}
+				slices.SortFunc(held, func(a, b pub) int { return a.x.notBefore.Compare(b.x.notBefore) })
+				for i := range held {
+					for j := i + 1; j < len(held); j++ {
+						a, b := held[i], held[j]
+						if a.x.partition == b.x.partition && a.x.notBefore.Before(b.x.notBefore) && a.at.After(b.at) {
+							c.violate("breaker.held_order", a.x.task, "%s closed at %s; held retry of %s (due %s) came out at %s, after that of %s (due %s) at %s",
+								k.ref, stamp(s.from), a.x.task, stamp(a.x.notBefore), stamp(a.at), b.x.task, stamp(b.x.notBefore), stamp(b.at))
+						}
+					}
+				}
+				c.rep.HeldReleased += len(held)
+			}
+		}
+	}
+}
+
+// breakerConfig is the policy's breaker configuration of a scope.
+func (c *checker) breakerConfig(sc breaker.Scope) policy.Breaker {
+	switch sc {
+	case breaker.Downstream:
+		return c.o.Policy.Breakers.Downstream
+	case breaker.PromptTemplate:
+		return c.o.Policy.Breakers.PromptTemplate
+	case breaker.ProviderModel:
+	}
+	return c.o.Policy.Breakers.ProviderModel
+}
+
+// heldElsewhere reports whether another breaker of the retry x, on the same
+// instance, was not CLOSED at some time between x's due time and until.
+func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry, until time.Time) bool {
+	for _, ref := range x.refs {
+		if ref == k.ref {
+			continue
+		}
+		for _, s := range timelines[breakerKey{k.instance, ref}] {
+			if s.state != "CLOSED" && s.from.Before(until) && (s.to.IsZero() || s.to.After(x.notBefore)) {
+				return true
+			}
+		}
+	}
+	return false
+}

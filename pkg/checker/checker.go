@@ -1,0 +1,520 @@
+package checker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Logs are the committed records of one run, read with read_committed.
+type Logs struct {
+	// Ingress and Decisions are the input topics.
+	Ingress, Decisions []*kgo.Record
+	// Audit, Retry, Review, DeadLetter and Alerts are the output topics.
+	Audit, Retry, Review, DeadLetter, Alerts []*kgo.Record
+	// End is when the logs were read: every committed output is older.
+	End time.Time
+}
+
+// Options configure Check.
+type Options struct {
+	// Policy is the policy the router ran with. Required.
+	Policy *policy.Policy
+	// Ingress and Decisions are the full names of the input topics. Required.
+	Ingress, Decisions string
+	// MaxRecordBytes is the router's --max-record-bytes. Default 512 KiB.
+	MaxRecordBytes int
+	// Settle is how long past its owner's SLA an open review item may wait
+	// for its alert (the router looks on every poll; a killed or paused
+	// instance looks later). Default 90 s.
+	Settle time.Duration
+	// MaxViolations bounds the violations kept in the report. Default 1000.
+	MaxViolations int
+	// Starts are the times a process of each router instance (by instance
+	// ID) started, as the fault injector knows them. Breakers live in a
+	// process's memory: a new process starts with every breaker CLOSED.
+	Starts map[string][]time.Time
+}
+
+// inputKind is what one input record is.
+type inputKind uint8
+
+const (
+	inTask   inputKind = iota // a TaskEvent on ingress
+	inReview                  // a ReviewDecision on decisions
+	inReset                   // a breaker reset (BreakerEvent of kind RESET) on decisions
+	inPoison                  // a record the router must dead-letter
+)
+
+// resetKind is the BreakerEvent kind of a breaker reset command.
+const resetKind = "RESET"
+
+// inputKey names an input record.
+type inputKey struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func (k inputKey) String() string { return fmt.Sprintf("%s/%d@%d", k.topic, k.partition, k.offset) }
+
+// input is one input record as the model reads it.
+type input struct {
+	rec     *kgo.Record
+	key     inputKey
+	kind    inputKind
+	event   event.TaskEvent
+	review  event.ReviewDecision
+	reset   event.BreakerEvent
+	errKind string
+	err     error
+	task    string  // task ID; the record key for poison and resets
+	audit   *routed // its audit record, nil if none
+	decided event.Decision
+}
+
+// routed is a decoded output record.
+type routed struct {
+	rec *kgo.Record
+	r   event.Routed
+}
+
+func (r *routed) at() time.Time { return r.r.Decision.DecidedAt.Time }
+
+// checker is one run of Check.
+type checker struct {
+	o     Options
+	codec *codec.Codec
+	logs  Logs
+	rep   *Report
+
+	inputs   map[inputKey]*input
+	tasks    map[string]*taskRun
+	order    []string // task IDs in order of their first input
+	retries  map[retryKey]*expectRetry
+	reviews  map[inputKey]*input           // inputs that must have a review record
+	dead     map[inputKey]*input           // inputs that must have a dead-letter record
+	alerts   map[alertKey]int              // immediate alerts that must be on the alerts topic
+	items    []*reviewItem                 // review items and their SLA clocks
+	decision map[decisionKey][]event.Class // the classes a task was decided at a time
+	// instances names the instance of each producer ID (from its alerts)
+	instances map[int64]string
+}
+
+// taskRun is the model's walk of one task.
+type taskRun struct {
+	id       string
+	inputs   []*input
+	st       task.State
+	expected []Output
+	actual   []Output
+	failed   bool
+}
+
+// Check recomputes every output of logs with the policy and reports where
+// the router's outputs differ.
+func Check(logs Logs, o Options) (*Report, error) {
+	if o.Policy == nil || o.Ingress == "" || o.Decisions == "" {
+		return nil, errors.New("checker: Options: Policy, Ingress and Decisions are required")
+	}
+	if o.MaxRecordBytes == 0 {
+		o.MaxRecordBytes = 512 << 10
+	}
+	if o.Settle == 0 {
+		o.Settle = 90 * time.Second
+	}
+	if o.MaxViolations == 0 {
+		o.MaxViolations = 1000
+	}
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	ck := &checker{
+		o: o, codec: c, logs: logs, rep: &Report{ViolationsByCheck: map[string]int{}},
+		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
+		retries: map[retryKey]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
+		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{},
+	}
+	ck.readInputs()
+	ck.readAudit()
+	ck.model()
+	ck.checkRouted()
+	ck.checkRetries()
+	ck.checkAlerts()
+	ck.finish()
+	return ck.rep, nil
+}
+
+// readInputs decodes every input record the way the router must.
+func (c *checker) readInputs() {
+	read := func(recs []*kgo.Record) {
+		for _, rec := range recs {
+			in := c.decode(rec)
+			c.inputs[in.key] = in
+			c.rep.Inputs++
+			switch in.kind {
+			case inTask, inReview:
+				tr := c.tasks[in.task]
+				if tr == nil {
+					tr = &taskRun{id: in.task}
+					c.tasks[in.task] = tr
+				}
+				tr.inputs = append(tr.inputs, in)
+			case inPoison:
+				c.rep.Poison++
+			case inReset:
+				c.rep.Resets++
+			}
+		}
+	}
+	read(c.logs.Ingress)
+	read(c.logs.Decisions)
+	c.rep.Tasks = len(c.tasks)
+}
+
+// decode classifies one input record as the router's contract says:
+// oversize, no key, undecodable, a key that is not the task ID: poison.
+func (c *checker) decode(rec *kgo.Record) *input {
+	in := &input{rec: rec, key: inputKey{rec.Topic, rec.Partition, rec.Offset}, task: string(rec.Key)}
+	poison := func(kind string, err error) *input {
+		in.kind, in.errKind, in.err = inPoison, kind, err
+		return in
+	}
+	if len(rec.Value) > c.o.MaxRecordBytes {
+		return poison("oversize", fmt.Errorf("%d bytes", len(rec.Value)))
+	}
+	if len(rec.Key) == 0 {
+		return poison("empty_key", errors.New("no key"))
+	}
+	var id string
+	if rec.Topic == c.o.Decisions {
+		v, err := c.codec.Decode(rec.Value)
+		if err != nil {
+			return poison(codec.Kind(err), err)
+		}
+		switch x := v.(type) {
+		case *event.ReviewDecision:
+			in.kind, in.review, id = inReview, *x, x.TaskID
+		case *event.BreakerEvent:
+			if x.Kind != resetKind {
+				return poison(codec.Kind(codec.ErrWrongSchema), errors.New("breaker event of kind "+x.Kind))
+			}
+			in.kind, in.reset = inReset, *x
+			return in
+		default:
+			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%T on decisions", v))
+		}
+	} else {
+		ev, err := c.codec.DecodeTaskEvent(rec.Value)
+		if err != nil {
+			return poison(codec.Kind(err), err)
+		}
+		in.kind, in.event, id = inTask, ev, ev.TaskID
+	}
+	if string(rec.Key) != id {
+		return poison("key_mismatch", fmt.Errorf("key %q, task_id %q", rec.Key, id))
+	}
+	in.task = id
+	return in
+}
+
+// readAudit pairs every audit record with its input: exactly one each.
+func (c *checker) readAudit() {
+	for _, rec := range c.logs.Audit {
+		c.rep.Audit++
+		r, ok := c.routed("audit", rec)
+		if !ok {
+			continue
+		}
+		k := inputKey{r.r.Input.Topic, r.r.Input.Partition, r.r.Input.Offset}
+		in := c.inputs[k]
+		switch {
+		case in == nil:
+			c.violate("audit.extra", taskOf(r), "audit %d@%d names input %s, which is not a committed input record", rec.Partition, rec.Offset, k)
+		case in.audit != nil:
+			c.violate("audit.duplicate", in.task, "input %s has a second audit record at audit %d@%d (the first at %d@%d)",
+				k, rec.Partition, rec.Offset, in.audit.rec.Partition, in.audit.rec.Offset)
+			c.actual(in.task, outputOf("audit", r, "DUPLICATE"))
+		default:
+			in.audit = r
+		}
+	}
+}
+
+// routed decodes an output record of the RoutedRecord schema.
+func (c *checker) routed(topic string, rec *kgo.Record) (*routed, bool) {
+	r, err := c.codec.DecodeRouted(rec.Value)
+	if err != nil {
+		c.violate(topic+".undecodable", string(rec.Key), "%s %d@%d does not decode: %v", topic, rec.Partition, rec.Offset, err)
+		return nil, false
+	}
+	return &routed{rec: rec, r: r}, true
+}
+
+func taskOf(r *routed) string {
+	if r.r.Event != nil {
+		return r.r.Event.TaskID
+	}
+	return string(r.rec.Key)
+}
+
+// model walks every task's inputs in the order the router decided them,
+// with the policy, and records what each decision must have produced.
+func (c *checker) model() {
+	for _, in := range c.inputs {
+		if in.kind == inPoison || in.kind == inReset {
+			c.untasked(in)
+		}
+	}
+	for _, tr := range c.tasks {
+		slices.SortFunc(tr.inputs, func(a, b *input) int {
+			if (a.audit == nil) != (b.audit == nil) {
+				if a.audit == nil {
+					return 1
+				}
+				return -1
+			}
+			if a.audit != nil {
+				return cmp.Or(cmp.Compare(a.audit.rec.Partition, b.audit.rec.Partition), cmp.Compare(a.audit.rec.Offset, b.audit.rec.Offset))
+			}
+			return cmp.Or(cmp.Compare(a.key.topic, b.key.topic), cmp.Compare(a.key.offset, b.key.offset))
+		})
+		c.walk(tr)
+	}
+	// tasks in the order of their first input, for "the first task that differs"
+	for id := range c.tasks {
+		c.order = append(c.order, id)
+	}
+	first := func(tr *taskRun) time.Time {
+		t := tr.inputs[0].rec.Timestamp
+		for _, in := range tr.inputs {
+			if in.rec.Timestamp.Before(t) {
+				t = in.rec.Timestamp
+			}
+		}
+		return t
+	}
+	slices.SortFunc(c.order, func(a, b string) int {
+		return cmp.Or(first(c.tasks[a]).Compare(first(c.tasks[b])), cmp.Compare(a, b))
+	})
+}
+
+// untasked checks the audit record of a poison record or a breaker reset.
+func (c *checker) untasked(in *input) {
+	var want event.Decision
+	switch in.kind {
+	case inPoison:
+		want = event.Decision{Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: "input." + in.errKind}
+		c.dead[in.key] = in
+	case inReset:
+		// a reset of a known scope is COMPLETE whether or not the breaker was
+		// open on the instance that read it (its reason says which)
+		want = event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "breaker.reset"}
+		switch in.reset.Scope {
+		case "PROVIDER_MODEL", "DOWNSTREAM", "PROMPT_TEMPLATE":
+		default:
+			want.Route, want.Rule = event.RouteDrop, "breaker.reset_invalid"
+		}
+		if in.reset.Key == "" {
+			want.Route, want.Rule = event.RouteDrop, "breaker.reset_invalid"
+		}
+	}
+	in.decided = want
+	exp := Output{Topic: "audit", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule}
+	c.expected(in.task, exp)
+	if in.kind == inPoison {
+		c.expected(in.task, Output{Topic: "deadletter", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule})
+	}
+	if in.audit == nil {
+		c.violate("audit.missing", in.task, "input %s (%s) has no audit record", in.key, kindName(in.kind))
+		return
+	}
+	got := in.audit.r.Decision
+	c.actual(in.task, outputOf("audit", in.audit, ""))
+	if got.Class != want.Class || got.Route != want.Route || got.Rule != want.Rule {
+		c.violate("audit.decision", in.task, "input %s (%s): audited %s/%s rule %s, want %s/%s rule %s (reason %q)",
+			in.key, kindName(in.kind), got.Class, got.Route, got.Rule, want.Class, want.Route, want.Rule, got.Reason)
+	}
+	c.window(in, nil)
+}
+
+func kindName(k inputKind) string {
+	switch k {
+	case inTask:
+		return "task event"
+	case inReview:
+		return "review decision"
+	case inReset:
+		return "breaker reset"
+	}
+	return "poison"
+}
+
+// window checks that a decision's time lies within its input's commit
+// window and after the task's previous decision.
+func (c *checker) window(in *input, prev *time.Time) {
+	at := in.audit.at()
+	switch {
+	case at.Before(in.rec.Timestamp.Truncate(time.Millisecond)):
+		c.violate("time.window", in.task, "input %s produced at %s was decided at %s, before it existed",
+			in.key, in.rec.Timestamp.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+	case !c.logs.End.IsZero() && at.After(c.logs.End):
+		c.violate("time.window", in.task, "input %s was decided at %s, after the logs were read (%s)",
+			in.key, at.Format(time.RFC3339Nano), c.logs.End.UTC().Format(time.RFC3339Nano))
+	case prev != nil && at.Before(*prev):
+		c.violate("time.order", in.task, "input %s was decided at %s, before the task's previous decision (%s)",
+			in.key, at.Format(time.RFC3339Nano), prev.Format(time.RFC3339Nano))
+	}
+}
+
+// walk replays one task through the policy.
+func (c *checker) walk(tr *taskRun) {
+	st := &tr.st
+	last := map[string]int64{}
+	var prev *time.Time
+	var item *reviewItem
+	for _, in := range tr.inputs {
+		if in.audit == nil {
+			c.violate("audit.missing", tr.id, "input %s (%s) has no audit record; the model cannot go on with this task", in.key, kindName(in.kind))
+			c.expected(tr.id, Output{Topic: "audit", Input: in.key.String(), Note: "an audit record"})
+			return
+		}
+		if o, ok := last[in.key.topic]; ok && in.key.offset < o {
+			c.violate("audit.order", tr.id, "input %s was audited after %s/%d@%d: the router decided the task's %s records out of offset order",
+				in.key, in.key.topic, in.key.partition, o, in.key.topic)
+		}
+		last[in.key.topic] = in.key.offset
+		c.window(in, prev)
+		at := in.audit.at()
+		prev = &at
+
+		pending := st.Pending
+		var want event.Decision
+		var ev *event.TaskEvent // the event a retry of this decision re-issues
+		switch in.kind {
+		case inTask:
+			if st.TaskID != "" && st.Seen(in.event.EventID) {
+				want = c.o.Policy.Drop(&in.event, st, at)
+			} else {
+				want = c.o.Policy.Decide(&in.event, st, at)
+			}
+			ev = &in.event
+		case inReview:
+			want = c.o.Policy.DecideReview(&in.review, st, at)
+			ev = st.LastEvent
+		}
+		in.decided = want
+		c.rep.Decisions++
+		c.rep.count(want)
+		dk := decisionKey{tr.id, at.UnixMilli()}
+		c.decision[dk] = append(c.decision[dk], want.Class)
+		got := in.audit.r.Decision
+		c.expected(tr.id, outputOfDecision("audit", in.key, want))
+		c.actual(tr.id, outputOf("audit", in.audit, ""))
+		if diff := diffDecision(got, want); diff != "" {
+			c.violate("audit.decision", tr.id, "input %s (%s): %s", in.key, kindName(in.kind), diff)
+		}
+		if in.kind == inTask && in.audit.r.Event != nil && in.audit.r.Event.EventID != in.event.EventID {
+			c.violate("audit.event", tr.id, "audit of input %s carries event %s, want %s", in.key, in.audit.r.Event.EventID, in.event.EventID)
+		}
+
+		// a later decision that replaced the pending retry supersedes it
+		if pending != nil && (st.Pending == nil || st.Pending.N != pending.N) {
+			if x := c.retries[retryKey{tr.id, pending.N}]; x != nil && x.superseded == nil {
+				t := at
+				x.superseded = &t
+			}
+		}
+		switch want.Route {
+		case event.RouteRetry:
+			x := &expectRetry{task: tr.id, n: want.Retry.N, notBefore: want.Retry.NotBefore.Time, decided: at,
+				class: st.LastClass, input: in, partition: in.rec.Partition}
+			if ev != nil {
+				x.eventID, x.refs = ev.EventID, refs(ev)
+			}
+			c.retries[retryKey{tr.id, want.Retry.N}] = x
+			c.expected(tr.id, Output{Topic: "retry", Input: in.key.String(), Class: string(x.class), Route: "RETRY",
+				Retry: x.n, NotBefore: stamp(x.notBefore), Note: "once, at or after not_before, unless a later decision supersedes it"})
+		case event.RouteReview, event.RouteQuarantine:
+			c.reviews[in.key] = in
+			c.expected(tr.id, outputOfDecision("review", in.key, want))
+		case event.RouteDeadLetter:
+			c.dead[in.key] = in
+			c.expected(tr.id, outputOfDecision("deadletter", in.key, want))
+		}
+		if in.kind == inTask && want.Route != event.RouteDrop {
+			switch want.Class {
+			case event.ClassHallucination:
+				key := in.event.PromptTemplate
+				if key == "" {
+					key = "(none)"
+				}
+				c.alerts[alertKey{"PROMPT_TEMPLATE", key, tr.id, at.UnixMilli()}]++
+				c.expected(tr.id, Output{Topic: "alerts", Class: string(want.Class), Rule: "ALERT PROMPT_TEMPLATE/" + key, At: stamp(at)})
+			case event.ClassBudgetExhausted:
+				c.alerts[alertKey{"TASK", tr.id, tr.id, at.UnixMilli()}]++
+				c.expected(tr.id, Output{Topic: "alerts", Class: string(want.Class), Rule: "ALERT TASK/" + tr.id, At: stamp(at)})
+			}
+		}
+
+		// the review item's SLA clock, as the router keeps it
+		if in.kind == inReview || want.Route != event.RouteDrop {
+			switch {
+			case st.Review != task.ReviewOpen:
+				if item != nil {
+					t := at
+					item.closed = &t
+					item = nil
+				}
+			case item == nil && want.Review != nil && want.Review.SLAMs > 0:
+				item = &reviewItem{task: tr.id, class: st.ReviewClass, opened: at,
+					due: at.Add(time.Duration(want.Review.SLAMs) * time.Millisecond)}
+				c.items = append(c.items, item)
+			}
+		}
+	}
+}
+
+// diffDecision names the first difference between the audited decision and
+// the model's, or "".
+func diffDecision(got, want event.Decision) string {
+	switch {
+	case got.Class != want.Class || got.Route != want.Route || got.Rule != want.Rule:
+		return fmt.Sprintf("audited %s/%s rule %s (%q), want %s/%s rule %s (%q)",
+			got.Class, got.Route, got.Rule, got.Reason, want.Class, want.Route, want.Rule, want.Reason)
+	case got.Reason != want.Reason:
+		return fmt.Sprintf("reason %q, want %q", got.Reason, want.Reason)
+	case (got.Retry == nil) != (want.Retry == nil):
+		return fmt.Sprintf("retry plan %s, want %s", plan(got.Retry), plan(want.Retry))
+	case got.Retry != nil && (got.Retry.N != want.Retry.N || got.Retry.DelayMs != want.Retry.DelayMs ||
+		!got.Retry.NotBefore.Equal(want.Retry.NotBefore.Time)):
+		return fmt.Sprintf("retry plan %s, want %s", plan(got.Retry), plan(want.Retry))
+	case got.Totals != want.Totals:
+		return fmt.Sprintf("totals %+v, want %+v", got.Totals, want.Totals)
+	case (got.Review == nil) != (want.Review == nil) || got.Review != nil && *got.Review != *want.Review:
+		return fmt.Sprintf("review %+v, want %+v", got.Review, want.Review)
+	case got.Feedback != want.Feedback || got.SuggestedModel != want.SuggestedModel || got.UserMessage != want.UserMessage:
+		return fmt.Sprintf("feedback/suggested model/user message %q/%q/%q, want %q/%q/%q",
+			got.Feedback, got.SuggestedModel, got.UserMessage, want.Feedback, want.SuggestedModel, want.UserMessage)
+	}
+	return ""
+}
+
+func plan(p *event.RetryPlan) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprintf("n=%d delay=%dms not_before=%s", p.N, p.DelayMs, stamp(p.NotBefore.Time))
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }

@@ -1,0 +1,40 @@
+// Package checker is faultrouter's reference-model checker. It reads the
+// committed logs of one run (the input topics and every output topic, read
+// with read_committed) and recomputes, task by task, what the router must
+// have written, with the product's own pure policy (pkg/policy) applied to
+// each task's inputs in the order the router decided them, the task state
+// carried along. It then checks the outputs exactly:
+//
+//   - one audit record per input offset, with the class, route, rule,
+//     reason, retry plan, totals and review the model computes;
+//   - every retry published exactly once, at or after its due time, with the
+//     event it re-issues; a retry that a later decision of the task
+//     superseded is published at most once, before that decision;
+//   - every review and dead-letter record present, and no extra one;
+//   - every alert present (hallucination, budget, review SLA) and no extra
+//     one; surge alerts justified by the audit stream;
+//   - breaker transitions consistent with the audit stream, per router
+//     instance (breakers live in one instance's memory): each transition
+//     starts where the previous one ended, an outcome-driven transition names
+//     a decision of that class at that time, every hallucination latch has
+//     its alert, no retry is published into an open breaker, a half-open
+//     breaker lets at most its probes through, and the retries held behind a
+//     breaker come out in due order once it closes.
+//
+// Time. The policy reads the router's clock (due times, the review SLA
+// clock). The model takes each decision's time from its audit record and
+// checks that it lies within the input's commit window: not before the input
+// was produced, not after the logs were read, never earlier than the task's
+// previous decision.
+//
+// Order. A task's inputs come from two topics (ingress and decisions); the
+// router is free to interleave them, so the model follows the order of the
+// task's audit records (all on one partition, in commit order) and checks
+// that the inputs of each topic keep their offset order in it.
+//
+// The checker shares no code with the router's batching, store or
+// transactions: it decodes with pkg/codec, decides with pkg/policy and
+// carries pkg/task states of its own. Check returns a Report: a summary, the
+// violations, and the first task whose outputs differ with its inputs, the
+// expected outputs and the actual ones.
+package checker

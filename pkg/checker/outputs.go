@@ -1,0 +1,323 @@
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// retryKey names one retry of a task: its retry number.
+type retryKey struct {
+	task string
+	n    int32
+}
+
+// expectRetry is a RETRY decision and what became of it.
+type expectRetry struct {
+	task       string
+	n          int32
+	eventID    string // the event the retry re-issues
+	class      event.Class
+	refs       []breaker.Ref
+	notBefore  time.Time
+	decided    time.Time
+	superseded *time.Time // the later decision that replaced it, if any
+	input      *input
+	partition  int32
+	published  []*routed
+}
+
+// decisionKey is a task's decision at one time (ms).
+type decisionKey struct {
+	task string
+	at   int64
+}
+
+// alertKey is an immediate alert: scope, key, task, time (ms).
+type alertKey struct {
+	scope, key, task string
+	at               int64
+}
+
+// reviewItem is an open review item and its owner's SLA clock.
+type reviewItem struct {
+	task    string
+	class   event.Class
+	opened  time.Time
+	due     time.Time
+	closed  *time.Time
+	alerted []event.BreakerEvent
+}
+
+// checkRouted checks the review and dead-letter topics: exactly the records
+// the model expects, each once, with the audited decision.
+func (c *checker) checkRouted() {
+	for _, short := range []string{"review", "deadletter"} {
+		want := c.reviews
+		recs := c.logs.Review
+		if short == "deadletter" {
+			want, recs = c.dead, c.logs.DeadLetter
+		}
+		seen := map[inputKey]bool{}
+		for _, rec := range recs {
+			var k inputKey
+			var out Output
+			var got *routed
+			if stage := header(rec, "faultrouter.error.stage"); short == "deadletter" && (stage == "decode" || stage == "validate") {
+				p, _ := strconv.Atoi(header(rec, "faultrouter.error.partition"))
+				o, _ := strconv.ParseInt(header(rec, "faultrouter.error.offset"), 10, 64)
+				k = inputKey{header(rec, "faultrouter.error.topic"), int32(p), o}
+				out = Output{Topic: short, Input: k.String(), Class: string(event.ClassInvalidInput), Route: "DEADLETTER",
+					Rule: "input." + header(rec, "faultrouter.error.kind"), At: stamp(rec.Timestamp)}
+			} else {
+				r, ok := c.routed(short, rec)
+				if !ok {
+					continue
+				}
+				got = r
+				k = inputKey{r.r.Input.Topic, r.r.Input.Partition, r.r.Input.Offset}
+				out = outputOf(short, r, "")
+			}
+			if short == "review" {
+				c.rep.Reviews++
+			} else {
+				c.rep.DeadLetters++
+			}
+			in := want[k]
+			task := string(rec.Key)
+			if in != nil {
+				task = in.task
+			}
+			c.actual(task, out)
+			switch {
+			case in == nil:
+				c.violate(short+".extra", task, "%s %d@%d for input %s, which the model routes nowhere near %s",
+					short, rec.Partition, rec.Offset, k, short)
+			case seen[k]:
+				c.violate(short+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
+			case in.kind == inPoison:
+				if got != nil || header(rec, "faultrouter.error.kind") != in.errKind || string(rec.Value) != string(in.rec.Value) {
+					c.violate(short+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",
+						short, rec.Partition, rec.Offset, k, header(rec, "faultrouter.error.kind"), in.errKind, string(rec.Value) == string(in.rec.Value))
+				}
+			case got == nil:
+				c.violate(short+".decision", task, "%s %d@%d for input %s is a raw dead letter, want the routed event", short, rec.Partition, rec.Offset, k)
+			default:
+				if d := diffDecision(got.r.Decision, in.decided); d != "" {
+					c.violate(short+".decision", task, "%s record for input %s: %s", short, k, d)
+				}
+				if got.r.Event == nil || got.r.Event.EventID != in.event.EventID {
+					c.violate(short+".event", task, "%s record for input %s does not carry event %s", short, k, in.event.EventID)
+				}
+			}
+			seen[k] = true
+		}
+		for k, in := range want {
+			if !seen[k] {
+				c.violate(short+".missing", in.task, "input %s was decided %s/%s (%s): no record on %s",
+					k, in.decided.Class, in.decided.Route, in.decided.Rule, short)
+			}
+		}
+	}
+}
+
+// checkRetries checks the retry topic: every retry the model expects
+// published exactly once, at or after its due time, re-issuing the right
+// event; a superseded retry at most once and before the decision that
+// superseded it; nothing else.
+func (c *checker) checkRetries() {
+	for _, rec := range c.logs.Retry {
+		c.rep.Retries++
+		r, ok := c.routed("retry", rec)
+		if !ok {
+			continue
+		}
+		task := taskOf(r)
+		c.actual(task, outputOf("retry", r, ""))
+		if r.r.Decision.Retry == nil {
+			c.violate("retry.plan", task, "retry %d@%d carries no retry plan", rec.Partition, rec.Offset)
+			continue
+		}
+		x := c.retries[retryKey{task, r.r.Decision.Retry.N}]
+		if x == nil {
+			c.violate("retry.extra", task, "retry %d@%d (n=%d) matches no RETRY decision of the task", rec.Partition, rec.Offset, r.r.Decision.Retry.N)
+			continue
+		}
+		x.published = append(x.published, r)
+	}
+	for _, x := range c.retries {
+		switch {
+		case len(x.published) > 1:
+			var at []string
+			for _, p := range x.published {
+				at = append(at, fmt.Sprintf("%d@%d at %s", p.rec.Partition, p.rec.Offset, stamp(p.at())))
+			}
+			c.violate("retry.duplicate", x.task, "retry n=%d of input %s published %d times: %s", x.n, x.input.key, len(x.published), strings.Join(at, ", "))
+		case len(x.published) == 0 && x.superseded == nil:
+			c.violate("retry.missing", x.task, "retry n=%d of input %s (due %s) was never published and nothing superseded it",
+				x.n, x.input.key, stamp(x.notBefore))
+		case len(x.published) == 0:
+			c.rep.Superseded++
+		}
+		for _, p := range x.published {
+			at := p.at()
+			switch {
+			case at.Before(x.notBefore):
+				c.violate("retry.early", x.task, "retry n=%d published at %s, before its due time %s", x.n, stamp(at), stamp(x.notBefore))
+			case x.superseded != nil && at.After(*x.superseded):
+				c.violate("retry.superseded", x.task, "retry n=%d published at %s, after a later decision (%s) superseded it",
+					x.n, stamp(at), stamp(*x.superseded))
+			}
+			if p.r.Event == nil || p.r.Event.EventID != x.eventID {
+				got := "no event"
+				if p.r.Event != nil {
+					got = p.r.Event.EventID
+				}
+				c.violate("retry.event", x.task, "retry n=%d re-issues %s, want event %s", x.n, got, x.eventID)
+			}
+			if p.r.Decision.Class != x.class {
+				c.violate("retry.class", x.task, "retry n=%d has class %s, want %s", x.n, p.r.Decision.Class, x.class)
+			}
+		}
+	}
+}
+
+// checkAlerts checks the alerts topic: the immediate alerts (hallucination,
+// budget) exactly once each, review SLA alerts when and only when an item
+// stayed open past its owner's SLA, surge alerts justified by the audit
+// stream, and the breaker transitions (breakers.go).
+func (c *checker) checkAlerts() {
+	var transitions []transition
+	for _, rec := range c.logs.Alerts {
+		c.rep.Alerts++
+		e, err := c.codec.DecodeBreakerEvent(rec.Value)
+		if err != nil {
+			c.violate("alerts.undecodable", string(rec.Key), "alert %d@%d does not decode: %v", rec.Partition, rec.Offset, err)
+			continue
+		}
+		at := e.At.Time
+		switch {
+		case e.Kind == "TRANSITION":
+			transitions = append(transitions, transition{rec: rec, e: e})
+		case e.Kind != "ALERT":
+			c.violate("alerts.kind", e.TaskID, "alert %d@%d has kind %q", rec.Partition, rec.Offset, e.Kind)
+		case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
+			c.rep.SLAAlerts++
+			c.slaAlert(rec, e)
+		case e.Scope == "TASK" || e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
+			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + e.Scope + "/" + e.Key, At: stamp(at), Reason: e.Reason})
+			k := alertKey{e.Scope, e.Key, e.TaskID, at.UnixMilli()}
+			if c.alerts[k] == 0 {
+				c.violate("alerts.extra", e.TaskID, "alert %d@%d %s/%s at %s (%s) answers no decision of the task at that time",
+					rec.Partition, rec.Offset, e.Scope, e.Key, stamp(at), e.Class)
+				continue
+			}
+			c.alerts[k]--
+		default:
+			c.rep.Surges++
+			c.surge(rec, e)
+		}
+	}
+	for k, n := range c.alerts {
+		if n > 0 {
+			c.violate("alerts.missing", k.task, "no ALERT %s/%s for the task's decision at %s", k.scope, k.key, stamp(time.UnixMilli(k.at)))
+		}
+	}
+	for _, it := range c.items {
+		end := c.logs.End
+		switch {
+		case len(it.alerted) > 1:
+			c.violate("alerts.sla_duplicate", it.task, "review item opened at %s alerted %d times", stamp(it.opened), len(it.alerted))
+		case len(it.alerted) == 0 && it.closed == nil && !end.IsZero() && end.Sub(it.due) > c.o.Settle:
+			c.violate("alerts.sla_missing", it.task, "review item (%s) opened at %s, past its owner's SLA since %s and still open, never alerted",
+				it.class, stamp(it.opened), stamp(it.due))
+		}
+		if len(it.alerted) > 0 {
+			c.expected(it.task, Output{Topic: "alerts", Class: string(it.class), Rule: "ALERT TASK/" + it.task, Note: "review SLA"})
+		}
+	}
+	c.breakers(transitions)
+}
+
+// slaAlert matches a review SLA alert to the task's review item: the item
+// was open at the alert's time, and that time is past the item's SLA.
+func (c *checker) slaAlert(rec *kgo.Record, e event.BreakerEvent) {
+	at := e.At.Time
+	c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT TASK/" + e.Key, At: stamp(at), Reason: e.Reason})
+	for _, it := range c.items {
+		if it.task != e.TaskID || at.Before(it.opened) || it.closed != nil && at.After(*it.closed) {
+			continue
+		}
+		it.alerted = append(it.alerted, e)
+		if at.Before(it.due) {
+			c.violate("alerts.sla_early", e.TaskID, "review SLA alert at %s, before the item's SLA ran out (%s)", stamp(at), stamp(it.due))
+		}
+		if e.Class != it.class {
+			c.violate("alerts.sla_class", e.TaskID, "review SLA alert of class %s, the item's class is %s", e.Class, it.class)
+		}
+		return
+	}
+	c.violate("alerts.sla_extra", e.TaskID, "review SLA alert %d@%d at %s, when the task had no open review item", rec.Partition, rec.Offset, stamp(at))
+}
+
+// surge checks that a surge alert is justified: within the surge window
+// before it, the audit stream holds at least min_events decisions of its
+// class for its key (an instance sees at most every decision).
+func (c *checker) surge(rec *kgo.Record, e event.BreakerEvent) {
+	s := c.o.Policy.Surge
+	at := e.At.UnixMilli()
+	if !slices.Contains(s.Classes, e.Class) {
+		c.violate("surge.class", e.TaskID, "surge alert %d@%d for class %s, which the policy does not watch", rec.Partition, rec.Offset, e.Class)
+		return
+	}
+	n := int32(0)
+	for _, in := range c.inputs {
+		if in.kind != inTask || in.audit == nil || in.decided.Class != e.Class || in.decided.Route == event.RouteDrop {
+			continue
+		}
+		if t := in.audit.at().UnixMilli(); t > at || t <= at-s.WindowMs {
+			continue
+		}
+		for _, r := range refs(&in.event) {
+			if r.Scope.String() == e.Scope && r.Key == e.Key {
+				n++
+			}
+		}
+	}
+	if n < s.MinEvents {
+		c.violate("surge.unjustified", e.TaskID, "surge alert %s/%s for %s at %s: the audit stream holds %d such decisions in the window, want >= %d",
+			e.Scope, e.Key, e.Class, stamp(e.At.Time), n, s.MinEvents)
+	}
+}
+
+// refs are the breakers a retry of ev would be published into (the
+// router's contract: provider/model, action, prompt template).
+func refs(ev *event.TaskEvent) []breaker.Ref {
+	var out []breaker.Ref
+	if ev.Provider != "" && ev.Model != "" {
+		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
+	}
+	if ev.Action != "" {
+		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
+	}
+	if ev.PromptTemplate != "" {
+		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
+	}
+	return out
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
