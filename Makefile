@@ -1,7 +1,7 @@
 # faultrouter: the README's commands.
 GO ?= go
 
-.PHONY: build demo test unit fuzz broker-start broker-stop lint bench
+.PHONY: build demo test unit fuzz soak broker-start broker-stop lint bench
 
 build: ## build bin/faultrouter
 	$(GO) build -trimpath -o bin/faultrouter ./cmd/faultrouter
@@ -11,6 +11,9 @@ demo: ## the self-contained demo (embedded broker)
 
 test: ## everything: gofmt, vet, unit tests, fuzz, integration tests on a real Kafka broker
 	integration/test.sh
+
+soak: ## the reference-model checker under faults for DURATION (default 10m); SEED=n replays a seed
+	DURATION=$(DURATION) SEED=$(SEED) integration/soak.sh
 
 unit: ## unit tests only (no broker)
 	$(GO) test ./...

@@ -225,7 +225,7 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 	switch d.Route {
 	case event.RouteRetry:
 		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() && !r.holdRetry(ev, b, now) {
-			b.out = append(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
+			b.out = appendRetry(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}
 	case event.RouteReview, event.RouteQuarantine:
@@ -260,7 +260,7 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		}
 		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
 		rec.Headers = copyHeaders(st, rec.Headers)
-		b.out = append(b.out, rec)
+		b.out = appendRetry(b.out, rec)
 		st.Pending = nil
 		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
 	}
