@@ -107,7 +107,15 @@ func (c *checker) breakers(ts []transition) {
 		}
 		cfg := c.breakerConfig(sc)
 		latch := e.To == "OPEN" && strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION")
+		byCommand := e.To == "OPEN" && strings.HasPrefix(e.Reason, "latched by ")
 		switch {
+		case byCommand:
+			// another instance's latch, applied from the LATCH command it wrote
+			if !c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}] {
+				c.violate("breaker.cause", e.TaskID, "%s on instance %s latched at %s by a command for task %s, but no LATCH command was audited then",
+					k.ref, e.Instance, stamp(at), e.TaskID)
+			}
+			latch = true
 		case e.To == "OPEN" && e.TaskID != "":
 			if !c.has(e.TaskID, at, e.Class) {
 				c.violate("breaker.cause", e.TaskID, "%s opened at %s by task %s (%s), but the task has no %s decision at that time",

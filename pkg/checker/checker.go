@@ -49,14 +49,11 @@ type Options struct {
 type inputKind uint8
 
 const (
-	inTask   inputKind = iota // a TaskEvent on ingress
-	inReview                  // a ReviewDecision on decisions
-	inReset                   // a breaker reset (BreakerEvent of kind RESET) on decisions
-	inPoison                  // a record the router must dead-letter
+	inTask    inputKind = iota // a TaskEvent on ingress
+	inReview                   // a ReviewDecision on decisions
+	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
+	inPoison                   // a record the router must dead-letter
 )
-
-// resetKind is the BreakerEvent kind of a breaker reset command.
-const resetKind = "RESET"
 
 // inputKey names an input record.
 type inputKey struct {
@@ -74,10 +71,10 @@ type input struct {
 	kind    inputKind
 	event   event.TaskEvent
 	review  event.ReviewDecision
-	reset   event.BreakerEvent
+	command event.BreakerEvent
 	errKind string
 	err     error
-	task    string  // task ID; the record key for poison and resets
+	task    string  // task ID; the record key for poison and commands
 	audit   *routed // its audit record, nil if none
 	decided event.Decision
 }
@@ -108,6 +105,8 @@ type checker struct {
 	decision map[decisionKey][]event.Class // the classes a task was decided at a time
 	// instances names the instance of each producer ID (from its alerts)
 	instances map[int64]string
+	// latchCommands are the LATCH commands applied: task, time
+	latchCommands map[decisionKey]bool
 }
 
 // taskRun is the model's walk of one task.
@@ -143,7 +142,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 		o: o, codec: c, logs: logs, rep: &Report{ViolationsByCheck: map[string]int{}},
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
-		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{},
+		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
 	}
 	ck.readInputs()
 	ck.readAudit()
@@ -172,8 +171,8 @@ func (c *checker) readInputs() {
 				tr.inputs = append(tr.inputs, in)
 			case inPoison:
 				c.rep.Poison++
-			case inReset:
-				c.rep.Resets++
+			case inCommand:
+				c.rep.Commands++
 			}
 		}
 	}
@@ -206,10 +205,10 @@ func (c *checker) decode(rec *kgo.Record) *input {
 		case *event.ReviewDecision:
 			in.kind, in.review, id = inReview, *x, x.TaskID
 		case *event.BreakerEvent:
-			if x.Kind != resetKind {
+			if x.Kind != event.BreakerKindReset && x.Kind != event.BreakerKindLatch {
 				return poison(codec.Kind(codec.ErrWrongSchema), errors.New("breaker event of kind "+x.Kind))
 			}
-			in.kind, in.reset = inReset, *x
+			in.kind, in.command = inCommand, *x
 			return in
 		default:
 			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%T on decisions", v))
@@ -272,7 +271,7 @@ func taskOf(r *routed) string {
 // with the policy, and records what each decision must have produced.
 func (c *checker) model() {
 	for _, in := range c.inputs {
-		if in.kind == inPoison || in.kind == inReset {
+		if in.kind == inPoison || in.kind == inCommand {
 			c.untasked(in)
 		}
 	}
@@ -309,24 +308,28 @@ func (c *checker) model() {
 	})
 }
 
-// untasked checks the audit record of a poison record or a breaker reset.
+// untasked checks the audit record of a poison record or a breaker command
+// (its class, route and rule: the reason of a command says whether it
+// changed the breaker of the instance that read it).
 func (c *checker) untasked(in *input) {
+	var at time.Time
+	if in.audit != nil {
+		at = in.audit.at()
+	}
 	var want event.Decision
 	switch in.kind {
 	case inPoison:
-		want = event.Decision{Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: "input." + in.errKind}
+		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
-	case inReset:
-		// a reset of a known scope is COMPLETE whether or not the breaker was
-		// open on the instance that read it (its reason says which)
-		want = event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "breaker.reset"}
-		switch in.reset.Scope {
-		case "PROVIDER_MODEL", "DOWNSTREAM", "PROMPT_TEMPLATE":
-		default:
-			want.Route, want.Rule = event.RouteDrop, "breaker.reset_invalid"
-		}
-		if in.reset.Key == "" {
-			want.Route, want.Rule = event.RouteDrop, "breaker.reset_invalid"
+	case inCommand:
+		ref, invalid := policy.BreakerCommand(&in.command, at)
+		if invalid != nil {
+			want = *invalid
+		} else {
+			want = policy.BreakerCommandApplied(&in.command, ref, true, at)
+			if in.command.Kind == event.BreakerKindLatch {
+				c.latchCommands[decisionKey{in.command.TaskID, at.UnixMilli()}] = true
+			}
 		}
 	}
 	in.decided = want
@@ -354,8 +357,8 @@ func kindName(k inputKind) string {
 		return "task event"
 	case inReview:
 		return "review decision"
-	case inReset:
-		return "breaker reset"
+	case inCommand:
+		return "breaker command"
 	}
 	return "poison"
 }

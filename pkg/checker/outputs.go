@@ -11,6 +11,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // retryKey names one retry of a task: its retry number.
@@ -297,21 +298,8 @@ func (c *checker) surge(rec *kgo.Record, e event.BreakerEvent) {
 	}
 }
 
-// refs are the breakers a retry of ev would be published into (the
-// router's contract: provider/model, action, prompt template).
-func refs(ev *event.TaskEvent) []breaker.Ref {
-	var out []breaker.Ref
-	if ev.Provider != "" && ev.Model != "" {
-		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
-	}
-	if ev.Action != "" {
-		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
-	}
-	if ev.PromptTemplate != "" {
-		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
-	}
-	return out
-}
+// refs are the breakers a retry of ev would be published into.
+func refs(ev *event.TaskEvent) []breaker.Ref { return policy.BreakerRefs(ev) }
 
 func header(r *kgo.Record, key string) string {
 	for _, h := range r.Headers {

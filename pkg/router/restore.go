@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,6 +48,12 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 			return err
 		}
 		next, _, err := r.store.Checkpoint(p)
+		if errors.Is(err, store.ErrCorruptCheckpoint) {
+			// the store is a cache: restore the partition from the start
+			r.log.Warn("changelog checkpoint is corrupt; restoring the partition from the start of the changelog",
+				"topic", topic, "partition", p, "err", err)
+			next, err = 0, nil
+		}
 		if err != nil {
 			return err
 		}

@@ -227,8 +227,14 @@ func (s *Store) Load(ids []string, out map[string]*task.State) error {
 	return nil
 }
 
+// ErrCorruptCheckpoint is returned by Checkpoint when the stored checkpoint
+// of a partition is not an 8-byte offset. The store is a cache of the
+// changelog: the caller restores that partition from the changelog's start.
+var ErrCorruptCheckpoint = errors.New("store: corrupt changelog checkpoint")
+
 // Checkpoint returns the next changelog offset to restore partition p from,
-// and false when the store has never seen the partition.
+// and false when the store has never seen the partition. A checkpoint that
+// does not decode is ErrCorruptCheckpoint.
 func (s *Store) Checkpoint(p int32) (int64, bool, error) {
 	v, closer, err := s.db.Get(checkpointKey(p))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -239,7 +245,7 @@ func (s *Store) Checkpoint(p int32) (int64, bool, error) {
 	}
 	defer closer.Close()
 	if len(v) != 8 {
-		return 0, false, fmt.Errorf("store: checkpoint of partition %d: %d bytes", p, len(v))
+		return 0, false, fmt.Errorf("%w: partition %d: %d bytes, want 8", ErrCorruptCheckpoint, p, len(v))
 	}
 	return int64(binary.BigEndian.Uint64(v)), true, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -366,5 +367,29 @@ func TestReadsStatesOfEarlierBuilds(t *testing.T) {
 	again, err := s.Get("t-json")
 	if err != nil || again.Attempts != 2 || again.Pending != nil {
 		t.Fatalf("Avro state read as %+v, %v", again, err)
+	}
+}
+
+// Guards the restore of a corrupted store: a checkpoint that is not an 8-byte
+// offset (a torn or foreign write) is ErrCorruptCheckpoint, which the router
+// answers by restoring the partition from the changelog's start instead of
+// failing every restore of it.
+func TestCheckpointCorrupt(t *testing.T) {
+	s := openTest(t)
+	if err := s.db.Set(checkpointKey(3), []byte{0xde, 0xad, 0xbe}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Checkpoint(3); !errors.Is(err, ErrCorruptCheckpoint) {
+		t.Fatalf("Checkpoint of a 3-byte checkpoint = %v, want ErrCorruptCheckpoint", err)
+	}
+	wb := s.NewBatch()
+	if err := wb.SetCheckpoint(3, 77); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if next, ok, err := s.Checkpoint(3); err != nil || !ok || next != 77 {
+		t.Errorf("after a restore wrote it again: Checkpoint = %d, %v, %v; want 77, true", next, ok, err)
 	}
 }
