@@ -404,17 +404,30 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 		mu   sync.Mutex
 		perr error
 	)
-	send := func(cl *kgo.Client, r *kgo.Record) {
+	// a record that fails (a broker restart can fail one for good) is sent
+	// again: a copy that did land is just one more input to the checker,
+	// which models whatever the committed input log holds
+	var send func(cl *kgo.Client, r *kgo.Record, tries int)
+	send = func(cl *kgo.Client, r *kgo.Record, tries int) {
 		wg.Add(1)
 		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			defer wg.Done()
-			if err != nil {
+			switch {
+			case err != nil && tries < 20 && ctx.Err() == nil:
+				again := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value}
+				wg.Add(1)
+				go func() { // never block the client's callbacks
+					defer wg.Done()
+					time.Sleep(500 * time.Millisecond)
+					send(cl, again, tries+1)
+				}()
+			case err != nil:
 				mu.Lock()
 				perr = err
 				mu.Unlock()
-				return
+			default:
+				produced.Add(1)
 			}
-			produced.Add(1)
 		})
 	}
 	ingress, decisions := prefix+"ai.tasks.ingress", prefix+"ai.tasks.review.decisions"
@@ -429,15 +442,14 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 		switch {
 		case it.reset:
 			for p := range partitions {
-				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value})
+				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value}, 0)
 			}
 		case it.decision:
-			send(cl, &kgo.Record{Topic: decisions, Key: []byte(it.key), Value: it.value})
+			send(cl, &kgo.Record{Topic: decisions, Key: []byte(it.key), Value: it.value}, 0)
 		default:
-			send(cl, &kgo.Record{Topic: ingress, Key: []byte(it.key), Value: it.value})
+			send(cl, &kgo.Record{Topic: ingress, Key: []byte(it.key), Value: it.value}, 0)
 		}
 	}
-	manual.Flush(ctx)
 	wg.Wait()
 	return perr
 }

@@ -1,0 +1,205 @@
+package checker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// logBuilder writes the records of a small run by hand: inputs, and the
+// outputs a router wrote (right or wrong).
+type logBuilder struct {
+	t     *testing.T
+	c     *codec.Codec
+	logs  Logs
+	t0    time.Time
+	audit int64
+}
+
+func newLog(t *testing.T) *logBuilder {
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	return &logBuilder{t: t, c: c, t0: t0, logs: Logs{End: t0.Add(time.Hour)}}
+}
+
+func (b *logBuilder) input(off int64, ev event.TaskEvent) *kgo.Record {
+	v, err := b.c.EncodeTaskEvent(nil, &ev)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	r := &kgo.Record{Topic: "in", Partition: 0, Offset: off, Key: []byte(ev.TaskID), Value: v, Timestamp: b.t0.Add(time.Duration(off) * 5 * time.Second)}
+	b.logs.Ingress = append(b.logs.Ingress, r)
+	return r
+}
+
+// routed appends a RoutedRecord for input in to the named output topic.
+func (b *logBuilder) routed(topic string, in *kgo.Record, ev *event.TaskEvent, d event.Decision) {
+	rr := event.Routed{Event: ev, Decision: d}
+	if in != nil {
+		rr.Input = event.Source{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, Timestamp: event.At(in.Timestamp)}
+	}
+	v, err := b.c.EncodeRouted(nil, &rr)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: topic, Key: []byte(ev.TaskID), Value: v, Timestamp: d.DecidedAt.Time, ProducerID: 7}
+	switch topic {
+	case "audit":
+		rec.Offset = b.audit
+		b.audit++
+		b.logs.Audit = append(b.logs.Audit, rec)
+	case "retry":
+		rec.Offset = int64(len(b.logs.Retry))
+		b.logs.Retry = append(b.logs.Retry, rec)
+	case "review":
+		b.logs.Review = append(b.logs.Review, rec)
+	case "deadletter":
+		b.logs.DeadLetter = append(b.logs.DeadLetter, rec)
+	}
+}
+
+func (b *logBuilder) alert(e event.BreakerEvent) {
+	v, err := b.c.EncodeBreakerEvent(nil, &e)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.logs.Alerts = append(b.logs.Alerts, &kgo.Record{Topic: "alerts", Offset: int64(len(b.logs.Alerts)), Value: v, ProducerID: 7})
+}
+
+func (b *logBuilder) check() *Report {
+	rep, err := Check(b.logs, Options{Policy: policy.Default(), Ingress: "in", Decisions: "decisions"})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return rep
+}
+
+func timeout(task, id string, attempt int32, at time.Time) event.TaskEvent {
+	return event.TaskEvent{EventID: id, TaskID: task, Attempt: attempt, OccurredAt: event.At(at), Source: "w", Action: "refund",
+		Provider: "openai", Model: "gpt-4o", PromptTemplate: "refund-v9", Stage: event.StageNetwork, Status: event.StatusError,
+		Error: &event.Error{Type: "TimeoutError", HTTPStatus: 504}, Usage: event.Usage{CostUSD: 0.01, Tokens: 10, ElapsedMs: 100}}
+}
+
+// run writes a router's correct outputs for a task of two timeouts (retry,
+// retry) and a refusal (review), and lets mutate break them first.
+func run(t *testing.T, mutate func(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []event.TaskEvent)) *Report {
+	b := newLog(t)
+	p := policy.Default()
+	evs := []event.TaskEvent{timeout("t-1", "e-1", 1, b.t0), timeout("t-1", "e-2", 2, b.t0.Add(3*time.Second))}
+	ref := evs[1]
+	ref.EventID, ref.Attempt, ref.Status, ref.Stage, ref.Error = "e-3", 3, event.StatusOK, event.StageModel, nil
+	ref.Output = &event.Output{Text: "I cannot help with that request.", SchemaValid: ptrTo(true), Confidence: ptrTo(0.9)}
+	evs = append(evs, ref)
+	var st task.State
+	var decided []event.Decision
+	var ins []*kgo.Record
+	for i := range evs {
+		in := b.input(int64(i), evs[i])
+		d := p.Decide(&evs[i], &st, in.Timestamp.Add(100*time.Millisecond))
+		decided, ins = append(decided, d), append(ins, in)
+	}
+	mutate(b, decided, ins, evs)
+	return b.check()
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// correct writes the outputs a correct router writes.
+func correct(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []event.TaskEvent, skip string) {
+	for i, d := range decided {
+		if skip != "audit" || i != 0 {
+			b.routed("audit", ins[i], &evs[i], d)
+		}
+		switch d.Route {
+		case event.RouteRetry:
+			if skip != "retry" || i != 0 {
+				due := d
+				due.DecidedAt = d.Retry.NotBefore
+				b.routed("retry", nil, &evs[i], due)
+			}
+		case event.RouteReview:
+			if skip != "review" {
+				b.routed("review", ins[i], &evs[i], d)
+			}
+		}
+	}
+}
+
+// Guards the checker's verdicts: a router's correct outputs pass, and each
+// kind of wrong output (a wrong decision, a lost audit record, a retry
+// published twice or early, a review record lost, a retry into an open
+// breaker) is reported against the task, with its story.
+func TestCheckFindsWhatDiffers(t *testing.T) {
+	rep := run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) { correct(b, d, in, ev, "") })
+	if !rep.OK() {
+		var s strings.Builder
+		rep.WriteText(&s)
+		t.Fatalf("correct outputs: %s", s.String())
+	}
+	if rep.Decisions != 3 || rep.Retries != 2 || rep.Reviews != 1 {
+		t.Errorf("counts: %d decisions, %d retries, %d reviews; want 3, 2, 1", rep.Decisions, rep.Retries, rep.Reviews)
+	}
+
+	cases := []struct {
+		name   string
+		check  string
+		mutate func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent)
+	}{
+		{"wrong route", "audit.decision", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			d[2].Route, d[2].Rule = event.RouteDrop, "dedup.redelivery"
+			correct(b, d, in, ev, "")
+		}},
+		{"audit lost", "audit.missing", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			correct(b, d, in, ev, "audit")
+		}},
+		{"retry twice", "retry.duplicate", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			correct(b, d, in, ev, "")
+			due := d[0]
+			due.DecidedAt = d[0].Retry.NotBefore
+			b.routed("retry", nil, &ev[0], due)
+		}},
+		{"retry early", "retry.early", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			correct(b, d, in, ev, "retry")
+			early := d[0]
+			early.DecidedAt = event.At(d[0].Retry.NotBefore.Add(-time.Millisecond))
+			b.routed("retry", nil, &ev[0], early)
+		}},
+		{"review lost", "review.missing", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			correct(b, d, in, ev, "review")
+		}},
+		{"retry into an open breaker", "breaker.retry_into_open", func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+			correct(b, d, in, ev, "")
+			// the breaker opened on the first timeout, before the first retry was due
+			b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+				Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d[0].DecidedAt})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := run(t, c.mutate)
+			if rep.ViolationsByCheck[c.check] == 0 {
+				t.Fatalf("no %s violation; got %v", c.check, rep.ViolationsByCheck)
+			}
+			if rep.FirstTask == nil || rep.FirstTask.Task != "t-1" || len(rep.FirstTask.Inputs) != 3 {
+				t.Fatalf("first failing task: %+v, want t-1 with its 3 inputs", rep.FirstTask)
+			}
+			var s strings.Builder
+			rep.WriteText(&s)
+			for _, want := range []string{"FIRST FAILING TASK t-1", "expected outputs", "actual outputs", c.check} {
+				if !strings.Contains(s.String(), want) {
+					t.Errorf("text report lacks %q:\n%s", want, s.String())
+				}
+			}
+		})
+	}
+}
