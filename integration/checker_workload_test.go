@@ -215,7 +215,7 @@ var wlScenarios = []struct {
 		e := g.ev(event.StatusOK, event.StageModel)
 		e.Output = &event.Output{Text: "Your order #99999 shipped yesterday.", SchemaValid: ptr(true), Confidence: ptr(0.95), Flags: []string{"fabricated_data"}}
 		g.emit(e)
-		if g.rng.IntN(4) == 0 {
+		if g.at < 12*time.Second && g.rng.IntN(2) == 0 {
 			g.wait(62*time.Second, 68*time.Second) // past content safety's 1 min SLA: alerted
 		} else {
 			g.wait(3*time.Second, 15*time.Second)

@@ -140,7 +140,9 @@ func correct(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []e
 // published twice or early, a review record lost, a retry into an open
 // breaker) is reported against the task, with its story.
 func TestCheckFindsWhatDiffers(t *testing.T) {
-	rep := run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) { correct(b, d, in, ev, "") })
+	rep := run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+		correct(b, d, in, ev, "")
+	})
 	if !rep.OK() {
 		var s strings.Builder
 		rep.WriteText(&s)
