@@ -372,7 +372,10 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	c.routers["a"].stop(t)
 	corruptCheckpoints(t, c.dirs["a"])
 	c.start("a")
-	log("restore-failure", s, "SIGTERM a, corrupted the changelog checkpoints in its Pebble store, restarted")
+	if !strings.Contains(c.routers["a"].logs.String(), "checkpoint is corrupt") {
+		t.Errorf("fault restore-failure not injected: the restarted router never read a corrupt checkpoint")
+	}
+	log("restore-failure", s, "SIGTERM a, corrupted the changelog checkpoints in its Pebble store, restarted: restored from the changelog's start")
 	return done
 }
 
