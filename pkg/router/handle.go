@@ -124,6 +124,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		return nil
 	}
 	r.metrics.txCommitted.Inc()
+	r.observeCommitted(fetches) // lag.go
 	r.backoff = 0
 	for i := range b.inputs {
 		delete(r.refused, at(b.inputs[i].rec))

@@ -8,16 +8,25 @@ import (
 
 // lag is the consumer lag of the partitions this instance owns, per input
 // topic: for each partition, the last stable offset (read_committed) minus
-// the first offset of the latest poll that returned records for it (its
-// records are not routed until their transaction commits). It is approximate: a partition is only measured when it has
+// the offset up to which the router has committed. A polled batch counts
+// until its transaction commits (observeLag at the poll, observeCommitted
+// after the commit), so a batch polled again and again (a produce failing)
+// shows as lag. It is approximate: a partition is only measured when it has
 // records, and a transaction's commit marker counts one offset.
 type lag struct {
 	mu   sync.Mutex
 	last map[string]map[int32]int64 // topic -> partition -> lag
 }
 
-// observeLag updates the consumer lag gauge from one poll.
-func (r *Router) observeLag(fetches kgo.Fetches) {
+// observeLag updates the consumer lag gauge from one poll: the polled
+// records are not routed yet.
+func (r *Router) observeLag(fetches kgo.Fetches) { r.setLag(fetches, false) }
+
+// observeCommitted updates the consumer lag gauge once the poll's
+// transaction committed: its records are routed.
+func (r *Router) observeCommitted(fetches kgo.Fetches) { r.setLag(fetches, true) }
+
+func (r *Router) setLag(fetches kgo.Fetches, committed bool) {
 	r.metrics.lag.mu.Lock()
 	defer r.metrics.lag.mu.Unlock()
 	if r.metrics.lag.last == nil {
@@ -31,9 +40,10 @@ func (r *Router) observeLag(fetches kgo.Fetches) {
 		if end < 0 {
 			end = p.HighWatermark
 		}
-		// the batch's records count until its transaction commits: a batch
-		// polled again and again (a produce failing) shows as lag
 		next := p.Records[0].Offset
+		if committed {
+			next = p.Records[len(p.Records)-1].Offset + 1
+		}
 		if r.metrics.lag.last[p.Topic] == nil {
 			r.metrics.lag.last[p.Topic] = map[int32]int64{}
 		}
