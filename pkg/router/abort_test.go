@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -17,7 +16,6 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // failNextProduceTo makes the broker reject the next produce request that
@@ -28,40 +26,14 @@ import (
 // function that reports whether the fault has fired.
 func failNextProduceTo(t *testing.T, c *kfake.Cluster, seeds []kgo.Opt, topic string) func() bool {
 	t.Helper()
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
-	if err != nil || td[topic].Err != nil {
-		t.Fatalf("topic %s: %v %v", topic, err, td[topic].Err)
-	}
-	id := [16]byte(td[topic].ID)
+	id := topicID(t, seeds, topic)
 	var fired atomic.Bool
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.ProduceRequest)
-		hit := false
-		for _, rt := range req.Topics {
-			hit = hit || rt.Topic == topic || rt.TopicID == id
-		}
-		if !hit || fired.Load() {
+		if !producesTo(req, topic, id) || fired.Load() {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		resp.Version = req.Version
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.UnknownServerError.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
+		resp := answerProduce(req, func(kmsg.ProduceRequestTopic) int16 { return kerr.UnknownServerError.Code })
 		fired.Store(true)
 		return resp, nil, true
 	})
@@ -84,32 +56,16 @@ func (c *clock) Set(t time.Time) {
 // readAlerts returns the committed BreakerEvents on the alerts topic so far.
 func readAlerts(t *testing.T, seeds []kgo.Opt, topic string) []event.BreakerEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, _ := codec.New()
 	var out []event.BreakerEvent
-	err = scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
-		for _, r := range b.Records {
-			v, err := c.Decode(r.Value)
-			if err != nil {
-				return fmt.Errorf("alert does not decode: %w", err)
-			}
-			out = append(out, *v.(*event.BreakerEvent))
+	readCommitted(t, seeds, topic, func(r *kgo.Record) error {
+		v, err := c.Decode(r.Value)
+		if err != nil {
+			return fmt.Errorf("alert does not decode: %w", err)
 		}
+		out = append(out, *v.(*event.BreakerEvent))
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("reading %s: %v", topic, err)
-	}
 	return out
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // refuseProduceTo makes the broker answer every produce request carrying
@@ -25,42 +23,19 @@ import (
 // batch and stores the others.
 func refuseProduceTo(t *testing.T, c *kfake.Cluster, seeds []kgo.Opt, topic string, code int16, fail func() bool) {
 	t.Helper()
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	td, err := kadm.NewClient(cl).ListTopics(context.Background(), topic)
-	if err != nil || td[topic].Err != nil {
-		t.Fatalf("topic %s: %v %v", topic, err, td[topic].Err)
-	}
-	id := [16]byte(td[topic].ID)
+	id := topicID(t, seeds, topic)
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
-		hit := false
-		for _, rt := range req.Topics {
-			hit = hit || rt.Topic == topic || rt.TopicID == id
-		}
-		if !hit || !fail() {
+		if !producesTo(req, topic, id) || !fail() {
 			return nil, nil, false
 		}
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		resp.Version = req.Version
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, code
-				if rt.Topic != topic && rt.TopicID != id {
-					sp.ErrorCode = kerr.NotLeaderForPartition.Code
-				}
-				st.Partitions = append(st.Partitions, sp)
+		return answerProduce(req, func(rt kmsg.ProduceRequestTopic) int16 {
+			if rt.Topic != topic && rt.TopicID != id {
+				return kerr.NotLeaderForPartition.Code
 			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+			return code
+		}), nil, true
 	})
 }
 
@@ -68,34 +43,18 @@ func refuseProduceTo(t *testing.T, c *kfake.Cluster, seeds []kgo.Opt, topic stri
 // headers, by event ID.
 func committedRouted(t *testing.T, seeds []kgo.Opt, topic string) map[string]*kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, _ := codec.New()
 	out := map[string]*kgo.Record{}
-	err = scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
-		for _, r := range b.Records {
-			rr, err := c.DecodeRouted(r.Value)
-			if err != nil {
-				return err
-			}
-			if rr.Event != nil {
-				out[rr.Event.EventID] = r
-			}
+	readCommitted(t, seeds, topic, func(r *kgo.Record) error {
+		rr, err := c.DecodeRouted(r.Value)
+		if err != nil {
+			return err
+		}
+		if rr.Event != nil {
+			out[rr.Event.EventID] = r
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return out
 }
 
