@@ -108,8 +108,8 @@ func (s *Server) breakersPage(w http.ResponseWriter, r *http.Request, p *person)
 }
 
 func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person) error {
-	if !p.operator() {
-		return forbidden(fmt.Sprintf("Refused: resetting a breaker needs the operator role; %s has %s.", p.Name, strings.Join(p.Roles, ", ")))
+	if err := needOperator(p, "resetting a breaker"); err != nil {
+		return err
 	}
 	scope, err := breaker.ParseScope(r.PostFormValue("scope"))
 	if err != nil {

@@ -200,8 +200,8 @@ func (s *Server) plan(ds []deadLetter, reason string) ([]control.Redrive, error)
 // redrivePost previews a re-drive (the dry run) or, confirmed with the
 // previewed count, starts it as a job.
 func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) error {
-	if !p.operator() {
-		return forbidden(fmt.Sprintf("Refused: re-driving needs the operator role; %s has %s.", p.Name, strings.Join(p.Roles, ", ")))
+	if err := needOperator(p, "re-driving"); err != nil {
+		return err
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if reason == "" {

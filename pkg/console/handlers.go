@@ -8,6 +8,7 @@ package console
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -28,6 +29,15 @@ func badRequest(msg string) error { return &userError{Status: http.StatusBadRequ
 func forbidden(msg string) error  { return &userError{Status: http.StatusForbidden, Msg: msg} }
 func conflict(msg string) error   { return &userError{Status: http.StatusConflict, Msg: msg} }
 func notFound(msg string) error   { return &userError{Status: http.StatusNotFound, Msg: msg} }
+
+// needOperator refuses p, naming what p tried (a gerund: "re-driving") and
+// the roles p has, unless p has the operator role.
+func needOperator(p *person, what string) error {
+	if p.operator() {
+		return nil
+	}
+	return forbidden(fmt.Sprintf("Refused: %s needs the operator role; %s has %s.", what, p.Name, strings.Join(p.Roles, ", ")))
+}
 
 // pageFunc handles one signed-in request.
 type pageFunc func(w http.ResponseWriter, r *http.Request, p *person) error

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -218,8 +217,8 @@ func (js *jobs) stopAll() {
 }
 
 func (s *Server) jobControl(w http.ResponseWriter, r *http.Request, p *person) error {
-	if !p.operator() {
-		return forbidden(fmt.Sprintf("Refused: controlling a re-drive needs the operator role; %s has %s.", p.Name, strings.Join(p.Roles, ", ")))
+	if err := needOperator(p, "controlling a re-drive"); err != nil {
+		return err
 	}
 	if err := s.jobs.control(r.PathValue("id"), r.PathValue("op")); err != nil {
 		return err
