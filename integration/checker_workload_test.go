@@ -19,8 +19,8 @@ import (
 // This file is the reference-model checker's workload: a seeded random
 // stream of task events and review decisions, with every class,
 // multi-attempt tasks, 429s, writes whose receipt is lost and receipts that
-// arrive later, review decisions, exact redeliveries, stragglers after a
-// task ended, poison records, breaker resets and provider storms that trip
+// arrive later, review decisions, exact redeliveries, re-drives, stragglers
+// after a task ended, poison records, breaker resets and provider storms that trip
 // the breakers of the default policy. The same seed gives the same records
 // (occurred_at is on a fixed clock), produced at the same stream times.
 
@@ -33,6 +33,8 @@ type workItem struct {
 	value    []byte
 	// reset is a breaker reset command, written to every decisions partition
 	reset bool
+	// headers are the record's headers (a re-drive's lineage)
+	headers []kgo.RecordHeader
 }
 
 // workload is a generated stream.
@@ -315,6 +317,22 @@ func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
 			v, _ := c.EncodeTaskEvent(nil, &e)
 			w.add(workItem{at: g.at, key: e.TaskID, value: v})
 		}
+		// an operator re-drives the task's last event (replay --redrive-to),
+		// now and then twice by mistake
+		if len(g.events) > 0 && rng.IntN(40) == 0 {
+			e := g.events[len(g.events)-1]
+			g.wait(2*time.Second, 8*time.Second)
+			v, _ := c.EncodeTaskEvent(nil, &e)
+			rd := codec.Redrive{SourceTopic: "ai.tasks.deadletter", SourcePartition: int32(i % 3), SourceOffset: int64(i), Count: 1,
+				Reason: "checker: upstream fixed"}
+			hs := rd.AppendHeaders(nil)
+			w.add(workItem{at: g.at, key: e.TaskID, value: v, headers: hs})
+			w.scenario["redrive"]++
+			if rng.IntN(4) == 0 {
+				g.wait(200*time.Millisecond, 2*time.Second)
+				w.add(workItem{at: g.at, key: e.TaskID, value: v, headers: hs})
+			}
+		}
 		// a straggler: one more attempt after the task ended
 		if rng.IntN(20) == 0 {
 			g.wait(1*time.Second, 5*time.Second)
@@ -414,7 +432,7 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 			defer wg.Done()
 			switch {
 			case err != nil && tries < 20 && ctx.Err() == nil:
-				again := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value}
+				again := &kgo.Record{Topic: r.Topic, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers}
 				wg.Add(1)
 				go func() { // never block the client's callbacks
 					defer wg.Done()
@@ -447,7 +465,7 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 		case it.decision:
 			send(cl, &kgo.Record{Topic: decisions, Key: []byte(it.key), Value: it.value}, 0)
 		default:
-			send(cl, &kgo.Record{Topic: ingress, Key: []byte(it.key), Value: it.value}, 0)
+			send(cl, &kgo.Record{Topic: ingress, Key: []byte(it.key), Value: it.value, Headers: it.headers}, 0)
 		}
 	}
 	wg.Wait()

@@ -13,9 +13,9 @@ import (
 // Report is what Check found.
 type Report struct {
 	// Counts of what was read and decided.
-	Inputs, Tasks, Poison, Commands, Decisions int
-	Audit, Retries, Reviews, DeadLetters       int
-	Alerts, SLAAlerts, Surges, Transitions     int
+	Inputs, Tasks, Poison, Commands, Decisions, Redrives int
+	Audit, Retries, Reviews, DeadLetters                 int
+	Alerts, SLAAlerts, Surges, Transitions               int
 	// Superseded retries were replaced by a later decision before they were
 	// published; HeldReleased retries were held behind a breaker and
 	// published once it closed.
@@ -158,8 +158,8 @@ func (c *checker) finish() {
 // WriteText prints the report for a person: the summary, the violations by
 // check, and the first failing task's inputs, expected and actual outputs.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
-		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
+	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
+		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
 	if r.OK() {
 		fmt.Fprintln(w, "every output matches the model")
