@@ -156,10 +156,12 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 		at time.Time
 	}
 	byInstance := map[string][]pub{}
-	for _, x := range c.retries {
-		for _, p := range x.published {
-			if inst, ok := c.instances[p.rec.ProducerID]; ok {
-				byInstance[inst] = append(byInstance[inst], pub{x, p, p.at()})
+	for _, xs := range c.retries {
+		for _, x := range xs {
+			for _, p := range x.published {
+				if inst, ok := c.instances[p.rec.ProducerID]; ok {
+					byInstance[inst] = append(byInstance[inst], pub{x, p, p.at()})
+				}
 			}
 		}
 	}

@@ -97,8 +97,8 @@ type checker struct {
 
 	inputs   map[inputKey]*input
 	tasks    map[string]*taskRun
-	order    []string // task IDs in order of their first input
-	retries  map[retryKey]*expectRetry
+	order    []string                      // task IDs in order of their first input
+	retries  map[retryKey][]*expectRetry   // a re-drive reopens a task: its retry numbers start again
 	reviews  map[inputKey]*input           // inputs that must have a review record
 	dead     map[inputKey]*input           // inputs that must have a dead-letter record
 	alerts   map[alertKey]int              // immediate alerts that must be on the alerts topic
@@ -142,7 +142,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck := &checker{
 		o: o, codec: c, logs: logs, rep: &Report{ViolationsByCheck: map[string]int{}},
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
-		retries: map[retryKey]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
+		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
 	}
 	ck.readInputs()
@@ -429,8 +429,9 @@ func (c *checker) walk(tr *taskRun) {
 		}
 
 		// a later decision that replaced the pending retry supersedes it
-		if pending != nil && (st.Pending == nil || st.Pending.N != pending.N) {
-			if x := c.retries[retryKey{tr.id, pending.N}]; x != nil && x.superseded == nil {
+		if pending != nil && st.Pending != pending {
+			if xs := c.retries[retryKey{tr.id, pending.N}]; len(xs) > 0 && xs[len(xs)-1].superseded == nil {
+				x := xs[len(xs)-1]
 				t := at
 				x.superseded = &t
 			}
@@ -442,7 +443,8 @@ func (c *checker) walk(tr *taskRun) {
 			if ev != nil {
 				x.eventID, x.refs = ev.EventID, refs(ev)
 			}
-			c.retries[retryKey{tr.id, want.Retry.N}] = x
+			k := retryKey{tr.id, want.Retry.N}
+			c.retries[k] = append(c.retries[k], x)
 			c.expected(tr.id, Output{Topic: "retry", Input: in.key.String(), Class: string(x.class), Route: "RETRY",
 				Retry: x.n, NotBefore: stamp(x.notBefore), Note: "once, at or after not_before, unless a later decision supersedes it"})
 		case event.RouteReview, event.RouteQuarantine:

@@ -146,46 +146,75 @@ func (c *checker) checkRetries() {
 			c.violate("retry.plan", task, "retry %d@%d carries no retry plan", rec.Partition, rec.Offset)
 			continue
 		}
-		x := c.retries[retryKey{task, r.r.Decision.Retry.N}]
+		x := c.matchRetry(task, r)
 		if x == nil {
 			c.violate("retry.extra", task, "retry %d@%d (n=%d) matches no RETRY decision of the task", rec.Partition, rec.Offset, r.r.Decision.Retry.N)
 			continue
 		}
 		x.published = append(x.published, r)
 	}
-	for _, x := range c.retries {
-		switch {
-		case len(x.published) > 1:
-			var at []string
-			for _, p := range x.published {
-				at = append(at, fmt.Sprintf("%d@%d at %s", p.rec.Partition, p.rec.Offset, stamp(p.at())))
-			}
-			c.violate("retry.duplicate", x.task, "retry n=%d of input %s published %d times: %s", x.n, x.input.key, len(x.published), strings.Join(at, ", "))
-		case len(x.published) == 0 && x.superseded == nil:
-			c.violate("retry.missing", x.task, "retry n=%d of input %s (due %s) was never published and nothing superseded it",
-				x.n, x.input.key, stamp(x.notBefore))
-		case len(x.published) == 0:
-			c.rep.Superseded++
+	for _, xs := range c.retries {
+		for _, x := range xs {
+			c.checkRetry(x)
 		}
+	}
+}
+
+// matchRetry finds the RETRY decision a published retry answers: same task,
+// retry number and event; of several (a re-drive restarts the numbers), the
+// first still unpublished whose window (due time to superseding decision)
+// holds the publication, else the last.
+func (c *checker) matchRetry(task string, r *routed) *expectRetry {
+	xs := c.retries[retryKey{task, r.r.Decision.Retry.N}]
+	if len(xs) <= 1 {
+		if len(xs) == 1 {
+			return xs[0]
+		}
+		return nil
+	}
+	at := r.at()
+	for _, x := range xs {
+		if len(x.published) == 0 && (r.r.Event == nil || r.r.Event.EventID == x.eventID) &&
+			!at.Before(x.notBefore) && (x.superseded == nil || !at.After(*x.superseded)) {
+			return x
+		}
+	}
+	return xs[len(xs)-1]
+}
+
+// checkRetry checks what became of one RETRY decision.
+func (c *checker) checkRetry(x *expectRetry) {
+	switch {
+	case len(x.published) > 1:
+		var at []string
 		for _, p := range x.published {
-			at := p.at()
-			switch {
-			case at.Before(x.notBefore):
-				c.violate("retry.early", x.task, "retry n=%d published at %s, before its due time %s", x.n, stamp(at), stamp(x.notBefore))
-			case x.superseded != nil && at.After(*x.superseded):
-				c.violate("retry.superseded", x.task, "retry n=%d published at %s, after a later decision (%s) superseded it",
-					x.n, stamp(at), stamp(*x.superseded))
+			at = append(at, fmt.Sprintf("%d@%d at %s", p.rec.Partition, p.rec.Offset, stamp(p.at())))
+		}
+		c.violate("retry.duplicate", x.task, "retry n=%d of input %s published %d times: %s", x.n, x.input.key, len(x.published), strings.Join(at, ", "))
+	case len(x.published) == 0 && x.superseded == nil:
+		c.violate("retry.missing", x.task, "retry n=%d of input %s (due %s) was never published and nothing superseded it",
+			x.n, x.input.key, stamp(x.notBefore))
+	case len(x.published) == 0:
+		c.rep.Superseded++
+	}
+	for _, p := range x.published {
+		at := p.at()
+		switch {
+		case at.Before(x.notBefore):
+			c.violate("retry.early", x.task, "retry n=%d published at %s, before its due time %s", x.n, stamp(at), stamp(x.notBefore))
+		case x.superseded != nil && at.After(*x.superseded):
+			c.violate("retry.superseded", x.task, "retry n=%d published at %s, after a later decision (%s) superseded it",
+				x.n, stamp(at), stamp(*x.superseded))
+		}
+		if p.r.Event == nil || p.r.Event.EventID != x.eventID {
+			got := "no event"
+			if p.r.Event != nil {
+				got = p.r.Event.EventID
 			}
-			if p.r.Event == nil || p.r.Event.EventID != x.eventID {
-				got := "no event"
-				if p.r.Event != nil {
-					got = p.r.Event.EventID
-				}
-				c.violate("retry.event", x.task, "retry n=%d re-issues %s, want event %s", x.n, got, x.eventID)
-			}
-			if p.r.Decision.Class != x.class {
-				c.violate("retry.class", x.task, "retry n=%d has class %s, want %s", x.n, p.r.Decision.Class, x.class)
-			}
+			c.violate("retry.event", x.task, "retry n=%d re-issues %s, want event %s", x.n, got, x.eventID)
+		}
+		if p.r.Decision.Class != x.class {
+			c.violate("retry.class", x.task, "retry n=%d has class %s, want %s", x.n, p.r.Decision.Class, x.class)
 		}
 	}
 }
