@@ -17,6 +17,21 @@ import (
 // restoreSlice is how many writes a restore commits to Pebble at once.
 const restoreSlice = 20_000
 
+// restoreMemo bounds how many tasks' index entries a restore remembers.
+const restoreMemo = 200_000
+
+// indexOf is the part of a state that names its store index entries: what
+// store.Batch needs of the state a write replaces.
+func indexOf(st *task.State) *task.State {
+	x := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
+		Review: st.Review, ReviewDueAt: st.ReviewDueAt, ReviewAlerted: st.ReviewAlerted}
+	if st.Pending != nil {
+		p := *st.Pending
+		x.Pending = &p
+	}
+	return x
+}
+
 // restore brings the Pebble cache of the given partitions up to the end of
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
 // for open transactions on the changelog to finish first (a previous owner's
@@ -71,9 +86,16 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
+	// the index entries of the states this restore wrote, by task: a later
+	// record of the task replaces them without a point read of the store
+	// (most tasks have several records in the changelog); bounded, past
+	// which the store is read again
+	applied := map[string]*task.State{}
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		wb := r.store.NewBatch()
-		applied := map[string]*task.State{} // states this batch wrote: a later record of the task replaces their index entries
+		if len(applied) > restoreMemo {
+			clear(applied)
+		}
 		for _, rec := range b.Records {
 			if err := r.applyChangelog(wb, rec, applied); err != nil {
 				wb.Discard()
@@ -116,7 +138,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 }
 
 // applyChangelog applies one changelog record: a state, or a tombstone. The
-// state it replaces is the one an earlier record of the same batch wrote
+// state it replaces is the one an earlier record of this restore wrote
 // (applied), else the store's: a task changed twice in one batch (a retry
 // decided, then published) must not leave the first state's due-index entry
 // behind, or stale entries pile up at the head of the due index.
@@ -138,7 +160,7 @@ func (r *Router) applyChangelog(wb *store.Batch, rec *kgo.Record, applied map[st
 		r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return nil
 	}
-	applied[id] = st
+	applied[id] = indexOf(st)
 	return wb.PutEncoded(rec.Partition, old, st, rec.Value)
 }
 
