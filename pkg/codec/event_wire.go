@@ -82,22 +82,9 @@ func (r *rd) long() int64 {
 	return 0
 }
 
-// int is goavro's intNativeFromBinary.
-func (r *rd) int() int32 {
-	var v int
-	var shift uint
-	for i := 0; i < len(r.b); i++ {
-		c := r.b[i]
-		v |= int(c&0x7f) << shift
-		if c&0x80 == 0 {
-			r.b = r.b[i+1:]
-			return int32(v>>1) ^ -int32(v&1)
-		}
-		shift += 7
-	}
-	r.fail(io.ErrShortBuffer)
-	return 0
-}
+// int is goavro's intNativeFromBinary: the same zig-zag varint as long,
+// truncated to 32 bits.
+func (r *rd) int() int32 { return int32(r.long()) }
 
 func (r *rd) str() string {
 	if len(r.b) < 1 {
