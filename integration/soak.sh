@@ -13,16 +13,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 duration=${DURATION:-10m}
-if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
-	FAULTROUTER_KAFKA_DIR=$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)
-	trap 'integration/kafka.sh stop || true; rm -rf "$FAULTROUTER_KAFKA_DIR"' EXIT
-else
-	trap 'integration/kafka.sh stop || true' EXIT
-fi
-export FAULTROUTER_KAFKA_DIR
-export FAULTROUTER_KAFKA_PORT=${FAULTROUTER_KAFKA_PORT:-19092}
-FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
-export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
+source integration/broker.sh
 export FAULTROUTER_SOAK_DURATION=$duration
 if [[ -n ${SEED:-} ]]; then
 	export FAULTROUTER_SEED=$SEED

@@ -39,17 +39,7 @@ if [[ ! -x /usr/bin/chromium ]]; then
 fi
 
 echo "== integration tests on a real Apache Kafka broker"
-if [[ -z ${FAULTROUTER_KAFKA_DIR:-} ]]; then
-	FAULTROUTER_KAFKA_DIR=$(mktemp -d /tmp/faultrouter-kafka-XXXXXX)
-	trap 'integration/kafka.sh stop || true; rm -rf "$FAULTROUTER_KAFKA_DIR"' EXIT
-else
-	trap 'integration/kafka.sh stop || true' EXIT
-fi
-export FAULTROUTER_KAFKA_DIR
-# chaos_test.go restarts this very broker with `kafka.sh restart`: it finds it by these two
-export FAULTROUTER_KAFKA_PORT=${FAULTROUTER_KAFKA_PORT:-19092}
-FAULTROUTER_TEST_BROKERS=$(integration/kafka.sh start)
-export FAULTROUTER_TEST_BROKERS FAULTROUTER_REQUIRE_BROKER=1
+source integration/broker.sh
 # the broker's SASL_SSL listener (kafka.sh; FAULTROUTER_KAFKA_SASL_SSL=0 turns it off) is tested too
 if [[ ${FAULTROUTER_KAFKA_SASL_SSL:-1} == 1 ]]; then
 	export FAULTROUTER_REQUIRE_SASL=1
