@@ -82,7 +82,7 @@ func chaos(t *testing.T, e *env, s stream, disrupt func(produced *atomic.Int64))
 	}
 	t.Logf("produced %d records in %s", produced.Load(), time.Since(began).Round(time.Millisecond))
 
-	if !waitFor(3*time.Minute, func() bool { return caughtUp(ctx, e) }) {
+	if !waitFor(3*time.Minute, func() bool { return consumedAll(ctx, e, e.prefix+"ai.tasks.ingress") }) {
 		t.Fatalf("the router did not consume every ingress record within 3 min")
 	}
 	var retries int

@@ -455,33 +455,6 @@ func chaosKind(t *testing.T, taskID string) kind {
 	return kind(k)
 }
 
-// caughtUp reports whether the group has committed every ingress offset.
-func caughtUp(ctx context.Context, e *env) bool {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
-	if err != nil {
-		return false
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	topic := e.prefix + "ai.tasks.ingress"
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return false
-	}
-	committed, err := adm.FetchOffsets(ctx, e.prefix+"router")
-	if err != nil {
-		return false
-	}
-	ok := true
-	ends.Each(func(o kadm.ListedOffset) {
-		c, found := committed.Lookup(topic, o.Partition)
-		if o.Offset > 0 && (!found || c.At < o.Offset) {
-			ok = false
-		}
-	})
-	return ok
-}
-
 // txCounts are the transaction counters scraped from routers' /metrics.
 type txCounts struct{ committed, aborted float64 }
 
