@@ -88,11 +88,7 @@ func TestChecker(t *testing.T) {
 // wrong. The checker reports them (summary, text and JSON report) and the
 // tests print them, but do not fail on them. Remove an entry once the router
 // is fixed; a check that passes again is reported too.
-var knownRouterBugs = map[string]string{
-	"breaker.held_order": "retries held behind a breaker come out, once it closes (a reset or a probe's success), " +
-		"in the order of their postponed due times, not their own: postpone (pkg/router/breakers.go) restarts holdSeq " +
-		"whenever HoldUntil differs, and the due index breaks equal times by task ID",
-}
+var knownRouterBugs = map[string]string{}
 
 // unexpected returns the checks with violations that are not known router
 // bugs, and logs the known ones.

@@ -57,13 +57,14 @@ type breakers struct {
 	surges *breaker.Surges
 	held   map[string]bool // task IDs whose due retry is held
 
-	// holdUntil and holdSeq keep held retries in due order when they are
-	// moved to the same later due time: each gets holdUntil + holdSeq ms.
-	holdUntil int64
-	holdSeq   int64
-	// held, holdUntil and holdSeq as they were when the batch began
-	savedHeld                    map[string]bool
-	savedHoldUntil, savedHoldSeq int64
+	// holdSeq keeps held retries in due order when they are moved to the
+	// same later due time: the n-th retry moved to time u gets u + n ms.
+	// One counter per target time, so that retries held behind breakers
+	// with different times, asked in turn, do not reset each other's order.
+	holdSeq map[int64]int64
+	// held and holdSeq as they were when the batch began
+	savedHeld    map[string]bool
+	savedHoldSeq map[int64]int64
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -303,12 +304,12 @@ func (r *Router) postpone(ev *event.TaskEvent, b *batch, now time.Time) {
 		return
 	}
 	until := r.brk.set.HoldUntil(policy.BreakerRefs(ev), now).UnixMilli()
-	if until == r.brk.holdUntil {
-		r.brk.holdSeq++
-	} else {
-		r.brk.holdUntil, r.brk.holdSeq = until, 0
+	if r.brk.holdSeq == nil {
+		r.brk.holdSeq = map[int64]int64{}
 	}
-	if nb := until + r.brk.holdSeq; nb > st.Pending.NotBefore {
+	seq := r.brk.holdSeq[until]
+	r.brk.holdSeq[until] = seq + 1
+	if nb := until + seq; nb > st.Pending.NotBefore {
 		st.Pending.NotBefore = nb
 	}
 }
@@ -346,7 +347,9 @@ func (r *Router) beginBreakers() {
 	r.brk.set.Begin()
 	r.brk.surges.Begin()
 	r.brk.savedHeld = maps.Clone(r.brk.held)
-	r.brk.savedHoldUntil, r.brk.savedHoldSeq = r.brk.holdUntil, r.brk.holdSeq
+	// a target time that has passed takes no more retries: forget it
+	maps.DeleteFunc(r.brk.holdSeq, func(until, _ int64) bool { return until < r.cfg.Now().UnixMilli() })
+	r.brk.savedHoldSeq = maps.Clone(r.brk.holdSeq)
 }
 
 // commitBreakers keeps the batch's breaker changes once its transaction has
@@ -382,7 +385,7 @@ func (r *Router) rollbackBreakers() {
 	if r.brk.savedHeld != nil {
 		r.brk.held, r.brk.savedHeld = r.brk.savedHeld, nil
 	}
-	r.brk.holdUntil, r.brk.holdSeq = r.brk.savedHoldUntil, r.brk.savedHoldSeq
+	r.brk.holdSeq = r.brk.savedHoldSeq
 	r.brk.heldGauge.Set(float64(len(r.brk.held)))
 	r.breakerGauges()
 }
