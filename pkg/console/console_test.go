@@ -177,6 +177,11 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 		t.Errorf("the queue does not show t-1's input snapshot s3://inputs/t-1.pdf")
 	}
 	tok := alice.token("/review")
+	// a token that differs from the real one in its first character
+	badTok := "0" + tok[1:]
+	if tok[0] == '0' {
+		badTok = "1" + tok[1:]
+	}
 	cases := []struct {
 		name   string
 		who    *client
@@ -185,7 +190,7 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 		msg    string
 	}{
 		{"no csrf", alice, url.Values{"task": {"t-1"}, "action": {"approve"}, "reason": {"ok"}}, 403, "CSRF"},
-		{"bad csrf", alice, url.Values{"csrf": {"00" + tok[2:]}, "task": {"t-1"}, "action": {"approve"}, "reason": {"ok"}}, 403, "CSRF"},
+		{"bad csrf", alice, url.Values{"csrf": {badTok}, "task": {"t-1"}, "action": {"approve"}, "reason": {"ok"}}, 403, "CSRF"},
 		{"missing reason", alice, url.Values{"csrf": {tok}, "task": {"t-1"}, "action": {"approve"}}, 400, "reason is required"},
 		{"unknown task", alice, url.Values{"csrf": {tok}, "task": {"t-nope"}, "action": {"approve"}, "reason": {"ok"}}, 404, "Unknown task"},
 		{"other owner", alice, url.Values{"csrf": {tok}, "task": {"t-2"}, "action": {"approve"}, "reason": {"ok"}}, 403, "belongs to owner security"},
