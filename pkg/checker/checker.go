@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -521,47 +520,14 @@ func plan(p *event.RetryPlan) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
-// decideEvent is the router's contract for one task event: an exact
-// redelivery is dropped; a re-driven event (faultrouter.redrive.* headers)
-// is an operator's instruction: the task is reopened (task.State.Reopen) and
-// the event decided afresh, its reason naming the re-drive; the same re-drive
-// delivered twice (event ID, source record, count) is dropped.
+// decideEvent is the router's contract for one task event, the policy's
+// DecideEvent: an exact redelivery is dropped; a re-driven event
+// (faultrouter.redrive.* headers) reopens the task and is decided afresh; the
+// same re-drive delivered twice is dropped.
 func (c *checker) decideEvent(in *input, st *task.State, at time.Time) event.Decision {
-	ev := &in.event
-	isNew := st.TaskID == ""
 	rd := codec.ParseHeaders(in.rec.Headers).Redrive
-	if rd == nil {
-		if !isNew && st.Seen(ev.EventID) {
-			return c.o.Policy.Drop(ev, st, at)
-		}
-		return c.o.Policy.Decide(ev, st, at)
+	if rd != nil {
+		c.rep.Redrives++
 	}
-	c.rep.Redrives++
-	key := fmt.Sprintf("%s#redrive:%s:%d", ev.EventID, rd.Source(), rd.Count)
-	if !isNew && st.Seen(key) {
-		d := c.o.Policy.Drop(ev, st, at)
-		d.Reason = fmt.Sprintf("re-drive %d of %s (event %s) was already routed for task %s: exact redelivery, dropped",
-			rd.Count, rd.Source(), ev.EventID, ev.TaskID)
-		return d
-	}
-	if !isNew {
-		st.Reopen()
-	}
-	d := c.o.Policy.Decide(ev, st, at)
-	st.MarkSeen(key)
-	var b strings.Builder
-	fmt.Fprintf(&b, "re-drive %d of %s by an operator", rd.Count, rd.Source())
-	if rd.Forced {
-		b.WriteString(" (forced)")
-	}
-	if rd.Reason != "" {
-		fmt.Fprintf(&b, " (%s)", codec.Truncate(rd.Reason, 256))
-	}
-	if isNew {
-		b.WriteString(": routed as a new task; ")
-	} else {
-		b.WriteString(": task reopened, routed afresh; ")
-	}
-	d.Reason = b.String() + d.Reason
-	return d
+	return c.o.Policy.DecideEvent(&in.event, st, rd, at)
 }

@@ -201,7 +201,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	hdr := codec.ParseHeaders(in.rec.Headers)
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
 	// dedup, re-drive, policy (redrive.go)
-	in.decision = r.decideEvent(ev, st, hdr.Redrive, now)
+	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
 		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 	}

@@ -1,4 +1,4 @@
-package router
+package policy
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// decideEvent deduplicates a task event against its task's state and
+// DecideEvent deduplicates a task event against its task's state and
 // decides it with the policy.
 //
 // An exact redelivery (an event ID in the dedup set) is dropped. A re-driven
@@ -22,17 +22,17 @@ import (
 // reason names the re-drive. The re-drive itself is deduplicated by its
 // lineage (event ID, source record, count): the same re-drive delivered
 // twice is routed once.
-func (r *Router) decideEvent(ev *event.TaskEvent, st *task.State, rd *codec.Redrive, now time.Time) event.Decision {
+func (p *Policy) DecideEvent(ev *event.TaskEvent, st *task.State, rd *codec.Redrive, now time.Time) event.Decision {
 	isNew := st.TaskID == ""
 	if rd == nil {
 		if !isNew && st.Seen(ev.EventID) {
-			return r.cfg.Policy.Drop(ev, st, now)
+			return p.Drop(ev, st, now)
 		}
-		return r.cfg.Policy.Decide(ev, st, now)
+		return p.Decide(ev, st, now)
 	}
 	key := redriveKey(ev.EventID, rd)
 	if !isNew && st.Seen(key) {
-		d := r.cfg.Policy.Drop(ev, st, now)
+		d := p.Drop(ev, st, now)
 		d.Reason = fmt.Sprintf("re-drive %d of %s (event %s) was already routed for task %s: exact redelivery, dropped",
 			rd.Count, rd.Source(), ev.EventID, ev.TaskID)
 		return d
@@ -40,7 +40,7 @@ func (r *Router) decideEvent(ev *event.TaskEvent, st *task.State, rd *codec.Redr
 	if !isNew {
 		st.Reopen()
 	}
-	d := r.cfg.Policy.Decide(ev, st, now)
+	d := p.Decide(ev, st, now)
 	st.MarkSeen(key)
 	d.Reason = redriveReason(rd, isNew) + d.Reason
 	return d
