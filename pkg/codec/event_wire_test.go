@@ -14,18 +14,7 @@ import (
 
 // goavroTaskEvent decodes b with goavro only: the authority the wire reader
 // is compared with.
-func goavroTaskEvent(c *Codec, b []byte) (event.TaskEvent, error) {
-	m, _, err := c.decodeAs(b, avro.TaskEvent)
-	if err != nil {
-		return event.TaskEvent{}, err
-	}
-	d := nat{v: c.view}
-	e := c.taskEventFrom(&d, m)
-	if d.err != nil {
-		return event.TaskEvent{}, d.err
-	}
-	return e, checkTaskEvent(&e)
-}
+func goavroTaskEvent(c *Codec, b []byte) (event.TaskEvent, error) { return c.decodeTaskEventGoavro(b) }
 
 // randomEvent sets each field of a TaskEvent, or leaves it out, at random.
 func randomEvent(rng *rand.Rand) event.TaskEvent {

@@ -32,6 +32,13 @@ func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
 	if e, ok, err := c.decodeTaskEventWire(b); ok {
 		return e, err
 	}
+	return c.decodeTaskEventGoavro(b)
+}
+
+// decodeTaskEventGoavro decodes b with goavro only: the schema authority,
+// for the schema versions the wire reader does not read, and what the wire
+// reader is compared with.
+func (c *Codec) decodeTaskEventGoavro(b []byte) (event.TaskEvent, error) {
 	m, _, err := c.decodeAs(b, avro.TaskEvent)
 	if err != nil {
 		return event.TaskEvent{}, err
@@ -41,10 +48,7 @@ func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
 	if d.err != nil {
 		return event.TaskEvent{}, d.err
 	}
-	if err := checkTaskEvent(&e); err != nil {
-		return e, err
-	}
-	return e, nil
+	return e, checkTaskEvent(&e)
 }
 
 // decodeTaskEventWire decodes a TaskEvent of the current schema with
