@@ -13,6 +13,10 @@
 //   - restore: the state changelog the run wrote, restored into an empty
 //     state directory, against a plain read_committed read of the same
 //     topic;
+//   - the Kafka Streams peer (bench/streams-peer): the application a user
+//     would write instead, with exactly_once_v2, one thread and a RocksDB
+//     store with a changelog, run on the same backlog under a fresh
+//     application id after the router; the ratio router/peer;
 //   - memory: the resident set of a `faultrouter run` process holding
 //     --rss-tasks live task states.
 //
@@ -58,6 +62,8 @@ type config struct {
 	workDir     string
 	partitions  int
 	skipLatency bool
+	peer        bool
+	peerRouted  int
 }
 
 func main() {
@@ -73,6 +79,8 @@ func main() {
 	flag.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile after the router's backlog run to this file, and one from before it to FILE.base (go tool pprof -base)")
 	flag.StringVar(&c.workDir, "work-dir", "", "directory for state stores and logs; default: a temporary one")
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions of every topic")
+	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
+	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -99,6 +107,8 @@ type result struct {
 	LatencyLow    latencyResult  `json:"latency_low_rate"`
 	CommitMs      float64        `json:"mean_batch_ms"`
 	Restore       restoreResult  `json:"restore"`
+	Peer          *peerResult    `json:"streams_peer,omitempty"`
+	PeerSkipped   string         `json:"streams_peer_skipped,omitempty"`
 	RSS           *rssResult     `json:"rss,omitempty"`
 }
 
@@ -150,7 +160,8 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	set = set.WithPartitions(int32(c.partitions))
 	topics := routerTopics(set)
 	raw := [3]string{prefix + "raw.audit", prefix + "raw.state", prefix + "raw.routed"}
-	if err := createTopics(ctx, seeds, set, raw[:], c.partitions); err != nil {
+	peerOut := [2]string{prefix + "peer.audit", prefix + "peer.routed"}
+	if err := createTopics(ctx, seeds, set, append(raw[:], peerOut[:]...), c.partitions); err != nil {
 		return err
 	}
 	w, err := newWorkload(topics.Ingress, "bench", 1)
@@ -170,6 +181,10 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	res.BacklogEvents = n
+	backlogEnds, err := endOffsets(ctx, seeds, topics.Ingress)
+	if err != nil {
+		return err
+	}
 
 	step(out, "raw transactional passthrough")
 	if res.RawPerSec, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
@@ -264,6 +279,27 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		res.Restore.RestoreRatio = res.Restore.RestorePerS / res.Restore.PlainPerSec
 	}
 
+	switch why := peerMissing(); {
+	case !c.peer:
+		res.PeerSkipped = "--peer=false"
+	case why != "":
+		res.PeerSkipped = why
+		step(out, "Kafka Streams peer skipped: %s (it needs mvn, java and javac; --peer=false skips it)", why)
+	default:
+		step(out, "Kafka Streams peer: exactly_once_v2, one thread, RocksDB store with a changelog, same backlog")
+		stateDir, err := tempDir(c.workDir, "streams-peer")
+		if err != nil {
+			return err
+		}
+		p, err := streamsPeer(ctx, seeds, c.brokers, topics.Ingress, backlogEnds, peerOut, prefix+"peer", stateDir,
+			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, res.PollRecords)
+		if err != nil {
+			return err
+		}
+		p.OverRaw, p.RouterOver = p.PerSec/res.RawPerSec, res.RouterPerSec/p.PerSec
+		res.Peer = &p
+	}
+
 	if c.rssTasks > 0 {
 		step(out, "memory of `faultrouter run` with %d live tasks", c.rssTasks)
 		bin := c.routerBin
@@ -325,6 +361,10 @@ func printTable(out io.Writer, r *result) {
 		fmt.Sprintf("%.0f records/s", r.Restore.PlainPerSec), "1")
 	row("restore into an empty state directory",
 		fmt.Sprintf("%.0f records/s (%.2f s)", r.Restore.RestorePerS, r.Restore.RestoreS), fmt.Sprintf("%.2f", r.Restore.RestoreRatio))
+	if r.Peer != nil {
+		row("Kafka Streams peer, same backlog (ratio: router/peer)",
+			fmt.Sprintf("%.0f events/s", r.Peer.PerSec), fmt.Sprintf("%.2f", r.Peer.RouterOver))
+	}
 	if r.RSS != nil {
 		row(fmt.Sprintf("`faultrouter run` RSS with %d live tasks", r.RSS.Tasks),
 			fmt.Sprintf("%.0f MiB (peak %.0f)", r.RSS.RSSMiB, r.RSS.PeakRSSMiB), "")
@@ -430,4 +470,20 @@ func writeMemProfile(file string) error {
 	}
 	defer f.Close()
 	return pprof.Lookup("allocs").WriteTo(f, 0)
+}
+
+// endOffsets returns the end offset of every partition of topic.
+func endOffsets(ctx context.Context, seeds []kgo.Opt, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, ends.Error()
 }

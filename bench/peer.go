@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// peerResult is the Kafka Streams peer's run on the backlog.
+type peerResult struct {
+	PerSec     float64 `json:"events_per_s"`
+	OverRaw    float64 `json:"peer_over_raw"`
+	RouterOver float64 `json:"router_over_peer"`
+	Processed  int64   `json:"processed"`
+	Routed     int64   `json:"routed"`
+	RunningS   float64 `json:"start_to_running_s"`
+}
+
+// peerMissing returns why the peer cannot be built here, or "" when it can:
+// it needs mvn, java and javac.
+func peerMissing() string {
+	var missing []string
+	for _, tool := range []string{"mvn", "java", "javac"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return strings.Join(missing, ", ") + " not found"
+}
+
+// streamsPeer builds the Kafka Streams peer (bench/streams-peer, with its
+// build.sh) and runs it on the backlog: partitions of topic in up to the
+// offsets in ends, under a fresh application id, writing to the audit and
+// routed topics in outs, and stops it by closing its standard input. It returns the backlog's events per second from the
+// application's first RUNNING state until its committed offsets reach ends,
+// polled every 50 ms as the router's routed count is. The peer's output goes
+// to log.
+func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, ends map[int32]int64, outs [2]string,
+	appID, stateDir, log string, routedPercent, pollRecords int) (peerResult, error) {
+	build := exec.CommandContext(ctx, filepath.Join("bench", "streams-peer", "build.sh"))
+	build.Stderr = os.Stderr
+	cp, err := build.Output()
+	if err != nil {
+		return peerResult{}, fmt.Errorf("build the Kafka Streams peer (run from the repository root, or pass --peer=false): %w", err)
+	}
+	var endList []string
+	for p, o := range ends {
+		endList = append(endList, fmt.Sprintf("%d:%d", p, o))
+	}
+	sort.Strings(endList)
+	logf, err := os.Create(log)
+	if err != nil {
+		return peerResult{}, err
+	}
+	defer logf.Close()
+	cmd := exec.Command("java", "-cp", strings.TrimSpace(string(cp)), "StreamsPeer",
+		"--bootstrap="+brokers, "--application-id="+appID, "--input="+topic,
+		"--audit="+outs[0], "--routed="+outs[1], "--state-dir="+stateDir,
+		fmt.Sprintf("--routed-percent=%d", routedPercent), fmt.Sprintf("--max-poll-records=%d", pollRecords),
+		"--ends="+strings.Join(endList, ","))
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return peerResult{}, err
+	}
+	stdin, err := cmd.StdinPipe() // closing it stops the peer
+	if err != nil {
+		return peerResult{}, err
+	}
+	launched := time.Now()
+	if err := cmd.Start(); err != nil {
+		return peerResult{}, err
+	}
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+			io.WriteString(logf, sc.Text()+"\n")
+		}
+	}()
+	var stopped bool
+	stop := func() (processed, routed int64, err error) {
+		if stopped {
+			return 0, 0, nil
+		}
+		stopped = true
+		stdin.Close()
+		timeout := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+		defer timeout.Stop()
+		for l := range lines {
+			fmt.Sscanf(l, "processed=%d routed=%d", &processed, &routed)
+		}
+		return processed, routed, cmd.Wait()
+	}
+	fail := func(err error) (peerResult, error) {
+		stop()
+		return peerResult{}, fmt.Errorf("Kafka Streams peer (its output: %s): %w", log, err)
+	}
+
+	// its clock starts when the application first runs: partitions assigned,
+	// the (empty) store restored, the transactional producer ready
+	var start time.Time
+	for start.IsZero() {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return fail(errors.New("exited before it was running"))
+			}
+			if l == "running" {
+				start = time.Now()
+			}
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
+	}
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		return fail(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		offs, err := adm.FetchOffsets(ctx, appID)
+		if err == nil && reached(offs, topic, ends) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	took := time.Since(start)
+	processed, routed, err := stop()
+	if err != nil {
+		return peerResult{}, fmt.Errorf("Kafka Streams peer exited with %v (its output: %s)", err, log)
+	}
+	n := int64(0)
+	for _, o := range ends {
+		n += o
+	}
+	return peerResult{PerSec: float64(n) / took.Seconds(), Processed: processed, Routed: routed,
+		RunningS: start.Sub(launched).Seconds()}, nil
+}
+
+// reached reports whether the committed offsets of every partition in ends
+// are at or past its end.
+func reached(offs kadm.OffsetResponses, topic string, ends map[int32]int64) bool {
+	for p, end := range ends {
+		if end == 0 {
+			continue
+		}
+		o, ok := offs.Lookup(topic, p)
+		if !ok || o.Err != nil || o.At < end {
+			return false
+		}
+	}
+	return true
+}
