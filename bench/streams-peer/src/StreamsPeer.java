@@ -28,7 +28,8 @@ import org.apache.kafka.streams.state.Stores;
  * the same backlog. One stream thread, exactly_once_v2, and a persistent
  * (RocksDB) key-value store with a changelog topic. For each input record it
  * gets the task's state by the record key, updates it (attempts, routed
- * count, first and last timestamps), puts it back (one changelog record),
+ * count, first and last timestamps) and puts it back (through Streams' record
+ * cache, so one changelog record per task per commit),
  * writes an audit record (the input value followed by the new state and the
  * decision) and, for a deterministic share of the records, a routed record
  * (the input value followed by the decision). It does not decode Avro: the
@@ -82,7 +83,10 @@ public final class StreamsPeer {
 
 		StoreBuilder<KeyValueStore<Bytes, byte[]>> store = Stores.keyValueStoreBuilder(
 				Stores.persistentKeyValueStore(STORE), Serdes.Bytes(), Serdes.ByteArray())
-				.withLoggingEnabled(Map.of()); // the default, said out loud: a changelog topic; no caching
+				.withLoggingEnabled(Map.of()) // the default, said out loud: a changelog topic
+				// Streams' record cache: one changelog record per task per commit, as the
+				// router writes one state record per task per transaction
+				.withCachingEnabled();
 
 		Topology t = new Topology();
 		t.addSource("ingress", new ByteArrayDeserializer(), new ByteArrayDeserializer(), input);
