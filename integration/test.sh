@@ -47,7 +47,9 @@ fi
 go test -count=1 -v -timeout 30m ./integration/
 
 # make bench on a small backlog, only to prove that it works: its figures on a
-# shared CI machine mean nothing, and nothing is asserted on them
+# shared CI machine mean nothing, and nothing is asserted on them. It builds and
+# runs the Kafka Streams peer too (bench/streams-peer; Kafka Streams and RocksDB,
+# about 100 MB, are resolved into ~/.m2 on the first run: under a minute)
 echo "== bench (small backlog)"
 go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 \
 	--rss-tasks 2000 --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"
