@@ -321,6 +321,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
 		fetches := sess.PollRecords(pollCtx, r.cfg.MaxPollRecords)
 		cancel()
+		fetches = r.topUp(ctx, sess, fetches)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -344,6 +345,29 @@ func (r *Router) runSession(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// topUpWait bounds the second poll of a batch (topUp): about a fetch round
+// trip to a broker that has the records already.
+const topUpWait = 5 * time.Millisecond
+
+// topUp adds to a poll's records those that reached the brokers while the
+// previous batch was routed, so that they are not left for the batch after
+// this one. franz-go keeps one fetch response per broker and sends the next
+// fetch only once the previous one was polled; that fetch returns as soon as
+// a record is there, early in a batch's work, so at light traffic a poll
+// returned only the records of the first milliseconds of the previous batch
+// and the rest waited a whole batch more. The poll that drained the buffered
+// response has sent the next fetch, which returns at once with what arrived
+// since: the second poll waits for it, at most topUpWait.
+func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches) kgo.Fetches {
+	n := fetches.NumRecords()
+	if n == 0 || n >= r.cfg.MaxPollRecords || fetches.IsClientClosed() {
+		return fetches
+	}
+	ctx, cancel := context.WithTimeout(ctx, topUpWait)
+	defer cancel()
+	return append(fetches, sess.PollRecords(ctx, r.cfg.MaxPollRecords-n)...)
 }
 
 // retryBackoff is how long the session's client waits before retrying a
