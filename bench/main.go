@@ -64,6 +64,7 @@ type config struct {
 	skipLatency bool
 	peer        bool
 	peerRouted  int
+	peerWarmup  int
 }
 
 func main() {
@@ -81,6 +82,7 @@ func main() {
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions of every topic")
 	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
 	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
+	flag.IntVar(&c.peerWarmup, "peer-warmup", 30_000, "backlog records the peer's JVM is warmed up on, untimed, before its measured run")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -292,7 +294,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			return err
 		}
 		p, err := streamsPeer(ctx, seeds, c.brokers, topics.Ingress, backlogEnds, peerOut, prefix+"peer", stateDir,
-			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, res.PollRecords)
+			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, min(c.peerWarmup, n))
 		if err != nil {
 			return err
 		}

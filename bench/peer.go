@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/router"
 )
 
 // peerResult is the Kafka Streams peer's run on the backlog.
@@ -47,10 +49,12 @@ func peerMissing() string {
 // offsets in ends, under a fresh application id, writing to the audit and
 // routed topics in outs, and stops it by closing its standard input. It returns the backlog's events per second from the
 // application's first RUNNING state until its committed offsets reach ends,
-// polled every 50 ms as the router's routed count is. The peer's output goes
-// to log.
+// polled every 50 ms as the router's routed count is. Before that, the peer
+// warms its JVM up on the first warmup records of the backlog under another
+// application id (not timed). The peer's output goes to log.
 func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, ends map[int32]int64, outs [2]string,
-	appID, stateDir, log string, routedPercent, pollRecords int) (peerResult, error) {
+	appID, stateDir, log string, routedPercent, warmup int) (peerResult, error) {
+	rc := router.Default()
 	build := exec.CommandContext(ctx, filepath.Join("bench", "streams-peer", "build.sh"))
 	build.Stderr = os.Stderr
 	cp, err := build.Output()
@@ -70,7 +74,14 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 	cmd := exec.Command("java", "-cp", strings.TrimSpace(string(cp)), "StreamsPeer",
 		"--bootstrap="+brokers, "--application-id="+appID, "--input="+topic,
 		"--audit="+outs[0], "--routed="+outs[1], "--state-dir="+stateDir,
-		fmt.Sprintf("--routed-percent=%d", routedPercent), fmt.Sprintf("--max-poll-records=%d", pollRecords),
+		fmt.Sprintf("--routed-percent=%d", routedPercent),
+		// the router's client settings, where Streams has them: its poll and
+		// fetch bounds, the producer batch bound of its output topics (the
+		// broker's default message limit, as the passthrough's) and its 10 ms
+		// request retry backoff
+		fmt.Sprintf("--max-poll-records=%d", rc.MaxPollRecords), fmt.Sprintf("--fetch-max-bytes=%d", rc.MaxPollBytes),
+		fmt.Sprintf("--batch-bytes=%d", 1<<20), "--retry-backoff-ms=10",
+		fmt.Sprintf("--warmup-records=%d", warmup),
 		"--ends="+strings.Join(endList, ","))
 	cmd.Stderr = logf
 	stdout, err := cmd.StdoutPipe()

@@ -7,6 +7,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.Serdes;
@@ -35,13 +36,19 @@ import org.apache.kafka.streams.state.Stores;
  * (the input value followed by the decision). It does not decode Avro: the
  * value is opaque bytes.
  *
+ * <p>With --warmup-records=N it first runs the same application under the
+ * application id ID-warmup on the first N records of the backlog (N/P of
+ * each of its P partitions) and closes it, so that the measured application
+ * runs on code the JIT has compiled, as a long-running application does.
+ *
  * <p>Records at or beyond the backlog's end offsets (--ends) are consumed
  * but not processed, so that the peer does exactly the backlog's work even
  * when more records follow it in the topic.
  *
  * <p>Usage: java StreamsPeer --bootstrap=HOST:PORT --application-id=ID
  * --input=TOPIC --audit=TOPIC --routed=TOPIC --state-dir=DIR
- * --routed-percent=45 --max-poll-records=N --ends=P:OFFSET,...
+ * --routed-percent=45 --max-poll-records=N --fetch-max-bytes=N
+ * --batch-bytes=N --retry-backoff-ms=N --ends=P:OFFSET,... [--warmup-records=N]
  *
  * <p>It prints "running" when the application first reaches RUNNING. When its
  * standard input ends (or on SIGTERM) it closes the application, prints
@@ -64,54 +71,13 @@ public final class StreamsPeer {
 			}
 			a.put(s.substring(2, eq), s.substring(eq + 1));
 		}
-		String input = need(a, "input");
-		int routedPercent = Integer.parseInt(need(a, "routed-percent"));
 		Map<Integer, Long> ends = new HashMap<>();
 		for (String pe : need(a, "ends").split(",")) {
 			String[] kv = pe.split(":");
 			ends.put(Integer.parseInt(kv[0]), Long.parseLong(kv[1]));
 		}
-
-		Properties p = new Properties();
-		p.put(StreamsConfig.APPLICATION_ID_CONFIG, need(a, "application-id"));
-		p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
-		p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-		p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-		p.put(StreamsConfig.STATE_DIR_CONFIG, need(a, "state-dir"));
-		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.MAX_POLL_RECORDS_CONFIG), need(a, "max-poll-records"));
-		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-
-		StoreBuilder<KeyValueStore<Bytes, byte[]>> store = Stores.keyValueStoreBuilder(
-				Stores.persistentKeyValueStore(STORE), Serdes.Bytes(), Serdes.ByteArray())
-				.withLoggingEnabled(Map.of()) // the default, said out loud: a changelog topic
-				// Streams' record cache: one changelog record per task per commit, as the
-				// router writes one state record per task per transaction
-				.withCachingEnabled();
-
-		Topology t = new Topology();
-		t.addSource("ingress", new ByteArrayDeserializer(), new ByteArrayDeserializer(), input);
-		t.addProcessor("route", () -> new Route(routedPercent, ends), "ingress");
-		t.addStateStore(store, "route");
-		t.addSink("audit", need(a, "audit"), new ByteArraySerializer(), new ByteArraySerializer(), "route");
-		t.addSink("routed", need(a, "routed"), new ByteArraySerializer(), new ByteArraySerializer(), "route");
-
-		KafkaStreams streams = new KafkaStreams(t, p);
 		CountDownLatch stop = new CountDownLatch(1);
 		CountDownLatch closed = new CountDownLatch(1);
-		streams.setStateListener((now, before) -> {
-			if (now == KafkaStreams.State.RUNNING && before == KafkaStreams.State.REBALANCING) {
-				say("running");
-			}
-			if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.PENDING_ERROR) {
-				failed = true;
-				stop.countDown();
-			}
-		});
-		streams.setUncaughtExceptionHandler(e -> {
-			System.err.println("streams-peer: " + e);
-			e.printStackTrace();
-			return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-		});
 		Runtime.getRuntime().addShutdownHook(new Thread(() -> {
 			stop.countDown();
 			try {
@@ -130,8 +96,37 @@ public final class StreamsPeer {
 		}, "stdin");
 		stdin.setDaemon(true);
 		stdin.start();
-		streams.start();
-		stop.await();
+
+		// warm-up: the same work on the first --warmup-records of the backlog,
+		// under its own application id, so that the measured application
+		// runs on compiled code, as a long-running one would
+		long warm = Long.parseLong(a.getOrDefault("warmup-records", "0"));
+		if (warm > 0) {
+			Map<Integer, Long> warmEnds = new HashMap<>();
+			long target = 0;
+			for (var e : ends.entrySet()) {
+				long w = Math.min(e.getValue(), warm / ends.size());
+				warmEnds.put(e.getKey(), w);
+				target += w;
+			}
+			KafkaStreams ws = build(a, need(a, "application-id") + "-warmup", warmEnds, stop, null);
+			ws.start();
+			long began = System.currentTimeMillis();
+			while (processed.get() < target && stop.getCount() > 0) {
+				Thread.sleep(50);
+			}
+			ws.close(Duration.ofSeconds(30));
+			System.err.printf("warm-up: %d records in %d ms%n", processed.get(), System.currentTimeMillis() - began);
+			processed.set(0);
+			routed.set(0);
+			skipped.set(0);
+		}
+
+		KafkaStreams streams = build(a, need(a, "application-id"), ends, stop, "running");
+		if (stop.getCount() > 0) {
+			streams.start();
+			stop.await();
+		}
 		streams.close(Duration.ofSeconds(30));
 		say("processed=" + processed.get() + " routed=" + routed.get() + " skipped=" + skipped.get());
 		closed.countDown();
@@ -139,6 +134,58 @@ public final class StreamsPeer {
 			System.err.println("streams-peer: the application stopped in ERROR");
 			System.exit(1);
 		}
+	}
+
+	/**
+	 * build returns the application under appId, processing the records
+	 * below ends; it prints running (when not null) on reaching RUNNING, and
+	 * counts stop down when it fails.
+	 */
+	static KafkaStreams build(Map<String, String> a, String appId, Map<Integer, Long> ends, CountDownLatch stop, String running) {
+		Properties p = new Properties();
+		p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
+		p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
+		p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+		p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+		p.put(StreamsConfig.STATE_DIR_CONFIG, need(a, "state-dir"));
+		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.MAX_POLL_RECORDS_CONFIG), need(a, "max-poll-records"));
+		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+		// the router's own client settings, where Streams has them
+		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.FETCH_MAX_BYTES_CONFIG), need(a, "fetch-max-bytes"));
+		p.put(StreamsConfig.producerPrefix(ProducerConfig.BATCH_SIZE_CONFIG), need(a, "batch-bytes"));
+		p.put(StreamsConfig.RETRY_BACKOFF_MS_CONFIG, need(a, "retry-backoff-ms"));
+
+		StoreBuilder<KeyValueStore<Bytes, byte[]>> store = Stores.keyValueStoreBuilder(
+				Stores.persistentKeyValueStore(STORE), Serdes.Bytes(), Serdes.ByteArray())
+				.withLoggingEnabled(Map.of()) // the default, said out loud: a changelog topic
+				// Streams' record cache: one changelog record per task per commit, as the
+				// router writes one state record per task per transaction
+				.withCachingEnabled();
+
+		int routedPercent = Integer.parseInt(need(a, "routed-percent"));
+		Topology t = new Topology();
+		t.addSource("ingress", new ByteArrayDeserializer(), new ByteArrayDeserializer(), need(a, "input"));
+		t.addProcessor("route", () -> new Route(routedPercent, ends), "ingress");
+		t.addStateStore(store, "route");
+		t.addSink("audit", need(a, "audit"), new ByteArraySerializer(), new ByteArraySerializer(), "route");
+		t.addSink("routed", need(a, "routed"), new ByteArraySerializer(), new ByteArraySerializer(), "route");
+
+		KafkaStreams streams = new KafkaStreams(t, p);
+		streams.setStateListener((now, before) -> {
+			if (running != null && now == KafkaStreams.State.RUNNING && before == KafkaStreams.State.REBALANCING) {
+				say(running);
+			}
+			if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.PENDING_ERROR) {
+				failed = true;
+				stop.countDown();
+			}
+		});
+		streams.setUncaughtExceptionHandler(e -> {
+			System.err.println("streams-peer: " + e);
+			e.printStackTrace();
+			return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+		});
+		return streams;
 	}
 
 	static synchronized void say(String line) {
@@ -217,7 +264,9 @@ public final class StreamsPeer {
 				ctx.forward(r.withValue(out.array()), "routed");
 				routed.incrementAndGet();
 			}
-			processed.incrementAndGet();
+			if (processed.incrementAndGet() % 10_000 == 0) { // progress in its log, to see the warm-up
+				System.err.printf("processed %d at %d ms%n", processed.get(), System.currentTimeMillis());
+			}
 		}
 	}
 }
