@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -14,11 +17,13 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// restoreSlice is how many writes a restore commits to Pebble at once.
-const restoreSlice = 20_000
-
 // restoreMemo bounds how many tasks' index entries a restore remembers.
 const restoreMemo = 200_000
+
+// restoreWindow bounds the changelog bytes (keys and values) a restore
+// collects before it writes them: one window is collected while the one
+// before it is written, so a restore holds about two.
+const restoreWindow = 16 << 20
 
 // indexOf is the part of a state that names its store index entries: what
 // store.Batch needs of the state a write replaces.
@@ -45,6 +50,10 @@ func indexOf(st *task.State) *task.State {
 // finished a task, and compaction may have dropped the task's records and
 // then its tombstone, so that no record after the checkpoint says the local
 // copy (a pending retry, an open review item) is gone.
+//
+// The records are applied compacted, in windows (see applier): only the
+// last record of a task in a window is decoded and written, while the next
+// window is read.
 func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
@@ -58,10 +67,13 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return err
 	}
 	ranges := scan.Ranges{}
+	wiped := map[int32]bool{}
 	for _, p := range parts {
-		if err := r.trustOrWipe(p, ends[p]); err != nil {
+		kept, err := r.trustOrWipe(p, ends[p])
+		if err != nil {
 			return err
 		}
+		wiped[p] = !kept
 		next, _, err := r.store.Checkpoint(p)
 		if errors.Is(err, store.ErrCorruptCheckpoint) {
 			// the store is a cache: restore the partition from the start
@@ -86,49 +98,36 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
-	// the index entries of the states this restore wrote, by task: a later
-	// record of the task replaces them without a point read of the store
-	// (most tasks have several records in the changelog); bounded, past
-	// which the store is read again
-	applied := map[string]*task.State{}
+	ap := r.newApplier(wiped)
+	win := newWindow()
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
-		wb := r.store.NewBatch()
-		if len(applied) > restoreMemo {
-			clear(applied)
-		}
 		for _, rec := range b.Records {
-			if err := r.applyChangelog(wb, rec, applied); err != nil {
-				wb.Discard()
-				return err
-			}
-			// a Pebble batch over half a memtable is sorted whole on commit:
-			// commit in slices (applying a record twice is harmless, and the
-			// checkpoint moves only at the end)
-			if wb.Len() >= restoreSlice {
-				if err := wb.Commit(); err != nil {
-					return err
-				}
-				wb = r.store.NewBatch()
-			}
-			total++
-			r.metrics.restoredRecords.Inc()
+			win.add(rec)
 		}
 		for p, n := range b.Next[topic] {
-			if err := wb.SetCheckpoint(p, n); err != nil {
-				wb.Discard()
+			win.next[p] = n
+		}
+		total += int64(len(b.Records))
+		r.metrics.restoredRecords.Add(float64(len(b.Records)))
+		r.metrics.restoreRemaining.Set(float64(b.Left))
+		if win.bytes >= restoreWindow {
+			if err := ap.send(win); err != nil {
 				return err
 			}
+			win = newWindow()
 		}
-		if err := wb.Commit(); err != nil {
-			return err
-		}
-		r.metrics.restoreRemaining.Set(float64(b.Left))
 		if time.Since(lastLog) > 5*time.Second {
 			r.log.Info("restoring state", "applied", total, "partitions_left", b.Partitions)
 			lastLog = time.Now()
 		}
 		return nil
 	})
+	if err == nil {
+		err = ap.send(win)
+	}
+	if werr := ap.close(); err == nil {
+		err = werr
+	}
 	if err != nil {
 		return fmt.Errorf("router: restore: %w", err)
 	}
@@ -137,31 +136,156 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	return nil
 }
 
-// applyChangelog applies one changelog record: a state, or a tombstone. The
-// state it replaces is the one an earlier record of this restore wrote
-// (applied), else the store's: a task changed twice in one batch (a retry
-// decided, then published) must not leave the first state's due-index entry
-// behind, or stale entries pile up at the head of the due index.
-func (r *Router) applyChangelog(wb *store.Batch, rec *kgo.Record, applied map[string]*task.State) error {
-	id := string(rec.Key)
-	old, ok := applied[id]
-	if !ok {
-		var err error
-		if old, err = r.store.Get(id); err != nil {
+// window is the changelog a restore read and has not written yet: the last
+// record of each task (a state, or a tombstone), and where each partition's
+// read stands.
+type window struct {
+	last  map[string]*kgo.Record
+	next  map[int32]int64 // the checkpoints to write with the window
+	bytes int             // of every record added, replaced ones too
+}
+
+func newWindow() *window {
+	return &window{last: map[string]*kgo.Record{}, next: map[int32]int64{}}
+}
+
+func (w *window) add(rec *kgo.Record) {
+	w.last[string(rec.Key)] = rec
+	w.bytes += len(rec.Key) + len(rec.Value)
+}
+
+// applier writes a restore's windows to the store, in order, in a goroutine
+// of its own while the scan reads on.
+//
+// Only the last record of a task in a window is applied: for the store, a
+// task's records one after another come to the same as its last one (a
+// tombstone deletes), provided the write replaces the index entries of the
+// state the store held before the window. That state is the one an earlier
+// window of this restore wrote (written), else nothing in a partition this
+// restore wiped, else the store's (a point read). A task changed twice (a
+// retry decided, then published) must not leave the first state's due-index
+// entry behind, or stale entries pile up at the head of the due index.
+type applier struct {
+	r       *Router
+	wiped   map[int32]bool         // partitions wiped before this restore: the store held nothing of them
+	written map[string]*task.State // index entries of the states written, nil for a deleted task
+	forgot  bool                   // written was cleared (restoreMemo): read the store for tasks not in it
+	in      chan *window
+	failed  atomic.Pointer[error] // the first window that failed
+	done    chan struct{}
+}
+
+func (r *Router) newApplier(wiped map[int32]bool) *applier {
+	a := &applier{r: r, wiped: wiped, written: map[string]*task.State{},
+		in: make(chan *window), done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for w := range a.in {
+			if a.failed.Load() != nil {
+				continue // drained, not written
+			}
+			if err := a.apply(w); err != nil {
+				a.failed.Store(&err)
+			}
+		}
+	}()
+	return a
+}
+
+// send hands w to the applier, waiting while the window before is being
+// written; it returns the error of an earlier window.
+func (a *applier) send(w *window) error {
+	if err := a.failed.Load(); err != nil {
+		return *err
+	}
+	a.in <- w
+	return nil
+}
+
+// close waits until every window sent is written and returns the first error.
+func (a *applier) close() error {
+	close(a.in)
+	<-a.done
+	if err := a.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// change is one task's write of a window.
+type change struct {
+	rec *kgo.Record
+	st  *task.State // decoded; nil for a tombstone or a record that does not decode
+	bad error       // the record does not decode
+}
+
+// apply writes one window: its tasks' last states (decoded in parallel),
+// their index entries, and the checkpoints, as one store.Bulk. A last record
+// that does not decode is logged and skipped: the task keeps what the store
+// held before the window.
+func (a *applier) apply(w *window) error {
+	cs := make([]change, 0, len(w.last))
+	for _, rec := range w.last {
+		cs = append(cs, change{rec: rec})
+	}
+	decodeAll(a.r, cs)
+	if len(a.written) > restoreMemo {
+		clear(a.written)
+		a.forgot = true
+	}
+	bulk := a.r.store.NewBulk()
+	for i := range cs {
+		c := &cs[i]
+		id := string(c.rec.Key)
+		if c.bad != nil {
+			a.r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
+			continue
+		}
+		old, ok := a.written[id]
+		if !ok && (a.forgot || !a.wiped[c.rec.Partition]) {
+			var err error
+			if old, err = a.r.store.Get(id); err != nil {
+				return err
+			}
+		}
+		if c.st == nil {
+			a.written[id] = nil
+			if err := bulk.DeleteTask(c.rec.Partition, old); err != nil {
+				return err
+			}
+			continue
+		}
+		a.written[id] = indexOf(c.st)
+		if err := bulk.PutEncoded(c.rec.Partition, old, c.st, c.rec.Value); err != nil {
 			return err
 		}
 	}
-	if rec.Value == nil {
-		applied[id] = nil
-		return wb.Delete(rec.Partition, old)
+	for p, n := range w.next {
+		if err := bulk.SetCheckpoint(p, n); err != nil {
+			return err
+		}
 	}
-	st, err := r.codec.DecodeState(rec.Value) // an Avro TaskState, or the JSON of an earlier build
-	if err != nil {
-		r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", rec.Partition, "offset", rec.Offset, "err", err)
-		return nil
+	return bulk.Commit()
+}
+
+// decodeAll decodes the states of cs, split across the cores.
+func decodeAll(r *Router, cs []change) {
+	workers := min(runtime.GOMAXPROCS(0), 1+len(cs)/1000)
+	var wg sync.WaitGroup
+	for k := range workers {
+		part := cs[k*len(cs)/workers : (k+1)*len(cs)/workers]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range part {
+				if v := part[i].rec.Value; v != nil {
+					// an Avro TaskState, or the JSON of an earlier build
+					part[i].st, part[i].bad = r.codec.DecodeState(v)
+				}
+			}
+		}()
 	}
-	applied[id] = indexOf(st)
-	return wb.PutEncoded(rec.Partition, old, st, rec.Value)
+	wg.Wait()
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no
@@ -205,24 +329,25 @@ func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string,
 // trustOrWipe keeps the local state of partition p if this instance released
 // p at changelog end offset end (nothing was written to the changelog
 // partition since, by anyone), and wipes it otherwise: after a restart
-// without a clean release, or when another instance owned p meanwhile.
-func (r *Router) trustOrWipe(p int32, end int64) error {
+// without a clean release, or when another instance owned p meanwhile. It
+// reports whether it kept the state.
+func (r *Router) trustOrWipe(p int32, end int64) (kept bool, err error) {
 	released, ok, err := r.store.TakeReleased(p)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ok && released == end {
-		return nil
+		return true, nil
 	}
 	n, err := r.store.WipePartition(p)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if n > 0 || ok {
 		r.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
 			"topic", r.cfg.Topics.State, "partition", p, "tasks", n, "released_at", released, "end", end, "released", ok)
 	}
-	return nil
+	return false, nil
 }
 
 // markReleased records, for each partition, the end offset of its changelog

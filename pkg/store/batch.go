@@ -40,31 +40,41 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 // of its changelog record. The bytes are stored as they are, so a state is
 // encoded once for the changelog and the store.
 func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
-	b.unindex(p, old)
+	return putEncoded(b.b, p, old, st, v)
+}
+
+// writer is where the writes of a state go: a Pebble batch, or a Bulk.
+type writer interface {
+	Set(key, value []byte, _ *pebble.WriteOptions) error
+	Delete(key []byte, _ *pebble.WriteOptions) error
+}
+
+func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
+	unindex(w, p, old)
 	expiresAt := st.ExpiresAt
-	if err := b.b.Set(taskKey(st.TaskID), v, nil); err != nil {
+	if err := w.Set(taskKey(st.TaskID), v, nil); err != nil {
 		return err
 	}
 	// which partition the task belongs to, both ways: WipePartition finds
 	// the tasks of a partition, and deletes only those still of it
-	if err := b.b.Set(memberKey(p, st.TaskID), nil, nil); err != nil {
+	if err := w.Set(memberKey(p, st.TaskID), nil, nil); err != nil {
 		return err
 	}
-	if err := b.b.Set(ownerKey(st.TaskID), binary.BigEndian.AppendUint32(nil, uint32(p)), nil); err != nil {
+	if err := w.Set(ownerKey(st.TaskID), binary.BigEndian.AppendUint32(nil, uint32(p)), nil); err != nil {
 		return err
 	}
 	if st.Pending != nil {
-		if err := b.b.Set(dueKey(p, st.Pending.NotBefore, st.TaskID), nil, nil); err != nil {
+		if err := w.Set(dueKey(p, st.Pending.NotBefore, st.TaskID), nil, nil); err != nil {
 			return err
 		}
 	}
 	if expiresAt > 0 {
-		if err := b.b.Set(expiryKey(p, bucketOf(expiresAt), st.TaskID), nil, nil); err != nil {
+		if err := w.Set(expiryKey(p, bucketOf(expiresAt), st.TaskID), nil, nil); err != nil {
 			return err
 		}
 	}
 	if overdueIndexed(st) {
-		if err := b.b.Set(overdueKey(p, st.ReviewDueAt, st.TaskID), nil, nil); err != nil {
+		if err := w.Set(overdueKey(p, st.ReviewDueAt, st.TaskID), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -78,32 +88,34 @@ func overdueIndexed(st *task.State) bool {
 }
 
 // Delete removes a task and its index entries.
-func (b *Batch) Delete(p int32, old *task.State) error {
+func (b *Batch) Delete(p int32, old *task.State) error { return deleteTask(b.b, p, old) }
+
+func deleteTask(w writer, p int32, old *task.State) error {
 	if old == nil {
 		return nil
 	}
-	b.unindex(p, old)
-	if err := b.b.Delete(memberKey(p, old.TaskID), nil); err != nil {
+	unindex(w, p, old)
+	if err := w.Delete(memberKey(p, old.TaskID), nil); err != nil {
 		return err
 	}
-	if err := b.b.Delete(ownerKey(old.TaskID), nil); err != nil {
+	if err := w.Delete(ownerKey(old.TaskID), nil); err != nil {
 		return err
 	}
-	return b.b.Delete(taskKey(old.TaskID), nil)
+	return w.Delete(taskKey(old.TaskID), nil)
 }
 
-func (b *Batch) unindex(p int32, old *task.State) {
+func unindex(w writer, p int32, old *task.State) {
 	if old == nil {
 		return
 	}
 	if old.Pending != nil {
-		_ = b.b.Delete(dueKey(p, old.Pending.NotBefore, old.TaskID), nil)
+		_ = w.Delete(dueKey(p, old.Pending.NotBefore, old.TaskID), nil)
 	}
 	if old.ExpiresAt > 0 {
-		_ = b.b.Delete(expiryKey(p, bucketOf(old.ExpiresAt), old.TaskID), nil)
+		_ = w.Delete(expiryKey(p, bucketOf(old.ExpiresAt), old.TaskID), nil)
 	}
 	if overdueIndexed(old) {
-		_ = b.b.Delete(overdueKey(p, old.ReviewDueAt, old.TaskID), nil)
+		_ = w.Delete(overdueKey(p, old.ReviewDueAt, old.TaskID), nil)
 	}
 }
 

@@ -6,6 +6,18 @@
 // fsynced (the changelog is the durable copy); bloom filters make the point
 // reads of a poll cheap.
 //
+// Two ways to write. A Batch (a poll's writes) goes through Pebble's
+// write-ahead log and memtable. The WAL is kept although the changelog is
+// the durable copy: a release mark (below) is trusted only if every write
+// before it is still there when the process comes back, and with the WAL a
+// write is in the operating system's hands once committed, so a clean stop
+// (or a kill after it) loses nothing; without it, Close would have to flush
+// the memtable first, and a kill would silently drop recent writes. A Bulk
+// (a restore's writes) is sorted and written as one synced sstable that
+// Pebble ingests: no WAL, no memtable, no flush. It is durable once
+// committed, and atomic like a batch: the restore's checkpoint goes in the
+// same file as the states it covers.
+//
 // Key layout (all integers big-endian, so that keys sort by them):
 //
 //	t/<task_id>                          -> task.State
@@ -32,6 +44,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -43,6 +57,8 @@ import (
 // Store is the Pebble-backed task state of one router instance.
 type Store struct {
 	db    *pebble.DB
+	dir   string
+	opts  *pebble.Options // as opened: Bulk writes sstables with them
 	log   *slog.Logger
 	codec *codec.Codec // states are TaskState records (codec.EncodeState)
 }
@@ -65,6 +81,13 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	opts.EnsureDefaults()
+	// the files of a Bulk that did not commit (a crash in the middle)
+	if tmp, err := filepath.Glob(filepath.Join(dir, "bulk-*.sst.tmp")); err == nil {
+		for _, f := range tmp {
+			_ = os.Remove(f)
+		}
+	}
 	c, err := codec.New()
 	if err != nil {
 		return nil, err
@@ -73,7 +96,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, log: log, codec: c}
+	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c}
 	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err

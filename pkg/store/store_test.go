@@ -393,3 +393,81 @@ func TestCheckpointCorrupt(t *testing.T) {
 		t.Errorf("after a restore wrote it again: Checkpoint = %d, %v, %v; want 77, true", next, ok, err)
 	}
 }
+
+// Guards Bulk, the restore's writer: its writes are applied at once, the
+// last write of a key wins (a delete after a put, a put after a delete),
+// writes replace what the store held, and they survive a reopen.
+func TestBulkAppliesLastWritePerKey(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, 0, 5*hour, &task.State{TaskID: "held", Attempts: 1, Pending: &task.PendingRetry{N: 1, NotBefore: 100}})
+	enc := func(st *task.State) []byte {
+		v, err := s.codec.EncodeState(nil, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	old, err := s.Get("held")
+	if err != nil || old == nil {
+		t.Fatalf("held: %v %v", old, err)
+	}
+	b := s.NewBulk()
+	fresh := &task.State{TaskID: "fresh", Attempts: 1, Pending: &task.PendingRetry{N: 1, NotBefore: 200}}
+	held := &task.State{TaskID: "held", Attempts: 2, ExpiresAt: 7 * hour}
+	again := &task.State{TaskID: "again", Attempts: 3}
+	for _, err := range []error{
+		b.PutEncoded(0, nil, fresh, enc(fresh)),
+		b.PutEncoded(0, old, held, enc(held)),
+		b.PutEncoded(0, nil, &task.State{TaskID: "deleted", Attempts: 1}, enc(&task.State{TaskID: "deleted", Attempts: 1})),
+		b.DeleteTask(0, &task.State{TaskID: "deleted"}),
+		b.DeleteTask(0, &task.State{TaskID: "again"}),
+		b.PutEncoded(0, nil, again, enc(again)),
+		b.SetCheckpoint(0, 42),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := s.Get("fresh"); st != nil {
+		t.Fatalf("a bulk write is visible before its commit: %+v", st)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for id, want := range map[string]int32{"fresh": 1, "held": 2, "again": 3, "deleted": 0} {
+		st, err := s.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case want == 0 && st != nil:
+			t.Errorf("%s: %+v, want deleted", id, st)
+		case want != 0 && (st == nil || st.Attempts != want):
+			t.Errorf("%s: %+v, want attempts %d", id, st, want)
+		}
+	}
+	due, err := s.Due(0, 1000, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 1 || due[0].TaskID != "fresh" {
+		t.Errorf("due index %+v, want only fresh (held's entry replaced)", due)
+	}
+	if next, ok, err := s.Checkpoint(0); err != nil || !ok || next != 42 {
+		t.Errorf("checkpoint %d %v %v, want 42", next, ok, err)
+	}
+	if n, err := s.WipePartition(0); err != nil || n != 3 {
+		t.Errorf("wipe dropped %d tasks (%v), want 3", n, err)
+	}
+}

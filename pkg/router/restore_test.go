@@ -1,0 +1,228 @@
+package router
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/store"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+const rsHour = int64(3_600_000)
+
+// rsWorld is a router with a real Pebble store and no Kafka: the restore's
+// applier is fed changelog records directly.
+type rsWorld struct {
+	t *testing.T
+	r *Router
+}
+
+func rsStart(t *testing.T) *rsWorld {
+	t.Helper()
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := store.Open(t.TempDir(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s}}
+}
+
+// rec is a changelog record of st (a tombstone when st is nil).
+func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record {
+	w.t.Helper()
+	r := &kgo.Record{Key: []byte(id), Partition: p, Offset: off}
+	if st != nil {
+		v, err := w.r.codec.EncodeState(nil, st)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		r.Value = v
+	}
+	return r
+}
+
+// restore applies windows of records as one restore does, the partitions in
+// wiped restored from an empty store.
+func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
+	w.t.Helper()
+	a := w.r.newApplier(wiped)
+	for _, recs := range windows {
+		win := newWindow()
+		for _, rec := range recs {
+			win.add(rec)
+			win.next[rec.Partition] = rec.Offset + 1
+		}
+		if err := a.send(win); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err := a.close(); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// index lists the tasks in index ix of partition p (all due by the far
+// future), as id@time.
+func (w *rsWorld) index(ix store.Index, p int32) []string {
+	w.t.Helper()
+	ds, err := w.r.store.Scan(ix, p, 1<<50, 1000)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.TaskID+"@"+itoa(d.NotBefore))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func (w *rsWorld) get(id string) *task.State {
+	w.t.Helper()
+	st, err := w.r.store.Get(id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return st
+}
+
+func pending(nb int64) *task.PendingRetry {
+	return &task.PendingRetry{N: 1, DelayMs: 1000, NotBefore: nb}
+}
+
+// Guards the restore of a partition into an empty store: the store holds
+// each task's last changelog state and exactly its index entries; a task
+// whose last record is a tombstone leaves nothing, whether its earlier
+// records were in the same window or an earlier one; the JSON states of
+// earlier builds restore; the checkpoint is where the read stopped.
+func TestRestoreWritesLastStatePerTask(t *testing.T) {
+	w := rsStart(t)
+	jsonState, err := json.Marshal(&task.State{TaskID: "json", Attempts: 2, Pending: pending(7_000), ExpiresAt: 9 * rsHour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.restore(map[int32]bool{0: true},
+		[]*kgo.Record{
+			w.rec(0, 0, "twice", &task.State{TaskID: "twice", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}),
+			w.rec(0, 1, "gone", &task.State{TaskID: "gone", Attempts: 1, Pending: pending(2_000), ExpiresAt: 5 * rsHour}),
+			w.rec(0, 2, "later", &task.State{TaskID: "later", Attempts: 1, Review: task.ReviewOpen, ReviewDueAt: 3_000, ExpiresAt: 6 * rsHour}),
+			w.rec(0, 3, "twice", &task.State{TaskID: "twice", Attempts: 2, ExpiresAt: 8 * rsHour}),
+			w.rec(0, 4, "gone", nil),
+			w.rec(0, 5, "never", nil),
+			{Key: []byte("json"), Value: jsonState, Partition: 0, Offset: 6},
+		},
+		[]*kgo.Record{
+			w.rec(0, 7, "later", &task.State{TaskID: "later", Attempts: 2, Review: task.ReviewApproved, Pending: pending(4_000), ExpiresAt: 7 * rsHour}),
+			w.rec(0, 8, "dropped", &task.State{TaskID: "dropped", Attempts: 1, Pending: pending(5_000), ExpiresAt: 5 * rsHour}),
+		},
+		[]*kgo.Record{w.rec(0, 9, "dropped", nil)},
+	)
+
+	if st := w.get("twice"); st == nil || st.Attempts != 2 || st.Pending != nil {
+		t.Errorf("task written twice: %+v, want its second state (attempts 2, nothing pending)", st)
+	}
+	if st := w.get("later"); st == nil || st.Attempts != 2 || st.Review != task.ReviewApproved {
+		t.Errorf("task written in two windows: %+v, want its second state", st)
+	}
+	if st := w.get("json"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 7_000 {
+		t.Errorf("JSON state of an earlier build: %+v, want it restored", st)
+	}
+	for _, id := range []string{"gone", "never", "dropped"} {
+		if st := w.get(id); st != nil {
+			t.Errorf("task %s, whose last record is a tombstone: state %+v, want none", id, st)
+		}
+	}
+	if got, want := w.index(store.DueIndex, 0), []string{"json@7000", "later@4000"}; !slices.Equal(got, want) {
+		t.Errorf("due index %v, want %v (only the last states' pending retries)", got, want)
+	}
+	if got, want := w.index(store.ExpiryIndex, 0), []string{"json@9", "later@7", "twice@8"}; !slices.Equal(got, want) {
+		t.Errorf("expiry index %v, want %v (only the last states' buckets)", got, want)
+	}
+	if got := w.index(store.OverdueIndex, 0); len(got) != 0 {
+		t.Errorf("overdue-review index %v, want empty (the open review item was approved)", got)
+	}
+	if next, ok, err := w.r.store.Checkpoint(0); err != nil || !ok || next != 10 {
+		t.Errorf("checkpoint %d (%v, %v), want 10", next, ok, err)
+	}
+	// the partition's tasks are known as its own: a wipe drops them all
+	if n, err := w.r.store.WipePartition(0); err != nil || n != 3 {
+		t.Errorf("wipe after the restore dropped %d tasks (%v), want 3", n, err)
+	}
+}
+
+// Guards the restore from a trusted checkpoint: a partition whose local
+// state was kept, and a task whose index entries the restore no longer
+// remembers, have the index entries of the state the store held replaced,
+// not left behind.
+func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
+	w := rsStart(t)
+	wb := w.r.store.NewBatch()
+	for _, st := range []*task.State{
+		{TaskID: "kept", Attempts: 1, Pending: pending(1_000)},
+		{TaskID: "finished", Attempts: 1, Pending: pending(2_000), Review: task.ReviewOpen, ReviewDueAt: 3_000},
+	} {
+		if err := wb.Put(1, nil, st, 5*rsHour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// partition 1 is kept (not wiped); partition 2 is wiped, and its
+	// restore forgets what it wrote before the second window (restoreMemo)
+	a := &applier{r: w.r, wiped: map[int32]bool{2: true}, written: map[string]*task.State{}}
+	win := newWindow()
+	for _, rec := range []*kgo.Record{
+		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),
+		w.rec(1, 11, "finished", nil),
+		w.rec(2, 0, "forgotten", &task.State{TaskID: "forgotten", Attempts: 1, Pending: pending(3_000), ExpiresAt: 5 * rsHour}),
+	} {
+		win.add(rec)
+	}
+	if err := a.apply(win); err != nil {
+		t.Fatal(err)
+	}
+	clear(a.written)
+	a.forgot = true
+	win = newWindow()
+	win.add(w.rec(2, 1, "forgotten", &task.State{TaskID: "forgotten", Attempts: 2, ExpiresAt: 6 * rsHour}))
+	if err := a.apply(win); err != nil {
+		t.Fatal(err)
+	}
+
+	if st := w.get("kept"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 1_500 {
+		t.Errorf("kept task: %+v, want its changelog state", st)
+	}
+	if st := w.get("finished"); st != nil {
+		t.Errorf("finished task: %+v, want none (tombstone)", st)
+	}
+	if got, want := w.index(store.DueIndex, 1), []string{"kept@1500"}; !slices.Equal(got, want) {
+		t.Errorf("due index of the kept partition %v, want %v (the stored states' entries replaced)", got, want)
+	}
+	if got, want := w.index(store.ExpiryIndex, 1), []string{"kept@6"}; !slices.Equal(got, want) {
+		t.Errorf("expiry index of the kept partition %v, want %v", got, want)
+	}
+	if got := w.index(store.OverdueIndex, 1); len(got) != 0 {
+		t.Errorf("overdue-review index of the kept partition %v, want empty", got)
+	}
+	if got := w.index(store.DueIndex, 2); len(got) != 0 {
+		t.Errorf("due index of the wiped partition %v, want empty (the forgotten task's first pending retry replaced)", got)
+	}
+	if got, want := w.index(store.ExpiryIndex, 2), []string{"forgotten@6"}; !slices.Equal(got, want) {
+		t.Errorf("expiry index of the wiped partition %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Bulk collects many writes (a restore's) and applies them at once as one
+// sstable ingested into Pebble: sorted, written to a file and linked into
+// the LSM, without the write-ahead log, the memtable and its flush, which
+// a Batch pays for every write. It has the same write methods as Batch and
+// is as atomic: a Commit applies all of its writes or none; a later write
+// of a key, in the same Bulk, replaces an earlier one.
+//
+// Use it for writes in bulk only: every Commit adds a file to Pebble's
+// level 0 (compacted in the background).
+type Bulk struct {
+	s   *Store
+	ops []bulkOp
+}
+
+type bulkOp struct {
+	key, value []byte
+	seq        int // the order of the writes of one key
+	del        bool
+}
+
+// NewBulk returns an empty Bulk.
+func (s *Store) NewBulk() *Bulk { return &Bulk{s: s} }
+
+// Set is the writer method: value is kept, not copied, until Commit.
+func (b *Bulk) Set(key, value []byte, _ *pebble.WriteOptions) error {
+	b.ops = append(b.ops, bulkOp{key: key, value: value, seq: len(b.ops)})
+	return nil
+}
+
+// Delete is the writer method.
+func (b *Bulk) Delete(key []byte, _ *pebble.WriteOptions) error {
+	b.ops = append(b.ops, bulkOp{key: key, del: true, seq: len(b.ops)})
+	return nil
+}
+
+// PutEncoded is Batch.PutEncoded; v is kept, not copied, until Commit.
+func (b *Bulk) PutEncoded(p int32, old, st *task.State, v []byte) error {
+	return putEncoded(b, p, old, st, v)
+}
+
+// Delete removes a task and its index entries, as Batch.Delete.
+func (b *Bulk) DeleteTask(p int32, old *task.State) error { return deleteTask(b, p, old) }
+
+// SetCheckpoint is Batch.SetCheckpoint.
+func (b *Bulk) SetCheckpoint(p int32, next int64) error {
+	return b.Set(checkpointKey(p), binary.BigEndian.AppendUint64(nil, uint64(next)), nil)
+}
+
+// Len is the number of writes in the bulk.
+func (b *Bulk) Len() int { return len(b.ops) }
+
+var bulkFiles atomic.Int64
+
+// Commit applies the writes: it sorts them (the last write of a key wins),
+// writes them to an sstable in the store's directory, synced, and ingests
+// it. On failure nothing is applied.
+func (b *Bulk) Commit() error {
+	if len(b.ops) == 0 {
+		return nil
+	}
+	slices.SortFunc(b.ops, func(x, y bulkOp) int {
+		if c := bytes.Compare(x.key, y.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.seq, y.seq)
+	})
+	path := filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
+	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("store: bulk write: %w", err)
+	}
+	wo := b.s.opts.MakeWriterOptions(0, b.s.db.TableFormat())
+	// not compressed: the file is soon compacted, which compresses
+	wo.Compression = block.NoCompression
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	for i, op := range b.ops {
+		if i+1 < len(b.ops) && bytes.Equal(op.key, b.ops[i+1].key) {
+			continue // a later write of the key replaces this one
+		}
+		if op.del {
+			err = w.Delete(op.key)
+		} else {
+			err = w.Set(op.key, op.value)
+		}
+		if err != nil {
+			break
+		}
+	}
+	b.ops = nil
+	// Close writes the rest, syncs and closes the file: Pebble requires
+	// an ingested file on disk before it names it in its manifest
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = b.s.db.Ingest(context.Background(), []string{path})
+	}
+	if err != nil {
+		_ = vfs.Default.Remove(path)
+		return fmt.Errorf("store: bulk write: %w", err)
+	}
+	return nil
+}
