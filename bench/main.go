@@ -16,7 +16,7 @@
 //   - the Kafka Streams peer (bench/streams-peer): the application a user
 //     would write instead, with exactly_once_v2, one thread and a RocksDB
 //     store with a changelog, run on the same backlog under a fresh
-//     application id after the router; the ratio router/peer;
+//     application id right after the router's run; the ratio router/peer;
 //   - memory: the resident set of a `faultrouter run` process holding
 //     --rss-tasks live task states.
 //
@@ -230,6 +230,14 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		res.CommitMs = rt.counter("faultrouter_batch_seconds") / batches * 1000
 	}
 
+	// the Kafka Streams peer on the same backlog, right after the router's
+	// run, so that both see the machine as alike as it can be; the router
+	// idles meanwhile (nothing more comes into ingress until the latency runs)
+	if err := runPeer(ctx, c, out, &res, seeds, topics.Ingress, backlogEnds, peerOut, prefix+"peer"); err != nil {
+		rt.stop()
+		return err
+	}
+
 	next := c.tasks
 	for _, l := range []struct {
 		dst  *latencyResult
@@ -279,27 +287,6 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if restoreS > 0 {
 		res.Restore.RestorePerS = restored / restoreS
 		res.Restore.RestoreRatio = res.Restore.RestorePerS / res.Restore.PlainPerSec
-	}
-
-	switch why := peerMissing(); {
-	case !c.peer:
-		res.PeerSkipped = "--peer=false"
-	case why != "":
-		res.PeerSkipped = why
-		step(out, "Kafka Streams peer skipped: %s (it needs mvn, java and javac; --peer=false skips it)", why)
-	default:
-		step(out, "Kafka Streams peer: exactly_once_v2, one thread, RocksDB store with a changelog, same backlog")
-		stateDir, err := tempDir(c.workDir, "streams-peer")
-		if err != nil {
-			return err
-		}
-		p, err := streamsPeer(ctx, seeds, c.brokers, topics.Ingress, backlogEnds, peerOut, prefix+"peer", stateDir,
-			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, min(c.peerWarmup, n))
-		if err != nil {
-			return err
-		}
-		p.OverRaw, p.RouterOver = p.PerSec/res.RawPerSec, res.RouterPerSec/p.PerSec
-		res.Peer = &p
 	}
 
 	if c.rssTasks > 0 {

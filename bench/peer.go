@@ -29,6 +29,38 @@ type peerResult struct {
 	RunningS   float64 `json:"start_to_running_s"`
 }
 
+// runPeer runs the Kafka Streams peer on the backlog, the partitions of topic
+// up to ends, under the application id appID, and puts its figures in res;
+// it only says why when --peer=false or the tools it needs are missing.
+func runPeer(ctx context.Context, c config, out io.Writer, res *result, seeds []kgo.Opt, topic string,
+	ends map[int32]int64, outs [2]string, appID string) error {
+	n := 0
+	for _, o := range ends {
+		n += int(o)
+	}
+	switch why := peerMissing(); {
+	case !c.peer:
+		res.PeerSkipped = "--peer=false"
+	case why != "":
+		res.PeerSkipped = why
+		step(out, "Kafka Streams peer skipped: %s (it needs mvn, java and javac; --peer=false skips it)", why)
+	default:
+		step(out, "Kafka Streams peer: exactly_once_v2, one thread, RocksDB store with a changelog, same backlog")
+		stateDir, err := tempDir(c.workDir, "streams-peer")
+		if err != nil {
+			return err
+		}
+		p, err := streamsPeer(ctx, seeds, c.brokers, topic, ends, outs, appID, stateDir,
+			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, min(c.peerWarmup, n))
+		if err != nil {
+			return err
+		}
+		p.OverRaw, p.RouterOver = p.PerSec/res.RawPerSec, res.RouterPerSec/p.PerSec
+		res.Peer = &p
+	}
+	return nil
+}
+
 // peerMissing returns why the peer cannot be built here, or "" when it can:
 // it needs mvn, java and javac.
 func peerMissing() string {
