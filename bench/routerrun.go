@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -68,7 +69,8 @@ func (r *runningRouter) stop() error {
 	return <-r.done
 }
 
-// counter sums every sample of a counter family (all label values).
+// counter sums every sample of a counter, gauge or histogram family (all
+// label values; a histogram's sum).
 func (r *runningRouter) counter(name string) float64 {
 	fams, err := r.reg.Gather()
 	if err != nil {
@@ -83,6 +85,8 @@ func (r *runningRouter) counter(name string) float64 {
 			switch {
 			case m.GetCounter() != nil:
 				n += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				n += m.GetGauge().GetValue()
 			case m.GetHistogram() != nil:
 				n += m.GetHistogram().GetSampleSum()
 			}
@@ -124,6 +128,20 @@ func (r *runningRouter) waitRouted(ctx context.Context, n int) (time.Duration, e
 		}
 	}
 	return time.Since(start), nil
+}
+
+// waitCaughtUp waits until the router's consumer lag is zero.
+func (r *runningRouter) waitCaughtUp(ctx context.Context) error {
+	for r.counter("faultrouter_consumer_lag_records") > 0 {
+		select {
+		case err := <-r.done:
+			return fmt.Errorf("router stopped: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // routerTopics maps the topic specs onto the router's topic names.
@@ -194,7 +212,11 @@ func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, fi
 		for seen < total {
 			fs := rd.PollFetches(rctx)
 			if rctx.Err() != nil {
-				readDone <- fmt.Errorf("latency: read %d of %d audit records: %w", seen, total, rctx.Err())
+				if ctx.Err() != nil {
+					readDone <- fmt.Errorf("latency: read %d of %d audit records: %w", seen, total, ctx.Err())
+				} else {
+					readDone <- errBehind // the router fell behind: report what was read
+				}
 				return
 			}
 			now := time.Now()
@@ -250,15 +272,26 @@ func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, fi
 	if perr != nil {
 		return percentiles{}, perr
 	}
-	if err := <-readDone; err != nil {
-		return percentiles{}, err
+	readErr := <-readDone
+	if readErr != nil && readErr != errBehind {
+		return percentiles{}, readErr
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return percentilesOf(lats), nil
+	p := percentilesOf(lats)
+	p.Missing = total - seen
+	return p, nil
 }
 
+// errBehind says that not every audit record was read within 30 s of the
+// end of a latency run: the router fell behind the rate.
+var errBehind = errors.New("latency: the router fell behind")
+
 type percentiles struct {
+	// Missing counts the events whose audit record was not read within
+	// 30 s of the end of the run (the router fell behind); they are not in
+	// the percentiles.
+	Missing               int
 	N                     int
 	P50, P99, P999, Max   time.Duration
 	RatePerSec, DurationS float64
