@@ -253,7 +253,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	for _, l := range []struct {
 		dst  *latencyResult
 		rate float64
-	}{{&res.LatencyHalf, res.RouterPerSec / 2}, {&res.LatencyLow, c.lowRate}} {
+	}{{&res.LatencyLow, c.lowRate}, {&res.LatencyHalf, res.RouterPerSec / 2}} { // light load first: the retries that half load schedules would come due in it
 		if c.latencyDur <= 0 {
 			break
 		}
