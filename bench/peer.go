@@ -30,8 +30,9 @@ type peerResult struct {
 }
 
 // runPeer runs the Kafka Streams peer on the backlog, the partitions of topic
-// up to ends, under the application id appID, and puts its figures in res;
-// it only says why when --peer=false or the tools it needs are missing.
+// up to ends, under the application id appID, and puts its figures in res.
+// With --peer=false, or when a tool it needs is missing, it puts why in res
+// instead (and prints a line for a missing tool).
 func runPeer(ctx context.Context, c config, out io.Writer, res *result, seeds []kgo.Opt, topic string,
 	ends map[int32]int64, outs [2]string, appID string) error {
 	n := 0
