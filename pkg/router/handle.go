@@ -55,6 +55,50 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
 
+	// The transaction of a batch with input begins before its first
+	// decision: a record is produced as soon as it is queued (records are
+	// final once queued), so the broker writes the first records while the
+	// rest are decided, and the flush that ends the transaction waits only
+	// for the last ones.
+	var (
+		mu       sync.Mutex
+		prodErr  error
+		failed   = map[*kgo.Record]error{}
+		produced int  // b.out[:produced] are produced
+		open     bool // the transaction has begun
+	)
+	begin := func() error {
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("router: begin transaction: %w", err)
+		}
+		open = true
+		return nil
+	}
+	produce := func() {
+		for _, rec := range b.out[produced:] {
+			sess.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if prodErr == nil {
+						prodErr = err
+					}
+					failed[rec] = err
+					return
+				}
+				if rec.Topic == r.cfg.Topics.State && rec.Offset+1 > b.checkpoints[rec.Partition] {
+					b.checkpoints[rec.Partition] = rec.Offset + 1
+				}
+			})
+		}
+		produced = len(b.out)
+	}
+	if len(b.inputs) > 0 {
+		if err := begin(); err != nil {
+			return err
+		}
+	}
+
 	// classify and decide, in input order, per task on the evolving state
 	for i := range b.inputs {
 		n := len(b.out)
@@ -63,6 +107,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			b.origin[rec] = b.inputs[i].rec
 		}
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
+		produce()
 	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
 	// this instance owns, from one sweep over their time indexes
@@ -76,31 +121,13 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	r.changelog(b, now)
 
-	// produce and commit: one transaction
-	if err := sess.Begin(); err != nil {
-		return fmt.Errorf("router: begin transaction: %w", err)
+	// produce the rest and commit: one transaction
+	if !open {
+		if err := begin(); err != nil {
+			return err
+		}
 	}
-	var (
-		mu      sync.Mutex
-		prodErr error
-		failed  = map[*kgo.Record]error{}
-	)
-	for _, rec := range b.out {
-		sess.Produce(ctx, rec, func(rec *kgo.Record, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if prodErr == nil {
-					prodErr = err
-				}
-				failed[rec] = err
-				return
-			}
-			if rec.Topic == r.cfg.Topics.State && rec.Offset+1 > b.checkpoints[rec.Partition] {
-				b.checkpoints[rec.Partition] = rec.Offset + 1
-			}
-		})
-	}
+	produce()
 	try := kgo.TryCommit
 	if err := sess.Client().Flush(ctx); err != nil {
 		return fmt.Errorf("router: flush: %w", err)
