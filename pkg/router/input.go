@@ -169,7 +169,7 @@ func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decisio
 func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
 	boundDecision(&d) // unwritable.go: a routed record is its input plus at most decisionSlack
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
-	v, err := r.codec.EncodeRoutedFrom(make([]byte, 0, 64+len(raw)+len(d.Reason)), &rr, raw)
+	v, err := r.codec.EncodeRoutedFrom(make([]byte, 0, routedSize(&d, &src, raw)), &rr, raw)
 	if err != nil {
 		// Only a bug can get here (the decision's enums are the policy's own);
 		// keep the record with the error rather than lose it.
@@ -184,6 +184,18 @@ func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte,
 	}
 	rec.Headers = codec.Carried(inHeaders)
 	return rec
+}
+
+// routedSize is room for the routed record of a decision, so that its
+// encoding is written into one allocation: the input's bytes, the decision's
+// strings and the input's topic, plus room for the varints, unions and the
+// schema header of the rest.
+func routedSize(d *event.Decision, src *event.Source, raw []byte) int {
+	n := 160 + len(raw) + len(d.Rule) + len(d.Reason) + len(d.Feedback) + len(d.SuggestedModel) + len(d.UserMessage) + len(src.Topic)
+	if d.Review != nil {
+		n += len(d.Review.Owner) + len(d.Review.Priority)
+	}
+	return n
 }
 
 // logDecision writes the event line of one routed input.
