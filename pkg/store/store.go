@@ -40,12 +40,14 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -232,20 +234,53 @@ func (s *Store) Get(taskID string) (*task.State, error) {
 	return st, nil
 }
 
-// Load reads the states of many tasks at once, in key order, into out; tasks
-// the store does not know are left out.
+// Load reads the states of many tasks at once into out; tasks the store
+// does not know are left out, and tasks out already holds are not read. The
+// keys are read in sorted order with one iterator: each lookup is a prefix
+// seek, which consults the bloom filters like a Get and, moving forward only,
+// continues from where the previous one stopped instead of searching every
+// level again.
 func (s *Store) Load(ids []string, out map[string]*task.State) error {
+	keys := make([][]byte, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := out[id]; ok {
+		if _, ok := out[id]; !ok {
+			keys = append(keys, taskKey(id))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: keys[0], UpperBound: append(slices.Clip(keys[len(keys)-1]), 0)})
+	if err != nil {
+		return fmt.Errorf("store: load: %w", err)
+	}
+	if err := s.load(it, keys, out); err != nil {
+		it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+func (s *Store) load(it *pebble.Iterator, keys [][]byte, out map[string]*task.State) error {
+	for _, k := range keys {
+		id := k[len("t/"):]
+		if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
+			if err := it.Error(); err != nil {
+				return fmt.Errorf("store: get %s: %w", id, err)
+			}
 			continue
 		}
-		st, err := s.Get(id)
+		v, err := it.ValueAndErr() // valid until the next seek: DecodeState copies what it keeps
 		if err != nil {
-			return err
+			return fmt.Errorf("store: get %s: %w", id, err)
 		}
-		if st != nil {
-			out[id] = st
+		st, err := s.codec.DecodeState(v) // an Avro TaskState, or the JSON of an earlier build
+		if err != nil {
+			return fmt.Errorf("store: decode state of %s: %w", id, err)
 		}
+		out[string(id)] = st
 	}
 	return nil
 }

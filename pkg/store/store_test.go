@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -469,5 +471,61 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 	}
 	if n, err := s.WipePartition(0); err != nil || n != 3 {
 		t.Errorf("wipe dropped %d tasks (%v), want 3", n, err)
+	}
+}
+
+// Guards the batched read of a poll: Load returns, for every known task of a
+// poll, the state Get returns, whether it sits in the memtable or in an
+// sstable, deleted tasks and unknown tasks are left out, a task asked for twice
+// is read once, and a state the caller already holds is not overwritten.
+func TestLoadReadsWhatGetReads(t *testing.T) {
+	s := openTest(t)
+	var flushed, fresh []*task.State
+	for i := range 300 {
+		st := &task.State{TaskID: fmt.Sprintf("task-%03d", i), Attempts: int32(i + 1)}
+		if i < 150 {
+			flushed = append(flushed, st)
+		} else {
+			fresh = append(fresh, st)
+		}
+	}
+	put(t, s, 0, 0, flushed...)
+	if err := s.db.Flush(); err != nil { // the first half is read from an sstable
+		t.Fatal(err)
+	}
+	put(t, s, 1, 0, fresh...)
+	wb := s.NewBatch()
+	if err := wb.Delete(0, flushed[7]); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// unsorted, with duplicates, unknown tasks and a deleted one
+	ids := []string{"task-299", "nope-1", "task-007", "task-150", "task-000", "task-299", "task-149", "zzz", "task-042", "a"}
+	held := &task.State{TaskID: "task-042", Attempts: 99}
+	out := map[string]*task.State{"task-042": held}
+	if err := s.Load(ids, out); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"task-000", "task-042", "task-149", "task-150", "task-299"}
+	if got := slices.Sorted(maps.Keys(out)); !slices.Equal(got, want) {
+		t.Fatalf("Load read tasks %v, want %v", got, want)
+	}
+	if out["task-042"] != held {
+		t.Errorf("Load replaced a state the caller held")
+	}
+	for _, id := range []string{"task-000", "task-149", "task-150", "task-299"} {
+		st, err := s.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[id].TaskID != id || out[id].Attempts != st.Attempts {
+			t.Errorf("Load(%s) = %+v, Get = %+v", id, out[id], st)
+		}
+	}
+	if err := s.Load(nil, out); err != nil {
+		t.Errorf("Load of no tasks: %v", err)
 	}
 }
