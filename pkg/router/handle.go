@@ -19,7 +19,8 @@ import (
 
 // handle routes one poll batch in one Kafka transaction:
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
-// updates the Pebble cache once the transaction has committed.
+// updates the Pebble cache once the transaction has committed, in the
+// background while the next batch is polled and decoded (waitWritten).
 func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) error {
 	b.reset()
 	now := r.cfg.Now()
@@ -42,6 +43,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	r.decodeAll(b.recs, b.inputs)
 	r.metrics.consumed.Add(float64(len(b.inputs)))
 	r.observeLag(fetches) // lag.go
+	// the previous batch's states are in the store before any is read
+	if err := r.waitWritten(); err != nil {
+		return err
+	}
 
 	// dedup and task state: one batched read for every task of the poll
 	for i := range b.inputs {
@@ -157,10 +162,20 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	committed = true
 
-	// the transaction committed: now, and only now, update the cache
-	if err := r.persist(b, now); err != nil {
-		return err
-	}
+	// The transaction committed: now, and only now, update the cache. The
+	// write runs while the next batch is polled and decoded; that batch
+	// waits for it before reading any state (waitWritten), and so do the
+	// assignment callbacks, which restore and mark the store. b is not
+	// reused until then: runSession alternates two batches.
+	r.written.Lock()
+	go func() {
+		defer r.written.Unlock()
+		if err := r.persist(b, now); err != nil {
+			r.writeErr = err
+			return
+		}
+		r.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+	}()
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		if in.kind == inputForward {
@@ -183,8 +198,17 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			r.metrics.retriesPublished.Inc()
 		}
 	}
-	r.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// waitWritten waits until the Pebble write of the last committed batch is
+// done and returns its error, once.
+func (r *Router) waitWritten() error {
+	r.written.Lock()
+	defer r.written.Unlock()
+	err := r.writeErr
+	r.writeErr = nil
+	return err
 }
 
 // parallelDecodeMin is the smallest batch decoded on more than one core:

@@ -168,6 +168,12 @@ type Router struct {
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
 
+	// written is held while the Pebble write of a committed batch runs
+	// (handle.go); writeErr is that write's error, set before written is
+	// released
+	written  sync.Mutex
+	writeErr error
+
 	ready atomic.Bool
 }
 
@@ -307,6 +313,11 @@ func (r *Router) runSession(ctx context.Context) error {
 		return fmt.Errorf("router: client: %w", err)
 	}
 	defer r.closeSession(sess)
+	defer func() { // the next session restores into the store, and Run closes it
+		if err := r.waitWritten(); err != nil {
+			r.log.Error("state store write of the last batch failed; the changelog restores it", "err", err)
+		}
+	}()
 	// Initialize the transactional producer now, not at the first produce:
 	// it fences a previous incarnation of this instance and aborts the
 	// transaction that one left open, so the changelog's last stable offset
@@ -316,8 +327,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		return fmt.Errorf("router: init transactional producer: %w", err)
 	}
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
-	b := newBatch()
-	for {
+	bs := [2]*batch{newBatch(), newBatch()} // one is written to the store while the other is handled
+	for n := 0; ; n++ {
+		b := bs[n%2]
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
 		fetches := sess.PollRecords(pollCtx, r.cfg.MaxPollRecords)
 		cancel()
@@ -403,6 +415,8 @@ func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
 // The router is ready once the restore of every assigned partition
 // succeeded, and not ready from a revoke or loss until then.
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
+	r.written.Lock() // the last batch's write is done before the restore writes
+	defer r.written.Unlock()
 	var parts []int32
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
 		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
@@ -434,6 +448,8 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 // it gets back only if the changelog has not moved since).
 func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.setReady(false)
+	r.written.Lock() // the store holds everything committed once the last batch's write is done
+	defer r.written.Unlock()
 	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
 	r.mu.Lock()
 	for _, p := range revoked[r.cfg.Topics.Ingress] {
