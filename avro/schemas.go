@@ -66,7 +66,8 @@ var catalog = []Schema{
 	{Name: RoutedRecord, Version: 1, Current: true, File: "routed_record.avsc", Legacy: 0x5b538e71ed324dad},
 	{Name: BreakerEvent, Version: 1, Current: true, File: "breaker_event.avsc", Legacy: 0x2c69021ae9021289},
 	{Name: ReviewDecision, Version: 1, Current: true, File: "review_decision.avsc", Legacy: 0x3d9e8d1b8e393048},
-	{Name: TaskState, Version: 1, Current: true, File: "task_state.avsc"},
+	{Name: TaskState, Version: 2, Current: true, File: "task_state.avsc"},
+	{Name: TaskState, Version: 1, File: "history/task_state.v1.avsc"},
 }
 
 // includes maps the full name of a shared named type to the file defining it.

@@ -178,6 +178,7 @@ var wantFingerprints = map[string]string{
 	"faultrouter.RoutedRecord/1":   "ef4a753aed8bc68c",
 	"faultrouter.BreakerEvent/1":   "d6cf35eefb82a0f1",
 	"faultrouter.ReviewDecision/1": "93befd91180a8a1f",
+	"faultrouter.TaskState/2":      "34f44b975dcefd85",
 	"faultrouter.TaskState/1":      "0d454e6c458bd311",
 }
 

@@ -129,6 +129,7 @@ func (c *Codec) appendState(dst []byte, s *task.State) ([]byte, error) {
 		dst = binary.AppendVarint(append(dst, 2), int64(p.N))
 		dst = binary.AppendVarint(dst, p.DelayMs)
 		dst = binary.AppendVarint(dst, p.NotBefore)
+		dst = binary.AppendVarint(dst, p.DueAt)
 	} else {
 		dst = append(dst, 0)
 	}
@@ -185,7 +186,7 @@ func sampleState() *task.State {
 		Review:     task.ReviewOpen, ReviewClass: event.ClassModelRefusal, ReviewOwner: "ai_product", ReviewDueAt: 99, ReviewAlerted: true,
 		Terminal: true, TerminalClass: event.ClassModelRefusal, LastClass: event.ClassModelRefusal, LastRoute: event.RouteReview,
 		FirstEventAt: 1, LastEventAt: 2, LastSeenAt: 3, SLAMs: 4, ExpiresAt: 5,
-		Pending:     &task.PendingRetry{N: 1, DelayMs: 1000, NotBefore: 6},
+		Pending:     &task.PendingRetry{N: 1, DelayMs: 1000, NotBefore: 6, DueAt: 2},
 		Traceparent: "00-abc-def-01", LastEvent: &e, LastEventTruncated: []string{"output.text"},
 		LastInput: &event.Source{Topic: "ai.tasks.ingress", Partition: 3, Offset: 77, Timestamp: event.FromMillis(1_700_000_000_000)},
 	}
@@ -254,7 +255,7 @@ func (c *Codec) readState(r *rd, d *nat) *task.State {
 	s.SLAMs = r.long()
 	s.ExpiresAt = r.long()
 	if r.branch(2) == 1 {
-		s.Pending = &task.PendingRetry{N: r.int(), DelayMs: r.long(), NotBefore: r.long()}
+		s.Pending = &task.PendingRetry{N: r.int(), DelayMs: r.long(), NotBefore: r.long(), DueAt: r.long()}
 	}
 	s.Traceparent = r.str()
 	if r.branch(2) == 1 {
@@ -309,7 +310,8 @@ func (c *Codec) stateFrom(d *nat, m map[string]any) *task.State {
 		}
 	}
 	if p := d.optRecord(m, "pending"); p != nil {
-		s.Pending = &task.PendingRetry{N: d.i32(p, "n"), DelayMs: d.i64(p, "delay_ms"), NotBefore: d.i64(p, "not_before")}
+		s.Pending = &task.PendingRetry{N: d.i32(p, "n"), DelayMs: d.i64(p, "delay_ms"), NotBefore: d.i64(p, "not_before"),
+			DueAt: d.i64(p, "due_at")}
 	}
 	if e := d.optRecord(m, "last_event"); e != nil {
 		ev := c.taskEventFrom(d, e)
@@ -370,7 +372,7 @@ func (c *Codec) encodeStateNative(dst []byte, s *task.State) ([]byte, error) {
 		"last_event": nil, "last_event_truncated": anys(s.LastEventTruncated), "last_input": nil,
 	}
 	if p := s.Pending; p != nil {
-		m["pending"] = map[string]any{"faultrouter.PendingRetry": map[string]any{"n": p.N, "delay_ms": p.DelayMs, "not_before": p.NotBefore}}
+		m["pending"] = map[string]any{"faultrouter.PendingRetry": map[string]any{"n": p.N, "delay_ms": p.DelayMs, "not_before": p.NotBefore, "due_at": p.DueAt}}
 	}
 	if e := s.LastEvent; e != nil {
 		m["last_event"] = map[string]any{avro.TaskEvent: taskEventNative(e)}

@@ -149,3 +149,44 @@ func TestStateSmallerThanJSON(t *testing.T) {
 	}
 	t.Logf("task state: Avro %d bytes, JSON %d bytes", len(a), len(j))
 }
+
+// TestStateReadsVersion1 guards the changelog across the TaskState change
+// that added pending.due_at: a state written by a build of TaskState v1 (no
+// due_at) still decodes, its pending retry whole and due_at at its default,
+// 0 (the retry was never held).
+func TestStateReadsVersion1(t *testing.T) {
+	c := newCodec(t)
+	var v1 *writer
+	for _, w := range c.writers {
+		if w.name == c.state.name && w.version == 1 {
+			v1 = w
+		}
+	}
+	if v1 == nil || c.state.version != 2 {
+		t.Fatalf("want TaskState v1 accepted and v2 written, write v%d", c.state.version)
+	}
+	st := sampleState()
+	cur, err := c.EncodeState(nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := body(cur, c.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m["pending"].(map[string]any)["faultrouter.PendingRetry"].(map[string]any)
+	delete(p, "due_at")
+	old, err := encode(nil, v1, m)
+	if err != nil {
+		t.Fatalf("encode as TaskState v1: %v", err)
+	}
+	back, err := c.DecodeState(old)
+	if err != nil {
+		t.Fatalf("decode a TaskState v1 record: %v", err)
+	}
+	want := sampleState()
+	want.Pending.DueAt = 0
+	if !reflect.DeepEqual(back, want) {
+		t.Fatalf("TaskState v1 record read as\n%+v\nwant\n%+v", back, want)
+	}
+}

@@ -56,7 +56,7 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 			return err
 		}
 		err = r.visit(b, store.DueIndex, p, nowMs, func(st *task.State, d store.Due, inBatch bool) bool {
-			if !inBatch && (st.Pending == nil || st.Pending.NotBefore != d.NotBefore) {
+			if !inBatch && (st.Pending == nil || st.Pending.NotBefore != d.NotBefore || st.Pending.Due() != d.DueAt) {
 				return false
 			}
 			b.load(st, p)

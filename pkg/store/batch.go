@@ -64,7 +64,7 @@ func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
 		return err
 	}
 	if st.Pending != nil {
-		if err := w.Set(dueKey(p, st.Pending.NotBefore, st.TaskID), nil, nil); err != nil {
+		if err := w.Set(dueKey(p, st.Pending.NotBefore, st.Pending.Due(), st.TaskID), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -109,7 +109,7 @@ func unindex(w writer, p int32, old *task.State) {
 		return
 	}
 	if old.Pending != nil {
-		_ = w.Delete(dueKey(p, old.Pending.NotBefore, old.TaskID), nil)
+		_ = w.Delete(dueKey(p, old.Pending.NotBefore, old.Pending.Due(), old.TaskID), nil)
 	}
 	if old.ExpiresAt > 0 {
 		_ = w.Delete(expiryKey(p, bucketOf(old.ExpiresAt), old.TaskID), nil)
@@ -150,7 +150,17 @@ func checkpointKey(p int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
 }
 
-func dueKey(p int32, notBefore int64, id string) []byte { return timeKey('d', p, notBefore, id) }
+// dueKey is a key of the due index: d/<p:4><not_before:8><due:8><id>. Among
+// retries with the same not-before time (held behind a breaker, moved to when
+// it is worth asking again) the retry's own due time comes first, then the
+// task ID.
+func dueKey(p int32, notBefore, due int64, id string) []byte {
+	k := append(make([]byte, 0, 22+len(id)), 'd', '/')
+	k = binary.BigEndian.AppendUint32(k, uint32(p))
+	k = binary.BigEndian.AppendUint64(k, uint64(notBefore))
+	k = binary.BigEndian.AppendUint64(k, uint64(due))
+	return append(k, id...)
+}
 
 func overdueKey(p int32, deadline int64, id string) []byte { return timeKey('o', p, deadline, id) }
 

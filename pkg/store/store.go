@@ -22,7 +22,7 @@
 //
 //	t/<task_id>                          -> task.State
 //	c/<partition:4>                      -> next changelog offset to restore from
-//	d/<partition:4><not_before:8><task_id> -> due index of pending retries
+//	d/<partition:4><not_before:8><due:8><task_id> -> due index of pending retries
 //	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = hour of expiry)
 //	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
 //	m/<partition:4><task_id>             -> the tasks of a partition
@@ -108,7 +108,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 
 // layoutVersion is the version of the key layout; a store of another
 // version is emptied on open (it is a cache: the changelog restores it).
-const layoutVersion = "2"
+const layoutVersion = "3"
 
 func (s *Store) upgrade() error {
 	v, closer, err := s.db.Get([]byte("v"))
@@ -339,6 +339,9 @@ func (s *Store) DropStale(ix Index, p int32, stale []Due) error {
 type Due struct {
 	TaskID    string
 	NotBefore int64
+	// DueAt is, in the due index only, the retry's own due time
+	// (task.PendingRetry.Due): it orders entries with the same NotBefore.
+	DueAt int64
 }
 
 // Due returns up to limit entries of partition p's due index with a due time
@@ -365,10 +368,14 @@ func (s *Store) scanTimes(prefix byte, p int32, nowMs int64, limit int) ([]Due, 
 	var out []Due
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		k := it.Key()
-		out = append(out, Due{
-			TaskID:    string(k[len(lo):]),
-			NotBefore: int64(binary.BigEndian.Uint64(k[len(lo)-8 : len(lo)])),
-		})
+		d := Due{NotBefore: int64(binary.BigEndian.Uint64(k[len(lo)-8 : len(lo)]))}
+		if prefix == 'd' {
+			d.DueAt = int64(binary.BigEndian.Uint64(k[len(lo) : len(lo)+8]))
+			d.TaskID = string(k[len(lo)+8:])
+		} else {
+			d.TaskID = string(k[len(lo):])
+		}
+		out = append(out, d)
 	}
 	return out, it.Error()
 }
@@ -389,7 +396,11 @@ func (s *Store) dropTimes(prefix byte, p int32, stale []Due) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	for _, d := range stale {
-		if err := b.Delete(timeKey(prefix, p, d.NotBefore, d.TaskID), nil); err != nil {
+		k := timeKey(prefix, p, d.NotBefore, d.TaskID)
+		if prefix == 'd' {
+			k = dueKey(p, d.NotBefore, d.DueAt, d.TaskID)
+		}
+		if err := b.Delete(k, nil); err != nil {
 			return err
 		}
 	}

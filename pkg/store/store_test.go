@@ -190,6 +190,55 @@ func TestDueIndex(t *testing.T) {
 	}
 }
 
+// Guards the order of held retries in the due index: retries a breaker held
+// and moved to the same not-before time come out in the order they were due
+// (not by task ID), before a retry due later that was never held; a retry's
+// entry moves with its state, and DropDue drops exactly the entry it read.
+func TestDueIndexOrdersHeldRetriesByTheirDueTime(t *testing.T) {
+	s := openTest(t)
+	held := func(id string, notBefore, dueAt int64) *task.State {
+		return &task.State{TaskID: id, Pending: &task.PendingRetry{N: 1, NotBefore: notBefore, DueAt: dueAt}}
+	}
+	put(t, s, 0, 0, held("a-due-third", 5000, 300), held("z-due-first", 5000, 100), held("m-due-second", 5000, 200),
+		&task.State{TaskID: "b-due-later", Pending: &task.PendingRetry{N: 1, NotBefore: 5001}})
+	ids := func(now int64) []string {
+		due, err := s.Due(0, now, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range due {
+			got = append(got, d.TaskID)
+		}
+		return got
+	}
+	if got, want := ids(5001), []string{"z-due-first", "m-due-second", "a-due-third", "b-due-later"}; !slices.Equal(got, want) {
+		t.Fatalf("Due = %v, want %v", got, want)
+	}
+	// held again, later: the old entry goes
+	old := held("z-due-first", 5000, 100)
+	b := s.NewBatch()
+	if err := b.Put(0, old, held("z-due-first", 9000, 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(5001), []string{"m-due-second", "a-due-third", "b-due-later"}; !slices.Equal(got, want) {
+		t.Fatalf("after moving z: Due = %v, want %v", got, want)
+	}
+	due, err := s.Due(0, 5000, 1)
+	if err != nil || len(due) != 1 || due[0] != (Due{TaskID: "m-due-second", NotBefore: 5000, DueAt: 200}) {
+		t.Fatalf("Due = %v, %v; want m-due-second@5000 due 200", due, err)
+	}
+	if err := s.DropDue(0, due); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(9000), []string{"a-due-third", "b-due-later", "z-due-first"}; !slices.Equal(got, want) {
+		t.Fatalf("after DropDue(m): Due = %v, want %v", got, want)
+	}
+}
+
 // Guards the due index's repair: an entry whose task no longer has that
 // pending retry is dropped, and the others stay.
 func TestDropDue(t *testing.T) {
@@ -197,7 +246,7 @@ func TestDropDue(t *testing.T) {
 	st := &task.State{TaskID: "a", Pending: &task.PendingRetry{N: 1, NotBefore: 100}}
 	put(t, s, 0, 0, st, &task.State{TaskID: "b", Pending: &task.PendingRetry{N: 1, NotBefore: 200}})
 	due, err := s.Due(0, 1000, 10)
-	if err != nil || len(due) != 2 || due[0] != (Due{TaskID: "a", NotBefore: 100}) {
+	if err != nil || len(due) != 2 || due[0] != (Due{TaskID: "a", NotBefore: 100, DueAt: 100}) {
 		t.Fatalf("Due = %v, %v; want a@100 and b@200", due, err)
 	}
 	if err := s.DropDue(0, due[:1]); err != nil {

@@ -102,6 +102,19 @@ type PendingRetry struct {
 	N         int32 `json:"n"`
 	DelayMs   int64 `json:"delay_ms"`
 	NotBefore int64 `json:"not_before"`
+	// DueAt is the retry's own due time (router-clock ms) once a breaker
+	// holding it has moved NotBefore later; 0 while it has not.
+	DueAt int64 `json:"due_at,omitempty"`
+}
+
+// Due is the retry's own due time: the order of the due index among retries
+// with the same NotBefore, so that held retries released together come out in
+// the order they were due.
+func (p *PendingRetry) Due() int64 {
+	if p.DueAt != 0 {
+		return p.DueAt
+	}
+	return p.NotBefore
 }
 
 // Reopen starts a new episode of the task, on an operator's re-drive: the
