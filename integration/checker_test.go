@@ -88,12 +88,7 @@ func TestChecker(t *testing.T) {
 // wrong. The checker reports them (summary, text and JSON report) and the
 // tests print them, but do not fail on them. Remove an entry once the router
 // is fixed; a check that passes again is reported too.
-var knownRouterBugs = map[string]string{
-	"breaker.held_order": "retries held behind a breaker can still come out, once it closes, in the order of their " +
-		"postponed due times rather than their own: postpone (pkg/router/breakers.go) moves a held retry's due time " +
-		"to when its breakers are worth asking again, and the due index orders equal or crossed times by task ID; " +
-		"one hold sequence per target time fixed the case of two breakers asked in turn, not every case",
-}
+var knownRouterBugs = map[string]string{}
 
 // unexpected returns the checks with violations that are not known router
 // bugs, and logs the known ones.

@@ -388,8 +388,11 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 
 // HoldUntil is when a retry that Allow refused is worth asking about again:
 // the end of the cooldown of an OPEN breaker, or, for a HALF_OPEN one with its
-// probes out or one latched OPEN, a recheck a quarter of the cooldown later
-// (between 1 s and 30 s). It is the latest over refs, and never before now.
+// probes out or one latched OPEN, the next recheck, every quarter of the
+// cooldown (between 1 s and 30 s) from when it half-opened (or latched). The
+// rechecks are the same times for every retry of the breaker, whenever it was
+// refused, so that the retries held behind it are asked again together. It is
+// the latest over refs, and never before now.
 func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 	until := now
 	for _, ref := range refs {
@@ -397,13 +400,18 @@ func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 		if !ok {
 			continue
 		}
-		cooldown := s.cfg[ref.Scope].Cooldown
+		cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
 		var t time.Time
 		switch {
 		case b.state == Open && !b.latched:
-			t = time.UnixMilli(b.openedAt + cooldown.Milliseconds())
+			t = time.UnixMilli(b.openedAt + cooldown)
 		case b.state == Open, b.state == HalfOpen:
-			t = now.Add(min(max(cooldown/4, time.Second), 30*time.Second))
+			from := b.openedAt // latched
+			if !b.latched {
+				from += cooldown
+			}
+			step := min(max(cooldown/4, time.Second.Milliseconds()), 30*time.Second.Milliseconds())
+			t = time.UnixMilli(from + step*(max(now.UnixMilli()-from, 0)/step+1))
 		default:
 			continue
 		}

@@ -259,6 +259,20 @@ func TestHoldUntil(t *testing.T) {
 	if got := s.HoldUntil([]Ref{pm}, at); !got.Equal(at.Add(1250 * time.Millisecond)) {
 		t.Errorf("HALF_OPEN: HoldUntil = %v, want a recheck a quarter cooldown later", got)
 	}
+	// a retry refused later waits for the same recheck, and one refused at
+	// the recheck for the next one
+	if got := s.HoldUntil([]Ref{pm}, at.Add(700*time.Millisecond)); !got.Equal(at.Add(1250 * time.Millisecond)) {
+		t.Errorf("HALF_OPEN, 700 ms on: HoldUntil = %v, want the same recheck %v", got, at.Add(1250*time.Millisecond))
+	}
+	if got := s.HoldUntil([]Ref{pm}, at.Add(1250*time.Millisecond)); !got.Equal(at.Add(2500 * time.Millisecond)) {
+		t.Errorf("HALF_OPEN, at the recheck: HoldUntil = %v, want the next one %v", got, at.Add(2500*time.Millisecond))
+	}
+	// latched: rechecks every quarter cooldown from the latch
+	tmpl := Ref{Scope: PromptTemplate, Key: "tpl"}
+	s.Trip(tmpl, "hallucination", Outcome{}, t0)
+	if got := s.HoldUntil([]Ref{tmpl}, t0.Add(1300*time.Millisecond)); !got.Equal(t0.Add(2500 * time.Millisecond)) {
+		t.Errorf("latched: HoldUntil = %v, want the second recheck after the latch %v", got, t0.Add(2500*time.Millisecond))
+	}
 	other := Ref{Scope: Downstream, Key: "unknown"}
 	if got := s.HoldUntil([]Ref{other}, at); !got.Equal(at) {
 		t.Errorf("unknown breaker: HoldUntil = %v, want now", got)

@@ -21,9 +21,19 @@ package router
 // time moved to when its breakers are worth asking again (postpone), so it is
 // not re-read and re-written on every tick. Retries held behind one breaker
 // are released in their due order: up to half_open_probes of them when it
-// half-opens, the rest once it has closed. While a template breaker is
-// latched open by a hallucination, its retries are held until a person
-// resets it (or the instance restarts: the latch is in memory only).
+// half-opens, the rest once it has closed. Three things keep that order:
+//   - the retries held behind a breaker are all moved to the same time (the
+//     end of its cooldown, or its next recheck while half-open or latched:
+//     breaker.Set.HoldUntil), and asked again together;
+//   - the due index orders retries with the same time by their own due time
+//     (task.PendingRetry.DueAt, kept in the state), not by task ID;
+//   - a retry that comes due while retries held before it behind one of its
+//     breakers wait for their time is held with them (heldUntil), even if
+//     the breaker has closed meanwhile: it does not overtake them, nor take
+//     a half-open breaker's probe from them.
+// While a template breaker is latched open by a hallucination, its retries
+// are held until a person resets it (or the instance restarts: the latch is
+// in memory only, and so is heldUntil).
 //
 // Latches and resets reach every instance as commands on the decisions
 // topic: the instance that latches a breaker (or routes the review decision
@@ -57,14 +67,13 @@ type breakers struct {
 	surges *breaker.Surges
 	held   map[string]bool // task IDs whose due retry is held
 
-	// holdSeq keeps held retries in due order when they are moved to the
-	// same later due time: the n-th retry moved to time u gets u + n ms.
-	// One counter per target time, so that retries held behind breakers
-	// with different times, asked in turn, do not reset each other's order.
-	holdSeq map[int64]int64
-	// held and holdSeq as they were when the batch began
-	savedHeld    map[string]bool
-	savedHoldSeq map[int64]int64
+	// heldUntil is, per breaker that is not closed or was not when it
+	// held them, the latest time its held retries were moved to (Unix ms): a
+	// retry of that breaker coming due before then is held with them.
+	heldUntil map[breaker.Ref]int64
+	// held and heldUntil as they were when the batch began
+	savedHeld      map[string]bool
+	savedHeldUntil map[breaker.Ref]int64
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -94,9 +103,10 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	}
 	const ns = "faultrouter"
 	b := &breakers{
-		set:    set,
-		surges: surges,
-		held:   map[string]bool{},
+		set:       set,
+		surges:    surges,
+		held:      map[string]bool{},
+		heldUntil: map[breaker.Ref]int64{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -276,8 +286,16 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
-	ok, ts := r.brk.set.Allow(policy.BreakerRefs(ev), now)
-	r.transitions(ts, b, now)
+	refs := policy.BreakerRefs(ev)
+	// retries held before this one behind one of its breakers, not yet
+	// asked again: it waits with them, whatever the breaker says now
+	behind := r.brk.heldBehind(refs, now)
+	ok := behind == 0
+	if ok {
+		var ts []breaker.Transition
+		ok, ts = r.brk.set.Allow(refs, now)
+		r.transitions(ts, b, now)
+	}
 	switch {
 	case !ok && !r.brk.held[ev.TaskID]:
 		r.brk.held[ev.TaskID] = true
@@ -288,30 +306,48 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
 	}
 	if !ok {
-		r.postpone(ev, b, now)
+		r.postpone(ev, refs, behind, b, now)
 	}
 	r.brk.heldGauge.Set(float64(len(r.brk.held)))
 	return !ok
 }
 
 // postpone moves a held retry's due time to when its breakers are worth
-// asking again, so that a held retry is neither re-read and re-written on
-// every tick nor in front of other due retries of its partition. Retries held
-// behind one breaker keep their due order.
-func (r *Router) postpone(ev *event.TaskEvent, b *batch, now time.Time) {
+// asking again (or, behind retries held before it, to theirs), so that a held
+// retry is neither re-read and re-written on every tick nor in front of other
+// due retries of its partition. The retry keeps its own due time (DueAt),
+// which orders it among the retries moved to the same time.
+func (r *Router) postpone(ev *event.TaskEvent, refs []breaker.Ref, behind int64, b *batch, now time.Time) {
+	if r.brk.heldUntil == nil {
+		r.brk.heldUntil = map[breaker.Ref]int64{}
+	}
+	for _, ref := range refs {
+		if s := r.brk.set.State(ref); s == breaker.Open || s == breaker.HalfOpen {
+			own := r.brk.set.HoldUntil([]breaker.Ref{ref}, now).UnixMilli()
+			r.brk.heldUntil[ref] = max(r.brk.heldUntil[ref], own)
+		}
+	}
 	st := b.states[ev.TaskID]
 	if st == nil || st.Pending == nil {
 		return
 	}
-	until := r.brk.set.HoldUntil(policy.BreakerRefs(ev), now).UnixMilli()
-	if r.brk.holdSeq == nil {
-		r.brk.holdSeq = map[int64]int64{}
+	until := max(r.brk.set.HoldUntil(refs, now).UnixMilli(), behind)
+	if p := st.Pending; until > p.NotBefore {
+		p.DueAt = p.Due()
+		p.NotBefore = until
 	}
-	seq := r.brk.holdSeq[until]
-	r.brk.holdSeq[until] = seq + 1
-	if nb := until + seq; nb > st.Pending.NotBefore {
-		st.Pending.NotBefore = nb
+}
+
+// heldBehind is the latest time retries held behind one of refs were moved
+// to, when it is still to come, else 0.
+func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
+	var until int64
+	for _, ref := range refs {
+		if u := k.heldUntil[ref]; u > now.UnixMilli() {
+			until = max(until, u)
+		}
 	}
+	return until
 }
 
 // transitions queues one BreakerEvent per transition.
@@ -347,9 +383,10 @@ func (r *Router) beginBreakers() {
 	r.brk.set.Begin()
 	r.brk.surges.Begin()
 	r.brk.savedHeld = maps.Clone(r.brk.held)
-	// a target time that has passed takes no more retries: forget it
-	maps.DeleteFunc(r.brk.holdSeq, func(until, _ int64) bool { return until < r.cfg.Now().UnixMilli() })
-	r.brk.savedHoldSeq = maps.Clone(r.brk.holdSeq)
+	// a time that has passed holds no more retries: forget it
+	nowMs := r.cfg.Now().UnixMilli()
+	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
+	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
 }
 
 // commitBreakers keeps the batch's breaker changes once its transaction has
@@ -385,7 +422,7 @@ func (r *Router) rollbackBreakers() {
 	if r.brk.savedHeld != nil {
 		r.brk.held, r.brk.savedHeld = r.brk.savedHeld, nil
 	}
-	r.brk.holdSeq = r.brk.savedHoldSeq
+	r.brk.heldUntil = r.brk.savedHeldUntil
 	r.brk.heldGauge.Set(float64(len(r.brk.held)))
 	r.breakerGauges()
 }

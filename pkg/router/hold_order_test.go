@@ -14,8 +14,8 @@ import (
 
 // Guards "retries held behind a breaker come out in their due order": held
 // retries of two breakers with different hold times, asked in turn in one
-// sweep, each keep the order of their own due times, whatever their task IDs
-// (the due index breaks equal times by task ID).
+// sweep, are each moved to their breaker's time and keep their own due times,
+// which order them in the due index (not their task IDs).
 func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 	brk, err := newBreakers(policy.Default(), prometheus.NewRegistry())
 	if err != nil {
@@ -42,13 +42,16 @@ func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 		held("t-a", "refund-v9", "", "", due+2),
 	}
 	for _, ev := range evs {
-		r.postpone(ev, b, now)
+		r.postpone(ev, policy.BreakerRefs(ev), 0, b, now)
 	}
-	z, a := b.states["t-z"].Pending.NotBefore, b.states["t-a"].Pending.NotBefore
-	if z <= now.UnixMilli() || a <= now.UnixMilli() {
-		t.Fatalf("held retries not moved past now: t-z %d, t-a %d, now %d", z, a, now.UnixMilli())
+	z, m, a := b.states["t-z"].Pending, b.states["t-m"].Pending, b.states["t-a"].Pending
+	if z.NotBefore <= now.UnixMilli() || m.NotBefore <= now.UnixMilli() {
+		t.Fatalf("held retries not moved past now: t-z %d, t-m %d, now %d", z.NotBefore, m.NotBefore, now.UnixMilli())
 	}
-	if z >= a {
-		t.Fatalf("t-z was due before t-a behind the same breaker, but now comes due at %d, not before t-a at %d", z, a)
+	if z.NotBefore != a.NotBefore {
+		t.Fatalf("t-z and t-a, held behind the same breaker, are asked again at %d and %d, want together", z.NotBefore, a.NotBefore)
+	}
+	if z.Due() != due || m.Due() != due+1 || a.Due() != due+2 {
+		t.Fatalf("own due times t-z %d, t-m %d, t-a %d; want %d, %d, %d", z.Due(), m.Due(), a.Due(), due, due+1, due+2)
 	}
 }

@@ -1,0 +1,120 @@
+package router_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// Guards "retries held behind a breaker come out in their due order once it
+// closes" (README, circuit breakers), as the checker's breaker.held_order
+// check reads it: of the retries held behind one breaker, none is published
+// after a retry that was due later. The default policy, breakers on, a
+// router on a fake clock: 25 rate-limited tasks of acme/m1 (task IDs in the
+// reverse of their due order) open its breaker and are held; when it
+// half-opens, the earliest is its probe and the others are asked while the
+// probe is out; a success closes it; a retry due after that asking but before
+// the close waits for the retries held before it. The retry topic (one
+// partition) must hold every retry in due order.
+func TestHeldRetriesComeOutInDueOrderOnceTheBreakerCloses(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, t0)
+	const cooldown = 30_000 // the default policy's provider/model cooldown
+
+	rateLimited := func(taskID string, retryAfterMs int64) event.TaskEvent {
+		return event.TaskEvent{
+			EventID: "e-" + taskID, TaskID: taskID, Attempt: 1, OccurredAt: event.At(time.UnixMilli(t0)),
+			Source: "held-test", Action: "answer_ticket", Provider: "acme", Model: "m1",
+			Stage: event.StageNetwork, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &retryAfterMs},
+		}
+	}
+	succeeded := func(taskID, provider, model string) event.TaskEvent {
+		conf, valid := 0.95, true
+		return event.TaskEvent{
+			EventID: "e-" + taskID, TaskID: taskID, Attempt: 1, OccurredAt: event.At(time.UnixMilli(t0)),
+			Source: "held-test", Action: "answer_ticket", Provider: provider, Model: model,
+			Stage: event.StageModel, Status: event.StatusOK,
+			Output: &event.Output{Text: "done", SchemaValid: &valid, Confidence: &conf},
+		}
+	}
+
+	// 25 failures open acme/m1 at t0 (20 requests, all failed); retry i is
+	// due at t0 + 1000 + 10 i, and its task ID sorts before those due earlier
+	var due []string // task IDs in due order
+	for i := range 25 {
+		id := fmt.Sprintf("held-%02d", 99-i)
+		due = append(due, id)
+		w.produce(rateLimited(id, 1000+10*int64(i)))
+	}
+	// and one more, due after the breaker half-opened and the others were
+	// asked, before it closes
+	late := "held-late"
+	w.produce(rateLimited(late, cooldown+50))
+	due = append(due, late)
+	for _, id := range due {
+		if d := w.waitAudit(id, 1)[0]; d.Route != event.RouteRetry {
+			t.Fatalf("%s: %s/%s, want a RETRY", id, d.Class, d.Route)
+		}
+	}
+
+	// the retries come due while acme/m1 is open: held
+	w.clock.Store(t0 + 2000)
+	for _, id := range due[:25] {
+		if !expWaitFor(30*time.Second, func() bool {
+			st := w.lastState(id)
+			return st != nil && st.Pending != nil && st.Pending.NotBefore >= t0+cooldown
+		}) {
+			t.Fatalf("%s: not held behind the open breaker: %+v", id, w.lastState(id))
+		}
+	}
+	if n := w.retryCount(); n != 0 {
+		t.Fatalf("%d retries published into the open breaker", n)
+	}
+
+	// just past the cooldown: the breaker half-opens and lets one probe out
+	w.clock.Store(t0 + cooldown + 2)
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= 1 }) {
+		t.Fatal("no probe when the breaker half-opened")
+	}
+	// a success closes it
+	w.produce(succeeded("held-ok", "acme", "m1"))
+	w.waitAudit("held-ok", 1)
+	// the late retry comes due; a batch runs (its input is another model's)
+	w.clock.Store(t0 + cooldown + 100)
+	w.produce(succeeded("held-tick", "other", "m2"))
+	w.waitAudit("held-tick", 1)
+	// long after: everything held has come out
+	w.clock.Store(t0 + 2*cooldown)
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= len(due) }) {
+		t.Fatalf("%d of %d retries published", w.retryCount(), len(due))
+	}
+
+	got := w.retryTasks()
+	if !slices.Equal(got, due) {
+		t.Fatalf("retries on the retry topic in this order:\n  %v\nwant their due order:\n  %v", got, due)
+	}
+}
+
+// retryCount is how many retries the retry topic holds.
+func (w *expWorld) retryCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.retries)
+}
+
+// retryTasks are the task IDs of the retry topic's records, in offset order.
+func (w *expWorld) retryTasks() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ids []string
+	for _, r := range w.retries {
+		if r.Event != nil {
+			ids = append(ids, r.Event.TaskID)
+		}
+	}
+	return ids
+}
