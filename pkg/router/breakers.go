@@ -21,16 +21,19 @@ package router
 // time moved to when its breakers are worth asking again (postpone), so it is
 // not re-read and re-written on every tick. Retries held behind one breaker
 // are released in their due order: up to half_open_probes of them when it
-// half-opens, the rest once it has closed. Three things keep that order:
+// half-opens, the rest once it has closed. Four things keep that order:
 //   - the retries held behind a breaker are all moved to the same time (the
 //     end of its cooldown, or its next recheck while half-open or latched:
 //     breaker.Set.HoldUntil), and asked again together;
 //   - the due index orders retries with the same time by their own due time
 //     (task.PendingRetry.DueAt, kept in the state), not by task ID;
 //   - a retry that comes due while retries held before it behind one of its
-//     breakers wait for their time is held with them (heldUntil), even if
-//     the breaker has closed meanwhile: it does not overtake them, nor take
-//     a half-open breaker's probe from them.
+//     breakers that is not closed wait for their time is held with them
+//     (heldUntil): it does not take a half-open breaker's probe from them;
+//   - once every breaker of a held retry has closed (a success while
+//     half-open, or a person's reset), the next sweep releases it
+//     (releaseHeld), in due order with the others, without waiting for the
+//     time it was moved to: before any retry that comes due after the close.
 // While a template breaker is latched open by a hallucination, its retries
 // are held until a person resets it (or the instance restarts: the latch is
 // in memory only, and so is heldUntil).
@@ -42,8 +45,10 @@ package router
 // (breakerCommand) and audits it.
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +57,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // BreakerEvent kinds and the scope of a per-task alert.
@@ -65,14 +71,14 @@ const (
 type breakers struct {
 	set    *breaker.Set
 	surges *breaker.Surges
-	held   map[string]bool // task IDs whose due retry is held
+	held   map[string]heldRetry // the retries held, by task ID
 
 	// heldUntil is, per breaker that is not closed or was not when it
 	// held them, the latest time its held retries were moved to (Unix ms): a
 	// retry of that breaker coming due before then is held with them.
 	heldUntil map[breaker.Ref]int64
 	// held and heldUntil as they were when the batch began
-	savedHeld      map[string]bool
+	savedHeld      map[string]heldRetry
 	savedHeldUntil map[breaker.Ref]int64
 
 	states      *prometheus.GaugeVec
@@ -105,7 +111,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	b := &breakers{
 		set:       set,
 		surges:    surges,
-		held:      map[string]bool{},
+		held:      map[string]heldRetry{},
 		heldUntil: map[breaker.Ref]int64{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
@@ -296,12 +302,17 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		ok, ts = r.brk.set.Allow(refs, now)
 		r.transitions(ts, b, now)
 	}
+	_, wasHeld := r.brk.held[ev.TaskID]
 	switch {
-	case !ok && !r.brk.held[ev.TaskID]:
-		r.brk.held[ev.TaskID] = true
-		r.log.Info("retry held: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
+	case !ok && !wasHeld:
+		r.brk.held[ev.TaskID] = heldRetry{partition: b.partOf[ev.TaskID], refs: refs}
+		msg := "retry held: breaker open"
+		if behind != 0 {
+			msg = "retry held: behind retries held before it"
+		}
+		r.log.Info(msg, "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
 			"action", ev.Action, "prompt_template", ev.PromptTemplate)
-	case ok && r.brk.held[ev.TaskID]:
+	case ok && wasHeld:
 		delete(r.brk.held, ev.TaskID)
 		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
 	}
@@ -338,16 +349,79 @@ func (r *Router) postpone(ev *event.TaskEvent, refs []breaker.Ref, behind int64,
 	}
 }
 
-// heldBehind is the latest time retries held behind one of refs were moved
-// to, when it is still to come, else 0.
+// heldBehind is the latest time retries held behind one of refs that is not
+// closed were moved to, when it is still to come, else 0. (The retries held
+// behind a breaker that has closed are released at once: releaseHeld.)
 func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 	var until int64
 	for _, ref := range refs {
-		if u := k.heldUntil[ref]; u > now.UnixMilli() {
+		if u := k.heldUntil[ref]; u > now.UnixMilli() && k.set.State(ref) != breaker.Closed {
 			until = max(until, u)
 		}
 	}
 	return until
+}
+
+// heldRetry is a retry held behind breakers: its task's partition and the
+// breakers it would be published into.
+type heldRetry struct {
+	partition int32
+	refs      []breaker.Ref
+}
+
+// releaseHeld makes the retries held behind breakers that have all closed
+// since due now, in the order of their own due times, so that this batch
+// publishes them (publishDue) before any retry due after them, rather than
+// leaving them to wait for the time their breakers were to be asked again.
+// A retry whose task has moved on (its held retry superseded or published,
+// its partition no longer this instance's) is forgotten.
+func (r *Router) releaseHeld(b *batch, now time.Time) error {
+	if len(r.brk.held) == 0 {
+		return nil
+	}
+	nowMs := now.UnixMilli()
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	type release struct {
+		st *task.State
+		p  int32
+	}
+	var rel []release
+	for id, h := range r.brk.held {
+		if !slices.ContainsFunc(h.refs, func(ref breaker.Ref) bool { return r.brk.set.State(ref) != breaker.Closed }) {
+			if !owned[h.partition] {
+				delete(r.brk.held, id)
+				continue
+			}
+			st, ok := b.states[id]
+			if !ok {
+				var err error
+				if st, err = r.store.Get(id); err != nil {
+					return err
+				}
+			}
+			// a retry moved by a breaker keeps its own due time: any other
+			// pending retry is a new one
+			if st == nil || st.Pending == nil || st.Pending.DueAt == 0 {
+				delete(r.brk.held, id)
+				continue
+			}
+			if st.Pending.NotBefore > nowMs {
+				rel = append(rel, release{st, h.partition})
+			}
+		}
+	}
+	slices.SortFunc(rel, func(x, y release) int {
+		return cmp.Or(cmp.Compare(x.st.Pending.Due(), y.st.Pending.Due()), cmp.Compare(x.st.TaskID, y.st.TaskID))
+	})
+	for _, x := range rel {
+		b.load(x.st, x.p)
+		x.st.Pending.NotBefore = nowMs
+	}
+	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	return nil
 }
 
 // transitions queues one BreakerEvent per transition.

@@ -6,6 +6,8 @@ package router
 // reads each index only up to what has come due, and decides each task at
 // most once, in this order:
 //
+//   - held retries: those held behind breakers that have all closed since
+//     are made due now, in their own due order (breakers.go, releaseHeld).
 //   - expiry: a task past its expiry that the batch's input does not touch
 //     is forgotten (a changelog tombstone in the batch's transaction). A
 //     forgotten task raises no retry and no SLA alert: its review item no
@@ -37,6 +39,10 @@ const sweepLimit = 500
 // sweep runs the sweep over the time indexes of the owned partitions, then
 // publishes the due retries of the batch's tasks.
 func (r *Router) sweep(b *batch, now time.Time) error {
+	// breakers.go: retries held behind breakers that have closed come first
+	if err := r.releaseHeld(b, now); err != nil {
+		return err
+	}
 	nowMs := now.UnixMilli()
 	for _, p := range r.ownedPartitions() {
 		err := r.visit(b, store.ExpiryIndex, p, nowMs, func(st *task.State, _ store.Due, inBatch bool) bool {
