@@ -1,11 +1,14 @@
 package router_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -97,6 +100,131 @@ func TestHeldRetriesComeOutInDueOrderOnceTheBreakerCloses(t *testing.T) {
 	if !slices.Equal(got, due) {
 		t.Fatalf("retries on the retry topic in this order:\n  %v\nwant their due order:\n  %v", got, due)
 	}
+}
+
+// Guards "retries held behind a breaker come out in their due order once it
+// closes" when a person resets breakers (faultrouter breaker reset) and a
+// retry is held behind two: the default policy, breakers on, a router on a
+// fake clock. acme/m1 opens, then the downstream refund; a retry of both is
+// due after refund's reset, so behind acme/m1 alone: it must come out with
+// acme/m1's retries, in due order, when acme/m1 is reset, not wait for what
+// was held behind refund. Each reset releases its retries at once, not at
+// the end of the cooldown.
+func TestHeldRetriesComeOutInDueOrderAfterResets(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, t0)
+	const cooldown = 30_000 // the default policy's provider/model and downstream cooldown
+
+	rateLimited := func(taskID, provider, action string, stage event.Stage, decidedAt, due int64) event.TaskEvent {
+		after := due - decidedAt
+		return event.TaskEvent{
+			EventID: "e-" + taskID, TaskID: taskID, Attempt: 1, OccurredAt: event.At(time.UnixMilli(decidedAt)),
+			Source: "held-test", Action: action, Provider: provider, Model: "m1",
+			Stage: stage, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &after},
+		}
+	}
+	resets := 0
+	reset := func(sc breaker.Scope, key string) {
+		t.Helper()
+		if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, w.topics.Decisions,
+			control.Reset{Scope: sc, Key: key, Reason: "test", Operator: "held-test"}); err != nil {
+			t.Fatal(err)
+		}
+		resets++
+		if !expWaitFor(30*time.Second, func() bool { return w.auditedRule("breaker.reset") >= resets }) {
+			t.Fatalf("reset of %s %s not audited", sc, key)
+		}
+	}
+	held := func(ids []string, notBefore int64) {
+		t.Helper()
+		for _, id := range ids {
+			if !expWaitFor(30*time.Second, func() bool {
+				st := w.lastState(id)
+				return st != nil && st.Pending != nil && st.Pending.NotBefore >= notBefore
+			}) {
+				for _, r := range w.retryRecords() {
+					t.Logf("retry %s at t0%+d", r.Event.TaskID, r.Decision.DecidedAt.UnixMilli()-t0)
+				}
+				t.Fatalf("%s: not held: %+v", id, w.lastState(id))
+			}
+		}
+	}
+
+	// acme/m1 opens at t0 (20 failures), its retries due t0 + 1000 + 10 i;
+	// one more due at t0 + 15000
+	var pm []string
+	for i := range 20 {
+		id := fmt.Sprintf("pm-%02d", 99-i)
+		pm = append(pm, id)
+		w.produce(rateLimited(id, "acme", "answer_ticket", event.StageNetwork, t0, t0+1000+10*int64(i)))
+	}
+	w.produce(rateLimited("pm-late", "acme", "answer_ticket", event.StageNetwork, t0, t0+15_000))
+	for _, id := range append(slices.Clone(pm), "pm-late") {
+		w.waitAudit(id, 1)
+	}
+	// five seconds on the downstream refund opens (20 business failures of
+	// another model), its retries due t0 + 6000 + 10 i; a retry of acme/m1
+	// and refund is due at t0 + 14000
+	w.clock.Store(t0 + 5000)
+	var ds []string
+	for i := range 20 {
+		id := fmt.Sprintf("ds-%02d", 99-i)
+		ds = append(ds, id)
+		w.produce(rateLimited(id, "zed", "refund", event.StageBusiness, t0+5000, t0+6000+10*int64(i)))
+	}
+	w.produce(rateLimited("both", "acme", "refund", event.StageNetwork, t0+5000, t0+14_000))
+	for _, id := range append(slices.Clone(pm), append(ds, "pm-late", "both")...) {
+		if d := w.waitAudit(id, 1)[0]; d.Route != event.RouteRetry {
+			t.Fatalf("%s: %s/%s, want a RETRY", id, d.Class, d.Route)
+		}
+	}
+
+	w.clock.Store(t0 + 10_000)
+	held(pm, t0+cooldown)
+	held(ds, t0+5000+cooldown)
+	w.clock.Store(t0 + 12_000)
+	reset(breaker.Downstream, "refund")
+	w.clock.Store(t0 + 16_000)
+	held([]string{"both", "pm-late"}, t0+cooldown)
+	w.clock.Store(t0 + 20_000)
+	reset(breaker.ProviderModel, "acme/m1")
+	// long after every breaker's cooldown: everything held has come out
+	w.clock.Store(t0 + 3*cooldown)
+	want := append(append(append([]string{}, ds...), pm...), "both", "pm-late")
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= len(want) }) {
+		t.Fatalf("%d of %d retries published", w.retryCount(), len(want))
+	}
+	if got := w.retryTasks(); !slices.Equal(got, want) {
+		t.Fatalf("retries on the retry topic in this order:\n  %v\nwant refund's at its reset, then acme/m1's at its reset, each in due order:\n  %v", got, want)
+	}
+	// and each at its reset, not at the end of a cooldown
+	for _, r := range w.retryRecords() {
+		at, id := r.Decision.DecidedAt.UnixMilli(), r.Event.TaskID
+		if slices.Contains(ds, id) && at != t0+12_000 || !slices.Contains(ds, id) && at != t0+20_000 {
+			t.Errorf("retry of %s published at t0%+d ms, want at the reset of its breaker", id, at-t0)
+		}
+	}
+}
+
+// auditedRule counts the audit records with a decision of rule.
+func (w *expWorld) auditedRule(rule string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.audit {
+		if r.Decision.Rule == rule {
+			n++
+		}
+	}
+	return n
+}
+
+// retryRecords are the retry topic's records, in offset order.
+func (w *expWorld) retryRecords() []event.Routed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.retries)
 }
 
 // retryCount is how many retries the retry topic holds.
