@@ -73,9 +73,10 @@ type breakers struct {
 	surges *breaker.Surges
 	held   map[string]heldRetry // the retries held, by task ID
 
-	// heldUntil is, per breaker that is not closed or was not when it
-	// held them, the latest time its held retries were moved to (Unix ms): a
-	// retry of that breaker coming due before then is held with them.
+	// heldUntil is, per breaker, the latest time retries held behind it
+	// while it was open or half-open were moved to (Unix ms): while it is not
+	// closed, a retry of that breaker coming due before then is held with
+	// them.
 	heldUntil map[breaker.Ref]int64
 	// held and heldUntil as they were when the batch began
 	savedHeld      map[string]heldRetry
@@ -293,8 +294,9 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		return false
 	}
 	refs := policy.BreakerRefs(ev)
-	// retries held before this one behind one of its breakers, not yet
-	// asked again: it waits with them, whatever the breaker says now
+	// retries held before this one behind one of its breakers that is not
+	// closed, not yet asked again: it waits with them (and does not take a
+	// half-open breaker's probe from them)
 	behind := r.brk.heldBehind(refs, now)
 	ok := behind == 0
 	if ok {
