@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"time"
+	"unsafe"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -53,9 +54,11 @@ func newEventWire(schemaJSON string) (*eventWire, error) {
 }
 
 // rd reads Avro binary values with goavro's rules, keeping the first error.
+// With view set, the strings it reads share the bytes read (no copy).
 type rd struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	view bool
 }
 
 func (r *rd) fail(err error) {
@@ -99,7 +102,12 @@ func (r *rd) str() string {
 		r.fail(fmt.Errorf("string size %d", n))
 		return ""
 	}
-	s := string(r.b[:n])
+	var s string
+	if r.view && n > 0 {
+		s = unsafe.String(&r.b[0], n)
+	} else {
+		s = string(r.b[:n])
+	}
 	r.b = r.b[n:]
 	return s
 }

@@ -39,7 +39,16 @@ func (c *Codec) EncodeState(dst []byte, st *task.State) ([]byte, error) {
 
 // DecodeState decodes a task state written by EncodeState, or the JSON form
 // written by earlier builds.
-func (c *Codec) DecodeState(b []byte) (*task.State, error) {
+func (c *Codec) DecodeState(b []byte) (*task.State, error) { return c.decodeState(b, false) }
+
+// DecodeStateView is DecodeState without copying strings: the strings of
+// the state it returns share b's bytes (those of the current schema's
+// records; other forms are copied). b must not change while the state is
+// used, and a string kept longer than b keeps all of b in memory. It
+// accepts and rejects exactly what DecodeState does.
+func (c *Codec) DecodeStateView(b []byte) (*task.State, error) { return c.decodeState(b, true) }
+
+func (c *Codec) decodeState(b []byte, view bool) (*task.State, error) {
 	if len(b) > 0 && b[0] == '{' {
 		st, err := task.Unmarshal(b)
 		if err != nil {
@@ -55,7 +64,7 @@ func (c *Codec) DecodeState(b []byte) (*task.State, error) {
 		return nil, fmt.Errorf("%w: want %s, got %s v%d", ErrWrongSchema, avro.TaskState, w.name, w.version)
 	}
 	if w == c.state && c.stateWire {
-		r := rd{b: b[headerLen:]}
+		r := rd{b: b[headerLen:], view: view}
 		d := nat{v: c.view}
 		st := c.readState(&r, &d)
 		if r.err == nil && len(r.b) == 0 && d.err == nil {

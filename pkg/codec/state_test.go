@@ -83,8 +83,19 @@ func TestStateWireMatchesGoavro(t *testing.T) {
 		if d.err != nil {
 			t.Fatal(d.err)
 		}
-		if !reflect.DeepEqual(back, st) || !reflect.DeepEqual(viaGoavro, st) {
-			t.Fatalf("state %d: wrote %+v, wire read %+v, goavro read %+v", i, st, back, viaGoavro)
+		view, err := c.DecodeStateView(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, st) || !reflect.DeepEqual(viaGoavro, st) || !reflect.DeepEqual(view, st) {
+			t.Fatalf("state %d: wrote %+v, wire read %+v, goavro read %+v, view %+v", i, st, back, viaGoavro, view)
+		}
+		// a view rejects what DecodeState rejects: every truncation
+		cut := got[:headerLen+rng.IntN(len(got)-headerLen)]
+		if _, err1 := c.DecodeState(cut); err1 != nil {
+			if _, err2 := c.DecodeStateView(cut); err2 == nil {
+				t.Fatalf("state %d cut to %d bytes: DecodeState fails (%v), DecodeStateView does not", i, len(cut), err1)
+			}
 		}
 	}
 }

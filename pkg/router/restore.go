@@ -1,10 +1,13 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,16 +28,50 @@ const restoreMemo = 200_000
 // before it is written, so a restore holds about two.
 const restoreWindow = 16 << 20
 
-// indexOf is the part of a state that names its store index entries: what
-// store.Batch needs of the state a write replaces.
-func indexOf(st *task.State) *task.State {
-	x := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
-		Review: st.Review, ReviewDueAt: st.ReviewDueAt, ReviewAlerted: st.ReviewAlerted}
+// indexed is the part of a state that names its store index entries: what
+// store.Batch needs of the state a write replaces. A value, without
+// pointers, for the restore's memo of what it wrote.
+type indexed struct {
+	deleted       bool
+	pending       bool
+	retry         task.PendingRetry // when pending
+	expiresAt     int64
+	review        string
+	reviewDueAt   int64
+	reviewAlerted bool
+}
+
+func indexOf(st *task.State) indexed {
+	x := indexed{expiresAt: st.ExpiresAt, review: ownReview(st.Review), reviewDueAt: st.ReviewDueAt, reviewAlerted: st.ReviewAlerted}
 	if st.Pending != nil {
-		p := *st.Pending
-		x.Pending = &p
+		x.pending, x.retry = true, *st.Pending
 	}
 	return x
+}
+
+// ownReview returns a review status that shares no memory with a decoded
+// record (codec.DecodeStateView): the constant, else a copy.
+func ownReview(r string) string {
+	for _, c := range []string{task.ReviewNone, task.ReviewOpen, task.ReviewApproved, task.ReviewRejected, task.ReviewResolved} {
+		if r == c {
+			return c
+		}
+	}
+	return strings.Clone(r)
+}
+
+// state returns the state of task id as far as its index entries go, nil
+// for a deleted task.
+func (x indexed) state(id string) *task.State {
+	if x.deleted {
+		return nil
+	}
+	st := &task.State{TaskID: id, ExpiresAt: x.expiresAt, Review: x.review, ReviewDueAt: x.reviewDueAt, ReviewAlerted: x.reviewAlerted}
+	if x.pending {
+		p := x.retry
+		st.Pending = &p
+	}
+	return st
 }
 
 // restore brings the Pebble cache of the given partitions up to the end of
@@ -167,16 +204,16 @@ func (w *window) add(rec *kgo.Record) {
 // entry behind, or stale entries pile up at the head of the due index.
 type applier struct {
 	r       *Router
-	wiped   map[int32]bool         // partitions wiped before this restore: the store held nothing of them
-	written map[string]*task.State // index entries of the states written, nil for a deleted task
-	forgot  bool                   // written was cleared (restoreMemo): read the store for tasks not in it
+	wiped   map[int32]bool     // partitions wiped before this restore: the store held nothing of them
+	written map[string]indexed // index entries of the states written
+	forgot  bool               // written was cleared (restoreMemo): read the store for tasks not in it
 	in      chan *window
 	failed  atomic.Pointer[error] // the first window that failed
 	done    chan struct{}
 }
 
 func (r *Router) newApplier(wiped map[int32]bool) *applier {
-	a := &applier{r: r, wiped: wiped, written: map[string]*task.State{},
+	a := &applier{r: r, wiped: wiped, written: map[string]indexed{},
 		in: make(chan *window), done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
@@ -228,12 +265,15 @@ func (a *applier) apply(w *window) error {
 	for _, rec := range w.last {
 		cs = append(cs, change{rec: rec})
 	}
+	// in task ID order, so that the store's index entries come mostly
+	// sorted (store.Bulk sorts them)
+	slices.SortFunc(cs, func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) })
 	decodeAll(a.r, cs)
 	if len(a.written) > restoreMemo {
 		clear(a.written)
 		a.forgot = true
 	}
-	bulk := a.r.store.NewBulk()
+	bulk := a.r.store.NewBulk(8 * len(cs))
 	for i := range cs {
 		c := &cs[i]
 		id := string(c.rec.Key)
@@ -241,15 +281,18 @@ func (a *applier) apply(w *window) error {
 			a.r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
 			continue
 		}
-		old, ok := a.written[id]
-		if !ok && (a.forgot || !a.wiped[c.rec.Partition]) {
+		var old *task.State
+		x, ok := a.written[id]
+		if ok {
+			old = x.state(id)
+		} else if a.forgot || !a.wiped[c.rec.Partition] {
 			var err error
 			if old, err = a.r.store.Get(id); err != nil {
 				return err
 			}
 		}
 		if c.st == nil {
-			a.written[id] = nil
+			a.written[id] = indexed{deleted: true}
 			if err := bulk.DeleteTask(c.rec.Partition, old); err != nil {
 				return err
 			}
@@ -279,8 +322,9 @@ func decodeAll(r *Router, cs []change) {
 			defer wg.Done()
 			for i := range part {
 				if v := part[i].rec.Value; v != nil {
-					// an Avro TaskState, or the JSON of an earlier build
-					part[i].st, part[i].bad = r.codec.DecodeState(v)
+					// an Avro TaskState, or the JSON of an earlier build; its
+					// strings share the record's bytes (kept until written)
+					part[i].st, part[i].bad = r.codec.DecodeStateView(v)
 				}
 			}
 		}()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -39,8 +40,8 @@ type bulkOp struct {
 	del        bool
 }
 
-// NewBulk returns an empty Bulk.
-func (s *Store) NewBulk() *Bulk { return &Bulk{s: s} }
+// NewBulk returns an empty Bulk with room for about n writes.
+func (s *Store) NewBulk(n int) *Bulk { return &Bulk{s: s, ops: make([]bulkOp, 0, n)} }
 
 // Set is the writer method: value is kept, not copied, until Commit.
 func (b *Bulk) Set(key, value []byte, _ *pebble.WriteOptions) error {
@@ -79,12 +80,7 @@ func (b *Bulk) Commit() error {
 	if len(b.ops) == 0 {
 		return nil
 	}
-	slices.SortFunc(b.ops, func(x, y bulkOp) int {
-		if c := bytes.Compare(x.key, y.key); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.seq, y.seq)
-	})
+	b.sort()
 	path := filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
 	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -121,4 +117,43 @@ func (b *Bulk) Commit() error {
 		return fmt.Errorf("store: bulk write: %w", err)
 	}
 	return nil
+}
+
+// sort sorts the writes by key, a key's writes in the order they were made.
+// Keys are grouped first by their prefix and partition (the index a key
+// belongs to), keeping their order, and each group is sorted on its own:
+// a caller that writes its tasks in task ID order hands over groups that
+// are mostly sorted already, which pdqsort checks in linear time.
+func (b *Bulk) sort() {
+	groups := map[string][]bulkOp{}
+	for _, op := range b.ops {
+		g := groups[string(groupOf(op.key))]
+		if g == nil {
+			g = make([]bulkOp, 0, len(b.ops)/8)
+		}
+		groups[string(groupOf(op.key))] = append(g, op)
+	}
+	names := slices.Sorted(maps.Keys(groups))
+	out := b.ops[:0]
+	for _, name := range names {
+		g := groups[name]
+		slices.SortFunc(g, func(x, y bulkOp) int {
+			if c := bytes.Compare(x.key, y.key); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.seq, y.seq)
+		})
+		out = append(out, g...)
+	}
+	b.ops = out
+}
+
+// groupOf is the prefix of key that names its index: the key's kind, and
+// the partition for the per-partition kinds. Every key of a group sorts
+// after every key of a group whose name sorts before.
+func groupOf(key []byte) []byte {
+	if len(key) >= 6 && key[1] == '/' && key[0] != 't' && key[0] != 'r' {
+		return key[:6]
+	}
+	return key[:min(len(key), 2)]
 }

@@ -466,7 +466,7 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 	if err != nil || old == nil {
 		t.Fatalf("held: %v %v", old, err)
 	}
-	b := s.NewBulk()
+	b := s.NewBulk(0)
 	fresh := &task.State{TaskID: "fresh", Attempts: 1, Pending: &task.PendingRetry{N: 1, NotBefore: 200}}
 	held := &task.State{TaskID: "held", Attempts: 2, ExpiresAt: 7 * hour}
 	again := &task.State{TaskID: "again", Attempts: 3}
