@@ -218,7 +218,11 @@ func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
 		c.SLAMs = &sla
 	}
 	c.Attributes = nil
-	if len(ev.Attributes) > 0 {
+	switch {
+	case len(ev.Attributes) == 0:
+	case attributesFit(ev.Attributes): // nothing to cut: no need to choose what to keep in key order
+		c.Attributes = maps.Clone(ev.Attributes)
+	default:
 		c.Attributes = make(map[string]string, len(ev.Attributes))
 		left := maxCopyAttributes
 		for _, k := range slices.Sorted(maps.Keys(ev.Attributes)) {
@@ -232,6 +236,18 @@ func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
 		}
 	}
 	return &c, slices.Compact(cut)
+}
+
+// attributesFit reports whether BoundedCopy keeps the attributes whole.
+func attributesFit(attrs map[string]string) bool {
+	left := maxCopyAttributes
+	for k, v := range attrs {
+		if len(v) > maxCopyAttrValue || len(k)+len(v) > left {
+			return false
+		}
+		left -= len(k) + len(v)
+	}
+	return true
 }
 
 // truncate cuts s to at most n bytes without splitting a UTF-8 sequence.

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -57,6 +58,16 @@ func TestBoundedCopy(t *testing.T) {
 	}
 	if _, cut := BoundedCopy(&event.TaskEvent{EventID: "e", Output: &event.Output{Text: "ok"}}); cut != nil {
 		t.Fatalf("a small event was cut: %v", cut)
+	}
+	// attributes within their bounds are copied whole, into a map of the copy's own
+	small := &event.TaskEvent{EventID: "e", Attributes: map[string]string{"tenant": "acme", "region": "eu", "b": strings.Repeat("é", 500)}}
+	c, cut = BoundedCopy(small)
+	if cut != nil || !maps.Equal(c.Attributes, small.Attributes) {
+		t.Fatalf("small attributes copied as %v (cut %v), want %v", c.Attributes, cut, small.Attributes)
+	}
+	small.Attributes["tenant"] = "other"
+	if c.Attributes["tenant"] != "acme" {
+		t.Fatal("the copy's attributes alias the event's")
 	}
 }
 
