@@ -385,7 +385,11 @@ func (r *Router) changelog(b *batch, now time.Time) {
 
 // persist writes the committed states and changelog checkpoints to Pebble.
 func (r *Router) persist(b *batch, now time.Time) error {
-	wb := r.store.NewBatch()
+	size := 0 // a state's value, and its keys: task, member, owner and index entries, old ones deleted
+	for _, id := range b.touched {
+		size += len(b.encoded[id]) + 12*len(id) + 128
+	}
+	wb := r.store.NewBatchSize(size)
 	for _, id := range b.touched {
 		st, v := b.states[id], b.encoded[id]
 		var err error

@@ -21,6 +21,13 @@ type Batch struct {
 // NewBatch returns an empty batch.
 func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch(), codec: s.codec} }
 
+// NewBatchSize returns an empty batch with room for about size bytes of
+// keys and values, so that a large batch is not grown (and copied) step by
+// step.
+func (s *Store) NewBatchSize(size int) *Batch {
+	return &Batch{b: s.db.NewBatchWithSize(size), codec: s.codec}
+}
+
 // Put writes the new state of a task of partition p. old is the state the
 // store held before (nil for a new task); its index entries are replaced.
 // expiresAt is the router-clock time (ms) the state expires, 0 for never.
