@@ -205,6 +205,9 @@ func (r *Router) logDecision(in *input) {
 	if d.Route == event.RouteDeadLetter || d.Class == event.ClassInvalidInput {
 		lvl = slog.LevelWarn
 	}
+	if !r.log.Enabled(context.Background(), lvl) { // the line's attributes would be built for nothing
+		return
+	}
 	id := in.taskID()
 	if id == "" {
 		id = string(in.rec.Key)
