@@ -242,9 +242,15 @@ func (s *Store) Get(taskID string) (*task.State, error) {
 // level again.
 func (s *Store) Load(ids []string, out map[string]*task.State) error {
 	keys := make([][]byte, 0, len(ids))
+	n := 0
+	for _, id := range ids {
+		n += len("t/") + len(id)
+	}
+	buf := make([]byte, 0, n) // every key in one allocation
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
-			keys = append(keys, taskKey(id))
+			buf = append(append(buf, "t/"...), id...)
+			keys = append(keys, buf[len(buf)-len("t/")-len(id):len(buf):len(buf)])
 		}
 	}
 	if len(keys) == 0 {
