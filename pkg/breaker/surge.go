@@ -155,7 +155,10 @@ func (s *Surges) Record(ref Ref, class, taskID string, now time.Time) (Surge, bo
 
 	_, total := s.counts(k, -1, ms)
 	for i := range s.cfg.Classes {
-		if n, _ := s.counts(k, i, ms); k.fired[i] && float64(n) < s.cfg.Ratio*float64(total) {
+		if !k.fired[i] {
+			continue // only a class in a surge is counted again
+		}
+		if n, _ := s.counts(k, i, ms); float64(n) < s.cfg.Ratio*float64(total) {
 			k.fired[i] = false
 		}
 	}
