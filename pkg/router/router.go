@@ -314,16 +314,19 @@ func (r *Router) runSession(ctx context.Context) error {
 	if r.metrics.kprom != nil {
 		opts = append(opts, kgo.WithHooks(r.metrics.kprom))
 	}
+	// The next session restores into the store, and Run closes it: the last
+	// batch's write is waited for once closeSession (below) has aborted any
+	// open transaction, which a restore running meanwhile may wait for.
+	defer func() {
+		if err := r.waitWritten(); err != nil {
+			r.log.Error("state store write of the last batch failed; the changelog restores it", "err", err)
+		}
+	}()
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("router: client: %w", err)
 	}
 	defer r.closeSession(sess)
-	defer func() { // the next session restores into the store, and Run closes it
-		if err := r.waitWritten(); err != nil {
-			r.log.Error("state store write of the last batch failed; the changelog restores it", "err", err)
-		}
-	}()
 	// Initialize the transactional producer now, not at the first produce:
 	// it fences a previous incarnation of this instance and aborts the
 	// transaction that one left open, so the changelog's last stable offset
