@@ -220,12 +220,13 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	return res
 }
 
-// readLogs reads every input and output topic to its committed end.
+// readLogs reads every input and output topic to its committed end. End is
+// when the last topic was read: the router may commit while the topics are
+// read one after another, and a record read was decided before its read.
 func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
 	t.Helper()
-	end := time.Now()
 	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
-	return checker.Logs{
+	logs := checker.Logs{
 		Ingress:    readTopic(ctx, t, topic("ingress"), true),
 		Decisions:  readTopic(ctx, t, topic("review.decisions"), true),
 		Audit:      readTopic(ctx, t, topic("audit"), true),
@@ -233,8 +234,9 @@ func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
 		Review:     readTopic(ctx, t, topic("review"), true),
 		DeadLetter: readTopic(ctx, t, topic("deadletter"), true),
 		Alerts:     readTopic(ctx, t, topic("alerts"), true),
-		End:        end,
 	}
+	logs.End = time.Now()
+	return logs
 }
 
 // writeReport writes the report as JSON beside the test's temporary files
