@@ -5,10 +5,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -74,26 +77,59 @@ func (b *Bulk) Len() int { return len(b.ops) }
 var bulkFiles atomic.Int64
 
 // Commit applies the writes: it sorts them (the last write of a key wins),
-// writes them to an sstable in the store's directory, synced, and ingests
-// it. On failure nothing is applied.
+// writes them to sstables in the store's directory, synced, one per core
+// over consecutive key ranges, and ingests them at once. On failure nothing
+// is applied.
 func (b *Bulk) Commit() error {
 	if len(b.ops) == 0 {
 		return nil
 	}
 	b.sort()
-	path := filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
-	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("store: bulk write: %w", err)
-	}
-	wo := b.s.opts.MakeWriterOptions(0, b.s.db.TableFormat())
-	// not compressed: the file is soon compacted, which compresses
-	wo.Compression = block.NoCompression
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	ops := b.ops[:0] // the last write of each key
 	for i, op := range b.ops {
 		if i+1 < len(b.ops) && bytes.Equal(op.key, b.ops[i+1].key) {
 			continue // a later write of the key replaces this one
 		}
+		ops = append(ops, op)
+	}
+	b.ops = nil
+	n := min(runtime.GOMAXPROCS(0), 1+len(ops)/10_000)
+	paths := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		paths[k] = filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = b.s.writeTable(paths[k], ops[k*len(ops)/n:(k+1)*len(ops)/n])
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		err = b.s.db.Ingest(context.Background(), paths)
+	}
+	if err != nil {
+		for _, path := range paths {
+			_ = vfs.Default.Remove(path)
+		}
+		return fmt.Errorf("store: bulk write: %w", err)
+	}
+	return nil
+}
+
+// writeTable writes ops, sorted with unique keys, to an sstable at path.
+func (s *Store) writeTable(path string, ops []bulkOp) error {
+	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	wo := s.opts.MakeWriterOptions(0, s.db.TableFormat())
+	// not compressed: the file is soon compacted, which compresses
+	wo.Compression = block.NoCompression
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	for _, op := range ops {
 		if op.del {
 			err = w.Delete(op.key)
 		} else {
@@ -103,20 +139,12 @@ func (b *Bulk) Commit() error {
 			break
 		}
 	}
-	b.ops = nil
 	// Close writes the rest, syncs and closes the file: Pebble requires
 	// an ingested file on disk before it names it in its manifest
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = b.s.db.Ingest(context.Background(), []string{path})
-	}
-	if err != nil {
-		_ = vfs.Default.Remove(path)
-		return fmt.Errorf("store: bulk write: %w", err)
-	}
-	return nil
+	return err
 }
 
 // sort sorts the writes by key, a key's writes in the order they were made.

@@ -578,3 +578,44 @@ func TestLoadReadsWhatGetReads(t *testing.T) {
 		t.Errorf("Load of no tasks: %v", err)
 	}
 }
+
+// Guards a large Bulk, written as several sstables over consecutive key
+// ranges and ingested at once: every task lands with its index entries.
+func TestBulkOfManyTasks(t *testing.T) {
+	s := openTest(t)
+	const n = 30_000
+	b := s.NewBulk(8 * n)
+	for i := range n {
+		st := &task.State{TaskID: fmt.Sprintf("task-%05d", i), Attempts: int32(i%7 + 1), Pending: &task.PendingRetry{N: 1, NotBefore: int64(i)}}
+		v, err := s.codec.EncodeState(nil, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.PutEncoded(int32(i%3), nil, st, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, n / 2, n - 1} {
+		st, err := s.Get(fmt.Sprintf("task-%05d", i))
+		if err != nil || st == nil || st.Attempts != int32(i%7+1) {
+			t.Errorf("task %d: %+v %v", i, st, err)
+		}
+	}
+	total := 0
+	for p := range int32(3) {
+		due, err := s.Due(p, n, 2*n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(due)
+		if n, err := s.WipePartition(p); err != nil || n != len(due) {
+			t.Errorf("partition %d: wipe dropped %d tasks (%v), want %d", p, n, err, len(due))
+		}
+	}
+	if total != n {
+		t.Errorf("due index holds %d tasks, want %d", total, n)
+	}
+}
