@@ -23,10 +23,16 @@ import (
 // restoreMemo bounds how many tasks' index entries a restore remembers.
 const restoreMemo = 200_000
 
-// restoreWindow bounds the changelog bytes (keys and values) a restore
-// collects before it writes them: one window is collected while the one
-// before it is written, so a restore holds about two.
-const restoreWindow = 16 << 20
+// A restore writes what it read in windows: one window is collected while
+// the one before it is written, so a restore holds about two. A window ends
+// at restoreWindow bytes of changelog (keys and values), or at an eighth of
+// the records to restore (at least restoreWindowMin): a small restore is
+// written in several windows, so that little is left to write when the
+// read ends.
+const (
+	restoreWindow    = 32 << 20
+	restoreWindowMin = 10_000
+)
 
 // indexed is the part of a state that names its store index entries: what
 // store.Batch needs of the state a write replaces. A value, without
@@ -130,6 +136,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return nil
 	}
 	remaining := ranges.Len()
+	winRecords := max(int(remaining/8), restoreWindowMin)
 	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
 	r.metrics.restoreRemaining.Set(float64(remaining))
 
@@ -140,6 +147,14 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		for _, rec := range b.Records {
 			win.add(rec)
+			if win.bytes >= restoreWindow || win.records >= winRecords {
+				// the window ends within the fetch: its checkpoints are
+				// past its own records only
+				if err := ap.send(win); err != nil {
+					return err
+				}
+				win = newWindow()
+			}
 		}
 		for p, n := range b.Next[topic] {
 			win.next[p] = n
@@ -147,12 +162,6 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		total += int64(len(b.Records))
 		r.metrics.restoredRecords.Add(float64(len(b.Records)))
 		r.metrics.restoreRemaining.Set(float64(b.Left))
-		if win.bytes >= restoreWindow {
-			if err := ap.send(win); err != nil {
-				return err
-			}
-			win = newWindow()
-		}
 		if time.Since(lastLog) > 5*time.Second {
 			r.log.Info("restoring state", "applied", total, "partitions_left", b.Partitions)
 			lastLog = time.Now()
@@ -177,9 +186,10 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 // record of each task (a state, or a tombstone), and where each partition's
 // read stands.
 type window struct {
-	last  map[string]*kgo.Record
-	next  map[int32]int64 // the checkpoints to write with the window
-	bytes int             // of every record added, replaced ones too
+	last    map[string]*kgo.Record
+	next    map[int32]int64 // the checkpoints to write with the window
+	bytes   int             // of every record added, replaced ones too
+	records int
 }
 
 func newWindow() *window {
@@ -188,7 +198,9 @@ func newWindow() *window {
 
 func (w *window) add(rec *kgo.Record) {
 	w.last[string(rec.Key)] = rec
+	w.next[rec.Partition] = rec.Offset + 1
 	w.bytes += len(rec.Key) + len(rec.Value)
+	w.records++
 }
 
 // applier writes a restore's windows to the store, in order, in a goroutine
