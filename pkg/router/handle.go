@@ -170,6 +170,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	r.written.Lock()
 	go func() {
 		defer r.written.Unlock()
+		if beforeStateWrite != nil {
+			beforeStateWrite()
+		}
 		if err := r.persist(b, now); err != nil {
 			r.writeErr = err
 			return
@@ -200,6 +203,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	return nil
 }
+
+// beforeStateWrite, when set, runs before the Pebble write of each committed
+// batch: a test holds the write back with it. Nil in production.
+var beforeStateWrite func()
 
 // waitWritten waits until the Pebble write of the last committed batch is
 // done and returns its error, once.
