@@ -218,8 +218,9 @@ func (r *Router) waitWritten() error {
 	return err
 }
 
-// parallelDecodeMin is the smallest batch decoded on more than one core:
-// below it the goroutines cost more than they save.
+// parallelDecodeMin is the fewest records a core is given to decode: for
+// fewer the goroutines cost more than they save. A batch is decoded on up to
+// len/parallelDecodeMin cores.
 const parallelDecodeMin = 256
 
 // decodeAll decodes recs into ins, in order. A large batch is decoded in
