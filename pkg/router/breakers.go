@@ -71,15 +71,19 @@ const (
 type breakers struct {
 	set    *breaker.Set
 	surges *breaker.Surges
-	held   map[string]heldRetry // the retries held, by task ID
+	held   *heldSet // the retries held, by task ID and by breaker
+	// closed are the breakers that have closed since the last sweep
+	// (releaseHeld): only the retries held behind them can be released
+	closed map[breaker.Ref]bool
 
 	// heldUntil is, per breaker, the latest time retries held behind it
 	// while it was open or half-open were moved to (Unix ms): while it is not
 	// closed, a retry of that breaker coming due before then is held with
 	// them.
 	heldUntil map[breaker.Ref]int64
-	// held and heldUntil as they were when the batch began
-	savedHeld      map[string]heldRetry
+	// closed and heldUntil as they were when the batch began (held keeps
+	// its own undo log)
+	savedClosed    map[breaker.Ref]bool
 	savedHeldUntil map[breaker.Ref]int64
 
 	states      *prometheus.GaugeVec
@@ -112,7 +116,8 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	b := &breakers{
 		set:       set,
 		surges:    surges,
-		held:      map[string]heldRetry{},
+		held:      newHeldSet(),
+		closed:    map[breaker.Ref]bool{},
 		heldUntil: map[breaker.Ref]int64{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
@@ -304,10 +309,10 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		ok, ts = r.brk.set.Allow(refs, now)
 		r.transitions(ts, b, now)
 	}
-	_, wasHeld := r.brk.held[ev.TaskID]
+	_, wasHeld := r.brk.held.byID[ev.TaskID]
 	switch {
 	case !ok && !wasHeld:
-		r.brk.held[ev.TaskID] = heldRetry{partition: b.partOf[ev.TaskID], refs: refs}
+		r.brk.held.put(ev.TaskID, heldRetry{partition: b.partOf[ev.TaskID], refs: refs})
 		msg := "retry held: breaker open"
 		if behind != 0 {
 			msg = "retry held: behind retries held before it"
@@ -315,13 +320,13 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		r.log.Info(msg, "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
 			"action", ev.Action, "prompt_template", ev.PromptTemplate)
 	case ok && wasHeld:
-		delete(r.brk.held, ev.TaskID)
+		r.brk.held.del(ev.TaskID)
 		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
 	}
 	if !ok {
 		r.postpone(ev, refs, behind, b, now)
 	}
-	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
 	return !ok
 }
 
@@ -377,8 +382,18 @@ type heldRetry struct {
 // leaving them to wait for the time their breakers were to be asked again.
 // A retry whose task has moved on (its held retry superseded or published,
 // its partition no longer this instance's) is forgotten.
+//
+// Its cost is that of the retries it may release: it looks only at the
+// retries held behind a breaker that has closed since the last sweep (a
+// retry is held while one of its breakers is not closed, so the last of them
+// to close is among those), and reads their states in one sorted pass.
 func (r *Router) releaseHeld(b *batch, now time.Time) error {
-	if len(r.brk.held) == 0 {
+	if len(r.brk.closed) == 0 {
+		return nil
+	}
+	ids := r.brk.held.behind(r.brk.closed)
+	clear(r.brk.closed)
+	if len(ids) == 0 {
 		return nil
 	}
 	nowMs := now.UnixMilli()
@@ -390,29 +405,42 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		st *task.State
 		p  int32
 	}
-	var rel []release
-	for id, h := range r.brk.held {
-		if !slices.ContainsFunc(h.refs, func(ref breaker.Ref) bool { return r.brk.set.State(ref) != breaker.Closed }) {
-			if !owned[h.partition] {
-				delete(r.brk.held, id)
-				continue
-			}
-			st, ok := b.states[id]
-			if !ok {
-				var err error
-				if st, err = r.store.Get(id); err != nil {
-					return err
-				}
-			}
-			// a retry moved by a breaker keeps its own due time: any other
-			// pending retry is a new one
-			if st == nil || st.Pending == nil || st.Pending.DueAt == 0 {
-				delete(r.brk.held, id)
-				continue
-			}
-			if st.Pending.NotBefore > nowMs {
-				rel = append(rel, release{st, h.partition})
-			}
+	var (
+		rel    []release
+		toLoad []string
+		cand   []string
+	)
+	for _, id := range ids {
+		h := r.brk.held.byID[id]
+		if slices.ContainsFunc(h.refs, func(ref breaker.Ref) bool { return r.brk.set.State(ref) != breaker.Closed }) {
+			continue
+		}
+		if !owned[h.partition] {
+			r.brk.held.del(id)
+			continue
+		}
+		cand = append(cand, id)
+		if _, ok := b.states[id]; !ok {
+			toLoad = append(toLoad, id)
+		}
+	}
+	stored := make(map[string]*task.State, len(toLoad))
+	if err := r.store.Load(toLoad, stored); err != nil {
+		return err
+	}
+	for _, id := range cand {
+		st, ok := b.states[id]
+		if !ok {
+			st = stored[id]
+		}
+		// a retry moved by a breaker keeps its own due time: any other
+		// pending retry is a new one
+		if st == nil || st.Pending == nil || st.Pending.DueAt == 0 {
+			r.brk.held.del(id)
+			continue
+		}
+		if st.Pending.NotBefore > nowMs {
+			rel = append(rel, release{st, r.brk.held.byID[id].partition})
 		}
 	}
 	slices.SortFunc(rel, func(x, y release) int {
@@ -422,13 +450,117 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		b.load(x.st, x.p)
 		x.st.Pending.NotBefore = nowMs
 	}
-	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
 	return nil
+}
+
+// heldSet is the set of held retries, by task ID and by breaker, with an
+// undo log for the batch: a batch that does not commit restores it without
+// the set being copied for every batch.
+type heldSet struct {
+	byID  map[string]heldRetry
+	byRef map[breaker.Ref]map[string]struct{}
+	// undo holds, per task changed in the batch, its entry before (nil:
+	// none); nil outside a batch
+	undo map[string]*heldRetry
+}
+
+func newHeldSet() *heldSet {
+	return &heldSet{byID: map[string]heldRetry{}, byRef: map[breaker.Ref]map[string]struct{}{}}
+}
+
+func (h *heldSet) put(id string, r heldRetry) {
+	h.save(id)
+	h.unlink(id)
+	h.byID[id] = r
+	h.link(id, r)
+}
+
+func (h *heldSet) del(id string) {
+	if _, ok := h.byID[id]; !ok {
+		return
+	}
+	h.save(id)
+	h.unlink(id)
+}
+
+func (h *heldSet) save(id string) {
+	if h.undo == nil {
+		return
+	}
+	if _, ok := h.undo[id]; ok {
+		return
+	}
+	var old *heldRetry
+	if r, ok := h.byID[id]; ok {
+		old = &r
+	}
+	h.undo[id] = old
+}
+
+func (h *heldSet) link(id string, r heldRetry) {
+	for _, ref := range r.refs {
+		ids := h.byRef[ref]
+		if ids == nil {
+			ids = map[string]struct{}{}
+			h.byRef[ref] = ids
+		}
+		ids[id] = struct{}{}
+	}
+}
+
+// unlink removes id from the set.
+func (h *heldSet) unlink(id string) {
+	r, ok := h.byID[id]
+	if !ok {
+		return
+	}
+	delete(h.byID, id)
+	for _, ref := range r.refs {
+		if ids := h.byRef[ref]; ids != nil {
+			delete(ids, id)
+			if len(ids) == 0 {
+				delete(h.byRef, ref)
+			}
+		}
+	}
+}
+
+// behind returns the retries held behind any of refs.
+func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
+	var out []string
+	seen := map[string]bool{}
+	for ref := range refs {
+		for id := range h.byRef[ref] {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+func (h *heldSet) begin()  { h.undo = map[string]*heldRetry{} }
+func (h *heldSet) commit() { h.undo = nil }
+
+func (h *heldSet) rollback() {
+	for id, old := range h.undo {
+		h.unlink(id)
+		if old != nil {
+			h.byID[id] = *old
+			h.link(id, *old)
+		}
+	}
+	h.undo = nil
 }
 
 // transitions queues one BreakerEvent per transition.
 func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 	for _, t := range ts {
+		if t.To == breaker.Closed {
+			r.brk.closed[t.Ref] = true
+		}
 		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
@@ -458,7 +590,8 @@ func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
 func (r *Router) beginBreakers() {
 	r.brk.set.Begin()
 	r.brk.surges.Begin()
-	r.brk.savedHeld = maps.Clone(r.brk.held)
+	r.brk.held.begin()
+	r.brk.savedClosed = maps.Clone(r.brk.closed)
 	// a time that has passed holds no more retries: forget it
 	nowMs := r.cfg.Now().UnixMilli()
 	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
@@ -471,7 +604,7 @@ func (r *Router) beginBreakers() {
 func (r *Router) commitBreakers(b *batch) {
 	r.brk.set.Commit()
 	r.brk.surges.Commit()
-	r.brk.savedHeld = nil
+	r.brk.held.commit()
 	for i := range b.breakerEvents {
 		e := &b.breakerEvents[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
@@ -495,11 +628,12 @@ func (r *Router) commitBreakers(b *batch) {
 func (r *Router) rollbackBreakers() {
 	r.brk.set.Rollback()
 	r.brk.surges.Rollback()
-	if r.brk.savedHeld != nil {
-		r.brk.held, r.brk.savedHeld = r.brk.savedHeld, nil
+	r.brk.held.rollback()
+	if r.brk.savedClosed != nil {
+		r.brk.closed = r.brk.savedClosed
 	}
 	r.brk.heldUntil = r.brk.savedHeldUntil
-	r.brk.heldGauge.Set(float64(len(r.brk.held)))
+	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
 	r.breakerGauges()
 }
 
