@@ -59,6 +59,12 @@ func BenchmarkSweepHeld(b *testing.B) {
 				b.Fatal(err)
 			}
 			brk.held.put(id, heldRetry{partition: 0, refs: []breaker.Ref{ref}})
+			if i%1000 == 999 { // batches of a router's size
+				if err := wb.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				wb = st.NewBatch()
+			}
 		}
 		if err := wb.Commit(); err != nil {
 			b.Fatal(err)

@@ -13,19 +13,21 @@ import (
 // Batch collects the writes of one poll: states, index entries and
 // checkpoints, applied together without fsync.
 type Batch struct {
+	s     *Store
 	b     *pebble.Batch
 	buf   []byte
 	codec *codec.Codec
+	added map[floorKey]int64 // the earliest index entry written, per index (Store.floors)
 }
 
 // NewBatch returns an empty batch.
-func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch(), codec: s.codec} }
+func (s *Store) NewBatch() *Batch { return &Batch{s: s, b: s.db.NewBatch(), codec: s.codec} }
 
 // NewBatchSize returns an empty batch with room for about size bytes of
 // keys and values, so that a large batch is not grown (and copied) step by
 // step.
 func (s *Store) NewBatchSize(size int) *Batch {
-	return &Batch{b: s.db.NewBatchWithSize(size), codec: s.codec}
+	return &Batch{s: s, b: s.db.NewBatchWithSize(size), codec: s.codec}
 }
 
 // Put writes the new state of a task of partition p. old is the state the
@@ -47,6 +49,24 @@ func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 // of its changelog record. The bytes are stored as they are, so a state is
 // encoded once for the changelog and the store.
 func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
+	if b.added == nil {
+		b.added = map[floorKey]int64{}
+	}
+	add := func(prefix byte, at int64) {
+		k := floorKey{prefix, p}
+		if a, ok := b.added[k]; !ok || at < a {
+			b.added[k] = at
+		}
+	}
+	if st.Pending != nil {
+		add('d', st.Pending.NotBefore)
+	}
+	if st.ExpiresAt > 0 {
+		add('x', bucketOf(st.ExpiresAt))
+	}
+	if overdueIndexed(st) {
+		add('o', st.ReviewDueAt)
+	}
 	return putEncoded(b.b, p, old, st, v)
 }
 
@@ -141,6 +161,9 @@ func (b *Batch) Commit() error {
 	defer b.b.Close()
 	if err := b.b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("store: commit batch: %w", err)
+	}
+	if b.s != nil {
+		b.s.lowerFloors(b.added)
 	}
 	return nil
 }

@@ -109,6 +109,7 @@ func (b *Bulk) Commit() error {
 	err := errors.Join(errs...)
 	if err == nil {
 		err = b.s.db.Ingest(context.Background(), paths)
+		b.s.resetFloors() // its index entries are not tracked: scans start over
 	}
 	if err != nil {
 		for _, path := range paths {

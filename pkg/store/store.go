@@ -48,6 +48,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -63,6 +64,54 @@ type Store struct {
 	opts  *pebble.Options // as opened: Bulk writes sstables with them
 	log   *slog.Logger
 	codec *codec.Codec // states are TaskState records (codec.EncodeState)
+
+	// floors are, per time index and partition, a time at or before every
+	// entry of the index (a scan's lower bound): a scan that finds the index
+	// empty up to now, or its first entry at t, raises it, so that the next
+	// scan does not step again over the deleted entries before it (a held
+	// retry moved to a later time leaves one on every move, until Pebble
+	// compacts them away). A write of an entry before it lowers it.
+	mu     sync.Mutex
+	floors map[floorKey]floor
+	resets uint64 // how many times resetFloors ran
+}
+
+type floorKey struct {
+	prefix byte
+	p      int32
+}
+
+// floor is an index's lower bound and how many writes have lowered or may
+// have lowered it: a scan raises the bound only if no write came in while it
+// ran (the scan may not have seen that write's entry).
+type floor struct {
+	at     int64
+	writes uint64
+}
+
+// lowerFloors lowers the floors to the entries a committed write added (in
+// the index's own unit: times, or expiry buckets).
+func (s *Store) lowerFloors(added map[floorKey]int64) {
+	if len(added) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, at := range added {
+		f := s.floors[k] // none: at 0, and a scan running may not raise it
+		f.at = min(f.at, at)
+		f.writes++
+		s.floors[k] = f
+	}
+}
+
+// resetFloors forgets every floor (after a write whose entries are not
+// tracked, e.g. a Bulk): the next scans start at each index's beginning.
+func (s *Store) resetFloors() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.floors)
+	s.resets++ // a scan running may not raise a floor
 }
 
 // Open opens (or creates) the store in dir.
@@ -98,7 +147,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c}
+	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c, floors: map[floorKey]floor{}}
 	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err
@@ -364,7 +413,12 @@ func (s *Store) Overdue(p int32, nowMs int64, limit int) ([]Due, error) {
 }
 
 func (s *Store) scanTimes(prefix byte, p int32, nowMs int64, limit int) ([]Due, error) {
-	lo := timeKey(prefix, p, 0, "")
+	fk := floorKey{prefix, p}
+	s.mu.Lock()
+	f, resets := s.floors[fk], s.resets
+	s.mu.Unlock()
+	from := min(f.at, nowMs+1)
+	lo := timeKey(prefix, p, from, "")
 	hi := timeKey(prefix, p, nowMs+1, "")
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -372,6 +426,22 @@ func (s *Store) scanTimes(prefix byte, p int32, nowMs int64, limit int) ([]Due, 
 	}
 	defer it.Close()
 	var out []Due
+	defer func() {
+		if it.Error() != nil {
+			return
+		}
+		// every entry before the first found (or, none found, up to now) is
+		// deleted: the next scan starts there
+		next := nowMs + 1
+		if len(out) > 0 {
+			next = out[0].NotBefore
+		}
+		s.mu.Lock()
+		if g := s.floors[fk]; g.writes == f.writes && s.resets == resets && next > g.at {
+			s.floors[fk] = floor{at: next, writes: g.writes}
+		}
+		s.mu.Unlock()
+	}()
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		k := it.Key()
 		d := Due{NotBefore: int64(binary.BigEndian.Uint64(k[len(lo)-8 : len(lo)]))}
