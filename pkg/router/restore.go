@@ -25,10 +25,12 @@ const restoreMemo = 200_000
 
 // A restore writes what it read in windows: one window is collected while
 // the one before it is written, so a restore holds about two. A window ends
-// at restoreWindow bytes of changelog (keys and values), or at an eighth of
+// at restoreWindow bytes of changelog (keys and values), or at a third of
 // the records to restore (at least restoreWindowMin): a small restore is
-// written in several windows, so that little is left to write when the
-// read ends.
+// written in a few windows, so that less is left to write when the read
+// ends. Each window adds files to Pebble's level 0, which Pebble compacts
+// in the background as more come: an eighth made the restore compact more
+// and finish no sooner.
 const (
 	restoreWindow    = 32 << 20
 	restoreWindowMin = 10_000
@@ -136,7 +138,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return nil
 	}
 	remaining := ranges.Len()
-	winRecords := max(int(remaining/8), restoreWindowMin)
+	winRecords := max(int(remaining/3), restoreWindowMin)
 	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
 	r.metrics.restoreRemaining.Set(float64(remaining))
 

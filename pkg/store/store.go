@@ -2,21 +2,22 @@
 // directory. Pebble is a cache of the compacted changelog topic: the router
 // writes to it only after the Kafka transaction that carried the same state
 // committed, and restores it from the changelog on start and on every
-// partition assignment, from the checkpoint offset kept here. Writes are never
-// fsynced (the changelog is the durable copy); bloom filters make the point
-// reads of a poll cheap.
+// partition assignment, from the checkpoint offset kept here. A poll's
+// writes are never fsynced (the changelog is the durable copy); bloom
+// filters make the point reads of a poll cheap.
 //
 // Two ways to write. A Batch (a poll's writes) goes through Pebble's
-// write-ahead log and memtable. The WAL is kept although the changelog is
-// the durable copy: a release mark (below) is trusted only if every write
-// before it is still there when the process comes back, and with the WAL a
-// write is in the operating system's hands once committed, so a clean stop
-// (or a kill after it) loses nothing; without it, Close would have to flush
-// the memtable first, and a kill would silently drop recent writes. A Bulk
-// (a restore's writes) is sorted and written as one synced sstable that
-// Pebble ingests: no WAL, no memtable, no flush. It is durable once
-// committed, and atomic like a batch: the restore's checkpoint goes in the
-// same file as the states it covers.
+// write-ahead log and memtable, without fsync. The WAL is not needed for
+// correctness: without it a killed process would come back with an earlier
+// copy of the store (Pebble flushes memtables in order, so the copy is
+// consistent), and a partition is trusted only with a release mark written
+// after everything before it (below), so a lost mark means a restore from
+// the changelog's start; Close would then have to flush first. It is kept
+// because it costs a poll little, a kill then loses nothing, and Pebble
+// calls running without it untested. A Bulk (a restore's writes) is sorted
+// and written as synced sstables that Pebble ingests: no WAL, no memtable,
+// no flush. It is durable once committed, and atomic like a batch: the
+// restore's checkpoint goes in with the states it covers.
 //
 // Key layout (all integers big-endian, so that keys sort by them):
 //
