@@ -102,6 +102,17 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 	if err != nil {
 		return err
 	}
+	// the states the batch does not hold, read in one sorted pass
+	var ids []string
+	for _, e := range entries {
+		if _, ok := b.states[e.TaskID]; !ok && !b.forgotten[e.TaskID] {
+			ids = append(ids, e.TaskID)
+		}
+	}
+	stored := make(map[string]*task.State, len(ids))
+	if err := r.store.Load(ids, stored); err != nil {
+		return err
+	}
 	var stale []store.Due
 	for _, e := range entries {
 		if b.forgotten[e.TaskID] {
@@ -109,10 +120,7 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 		}
 		st, inBatch := b.states[e.TaskID]
 		if !inBatch {
-			if st, err = r.store.Get(e.TaskID); err != nil {
-				return err
-			}
-			if st == nil {
+			if st = stored[e.TaskID]; st == nil {
 				stale = append(stale, e)
 				continue
 			}
