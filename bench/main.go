@@ -80,7 +80,7 @@ func main() {
 	flag.IntVar(&c.rssTasks, "rss-tasks", 1_000_000, "live tasks for the memory measurement; 0 skips it")
 	flag.StringVar(&c.routerBin, "router-bin", "", "faultrouter binary for the memory measurement; default: go build ./cmd/faultrouter")
 	flag.StringVar(&c.jsonOut, "json", "bench-result.json", "where to write the results as JSON")
-	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the router's backlog run to this file (NAME.cpu), and one of the restore to NAME.restore.cpu")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the router's backlog run to this file (NAME.cpu), one of the latency runs to NAME.latency.cpu and one of the restore to NAME.restore.cpu")
 	flag.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile after the router's backlog run to this file, and one from before it to FILE.base (go tool pprof -base)")
 	flag.StringVar(&c.workDir, "work-dir", "", "directory for state stores and logs; default: a temporary one")
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions of every topic")
@@ -250,6 +250,14 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 
 	next := c.tasks
+	// the latency runs' profile: a steady rate of fresh tasks, with retries
+	// held behind the breakers the workload's timeouts open
+	if c.latencyDur > 0 {
+		if stopProfile, err = startProfile(strings.TrimSuffix(c.cpuProfile, ".cpu") + ".latency.cpu"); err != nil {
+			rt.stop()
+			return err
+		}
+	}
 	for _, l := range []struct {
 		dst  *latencyResult
 		rate float64
@@ -278,6 +286,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			}
 		}
 	}
+	stopProfile()
 	if err := rt.stop(); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
@@ -463,7 +472,7 @@ func newWorkload(topic, prefix string, seed uint64) (*workload, error) {
 }
 
 func startProfile(file string) (func(), error) {
-	if file == "" || file == ".restore.cpu" {
+	if file == "" || strings.HasPrefix(file, ".") { // no --cpuprofile: ".restore.cpu", ".latency.cpu"
 		return func() {}, nil
 	}
 	f, err := os.Create(file)
