@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -150,29 +149,53 @@ func (s *Store) writeTable(path string, ops []bulkOp) error {
 
 // sort sorts the writes by key, a key's writes in the order they were made.
 // Keys are grouped first by their prefix and partition (the index a key
-// belongs to), keeping their order, and each group is sorted on its own:
-// a caller that writes its tasks in task ID order hands over groups that
-// are mostly sorted already, which pdqsort checks in linear time.
+// belongs to), keeping their order (a counting sort into one new slice),
+// and each group is sorted on its own: a caller that writes its tasks in
+// task ID order hands over groups that are mostly sorted already, which
+// pdqsort checks in linear time.
 func (b *Bulk) sort() {
-	groups := map[string][]bulkOp{}
-	for _, op := range b.ops {
-		g := groups[string(groupOf(op.key))]
-		if g == nil {
-			g = make([]bulkOp, 0, len(b.ops)/8)
+	// the group of each write, and the size of each group; a map lookup
+	// by string(bytes) does not allocate, and there are a few dozen groups
+	ids := map[string]int{}
+	var names []string
+	var counts []int
+	of := make([]int32, len(b.ops))
+	for i, op := range b.ops {
+		g := groupOf(op.key)
+		id, ok := ids[string(g)]
+		if !ok {
+			id = len(names)
+			names = append(names, string(g))
+			ids[names[id]] = id
+			counts = append(counts, 0)
 		}
-		groups[string(groupOf(op.key))] = append(g, op)
+		of[i] = int32(id)
+		counts[id]++
 	}
-	names := slices.Sorted(maps.Keys(groups))
-	out := b.ops[:0]
-	for _, name := range names {
-		g := groups[name]
-		slices.SortFunc(g, func(x, y bulkOp) int {
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int { return cmp.Compare(names[x], names[y]) })
+	starts := make([]int, len(names))
+	at := 0
+	for _, id := range order {
+		starts[id] = at
+		at += counts[id]
+	}
+	out := make([]bulkOp, len(b.ops))
+	next := slices.Clone(starts)
+	for i, op := range b.ops {
+		out[next[of[i]]] = op
+		next[of[i]]++
+	}
+	for id := range names {
+		slices.SortFunc(out[starts[id]:starts[id]+counts[id]], func(x, y bulkOp) int {
 			if c := bytes.Compare(x.key, y.key); c != 0 {
 				return c
 			}
 			return cmp.Compare(x.seq, y.seq)
 		})
-		out = append(out, g...)
 	}
 	b.ops = out
 }
