@@ -148,7 +148,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	began, lastLog := time.Now(), time.Now()
 	var total int64
 	ap := r.newApplier(wiped)
-	win := newWindow()
+	win := newWindow(winRecords)
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		for _, rec := range b.Records {
 			win.add(rec)
@@ -158,7 +158,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 				if err := ap.send(win); err != nil {
 					return err
 				}
-				win = newWindow()
+				win = newWindow(winRecords)
 			}
 		}
 		for p, n := range b.Next[topic] {
@@ -191,18 +191,28 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 // record of each task (a state, or a tombstone), and where each partition's
 // read stands.
 type window struct {
-	last    map[string]*kgo.Record
+	last    []*kgo.Record   // each task's last record, in the order of its first
+	at      map[string]int  // a task's index in last
 	next    map[int32]int64 // the checkpoints to write with the window
 	bytes   int             // of every record added, replaced ones too
 	records int
 }
 
-func newWindow() *window {
-	return &window{last: map[string]*kgo.Record{}, next: map[int32]int64{}}
+// newWindow returns an empty window with room for about n tasks.
+func newWindow(n int) *window {
+	n = min(n, restoreWindow/256)
+	return &window{last: make([]*kgo.Record, 0, n), at: make(map[string]int, n), next: map[int32]int64{}}
 }
 
 func (w *window) add(rec *kgo.Record) {
-	w.last[string(rec.Key)] = rec
+	// a lookup by string(bytes) does not allocate: a task's key is
+	// copied only for its first record of the window
+	if i, ok := w.at[string(rec.Key)]; ok {
+		w.last[i] = rec
+	} else {
+		w.at[string(rec.Key)] = len(w.last)
+		w.last = append(w.last, rec)
+	}
 	w.next[rec.Partition] = rec.Offset + 1
 	w.bytes += len(rec.Key) + len(rec.Value)
 	w.records++
@@ -290,7 +300,9 @@ func (a *applier) apply(w *window) error {
 		clear(a.written)
 		a.forgot = true
 	}
-	bulk := a.r.store.NewBulk(8 * len(cs))
+	// a state's writes: itself, its owner and member entries, and at most
+	// three index entries
+	bulk := a.r.store.NewBulk(6*len(cs) + len(w.next))
 	for i := range cs {
 		c := &cs[i]
 		id := string(c.rec.Key)

@@ -80,14 +80,14 @@ func BenchmarkRestoreApply(b *testing.B) {
 		c0 := cpuTime()
 		b.StartTimer()
 		a := r.newApplier(wiped)
-		win := newWindow()
+		win := newWindow(per)
 		for i, rec := range recs {
 			win.add(rec)
 			if (i+1)%per == 0 {
 				if err := a.send(win); err != nil {
 					b.Fatal(err)
 				}
-				win = newWindow()
+				win = newWindow(per)
 			}
 		}
 		if err := a.send(win); err != nil {

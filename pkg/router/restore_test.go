@@ -59,7 +59,7 @@ func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
 	w.t.Helper()
 	a := w.r.newApplier(wiped)
 	for _, recs := range windows {
-		win := newWindow()
+		win := newWindow(0)
 		for _, rec := range recs {
 			win.add(rec)
 			win.next[rec.Partition] = rec.Offset + 1
@@ -185,7 +185,7 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	// partition 1 is kept (not wiped); partition 2 is wiped, and its
 	// restore forgets what it wrote before the second window (restoreMemo)
 	a := &applier{r: w.r, wiped: map[int32]bool{2: true}, written: map[string]indexed{}}
-	win := newWindow()
+	win := newWindow(0)
 	for _, rec := range []*kgo.Record{
 		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),
 		w.rec(1, 11, "finished", nil),
@@ -198,7 +198,7 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	clear(a.written)
 	a.forgot = true
-	win = newWindow()
+	win = newWindow(0)
 	win.add(w.rec(2, 1, "forgotten", &task.State{TaskID: "forgotten", Attempts: 2, ExpiresAt: 6 * rsHour}))
 	if err := a.apply(win); err != nil {
 		t.Fatal(err)
