@@ -174,6 +174,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return nil
 	})
 	if err == nil {
+		win.final = true
 		err = ap.send(win)
 	}
 	if werr := ap.close(); err == nil {
@@ -196,6 +197,7 @@ type window struct {
 	next    map[int32]int64 // the checkpoints to write with the window
 	bytes   int             // of every record added, replaced ones too
 	records int
+	final   bool // the restore's last window: no window replaces its states
 }
 
 // newWindow returns an empty window with room for about n tasks.
@@ -232,7 +234,7 @@ func (w *window) add(rec *kgo.Record) {
 type applier struct {
 	r       *Router
 	wiped   map[int32]bool     // partitions wiped before this restore: the store held nothing of them
-	written map[string]indexed // index entries of the states written
+	written map[string]indexed // index entries of the states written (not of the final window)
 	forgot  bool               // written was cleared (restoreMemo): read the store for tasks not in it
 	in      chan *window
 	failed  atomic.Pointer[error] // the first window that failed
@@ -240,7 +242,7 @@ type applier struct {
 }
 
 func (r *Router) newApplier(wiped map[int32]bool) *applier {
-	a := &applier{r: r, wiped: wiped, written: map[string]indexed{},
+	a := &applier{r: r, wiped: wiped,
 		in: make(chan *window), done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
@@ -296,6 +298,9 @@ func (a *applier) apply(w *window) error {
 	// sorted (store.Bulk sorts them)
 	slices.SortFunc(cs, func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) })
 	decodeAll(a.r, cs)
+	if a.written == nil {
+		a.written = make(map[string]indexed, min(len(cs), restoreMemo))
+	}
 	if len(a.written) > restoreMemo {
 		clear(a.written)
 		a.forgot = true
@@ -305,29 +310,33 @@ func (a *applier) apply(w *window) error {
 	bulk := a.r.store.NewBulk(6*len(cs) + len(w.next))
 	for i := range cs {
 		c := &cs[i]
-		id := string(c.rec.Key)
+		key := c.rec.Key // the task ID; string(key) in a map lookup does not allocate
 		if c.bad != nil {
-			a.r.log.Error("changelog record does not decode; skipped", "task_id", id, "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
+			a.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
 			continue
 		}
 		var old *task.State
-		x, ok := a.written[id]
+		x, ok := a.written[string(key)]
 		if ok {
-			old = x.state(id)
+			old = x.state(string(key))
 		} else if a.forgot || !a.wiped[c.rec.Partition] {
 			var err error
-			if old, err = a.r.store.Get(id); err != nil {
+			if old, err = a.r.store.Get(string(key)); err != nil {
 				return err
 			}
 		}
 		if c.st == nil {
-			a.written[id] = indexed{deleted: true}
+			if !w.final {
+				a.written[string(key)] = indexed{deleted: true}
+			}
 			if err := bulk.DeleteTask(c.rec.Partition, old); err != nil {
 				return err
 			}
 			continue
 		}
-		a.written[id] = indexOf(c.st)
+		if !w.final {
+			a.written[string(key)] = indexOf(c.st)
+		}
 		if err := bulk.PutEncoded(c.rec.Partition, old, c.st, c.rec.Value); err != nil {
 			return err
 		}

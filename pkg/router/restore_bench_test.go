@@ -90,6 +90,7 @@ func BenchmarkRestoreApply(b *testing.B) {
 				win = newWindow(per)
 			}
 		}
+		win.final = true
 		if err := a.send(win); err != nil {
 			b.Fatal(err)
 		}

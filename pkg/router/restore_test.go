@@ -58,12 +58,13 @@ func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record
 func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
 	w.t.Helper()
 	a := w.r.newApplier(wiped)
-	for _, recs := range windows {
+	for i, recs := range windows {
 		win := newWindow(0)
 		for _, rec := range recs {
 			win.add(rec)
 			win.next[rec.Partition] = rec.Offset + 1
 		}
+		win.final = i == len(windows)-1 // as restore marks its last
 		if err := a.send(win); err != nil {
 			w.t.Fatal(err)
 		}
