@@ -312,7 +312,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	_, wasHeld := r.brk.held.byID[ev.TaskID]
 	switch {
 	case !ok && !wasHeld:
-		r.brk.held.put(ev.TaskID, heldRetry{partition: b.partOf[ev.TaskID], refs: refs})
+		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
 		msg := "retry held: breaker open"
 		if behind != 0 {
 			msg = "retry held: behind retries held before it"
@@ -370,11 +370,18 @@ func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 }
 
 // heldRetry is a retry held behind breakers: its task's partition and the
-// breakers it would be published into.
+// breakers it would be published into, as indexes into the held set's
+// interned breakers (a task names at most one breaker per scope), so that a
+// held retry costs no allocation of its own: a million tasks can be held.
 type heldRetry struct {
 	partition int32
-	refs      []breaker.Ref
+	n         uint8
+	refs      [maxHeldRefs]uint32
 }
+
+// maxHeldRefs is how many breakers one retry can be held behind: one per
+// scope (policy.BreakerRefs).
+const maxHeldRefs = 3
 
 // releaseHeld makes the retries held behind breakers that have all closed
 // since due now, in the order of their own due times, so that this batch
@@ -412,7 +419,7 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 	)
 	for _, id := range ids {
 		h := r.brk.held.byID[id]
-		if slices.ContainsFunc(h.refs, func(ref breaker.Ref) bool { return r.brk.set.State(ref) != breaker.Closed }) {
+		if r.brk.held.anyNot(h, func(ref breaker.Ref) bool { return r.brk.set.State(ref) == breaker.Closed }) {
 			continue
 		}
 		if !owned[h.partition] {
@@ -456,24 +463,57 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 
 // heldSet is the set of held retries, by task ID and by breaker, with an
 // undo log for the batch: a batch that does not commit restores it without
-// the set being copied for every batch.
+// the set being copied for every batch. Breakers are interned (there are few
+// of them, and many retries held behind each).
 type heldSet struct {
 	byID  map[string]heldRetry
-	byRef map[breaker.Ref]map[string]struct{}
+	byRef map[uint32]map[string]struct{}
 	// undo holds, per task changed in the batch, its entry before (nil:
 	// none); nil outside a batch
 	undo map[string]*heldRetry
+
+	refIdx map[breaker.Ref]uint32
+	refs   []breaker.Ref
 }
 
 func newHeldSet() *heldSet {
-	return &heldSet{byID: map[string]heldRetry{}, byRef: map[breaker.Ref]map[string]struct{}{}}
+	return &heldSet{byID: map[string]heldRetry{}, byRef: map[uint32]map[string]struct{}{},
+		refIdx: map[breaker.Ref]uint32{}}
 }
 
-func (h *heldSet) put(id string, r heldRetry) {
+// intern returns the index of ref, adding it when new.
+func (h *heldSet) intern(ref breaker.Ref) uint32 {
+	if i, ok := h.refIdx[ref]; ok {
+		return i
+	}
+	i := uint32(len(h.refs))
+	h.refs = append(h.refs, ref)
+	h.refIdx[ref] = i
+	return i
+}
+
+// put holds the retry of task id, of partition p, behind refs (at most
+// maxHeldRefs, one per scope; any beyond are not recorded).
+func (h *heldSet) put(id string, p int32, refs []breaker.Ref) {
+	r := heldRetry{partition: p}
+	for _, ref := range refs[:min(len(refs), maxHeldRefs)] {
+		r.refs[r.n] = h.intern(ref)
+		r.n++
+	}
 	h.save(id)
 	h.unlink(id)
 	h.byID[id] = r
 	h.link(id, r)
+}
+
+// anyNot reports whether one of the breakers r is held behind fails ok.
+func (h *heldSet) anyNot(r heldRetry, ok func(breaker.Ref) bool) bool {
+	for _, i := range r.refs[:r.n] {
+		if !ok(h.refs[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *heldSet) del(id string) {
@@ -499,7 +539,7 @@ func (h *heldSet) save(id string) {
 }
 
 func (h *heldSet) link(id string, r heldRetry) {
-	for _, ref := range r.refs {
+	for _, ref := range r.refs[:r.n] {
 		ids := h.byRef[ref]
 		if ids == nil {
 			ids = map[string]struct{}{}
@@ -516,7 +556,7 @@ func (h *heldSet) unlink(id string) {
 		return
 	}
 	delete(h.byID, id)
-	for _, ref := range r.refs {
+	for _, ref := range r.refs[:r.n] {
 		if ids := h.byRef[ref]; ids != nil {
 			delete(ids, id)
 			if len(ids) == 0 {
@@ -531,7 +571,11 @@ func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
 	var out []string
 	seen := map[string]bool{}
 	for ref := range refs {
-		for id := range h.byRef[ref] {
+		i, ok := h.refIdx[ref]
+		if !ok {
+			continue
+		}
+		for id := range h.byRef[i] {
 			if !seen[id] {
 				seen[id] = true
 				out = append(out, id)

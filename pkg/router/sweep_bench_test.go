@@ -58,7 +58,7 @@ func BenchmarkSweepHeld(b *testing.B) {
 			if err := wb.Put(0, s, &moved, 0); err != nil {
 				b.Fatal(err)
 			}
-			brk.held.put(id, heldRetry{partition: 0, refs: []breaker.Ref{ref}})
+			brk.held.put(id, 0, []breaker.Ref{ref})
 			if i%1000 == 999 { // batches of a router's size
 				if err := wb.Commit(); err != nil {
 					b.Fatal(err)
