@@ -205,3 +205,41 @@ func TestCheckFindsWhatDiffers(t *testing.T) {
 		})
 	}
 }
+
+// Guards the matching of a published retry to the decision it came from: a
+// re-drive re-issues the same event, so when it supersedes a retry that was
+// due and not yet published, and its own retry is due at once, the retry
+// published in that millisecond fits both windows; it is the re-drive's, as
+// its decision says, and neither retry is reported missing.
+func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
+	b := newLog(t)
+	p := policy.Default()
+	ev := timeout("t-1", "e-1", 1, b.t0)
+	ev.Stage, ev.Error = event.StageBusiness, &event.Error{Type: "ValidationError", Code: "CODE_2430", Message: "field total does not add up"}
+	var st task.State
+	in1 := b.input(0, ev)
+	d1 := p.DecideEvent(&ev, &st, nil, in1.Timestamp.Add(100*time.Millisecond))
+	if d1.Route != event.RouteRetry {
+		t.Fatalf("first decision: %s (%s), want a retry", d1.Route, d1.Reason)
+	}
+	b.routed("audit", in1, &ev, d1)
+	in2 := b.input(1, ev)
+	rd := &codec.Redrive{SourceTopic: "deadletter", SourcePartition: 0, SourceOffset: 7, Count: 1, Reason: "upstream fixed"}
+	in2.Headers = rd.AppendHeaders(nil)
+	// decided after the first retry was due, before it was published
+	at2 := in2.Timestamp.Add(100 * time.Millisecond)
+	d2 := p.DecideEvent(&ev, &st, rd, at2)
+	if d2.Route != event.RouteRetry || !d2.Retry.NotBefore.Equal(at2) {
+		t.Fatalf("re-drive decision: %s not before %v (%s), want a retry due at once", d2.Route, d2.Retry, d2.Reason)
+	}
+	b.routed("audit", in2, &ev, d2)
+	due := d2
+	due.DecidedAt = d2.Retry.NotBefore
+	b.routed("retry", nil, &ev, due)
+	rep := b.check()
+	if !rep.OK() {
+		var s strings.Builder
+		rep.WriteText(&s)
+		t.Fatalf("a correct router's outputs: %s", s.String())
+	}
+}

@@ -173,9 +173,20 @@ func (c *checker) matchRetry(task string, r *routed) *expectRetry {
 		return nil
 	}
 	at := r.at()
+	fits := func(x *expectRetry) bool {
+		return len(x.published) == 0 && (r.r.Event == nil || r.r.Event.EventID == x.eventID) &&
+			!at.Before(x.notBefore) && (x.superseded == nil || !at.After(*x.superseded))
+	}
+	// the retry of the decision the record carries first: a re-drive
+	// re-issues the same event, and a retry published in the millisecond
+	// that superseded an earlier one fits both windows
 	for _, x := range xs {
-		if len(x.published) == 0 && (r.r.Event == nil || r.r.Event.EventID == x.eventID) &&
-			!at.Before(x.notBefore) && (x.superseded == nil || !at.After(*x.superseded)) {
+		if fits(x) && r.r.Decision.Retry.NotBefore.Time.Equal(x.notBefore) {
+			return x
+		}
+	}
+	for _, x := range xs {
+		if fits(x) {
 			return x
 		}
 	}
