@@ -112,9 +112,9 @@ func testClient(t *testing.T, seeds []kgo.Opt, produceTo string, consume ...stri
 	return cl
 }
 
-// counter returns the value of the counter name{label=value} in reg, and
-// whether it exists.
-func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) (float64, bool) {
+// metricValue returns the value of the counter or gauge name{label=value} in
+// reg, and whether it exists.
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) (float64, bool) {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -127,7 +127,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue(), true
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true // the one it is
 				}
 			}
 		}
@@ -234,7 +234,7 @@ func TestPoisonThenValidOnKfake(t *testing.T) {
 		ok  bool
 	)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if got, ok = counter(t, reg, metric, "kind", "not_single_object"); ok && got >= 1 {
+		if got, ok = metricValue(t, reg, metric, "kind", "not_single_object"); ok && got >= 1 {
 			break
 		}
 	}

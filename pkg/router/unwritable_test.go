@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -143,7 +142,8 @@ func TestTransientProduceErrorIsRetriedWithBackoff(t *testing.T) {
 	}
 	lagSeen := 0.0
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && attempts.Load() < 4; time.Sleep(50 * time.Millisecond) {
-		lagSeen = max(lagSeen, labeledGauge(t, reg, "faultrouter_consumer_lag_records", "topic", topics.Ingress))
+		lag, _ := metricValue(t, reg, "faultrouter_consumer_lag_records", "topic", topics.Ingress)
+		lagSeen = max(lagSeen, lag)
 	}
 	if attempts.Load() < 4 {
 		t.Fatalf("only %d produce attempts in 20 s", attempts.Load())
@@ -169,27 +169,4 @@ func TestTransientProduceErrorIsRetriedWithBackoff(t *testing.T) {
 	if len(audit) != 3 {
 		t.Fatalf("%d events audited after the broker recovered, want 3", len(audit))
 	}
-}
-
-// labeledGauge returns the value of the gauge name{label=value} in reg, 0
-// without it.
-func labeledGauge(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
