@@ -19,7 +19,9 @@ package router
 //
 // A held retry stays pending in the task state and the due index, its due
 // time moved to when its breakers are worth asking again (postpone), so it is
-// not re-read and re-written on every tick. Retries held behind one breaker
+// not re-read and re-written on every tick. A retry that its breakers will
+// still refuse when it comes due (one is OPEN past its due time) is held as
+// soon as it is decided (holdAhead), so its state is written once. Retries held behind one breaker
 // are released in their due order: up to half_open_probes of them when it
 // half-opens, the rest once it has closed. Four things keep that order:
 //   - the retries held behind a breaker are all moved to the same time (the
@@ -330,6 +332,43 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	return !ok
 }
 
+// holdAhead holds, as soon as it is decided, a retry that its breakers will
+// still refuse when it comes due: one of them is OPEN past its due time (an
+// open breaker stays open until its cooldown ends, unless a person resets
+// it), or retries held before it behind one of them that is not closed wait
+// past its due time. Its due time is moved at once where holdRetry would move
+// it then, computed at its due time (postpone), so that its state is written
+// once, not read back by the sweep a second or so later only to be held and
+// written again. Under an outage, when breakers are open, that was most of
+// the router's work per event. If its breakers close before it comes due,
+// releaseHeld moves it back to its own due time.
+func (r *Router) holdAhead(ev *event.TaskEvent, b *batch, now time.Time) {
+	st := b.states[ev.TaskID]
+	if st == nil || st.Pending == nil || st.Pending.NotBefore <= now.UnixMilli() {
+		return
+	}
+	due := st.Pending.NotBefore
+	at := time.UnixMilli(due)
+	refs := policy.BreakerRefs(ev)
+	behind := r.brk.heldBehind(refs, at)
+	refused := behind != 0
+	for _, ref := range refs {
+		if !refused && r.brk.set.State(ref) == breaker.Open && r.brk.set.HoldUntil([]breaker.Ref{ref}, at).UnixMilli() > due {
+			refused = true
+		}
+	}
+	if !refused {
+		return // its breakers may let it through when it comes due: holdRetry decides then
+	}
+	if _, held := r.brk.held.byID[ev.TaskID]; !held {
+		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
+		r.log.Info("retry held ahead of its due time: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
+			"action", ev.Action, "prompt_template", ev.PromptTemplate, "due", at)
+	}
+	r.postpone(ev, refs, behind, b, at)
+	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
+}
+
 // postpone moves a held retry's due time to when its breakers are worth
 // asking again (or, behind retries held before it, to theirs), so that a held
 // retry is neither re-read and re-written on every tick nor in front of other
@@ -455,7 +494,8 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 	})
 	for _, x := range rel {
 		b.load(x.st, x.p)
-		x.st.Pending.NotBefore = nowMs
+		// a retry held ahead of its due time (holdAhead) waits for it
+		x.st.Pending.NotBefore = max(nowMs, x.st.Pending.DueAt)
 	}
 	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
 	return nil

@@ -313,7 +313,11 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 	d := &in.decision
 	switch d.Route {
 	case event.RouteRetry:
-		if st.Pending != nil && st.Pending.NotBefore <= now.UnixMilli() && !r.holdRetry(ev, b, now) {
+		switch {
+		case st.Pending == nil:
+		case st.Pending.NotBefore > now.UnixMilli():
+			r.holdAhead(ev, b, now) // breakers.go: held now if its breakers will refuse it when due
+		case !r.holdRetry(ev, b, now):
 			b.out = appendRetry(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}

@@ -207,6 +207,82 @@ func TestHeldRetriesComeOutInDueOrderAfterResets(t *testing.T) {
 	}
 }
 
+// Guards "a retry is not published before its due time" for a retry held as
+// soon as it is decided, because its breaker is open past its due time (the
+// router writes it once, moved to the end of the cooldown, instead of holding
+// it when it comes due): the default policy, breakers on, a router on a fake
+// clock. acme/m1 opens at t0; a retry due at t0 + 10 s is decided while it is
+// open; a person resets acme/m1 at t0 + 5 s. The retries that were due come
+// out at the reset; that one must wait for its own due time, and come out
+// then, not at the end of the cooldown.
+func TestRetryHeldAheadWaitsForItsDueTimeAfterAReset(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, t0)
+	const cooldown = 30_000 // the default policy's provider/model cooldown
+	rateLimited := func(taskID, model string, due int64) event.TaskEvent {
+		after := due - t0
+		return event.TaskEvent{
+			EventID: "e-" + taskID, TaskID: taskID, Attempt: 1, OccurredAt: event.At(time.UnixMilli(t0)),
+			Source: "held-test", Action: "answer_ticket", Provider: "acme", Model: model,
+			Stage: event.StageNetwork, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &after},
+		}
+	}
+
+	// 20 failures open acme/m1 at t0, their retries due t0 + 1000 + 10 i;
+	// then a retry due at t0 + 10 s is decided while it is open
+	var due []string
+	for i := range 20 {
+		id := fmt.Sprintf("held-%02d", i)
+		due = append(due, id)
+		w.produce(rateLimited(id, "m1", t0+1000+10*int64(i)))
+	}
+	w.produce(rateLimited("ahead", "m1", t0+10_000))
+	for _, id := range append(slices.Clone(due), "ahead") {
+		if d := w.waitAudit(id, 1)[0]; d.Route != event.RouteRetry {
+			t.Fatalf("%s: %s/%s, want a RETRY", id, d.Class, d.Route)
+		}
+	}
+	w.clock.Store(t0 + 5000)
+	for _, id := range append(slices.Clone(due), "ahead") {
+		if !expWaitFor(30*time.Second, func() bool {
+			st := w.lastState(id)
+			return st != nil && st.Pending != nil && st.Pending.NotBefore >= t0+cooldown
+		}) {
+			t.Fatalf("%s: not held behind the open breaker: %+v", id, w.lastState(id))
+		}
+	}
+	if n := w.retryCount(); n != 0 {
+		t.Fatalf("%d retries published into the open breaker", n)
+	}
+
+	// the reset releases the retries that were due
+	if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, w.topics.Decisions,
+		control.Reset{Scope: breaker.ProviderModel, Key: "acme/m1", Reason: "test", Operator: "held-test"}); err != nil {
+		t.Fatal(err)
+	}
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= len(due) }) {
+		t.Fatalf("%d of %d due retries published after the reset", w.retryCount(), len(due))
+	}
+	// a batch more, on another model, still before the retry is due
+	w.produce(rateLimited("tick", "m2", t0+60_000))
+	w.waitAudit("tick", 1)
+	if got := w.retryTasks(); !slices.Equal(got, due) {
+		t.Fatalf("retries on the retry topic at t0 + 5 s, after the reset:\n  %v\nwant the ones that were due:\n  %v", got, due)
+	}
+
+	// at its own due time it comes out
+	w.clock.Store(t0 + 10_000)
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= len(due)+1 }) {
+		t.Fatalf("the retry held ahead was not published at its due time: %+v", w.lastState("ahead"))
+	}
+	r := w.retryRecords()[len(due)]
+	if r.Event.TaskID != "ahead" || r.Decision.DecidedAt.UnixMilli() != t0+10_000 || r.Decision.Retry.NotBefore.UnixMilli() != t0+10_000 {
+		t.Fatalf("retry of %s decided at t0%+d ms, not before t0%+d ms; want ahead at t0+10000, its due time",
+			r.Event.TaskID, r.Decision.DecidedAt.UnixMilli()-t0, r.Decision.Retry.NotBefore.UnixMilli()-t0)
+	}
+}
+
 // auditedRule counts the audit records with a decision of rule.
 func (w *expWorld) auditedRule(rule string) int {
 	w.mu.Lock()
