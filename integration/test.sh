@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): formatting and vet, the unit tests,
-# a short fuzz run of the decoder on top of its corpus, then the integration
+# short fuzz runs of the decoders on top of their corpus, then the integration
 # tests against a real Apache Kafka broker that this script starts and stops,
 # among them the wire format as Java Avro and a Python worker (confluent-kafka,
 # fastavro) see it (integration/interop.sh prepares both).
@@ -23,6 +23,8 @@ go test -count=1 $(go list ./... | grep -v /integration)
 
 echo "== fuzz the decoder for $fuzzexecs executions"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="${fuzzexecs}x" ./pkg/codec
+echo "== fuzz the restore's task state reader against the full decode for $fuzzexecs executions"
+go test -run='^$' -fuzz=FuzzStateIndex -fuzztime="${fuzzexecs}x" ./pkg/codec
 
 echo "== helm chart"
 helm/check.sh

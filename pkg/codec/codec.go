@@ -84,6 +84,9 @@ type Codec struct {
 	// stateWire is set when state.go's TaskState reader and writer agree
 	// with goavro
 	stateWire bool
+	// stateWalk is set when state_index.go's walk of a TaskState agrees
+	// with the reader of stateWire
+	stateWalk bool
 }
 
 // writer is one accepted writer schema.
@@ -180,6 +183,7 @@ func NewWith(o Options) (*Codec, error) {
 	if ew, err := newEventWire(cur.JSON); err == nil && c.eventWireAgrees(c.writers[cur.Fingerprint], ew) {
 		c.event = ew
 		c.stateWire = c.stateWireAgrees()
+		c.stateWalk = c.stateWire && c.stateWalkAgrees()
 	}
 	return c, nil
 }

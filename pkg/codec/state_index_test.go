@@ -366,6 +366,9 @@ func TestStateIndexRejects(t *testing.T) {
 // last_event whole, last_input) allocates nothing.
 func TestStateIndexAllocs(t *testing.T) {
 	c := newCodec(t)
+	if !c.stateWalk {
+		t.Fatal("the TaskState walk disagrees with the wire reader on this build's schema")
+	}
 	for _, st := range []*task.State{sampleState(), benchState(3)} {
 		b, err := c.EncodeState(nil, st)
 		if err != nil {
