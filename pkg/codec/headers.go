@@ -210,7 +210,8 @@ func ParseHeaders(hs []kgo.RecordHeader) Headers {
 		}
 	}
 	if rd.Count > 0 {
-		h.Redrive = &rd
+		r := rd // only a re-driven record's headers take an allocation
+		h.Redrive = &r
 	}
 	return h
 }

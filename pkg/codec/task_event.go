@@ -29,10 +29,20 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 // but is invalid (ErrInvalidRecord), the decoded event is returned with the
 // error, so that the caller can log its task_id.
 func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
-	if e, ok, err := c.decodeTaskEventWire(b); ok {
-		return e, err
+	var e event.TaskEvent
+	err := c.DecodeTaskEventInto(b, &e)
+	return e, err
+}
+
+// DecodeTaskEventInto is DecodeTaskEvent into *e, which it overwrites: the
+// router decodes each input in place, with no copy of the event.
+func (c *Codec) DecodeTaskEventInto(b []byte, e *event.TaskEvent) error {
+	if ok, err := c.decodeTaskEventWire(b, e); ok {
+		return err
 	}
-	return c.decodeTaskEventGoavro(b)
+	var err error
+	*e, err = c.decodeTaskEventGoavro(b)
+	return err
 }
 
 // decodeTaskEventGoavro decodes b with goavro only: the schema authority,
@@ -51,30 +61,32 @@ func (c *Codec) decodeTaskEventGoavro(b []byte) (event.TaskEvent, error) {
 	return e, checkTaskEvent(&e)
 }
 
-// decodeTaskEventWire decodes a TaskEvent of the current schema with
+// decodeTaskEventWire decodes a TaskEvent of the current schema into *e with
 // event_wire.go's reader. ok is false when it does not apply (another writer
 // schema) or the body does not read, so that goavro decodes it and reports
-// the error.
-func (c *Codec) decodeTaskEventWire(b []byte) (e event.TaskEvent, ok bool, err error) {
+// the error; *e is then undefined.
+func (c *Codec) decodeTaskEventWire(b []byte, e *event.TaskEvent) (ok bool, err error) {
 	if c.event == nil || c.wire == nil {
-		return e, false, nil
+		return false, nil
 	}
 	if w, err := c.writerOf(b); err != nil || w != c.wire.event {
-		return e, false, nil
+		return false, nil
 	}
+	*e = event.TaskEvent{}
 	r := rd{b: b[headerLen:]}
 	d := nat{v: c.view}
-	c.event.decode(&r, &d, &e)
+	c.event.decode(&r, &d, e)
 	if r.err != nil || len(r.b) != 0 {
-		return event.TaskEvent{}, false, nil
+		return false, nil
 	}
 	if d.err != nil {
-		return event.TaskEvent{}, true, d.err
+		*e = event.TaskEvent{}
+		return true, d.err
 	}
 	for _, drop := range c.view.dropTaskEvent {
-		drop(&e)
+		drop(e)
 	}
-	return e, true, checkTaskEvent(&e)
+	return true, checkTaskEvent(e)
 }
 
 // checkTaskEvent is the contract of a decoded TaskEvent.

@@ -146,13 +146,15 @@ func (e *TaskEvent) Validate() error {
 // longID returns the JSON name of the first identity field over
 // MaxIDBytes, "" when none is.
 func (e *TaskEvent) longID() string {
-	ids := []struct{ name, v string }{{"event_id", e.EventID}, {"task_id", e.TaskID}, {"source", e.Source}, {"action", e.Action},
-		{"provider", e.Provider}, {"model", e.Model}, {"prompt_template", e.PromptTemplate}}
+	type field struct{ name, v string }
+	var room [11]field // on the stack: every event is checked
+	ids := append(room[:0], field{"event_id", e.EventID}, field{"task_id", e.TaskID}, field{"source", e.Source}, field{"action", e.Action},
+		field{"provider", e.Provider}, field{"model", e.Model}, field{"prompt_template", e.PromptTemplate})
 	if e.Error != nil {
-		ids = append(ids, struct{ name, v string }{"error.type", e.Error.Type}, struct{ name, v string }{"error.code", e.Error.Code})
+		ids = append(ids, field{"error.type", e.Error.Type}, field{"error.code", e.Error.Code})
 	}
 	if e.Operation != nil {
-		ids = append(ids, struct{ name, v string }{"operation.op_id", e.Operation.OpID}, struct{ name, v string }{"operation.params_sha256", e.Operation.ParamsSHA256})
+		ids = append(ids, field{"operation.op_id", e.Operation.OpID}, field{"operation.params_sha256", e.Operation.ParamsSHA256})
 	}
 	for _, id := range ids {
 		if len(id.v) > MaxIDBytes {

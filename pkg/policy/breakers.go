@@ -50,17 +50,21 @@ func BreakerFailure(sc breaker.Scope, stage event.Stage, class event.Class) bool
 // BreakerRefs are the breakers an event names: the ones its retry would be
 // published into (provider/model, downstream action, prompt template).
 func BreakerRefs(ev *event.TaskEvent) []breaker.Ref {
-	out := make([]breaker.Ref, 0, 3)
+	return AppendBreakerRefs(make([]breaker.Ref, 0, 3), ev)
+}
+
+// AppendBreakerRefs appends BreakerRefs(ev) to dst.
+func AppendBreakerRefs(dst []breaker.Ref, ev *event.TaskEvent) []breaker.Ref {
 	if ev.Provider != "" && ev.Model != "" {
-		out = append(out, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
+		dst = append(dst, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
 	}
 	if ev.Action != "" {
-		out = append(out, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
+		dst = append(dst, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
 	}
 	if ev.PromptTemplate != "" {
-		out = append(out, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
+		dst = append(dst, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
 	}
-	return out
+	return dst
 }
 
 // BreakerOutcomes are what one decided event tells each breaker it names: a
@@ -68,17 +72,25 @@ func BreakerRefs(ev *event.TaskEvent) []breaker.Ref {
 func BreakerOutcomes(ev *event.TaskEvent, class event.Class) []breaker.Outcome {
 	var out []breaker.Outcome
 	for _, ref := range BreakerRefs(ev) {
-		var failure bool
-		switch {
-		case class == event.ClassSucceeded:
-		case BreakerFailure(ref.Scope, ev.Stage, class):
-			failure = true
-		default:
-			continue
+		if o, ok := BreakerOutcome(ref, ev, class); ok {
+			out = append(out, o)
 		}
-		out = append(out, breaker.Outcome{Ref: ref, Failure: failure, Class: string(class), TaskID: ev.TaskID})
 	}
 	return out
+}
+
+// BreakerOutcome is what a decided event tells ref, one of the breakers it
+// names (BreakerRefs); false when it tells nothing.
+func BreakerOutcome(ref breaker.Ref, ev *event.TaskEvent, class event.Class) (breaker.Outcome, bool) {
+	var failure bool
+	switch {
+	case class == event.ClassSucceeded:
+	case BreakerFailure(ref.Scope, ev.Stage, class):
+		failure = true
+	default:
+		return breaker.Outcome{}, false
+	}
+	return breaker.Outcome{Ref: ref, Failure: failure, Class: string(class), TaskID: ev.TaskID}, true
 }
 
 // LatchesTemplate reports whether a decided event latches its prompt

@@ -184,13 +184,13 @@ func (p *Policy) validationCode(ev *event.TaskEvent, st *task.State) (verdict, b
 	used := st.RetriesByClass[event.ClassValidationFixable]
 	if used >= vf.MaxRetries {
 		v.route, v.rule = event.RouteReview, "validation_fixable.exhausted"
-		v.reason = fmt.Sprintf("validator code %s (%s) after %d of %d feedback retries: to review", code, r.Name, used, vf.MaxRetries)
+		v.reason = "validator code " + code + " (" + r.Name + ") after " + itoa(int64(used)) + " of " + itoa(int64(vf.MaxRetries)) + " feedback retries: to review"
 		return v, true
 	}
 	v.route, v.rule, v.delayMs = event.RouteRetry, "validation_fixable.retry", vf.DelayMs
 	v.feedback = feedback(ev.Error, r)
 	v.suggestedModel = r.SuggestedModel
-	v.reason = fmt.Sprintf("validator code %s (%s): feedback retry %d of %d", code, r.Name, used+1, vf.MaxRetries)
+	v.reason = "validator code " + code + " (" + r.Name + "): feedback retry " + itoa(int64(used+1)) + " of " + itoa(int64(vf.MaxRetries))
 	if r.SuggestedModel != "" {
 		v.reason += " with model " + r.SuggestedModel
 	}
@@ -244,10 +244,10 @@ func (p *Policy) rateLimited(ev *event.TaskEvent, st *task.State) (verdict, bool
 		v.reason = fmt.Sprintf("rate limited (%s): retry_after_ms %d is above the ceiling rate_limited.max_retry_after_ms: retry after %d ms", m, *ra, rl.MaxRetryAfterMs)
 	} else if ra != nil && *ra >= 0 {
 		v.delayMs = *ra
-		v.reason = fmt.Sprintf("rate limited (%s): retry after retry_after_ms %d", m, *ra)
+		v.reason = "rate limited (" + m + "): retry after retry_after_ms " + itoa(*ra)
 	} else {
 		v.delayMs = rl.DefaultDelayMs
-		v.reason = fmt.Sprintf("rate limited (%s) without retry_after_ms: retry after %d ms", m, rl.DefaultDelayMs)
+		v.reason = "rate limited (" + m + ") without retry_after_ms: retry after " + itoa(rl.DefaultDelayMs) + " ms"
 	}
 	return v, true
 }
@@ -262,13 +262,13 @@ func (p *Policy) authFailed(ev *event.TaskEvent, st *task.State) (verdict, bool)
 	if used >= af.MaxRetries {
 		return verdict{
 			class: event.ClassAuthFailed, route: event.RouteReview, rule: "auth_failed.review",
-			reason: fmt.Sprintf("authentication failed again (%s) after %d credentials-refresh retries: terminal, to security", m, used),
+			reason: "authentication failed again (" + m + ") after " + itoa(int64(used)) + " credentials-refresh retries: terminal, to security",
 			esc:    af.Escalation,
 		}, true
 	}
 	return verdict{
 		class: event.ClassAuthFailed, route: event.RouteRetry, rule: "auth_failed.refresh_retry", delayMs: af.DelayMs,
-		reason: fmt.Sprintf("authentication failed (%s): refresh credentials and retry %d of %d with the same task ID", m, used+1, af.MaxRetries),
+		reason: "authentication failed (" + m + "): refresh credentials and retry " + itoa(int64(used+1)) + " of " + itoa(int64(af.MaxRetries)) + " with the same task ID",
 	}, true
 }
 
@@ -282,14 +282,14 @@ func (p *Policy) networkTimeout(ev *event.TaskEvent, st *task.State) (verdict, b
 	if used >= nt.MaxRetries {
 		return verdict{
 			class: event.ClassNetworkTimeout, route: event.RouteDeadLetter, rule: "network_timeout.exhausted",
-			reason: fmt.Sprintf("network failure (%s) after %d of %d retries: terminal, dead letter", m, used, nt.MaxRetries),
+			reason: "network failure (" + m + ") after " + itoa(int64(used)) + " of " + itoa(int64(nt.MaxRetries)) + " retries: terminal, dead letter",
 		}, true
 	}
 	n := used + 1
 	delay := backoff(nt.BaseDelayMs, nt.MaxDelayMs, n)
 	return verdict{
 		class: event.ClassNetworkTimeout, route: event.RouteRetry, rule: "network_timeout.retry", delayMs: delay,
-		reason: fmt.Sprintf("transient network failure (%s): retry %d of %d after %d ms", m, n, nt.MaxRetries, delay),
+		reason: "transient network failure (" + m + "): retry " + itoa(int64(n)) + " of " + itoa(int64(nt.MaxRetries)) + " after " + itoa(delay) + " ms",
 	}, true
 }
 
@@ -360,7 +360,7 @@ func (m *ErrorMatch) match(e *event.Error) (string, bool) {
 	case e == nil:
 		return "", false
 	case e.HTTPStatus != 0 && slices.Contains(m.HTTPStatuses, e.HTTPStatus):
-		return fmt.Sprintf("HTTP %d", e.HTTPStatus), true
+		return "HTTP " + itoa(int64(e.HTTPStatus)), true
 	case containsFold(m.Codes, e.Code):
 		return "error.code " + e.Code, true
 	case containsFold(m.Types, e.Type):
@@ -417,6 +417,10 @@ func short(sha string) string {
 	}
 	return sha
 }
+
+// itoa is strconv.FormatInt in base 10 (fmt's %d), for reasons built by
+// concatenation: fmt.Sprintf costs more than the rest of a decision.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func abs(n int64) int64 {
 	if n < 0 {

@@ -113,9 +113,19 @@ func (p *Policy) retry(st *task.State, class event.Class, delayMs int64, now tim
 	// in milliseconds, not a time.Duration: the delay is bounded by the
 	// policy (validate.go), but a Duration of it would overflow past 292 years
 	notBefore := event.FromMillis(now.UnixMilli() + max(delayMs, 0))
-	st.Pending = &task.PendingRetry{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore.Millis()}
+	r := &retryPlans{ // one allocation for both
+		pending: task.PendingRetry{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore.Millis()},
+		plan:    event.RetryPlan{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore},
+	}
+	st.Pending = &r.pending
 	st.Terminal, st.TerminalClass = false, ""
-	return &event.RetryPlan{N: st.Retries, DelayMs: delayMs, NotBefore: notBefore}
+	return &r.plan
+}
+
+// retryPlans are a retry's plan in the decision and in the task's state.
+type retryPlans struct {
+	pending task.PendingRetry
+	plan    event.RetryPlan
 }
 
 func (p *Policy) review(e Escalation) *event.Review {
@@ -150,7 +160,7 @@ func (p *Policy) recordOperation(op *event.Operation, st *task.State, v verdict)
 func (p *Policy) Drop(ev *event.TaskEvent, st *task.State, now time.Time) event.Decision {
 	return event.Decision{
 		Class: lastClass(st), Route: event.RouteDrop, Rule: "dedup.redelivery",
-		Reason:    fmt.Sprintf("event %s was already routed for task %s: exact redelivery, dropped", ev.EventID, ev.TaskID),
+		Reason:    "event " + ev.EventID + " was already routed for task " + ev.TaskID + ": exact redelivery, dropped",
 		Totals:    st.Totals(),
 		DecidedAt: event.At(now),
 	}

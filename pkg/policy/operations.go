@@ -65,7 +65,7 @@ func (p *Policy) terminalTask(ev *event.TaskEvent, st *task.State) (verdict, boo
 	}
 	return verdict{
 		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: "duplicate_execution.terminal_task",
-		reason:    fmt.Sprintf("task already ended as %s; a new event for it is a duplicate execution, audited only", terminalClass(st)),
+		reason:    "task already ended as " + string(terminalClass(st)) + "; a new event for it is a duplicate execution, audited only",
 		auditOnly: true,
 	}, true
 }

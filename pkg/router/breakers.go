@@ -87,6 +87,8 @@ type breakers struct {
 	// its own undo log)
 	savedClosed    map[breaker.Ref]bool
 	savedHeldUntil map[breaker.Ref]int64
+	// refs is observe's scratch: the breakers of the event it observes
+	refs []breaker.Ref
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -167,10 +169,14 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		return
 	}
 	ev, d := &in.event, &in.decision
-	for _, o := range policy.BreakerOutcomes(ev, d.Class) {
-		r.transitions(r.brk.set.Record(o, now), b, now)
+	refs := policy.AppendBreakerRefs(r.brk.refs[:0], ev)
+	r.brk.refs = refs
+	for _, ref := range refs {
+		if o, ok := policy.BreakerOutcome(ref, ev, d.Class); ok {
+			r.transitions(r.brk.set.Record(o, now), b, now)
+		}
 	}
-	r.surge(ev, d.Class, b, now)
+	r.surge(ev, refs, d.Class, b, now)
 	switch d.Class {
 	case event.ClassHallucination:
 		key := ev.PromptTemplate
@@ -189,9 +195,10 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 }
 
 // surge feeds a decided task event into the surge detector of its prompt
-// template and provider/model and queues an ALERT for a surge it starts.
-func (r *Router) surge(ev *event.TaskEvent, class event.Class, b *batch, now time.Time) {
-	for _, ref := range policy.BreakerRefs(ev) {
+// template and provider/model (refs: policy.BreakerRefs of the event) and
+// queues an ALERT for a surge it starts.
+func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Class, b *batch, now time.Time) {
+	for _, ref := range refs {
 		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
 			r.alert(b, now, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,

@@ -39,9 +39,10 @@ const hdrForwardedFrom = "faultrouter.forwarded.from"
 // scopeTopic is the scope of an alert about a topic.
 const scopeTopic = "TOPIC"
 
-// homePartition is the partition a task's records belong on.
-func (r *Router) homePartition(key []byte) int32 {
-	return int32(r.hash.Partition(&kgo.Record{Key: key}, int(r.home)))
+// homePartition is the partition a task's records belong on: its key's
+// (non-empty) hash. The partitioner reads only the key of rec.
+func (r *Router) homePartition(rec *kgo.Record) int32 {
+	return int32(r.hash.Partition(rec, int(r.home)))
 }
 
 // misplaced reports whether a decoded task event or review decision is on
@@ -55,7 +56,7 @@ func (r *Router) misplaced(rec *kgo.Record) (int32, bool) {
 			return 0, false // forwarded once already: routed where it landed
 		}
 	}
-	home := r.homePartition(rec.Key)
+	home := r.homePartition(rec)
 	return home, home != rec.Partition
 }
 
@@ -74,7 +75,7 @@ func (r *Router) forward(in *input, b *batch, now time.Time) {
 	if in.fwd == inputTask {
 		ev = &in.event
 	}
-	b.out = append(b.out, r.audit(in, ev))
+	b.out = append(b.out, r.audit(b, in, ev))
 }
 
 // watchPartitions reads the partition counts every PartitionCheck and

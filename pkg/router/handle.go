@@ -231,7 +231,7 @@ const parallelDecodeMin = 256
 func (r *Router) decodeAll(recs []*kgo.Record, ins []input) {
 	decode := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			ins[i] = r.decode(recs[i])
+			r.decode(recs[i], &ins[i])
 			r.checkWritable(&ins[i]) // unwritable.go
 		}
 	}
@@ -263,11 +263,11 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 			r.cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
 		}
 		b.out = append(b.out, dl)
-		b.out = append(b.out, r.audit(in, nil))
+		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputCommand:
 		in.decision = r.breakerCommand(in, b, now) // breakers.go
-		b.out = append(b.out, r.audit(in, nil))
+		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputForward:
 		r.forward(in, b, now) // forward.go
@@ -318,16 +318,16 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		case st.Pending.NotBefore > now.UnixMilli():
 			r.holdAhead(ev, b, now) // breakers.go: held now if its breakers will refuse it when due
 		case !r.holdRetry(ev, b, now):
-			b.out = appendRetry(b.out, r.routed(r.cfg.Topics.Retry, in, ev, *d))
+			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}
 	case event.RouteReview, event.RouteQuarantine:
-		b.out = append(b.out, r.routed(r.cfg.Topics.Review, in, ev, *d))
+		b.out = append(b.out, r.routed(b, r.cfg.Topics.Review, in, ev, *d))
 	case event.RouteDeadLetter:
-		b.out = append(b.out, r.routed(r.cfg.Topics.DeadLetter, in, ev, *d))
+		b.out = append(b.out, r.routed(b, r.cfg.Topics.DeadLetter, in, ev, *d))
 	case event.RouteComplete, event.RouteDrop:
 	}
-	b.out = append(b.out, r.audit(in, ev))
+	b.out = append(b.out, r.audit(b, in, ev))
 }
 
 // publishDue publishes the pending retries that are due, of the tasks the
@@ -351,7 +351,7 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if st.LastInput != nil {
 			src = *st.LastInput
 		}
-		rec := r.routedRecord(r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
+		rec := r.routedRecord(b, r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
 		rec.Headers = copyHeaders(st, rec.Headers)
 		b.out = appendRetry(b.out, rec)
 		st.Pending = nil
@@ -379,14 +379,18 @@ func (r *Router) changelog(b *batch, now time.Time) {
 	for _, id := range b.touched {
 		st := b.states[id]
 		st.ExpiresAt = r.expiresAt(st, now)
-		v, err := r.codec.EncodeState(nil, st)
+		var err error
+		b.scratch, err = r.codec.EncodeState(b.scratch[:0], st)
 		if err != nil { // a State always encodes; keep the batch going regardless
 			r.log.Error("state does not encode", "task_id", id, "err", err)
 			continue
 		}
-		rec := &kgo.Record{Topic: r.cfg.Topics.State, Partition: b.partOf[id], Key: []byte(id), Value: v}
+		rec := b.mem.record()
+		rec.Topic, rec.Partition = r.cfg.Topics.State, b.partOf[id]
+		rec.Key = append(b.mem.bytes(len(id)), id...)
+		rec.Value = append(b.mem.bytes(len(b.scratch)), b.scratch...)
 		if !r.limits.fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
-			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(v), "limit", r.limits.of(rec.Topic))
+			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(rec.Value), "limit", r.limits.of(rec.Topic))
 			st.Shrink()
 			rec.Value, _ = r.codec.EncodeState(nil, st)
 		}
@@ -456,6 +460,7 @@ type batch struct {
 	ids         []string
 	states      map[string]*task.State
 	old         map[string]*task.State // index entries the store holds, per task
+	olds        []task.State           // what old points to: remember's block
 	partOf      map[string]int32
 	touched     []string
 	isTouched   map[string]bool
@@ -470,6 +475,10 @@ type batch struct {
 	breakerEvents []event.BreakerEvent
 	// parts are new partition counts this batch alerted about (forward.go)
 	parts *partitionCounts
+	// mem holds the audit, routed and changelog records of the batch and
+	// their values (arena.go); scratch is where a state is encoded first
+	mem     arena
+	scratch []byte
 }
 
 func newBatch() *batch {
@@ -493,6 +502,8 @@ func (b *batch) reset() {
 	b.ids = b.ids[:0]
 	clear(b.states)
 	clear(b.old)
+	clear(b.olds)
+	b.olds = b.olds[:0]
 	clear(b.partOf)
 	b.touched = b.touched[:0]
 	clear(b.isTouched)
@@ -506,6 +517,7 @@ func (b *batch) reset() {
 	clear(b.forgotten)
 	b.breakerEvents = b.breakerEvents[:0]
 	b.parts = nil
+	b.mem.reset()
 }
 
 // state returns the working state of a task, creating an empty one for a
@@ -528,7 +540,12 @@ func (b *batch) remember(st *task.State) {
 	if st.TaskID == "" {
 		return
 	}
-	old := &task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
+	if len(b.olds) == cap(b.olds) { // a new block; the last one is kept for the next batches
+		b.olds = make([]task.State, 0, max(256, 2*cap(b.olds)))
+	}
+	b.olds = b.olds[:len(b.olds)+1]
+	old := &b.olds[len(b.olds)-1]
+	*old = task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
 		Review: st.Review, ReviewDueAt: st.ReviewDueAt, ReviewAlerted: st.ReviewAlerted}
 	if st.Pending != nil {
 		p := *st.Pending

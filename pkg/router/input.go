@@ -67,53 +67,58 @@ const (
 	kindKeyMismatch = "key_mismatch"
 )
 
-// decode turns a consumed record into an input; what cannot be routed
-// becomes a poison input with an error kind.
-func (r *Router) decode(rec *kgo.Record) input {
-	in := input{rec: rec}
-	poison := func(kind string, err error) input {
+// decode turns a consumed record into an input, in place; what cannot be
+// routed becomes a poison input with an error kind.
+func (r *Router) decode(rec *kgo.Record, in *input) {
+	*in = input{rec: rec}
+	poison := func(kind string, err error) {
 		in.kind, in.errKind, in.err = inputPoison, kind, err
-		return in
 	}
 	if len(rec.Value) > r.cfg.MaxRecordBytes {
-		return poison(kindOversize, fmt.Errorf("record value is %d bytes, over the maximum of %d", len(rec.Value), r.cfg.MaxRecordBytes))
+		poison(kindOversize, fmt.Errorf("record value is %d bytes, over the maximum of %d", len(rec.Value), r.cfg.MaxRecordBytes))
+		return
 	}
 	if len(rec.Key) == 0 {
-		return poison(kindEmptyKey, errors.New("record has no key; the key must be the task_id"))
+		poison(kindEmptyKey, errors.New("record has no key; the key must be the task_id"))
+		return
 	}
 	var id string
 	if rec.Topic == r.cfg.Topics.Decisions {
 		v, err := r.codec.Decode(rec.Value)
 		if err != nil {
-			return poison(codec.Kind(err), err)
+			poison(codec.Kind(err), err)
+			return
 		}
 		switch x := v.(type) {
 		case *event.ReviewDecision:
 			in.kind, in.review, id = inputReview, *x, x.TaskID
 		case *event.BreakerEvent:
 			if x.Kind != event.BreakerKindReset && x.Kind != event.BreakerKindLatch {
-				return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s or %s, got %q",
+				poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s or %s, got %q",
 					codec.ErrWrongSchema, event.BreakerKindReset, event.BreakerKindLatch, x.Kind))
+				return
 			}
 			in.kind, in.command = inputCommand, *x
-			return in
+			return
 		default:
-			return poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker commands, got %T", codec.ErrWrongSchema, v))
+			poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker commands, got %T", codec.ErrWrongSchema, v))
+			return
 		}
 	} else {
-		e, err := r.codec.DecodeTaskEvent(rec.Value)
-		if err != nil {
-			return poison(codec.Kind(err), err)
+		if err := r.codec.DecodeTaskEventInto(rec.Value, &in.event); err != nil {
+			in.event = event.TaskEvent{}
+			poison(codec.Kind(err), err)
+			return
 		}
-		in.kind, in.event, id = inputTask, e, e.TaskID
+		in.kind, id = inputTask, in.event.TaskID
 	}
 	if string(rec.Key) != id {
-		return poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
+		poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
+		return
 	}
 	if home, ok := r.misplaced(rec); ok { // forward.go
 		in.fwd, in.kind, in.home = in.kind, inputForward, home
 	}
-	return in
 }
 
 // deadLetterRaw is the dead-letter record of a poison input: the original
@@ -134,17 +139,17 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 
 // audit is the audit record of an input: its event (nil for poison), the
 // decision, and its topic-partition-offset.
-func (r *Router) audit(in *input, ev *event.TaskEvent) *kgo.Record {
-	return r.routed(r.cfg.Topics.Audit, in, ev, in.decision)
+func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
+	return r.routed(b, r.cfg.Topics.Audit, in, ev, in.decision)
 }
 
-func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
+func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
 	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 	var raw []byte // the bytes ev was decoded from: its body is copied, not encoded again
 	if ev == &in.event {
 		raw = in.rec.Value
 	}
-	rec := r.routedRecordFrom(topic, ev, raw, d, src, in.rec.Headers)
+	rec := r.routedRecordFrom(b, topic, ev, raw, d, src, in.rec.Headers)
 	if ev == nil {
 		rec.Key = in.rec.Key
 	}
@@ -160,16 +165,17 @@ func (r *Router) routed(topic string, in *input, ev *event.TaskEvent, d event.De
 // is the decision's: the audit and routed records of one decision carry the
 // same time, so a timeline orders them by the data path, not by the
 // millisecond each happened to be produced in.
-func (r *Router) routedRecord(topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
-	return r.routedRecordFrom(topic, ev, nil, d, src, inHeaders)
+func (r *Router) routedRecord(b *batch, topic string, ev *event.TaskEvent, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
+	return r.routedRecordFrom(b, topic, ev, nil, d, src, inHeaders)
 }
 
 // routedRecordFrom is routedRecord for an event decoded from raw (nil when
-// it was not, or is not at hand).
-func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
+// it was not, or is not at hand). The record and its value are the batch's
+// (arena.go).
+func (r *Router) routedRecordFrom(b *batch, topic string, ev *event.TaskEvent, raw []byte, d event.Decision, src event.Source, inHeaders []kgo.RecordHeader) *kgo.Record {
 	boundDecision(&d) // unwritable.go: a routed record is its input plus at most decisionSlack
 	rr := event.Routed{Event: ev, Decision: d, Input: src}
-	v, err := r.codec.EncodeRoutedFrom(make([]byte, 0, routedSize(&d, &src, raw)), &rr, raw)
+	v, err := r.codec.EncodeRoutedFrom(b.mem.bytes(routedSize(&d, &src, raw)), &rr, raw)
 	if err != nil {
 		// Only a bug can get here (the decision's enums are the policy's own);
 		// keep the record with the error rather than lose it.
@@ -178,9 +184,10 @@ func (r *Router) routedRecordFrom(topic string, ev *event.TaskEvent, raw []byte,
 		rr.Decision.Reason += " (event not encodable: " + err.Error() + ")"
 		v, _ = r.codec.EncodeRouted(nil, &rr)
 	}
-	rec := &kgo.Record{Topic: topic, Value: v, Timestamp: d.DecidedAt.Time}
+	rec := b.mem.record()
+	rec.Topic, rec.Value, rec.Timestamp = topic, v, d.DecidedAt.Time
 	if ev != nil {
-		rec.Key = []byte(ev.TaskID)
+		rec.Key = append(b.mem.bytes(len(ev.TaskID)), ev.TaskID...)
 	}
 	rec.Headers = codec.Carried(inHeaders)
 	return rec

@@ -132,11 +132,11 @@ func (r *Router) routeUnwritable(in *input, b *batch, now time.Time) {
 		DecidedAt: event.At(now),
 	}
 	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
-	dl := r.routedRecord(r.cfg.Topics.DeadLetter, ev, in.decision, src, in.rec.Headers)
+	dl := r.routedRecord(b, r.cfg.Topics.DeadLetter, ev, in.decision, src, in.rec.Headers)
 	e := codec.ErrorInfo{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: in.rec.Timestamp,
 		Stage: codec.StageWrite, Class: string(in.decision.Class), Kind: in.errKind, Message: in.decision.Reason}
 	dl.Headers = e.AppendHeaders(dl.Headers)
-	audit := r.routedRecord(r.cfg.Topics.Audit, ev, in.decision, src, in.rec.Headers)
+	audit := r.routedRecord(b, r.cfg.Topics.Audit, ev, in.decision, src, in.rec.Headers)
 	if len(cut) > 0 {
 		c := codec.EventCopy{Truncated: cut, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
 		dl.Headers, audit.Headers = c.AppendHeaders(dl.Headers), c.AppendHeaders(audit.Headers)

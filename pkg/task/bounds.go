@@ -164,7 +164,10 @@ func (s *State) SetLastEvent(ev *event.TaskEvent) {
 // BoundedCopy returns a deep copy of ev whose free text fits the budgets
 // above, and the JSON names of the fields it cut (nil when none).
 func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
-	c := *ev
+	// the copy and what it points to are one allocation (the attributes
+	// map aside): a copy is made for every event decided
+	m := &eventCopy{ev: *ev}
+	c := &m.ev
 	var cut []string
 	bound := func(s string, n int, field string) string {
 		if len(s) <= n {
@@ -174,23 +177,25 @@ func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
 		return truncate(s, n)
 	}
 	if ev.Error != nil {
-		e := *ev.Error
+		m.err = *ev.Error
+		e := &m.err
 		if e.RetryAfterMs != nil {
-			ra := *e.RetryAfterMs
-			e.RetryAfterMs = &ra
+			m.retryAfterMs = *e.RetryAfterMs
+			e.RetryAfterMs = &m.retryAfterMs
 		}
 		e.Message = bound(e.Message, maxCopyMessage, "error.message")
-		c.Error = &e
+		c.Error = e
 	}
 	if ev.Output != nil {
-		o := *ev.Output
+		m.out = *ev.Output
+		o := &m.out
 		if o.SchemaValid != nil {
-			sv := *o.SchemaValid
-			o.SchemaValid = &sv
+			m.schemaValid = *o.SchemaValid
+			o.SchemaValid = &m.schemaValid
 		}
 		if o.Confidence != nil {
-			cf := *o.Confidence
-			o.Confidence = &cf
+			m.confidence = *o.Confidence
+			o.Confidence = &m.confidence
 		}
 		o.Text = bound(o.Text, maxCopyText, "output.text")
 		o.Flags = nil
@@ -201,21 +206,22 @@ func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
 			}
 			o.Flags = append(o.Flags, bound(f, maxCopyFlag, "output.flags"))
 		}
-		c.Output = &o
+		c.Output = o
 	}
 	if ev.Operation != nil {
-		op := *ev.Operation
-		c.Operation = &op
+		m.op = *ev.Operation
+		c.Operation = &m.op
 	}
 	if ev.InputRef != nil {
-		ir := *ev.InputRef
+		m.ref = *ev.InputRef
+		ir := &m.ref
 		ir.URI = bound(ir.URI, maxCopyURI, "input_ref.uri")
 		ir.SHA256 = bound(ir.SHA256, maxCopyHash, "input_ref.sha256")
-		c.InputRef = &ir
+		c.InputRef = ir
 	}
 	if ev.SLAMs != nil {
-		sla := *ev.SLAMs
-		c.SLAMs = &sla
+		m.slaMs = *ev.SLAMs
+		c.SLAMs = &m.slaMs
 	}
 	c.Attributes = nil
 	switch {
@@ -235,7 +241,20 @@ func BoundedCopy(ev *event.TaskEvent) (*event.TaskEvent, []string) {
 			left -= len(k) + len(v)
 		}
 	}
-	return &c, slices.Compact(cut)
+	return c, slices.Compact(cut)
+}
+
+// eventCopy is a TaskEvent with room for what its pointers point to.
+type eventCopy struct {
+	ev           event.TaskEvent
+	err          event.Error
+	out          event.Output
+	op           event.Operation
+	ref          event.InputRef
+	slaMs        int64
+	retryAfterMs int64
+	confidence   float64
+	schemaValid  bool
 }
 
 // attributesFit reports whether BoundedCopy keeps the attributes whole.

@@ -1,0 +1,64 @@
+package router
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// arenaBlock is the smallest block an arena allocates.
+const arenaBlock = 256 << 10
+
+// arena allocates the records a batch produces (audit, routed and changelog
+// records) and their encoded values from a few large blocks, reused batch
+// after batch: a batch of thousands of records otherwise allocates two
+// objects per record, and most of the bytes the garbage collector chases.
+//
+// What an arena hands out is valid until the batch is reset, and a batch is
+// reset only once Kafka and Pebble are done with it: its transaction ended
+// (the producer's flush returned every record) and its states were written
+// (waitWritten). A batch of a failed session is dropped, not reset.
+type arena struct {
+	buf  []byte       // the block values are cut from: buf[len(buf):cap(buf)] is free
+	recs []kgo.Record // the block records are taken from, likewise
+	// used are the bytes and records handed out since the last reset; more
+	// than one block of either means the next first block is made that large
+	used, usedRecs int
+	blocks         int
+	recBlocks      int
+}
+
+// bytes returns an empty slice with room for n bytes. An append past n
+// moves the value out of the arena, so n is a size hint, not a bound.
+func (a *arena) bytes(n int) []byte {
+	a.used += n
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, max(arenaBlock, n, a.used))
+		a.blocks++
+	}
+	l := len(a.buf)
+	a.buf = a.buf[:l+n]
+	return a.buf[l : l : l+n]
+}
+
+// record returns a zero record.
+func (a *arena) record() *kgo.Record {
+	a.usedRecs++
+	if len(a.recs) == cap(a.recs) {
+		a.recs = make([]kgo.Record, 0, max(1024, a.usedRecs))
+		a.recBlocks++
+	}
+	a.recs = a.recs[:len(a.recs)+1]
+	return &a.recs[len(a.recs)-1]
+}
+
+// reset makes the arena's memory free again. A batch that needed more than
+// one block lets them go; the next gets one block the size of all of them.
+func (a *arena) reset() {
+	if a.blocks > 1 {
+		a.buf = make([]byte, 0, a.used)
+	}
+	a.buf = a.buf[:0]
+	if a.recBlocks > 1 {
+		a.recs = make([]kgo.Record, 0, a.usedRecs)
+	}
+	clear(a.recs)
+	a.recs = a.recs[:0]
+	a.used, a.usedRecs, a.blocks, a.recBlocks = 0, 0, min(a.blocks, 1), min(a.recBlocks, 1)
+}
