@@ -20,7 +20,8 @@ import (
 // handle routes one poll batch in one Kafka transaction:
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
 // updates the Pebble cache once the transaction has committed, in the
-// background while the next batch is polled and decoded (waitWritten).
+// background while the next batch is polled, decoded and routed
+// (statesBefore, waitWritten).
 func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) error {
 	b.reset()
 	now := r.cfg.Now()
@@ -43,18 +44,26 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	r.decodeAll(b.recs, b.inputs)
 	r.metrics.consumed.Add(float64(len(b.inputs)))
 	r.observeLag(fetches) // lag.go
-	// the previous batch's states are in the store before any is read
-	if err := r.waitWritten(); err != nil {
-		return err
-	}
 
-	// dedup and task state: one batched read for every task of the poll
+	// dedup and task state: one batched read for every task of the poll.
+	// The batch before may still be written to the store (its write runs
+	// after its commit, in the background): the states it committed are
+	// read from its changelog records, the states it forgot are gone, and
+	// only the other tasks, whose keys that write does not touch, are read
+	// from the store. The sweep, which reads the time indexes, waits for
+	// the write (waitWritten, below).
+	prev := r.writing
+	r.writing = nil
 	for i := range b.inputs {
 		if id := b.inputs[i].taskID(); id != "" {
 			b.ids = append(b.ids, id)
 		}
 	}
-	if err := r.store.Load(b.ids, b.states); err != nil {
+	ids, err := r.statesBefore(prev, b)
+	if err != nil {
+		return err
+	}
+	if err := r.store.Load(ids, b.states); err != nil {
 		return err
 	}
 	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
@@ -113,6 +122,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 		produce()
 	}
+	// the batch before is in the store before its time indexes are read
+	if err := r.waitWritten(); err != nil {
+		return err
+	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
 	// this instance owns, from one sweep over their time indexes
 	if err := r.sweep(b, now); err != nil {
@@ -168,6 +181,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	// assignment callbacks, which restore and mark the store. b is not
 	// reused until then: runSession alternates two batches.
 	r.written.Lock()
+	r.writing = b
 	go func() {
 		defer r.written.Unlock()
 		if beforeStateWrite != nil {
@@ -202,6 +216,46 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		}
 	}
 	return nil
+}
+
+// statesBefore puts in b.states the states of b's tasks that prev, the
+// batch before whose store write may still run, committed: decoded from its
+// changelog records, as the store will hold them. It returns the IDs of the
+// tasks left to read from the store: neither touched nor forgotten by prev
+// (a forgotten task starts afresh, as when the store no longer holds it).
+// With no batch before (its write is done, or it did not commit), every ID
+// is left to read.
+func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
+	if prev == nil {
+		return b.ids, nil
+	}
+	ids := make([]string, 0, len(b.ids))
+	for _, id := range b.ids {
+		if _, ok := b.states[id]; ok {
+			continue
+		}
+		if prev.forgotten[id] {
+			continue
+		}
+		v := prev.encoded[id]
+		if !prev.isTouched[id] || v == nil {
+			ids = append(ids, id)
+			continue
+		}
+		st, err := r.codec.DecodeState(v)
+		if err != nil {
+			return nil, fmt.Errorf("router: decode the state of %s committed by the batch before: %w", id, err)
+		}
+		b.states[id] = st
+	}
+	if slices.ContainsFunc(ids, func(id string) bool { return prev.isTouched[id] }) {
+		// a touched state with no changelog record (it did not encode):
+		// read it from the store once the write is done
+		if err := r.waitWritten(); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // beforeStateWrite, when set, runs before the Pebble write of each committed

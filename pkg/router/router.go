@@ -179,6 +179,10 @@ type Router struct {
 	// released
 	written  sync.Mutex
 	writeErr error
+	// writing is the committed batch whose write may still run, for the
+	// next batch to read its states from (handle.go); used by the handle
+	// goroutine only
+	writing *batch
 
 	ready atomic.Bool
 }
@@ -336,6 +340,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		return fmt.Errorf("router: init transactional producer: %w", err)
 	}
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
+	r.writing = nil                         // the last session's batches are written (waitWritten, deferred above)
 	bs := [2]*batch{newBatch(), newBatch()} // one is written to the store while the other is handled
 	for n := 0; ; n++ {
 		b := bs[n%2]

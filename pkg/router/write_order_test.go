@@ -14,11 +14,12 @@ import (
 
 // Guards the order of the store write and the next batch (handle.go): the
 // Pebble write of a committed batch runs in the background, and the next
-// batch reads task states only once that write is done. The first write is
-// held back here after its transaction committed; the event delivered again
-// meanwhile must still be dropped as a redelivery. Were the next batch to
-// read the store before the write, the task would look new and the event
-// would be routed afresh.
+// batch reads the states that batch committed from the batch itself (its
+// changelog records), not from the store, until that write is done. The
+// first write is held back here after its transaction committed; the event
+// delivered again meanwhile must still be dropped as a redelivery. Were the
+// next batch to read the store before the write, the task would look new
+// and the event would be routed afresh.
 func TestNextBatchReadsTheStateOfTheBatchBefore(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
