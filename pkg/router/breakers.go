@@ -318,7 +318,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 		ok, ts = r.brk.set.Allow(refs, now)
 		r.transitions(ts, b, now)
 	}
-	_, wasHeld := r.brk.held.byID[ev.TaskID]
+	_, wasHeld := r.brk.held.get(ev.TaskID)
 	switch {
 	case !ok && !wasHeld:
 		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
@@ -335,7 +335,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	if !ok {
 		r.postpone(ev, refs, behind, b, now)
 	}
-	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
+	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 	return !ok
 }
 
@@ -367,13 +367,13 @@ func (r *Router) holdAhead(ev *event.TaskEvent, b *batch, now time.Time) {
 	if !refused {
 		return // its breakers may let it through when it comes due: holdRetry decides then
 	}
-	if _, held := r.brk.held.byID[ev.TaskID]; !held {
+	if _, held := r.brk.held.get(ev.TaskID); !held {
 		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
 		r.log.Info("retry held ahead of its due time: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
 			"action", ev.Action, "prompt_template", ev.PromptTemplate, "due", at)
 	}
 	r.postpone(ev, refs, behind, b, at)
-	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
+	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 }
 
 // postpone moves a held retry's due time to when its breakers are worth
@@ -415,20 +415,6 @@ func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 	return until
 }
 
-// heldRetry is a retry held behind breakers: its task's partition and the
-// breakers it would be published into, as indexes into the held set's
-// interned breakers (a task names at most one breaker per scope), so that a
-// held retry costs no allocation of its own: a million tasks can be held.
-type heldRetry struct {
-	partition int32
-	n         uint8
-	refs      [maxHeldRefs]uint32
-}
-
-// maxHeldRefs is how many breakers one retry can be held behind: one per
-// scope (policy.BreakerRefs).
-const maxHeldRefs = 3
-
 // releaseHeld makes the retries held behind breakers that have all closed
 // since due now, in the order of their own due times, so that this batch
 // publishes them (publishDue) before any retry due after them, rather than
@@ -464,7 +450,7 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		cand   []string
 	)
 	for _, id := range ids {
-		h := r.brk.held.byID[id]
+		h, _ := r.brk.held.get(id)
 		if r.brk.held.anyNot(h, func(ref breaker.Ref) bool { return r.brk.set.State(ref) == breaker.Closed }) {
 			continue
 		}
@@ -493,7 +479,8 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 			continue
 		}
 		if st.Pending.NotBefore > nowMs {
-			rel = append(rel, release{st, r.brk.held.byID[id].partition})
+			h, _ := r.brk.held.get(id)
+			rel = append(rel, release{st, h.partition})
 		}
 	}
 	slices.SortFunc(rel, func(x, y release) int {
@@ -504,146 +491,8 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		// a retry held ahead of its due time (holdAhead) waits for it
 		x.st.Pending.NotBefore = max(nowMs, x.st.Pending.DueAt)
 	}
-	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
+	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 	return nil
-}
-
-// heldSet is the set of held retries, by task ID and by breaker, with an
-// undo log for the batch: a batch that does not commit restores it without
-// the set being copied for every batch. Breakers are interned (there are few
-// of them, and many retries held behind each).
-type heldSet struct {
-	byID  map[string]heldRetry
-	byRef map[uint32]map[string]struct{}
-	// undo holds, per task changed in the batch, its entry before (nil:
-	// none); nil outside a batch
-	undo map[string]*heldRetry
-
-	refIdx map[breaker.Ref]uint32
-	refs   []breaker.Ref
-}
-
-func newHeldSet() *heldSet {
-	return &heldSet{byID: map[string]heldRetry{}, byRef: map[uint32]map[string]struct{}{},
-		refIdx: map[breaker.Ref]uint32{}}
-}
-
-// intern returns the index of ref, adding it when new.
-func (h *heldSet) intern(ref breaker.Ref) uint32 {
-	if i, ok := h.refIdx[ref]; ok {
-		return i
-	}
-	i := uint32(len(h.refs))
-	h.refs = append(h.refs, ref)
-	h.refIdx[ref] = i
-	return i
-}
-
-// put holds the retry of task id, of partition p, behind refs (at most
-// maxHeldRefs, one per scope; any beyond are not recorded).
-func (h *heldSet) put(id string, p int32, refs []breaker.Ref) {
-	r := heldRetry{partition: p}
-	for _, ref := range refs[:min(len(refs), maxHeldRefs)] {
-		r.refs[r.n] = h.intern(ref)
-		r.n++
-	}
-	h.save(id)
-	h.unlink(id)
-	h.byID[id] = r
-	h.link(id, r)
-}
-
-// anyNot reports whether one of the breakers r is held behind fails ok.
-func (h *heldSet) anyNot(r heldRetry, ok func(breaker.Ref) bool) bool {
-	for _, i := range r.refs[:r.n] {
-		if !ok(h.refs[i]) {
-			return true
-		}
-	}
-	return false
-}
-
-func (h *heldSet) del(id string) {
-	if _, ok := h.byID[id]; !ok {
-		return
-	}
-	h.save(id)
-	h.unlink(id)
-}
-
-func (h *heldSet) save(id string) {
-	if h.undo == nil {
-		return
-	}
-	if _, ok := h.undo[id]; ok {
-		return
-	}
-	var old *heldRetry
-	if r, ok := h.byID[id]; ok {
-		old = &r
-	}
-	h.undo[id] = old
-}
-
-func (h *heldSet) link(id string, r heldRetry) {
-	for _, ref := range r.refs[:r.n] {
-		ids := h.byRef[ref]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			h.byRef[ref] = ids
-		}
-		ids[id] = struct{}{}
-	}
-}
-
-// unlink removes id from the set.
-func (h *heldSet) unlink(id string) {
-	r, ok := h.byID[id]
-	if !ok {
-		return
-	}
-	delete(h.byID, id)
-	for _, ref := range r.refs[:r.n] {
-		if ids := h.byRef[ref]; ids != nil {
-			delete(ids, id)
-			if len(ids) == 0 {
-				delete(h.byRef, ref)
-			}
-		}
-	}
-}
-
-// behind returns the retries held behind any of refs.
-func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
-	var out []string
-	seen := map[string]bool{}
-	for ref := range refs {
-		i, ok := h.refIdx[ref]
-		if !ok {
-			continue
-		}
-		for id := range h.byRef[i] {
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out
-}
-
-func (h *heldSet) begin()  { h.undo = map[string]*heldRetry{} }
-func (h *heldSet) commit() { h.undo = nil }
-
-func (h *heldSet) rollback() {
-	for id, old := range h.undo {
-		h.unlink(id)
-		if old != nil {
-			h.byID[id] = *old
-			h.link(id, *old)
-		}
-	}
-	h.undo = nil
 }
 
 // transitions queues one BreakerEvent per transition.
@@ -724,7 +573,7 @@ func (r *Router) rollbackBreakers() {
 		r.brk.closed = r.brk.savedClosed
 	}
 	r.brk.heldUntil = r.brk.savedHeldUntil
-	r.brk.heldGauge.Set(float64(len(r.brk.held.byID)))
+	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 	r.breakerGauges()
 }
 
