@@ -215,6 +215,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			r.metrics.retriesPublished.Inc()
 		}
 	}
+	b.releaseRecords()
 	return nil
 }
 
@@ -549,10 +550,7 @@ func newBatch() *batch {
 }
 
 func (b *batch) reset() {
-	clear(b.recs)
-	b.recs = b.recs[:0]
-	clear(b.inputs)
-	b.inputs = b.inputs[:0]
+	b.releaseRecords()
 	b.ids = b.ids[:0]
 	clear(b.states)
 	clear(b.old)
@@ -562,9 +560,6 @@ func (b *batch) reset() {
 	b.touched = b.touched[:0]
 	clear(b.isTouched)
 	clear(b.encoded)
-	clear(b.out)
-	b.out = b.out[:0]
-	clear(b.origin)
 	clear(b.checkpoints)
 	clear(b.expired)
 	b.expired = b.expired[:0]
@@ -572,6 +567,21 @@ func (b *batch) reset() {
 	b.breakerEvents = b.breakerEvents[:0]
 	b.parts = nil
 	b.mem.reset()
+}
+
+// releaseRecords drops a committed batch's input and output records (with
+// the fetched buffers their values point into), which its Pebble write does
+// not read, so that they are not kept alive while the next batch is handled:
+// runSession alternates two batches, and a batch is otherwise reset only when
+// it is used again.
+func (b *batch) releaseRecords() {
+	clear(b.recs)
+	b.recs = b.recs[:0]
+	clear(b.inputs)
+	b.inputs = b.inputs[:0]
+	clear(b.out)
+	b.out = b.out[:0]
+	clear(b.origin)
 }
 
 // state returns the working state of a task, creating an empty one for a
