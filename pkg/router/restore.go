@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
-	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // restoreMemo bounds how many tasks' index entries a restore remembers.
@@ -25,64 +23,23 @@ const restoreMemo = 200_000
 
 // A restore writes what it read in windows: one window is collected while
 // the one before it is written, so a restore holds about two. A window ends
-// at restoreWindow bytes of changelog (keys and values), or at half of
-// the records to restore (at least restoreWindowMin): a small restore is
-// written in two windows, so that the first is written while the second is
-// read. Each window after the first overlaps what the ones before wrote:
-// its files go to Pebble's level 0, and Pebble compacts them with the rest,
-// rewriting it. An eighth made the restore compact more and finish no
-// sooner; a third spent about a quarter of its CPU compacting
-// (BenchmarkRestoreApply: 4.1 µs per record in three windows, 3.3 in two,
-// 3.0 in one, which reads everything before writing anything).
-const (
-	restoreWindow    = 32 << 20
-	restoreWindowMin = 10_000
-)
+// at restoreWindow bytes of changelog (keys and values, replaced records
+// included). A restore of up to restoreWindow bytes is one window: read
+// whole, then written as one set of sstables that do not overlap anything
+// in a wiped store, so Pebble links them into its last level and never
+// compacts them. Each window after the first overlaps what the ones before
+// wrote: its files go to a higher level, and Pebble compacts them with the
+// rest, rewriting it (BenchmarkRestoreApply, in two windows, spends about
+// a tenth of its CPU compacting). restoreWindow bounds the restore's memory
+// (about twice restoreWindow, records and their writes) and sets how much a
+// large restore compacts.
+const restoreWindow = 64 << 20
 
-// indexed is the part of a state that names its store index entries: what
-// store.Batch needs of the state a write replaces. A value, without
-// pointers, for the restore's memo of what it wrote.
-type indexed struct {
-	deleted       bool
-	pending       bool
-	retry         task.PendingRetry // when pending
-	expiresAt     int64
-	review        string
-	reviewDueAt   int64
-	reviewAlerted bool
-}
-
-func indexOf(st *task.State) indexed {
-	x := indexed{expiresAt: st.ExpiresAt, review: ownReview(st.Review), reviewDueAt: st.ReviewDueAt, reviewAlerted: st.ReviewAlerted}
-	if st.Pending != nil {
-		x.pending, x.retry = true, *st.Pending
-	}
-	return x
-}
-
-// ownReview returns a review status that shares no memory with a decoded
-// record (codec.DecodeStateView): the constant, else a copy.
-func ownReview(r string) string {
-	for _, c := range []string{task.ReviewNone, task.ReviewOpen, task.ReviewApproved, task.ReviewRejected, task.ReviewResolved} {
-		if r == c {
-			return c
-		}
-	}
-	return strings.Clone(r)
-}
-
-// state returns the state of task id as far as its index entries go, nil
-// for a deleted task.
-func (x indexed) state(id string) *task.State {
-	if x.deleted {
-		return nil
-	}
-	st := &task.State{TaskID: id, ExpiresAt: x.expiresAt, Review: x.review, ReviewDueAt: x.reviewDueAt, ReviewAlerted: x.reviewAlerted}
-	if x.pending {
-		p := x.retry
-		st.Pending = &p
-	}
-	return st
+// memo is what the restore remembers of a task it wrote: the index entries
+// its write left (a value without pointers, for a map of many).
+type memo struct {
+	deleted bool
+	x       store.Entries
 }
 
 // restore brings the Pebble cache of the given partitions up to the end of
@@ -141,24 +98,23 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		return nil
 	}
 	remaining := ranges.Len()
-	winRecords := max(int(remaining/2), restoreWindowMin)
 	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
 	r.metrics.restoreRemaining.Set(float64(remaining))
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
 	ap := r.newApplier(wiped)
-	win := newWindow(winRecords)
+	win := newWindow(int(remaining))
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		for _, rec := range b.Records {
 			win.add(rec)
-			if win.bytes >= restoreWindow || win.records >= winRecords {
+			if win.full() {
 				// the window ends within the fetch: its checkpoints are
 				// past its own records only
 				if err := ap.send(win); err != nil {
 					return err
 				}
-				win = newWindow(winRecords)
+				win = newWindow(int(remaining))
 			}
 		}
 		for p, n := range b.Next[topic] {
@@ -192,12 +148,11 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 // record of each task (a state, or a tombstone), and where each partition's
 // read stands.
 type window struct {
-	last    []*kgo.Record   // each task's last record, in the order of its first
-	at      map[string]int  // a task's index in last
-	next    map[int32]int64 // the checkpoints to write with the window
-	bytes   int             // of every record added, replaced ones too
-	records int
-	final   bool // the restore's last window: no window replaces its states
+	last  []*kgo.Record   // each task's last record, in the order of its first
+	at    map[string]int  // a task's index in last
+	next  map[int32]int64 // the checkpoints to write with the window
+	bytes int             // of every record added, replaced ones too
+	final bool            // the restore's last window: no window replaces its states
 }
 
 // newWindow returns an empty window with room for about n tasks.
@@ -205,6 +160,9 @@ func newWindow(n int) *window {
 	n = min(n, restoreWindow/256)
 	return &window{last: make([]*kgo.Record, 0, n), at: make(map[string]int, n), next: map[int32]int64{}}
 }
+
+// full reports whether the window is as large as a window gets.
+func (w *window) full() bool { return w.bytes >= restoreWindow }
 
 func (w *window) add(rec *kgo.Record) {
 	// a lookup by string(bytes) does not allocate: a task's key is
@@ -217,7 +175,6 @@ func (w *window) add(rec *kgo.Record) {
 	}
 	w.next[rec.Partition] = rec.Offset + 1
 	w.bytes += len(rec.Key) + len(rec.Value)
-	w.records++
 }
 
 // applier writes a restore's windows to the store, in order, in a goroutine
@@ -233,9 +190,9 @@ func (w *window) add(rec *kgo.Record) {
 // entry behind, or stale entries pile up at the head of the due index.
 type applier struct {
 	r       *Router
-	wiped   map[int32]bool     // partitions wiped before this restore: the store held nothing of them
-	written map[string]indexed // index entries of the states written (not of the final window)
-	forgot  bool               // written was cleared (restoreMemo): read the store for tasks not in it
+	wiped   map[int32]bool  // partitions wiped before this restore: the store held nothing of them
+	written map[string]memo // index entries of the states written (not of the final window)
+	forgot  bool            // written was cleared (restoreMemo): read the store for tasks not in it
 	in      chan *window
 	failed  atomic.Pointer[error] // the first window that failed
 	done    chan struct{}
@@ -281,65 +238,59 @@ func (a *applier) close() error {
 // change is one task's write of a window.
 type change struct {
 	rec *kgo.Record
-	st  *task.State // decoded; nil for a tombstone or a record that does not decode
-	bad error       // the record does not decode
+	x   store.Entries // the index entries of its state
+	del bool          // a tombstone
+	bad error         // the record does not decode: skipped
 }
 
-// apply writes one window: its tasks' last states (decoded in parallel),
-// their index entries, and the checkpoints, as one store.Bulk. A last record
-// that does not decode is logged and skipped: the task keeps what the store
-// held before the window.
+// apply writes one window: its tasks' last states and their index entries,
+// and the checkpoints, as one store.Bulk. The states are read and their
+// writes built on every core, in task ID order (so that most of the
+// store's keys come sorted). A last record that does not decode is logged
+// and skipped: the task keeps what the store held before the window.
 func (a *applier) apply(w *window) error {
-	cs := make([]change, 0, len(w.last))
-	for _, rec := range w.last {
-		cs = append(cs, change{rec: rec})
+	cs := make([]change, len(w.last))
+	for i, rec := range w.last {
+		cs[i].rec = rec
 	}
-	// in task ID order, so that the store's index entries come mostly
-	// sorted (store.Bulk sorts them)
 	slices.SortFunc(cs, func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) })
-	decodeAll(a.r, cs)
 	if a.written == nil {
-		a.written = make(map[string]indexed, min(len(cs), restoreMemo))
+		a.written = make(map[string]memo, min(len(cs), restoreMemo))
 	}
 	if len(a.written) > restoreMemo {
 		clear(a.written)
 		a.forgot = true
 	}
-	// a state's writes: itself, its owner and member entries, and at most
-	// three index entries
-	bulk := a.r.store.NewBulk(6*len(cs) + len(w.next))
+	workers := min(runtime.GOMAXPROCS(0), 1+len(cs)/2000)
+	bulks := make([]*store.Bulk, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for k := range workers {
+		part := cs[k*len(cs)/workers : (k+1)*len(cs)/workers]
+		// a state's writes: itself, its owner and member entries, and at
+		// most three index entries
+		bulks[k] = a.r.store.NewBulk(6 * len(part))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = a.build(bulks[k], part)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	for i := range cs {
 		c := &cs[i]
-		key := c.rec.Key // the task ID; string(key) in a map lookup does not allocate
 		if c.bad != nil {
-			a.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
-			continue
+			a.r.log.Error("changelog record does not decode; skipped", "task_id", string(c.rec.Key), "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
+		} else if !w.final {
+			a.written[string(c.rec.Key)] = memo{deleted: c.del, x: c.x}
 		}
-		var old *task.State
-		x, ok := a.written[string(key)]
-		if ok {
-			old = x.state(string(key))
-		} else if a.forgot || !a.wiped[c.rec.Partition] {
-			var err error
-			if old, err = a.r.store.Get(string(key)); err != nil {
-				return err
-			}
-		}
-		if c.st == nil {
-			if !w.final {
-				a.written[string(key)] = indexed{deleted: true}
-			}
-			if err := bulk.DeleteTask(c.rec.Partition, old); err != nil {
-				return err
-			}
-			continue
-		}
-		if !w.final {
-			a.written[string(key)] = indexOf(c.st)
-		}
-		if err := bulk.PutEncoded(c.rec.Partition, old, c.st, c.rec.Value); err != nil {
-			return err
-		}
+	}
+	bulk := bulks[0]
+	for _, o := range bulks[1:] {
+		bulk.Absorb(o)
 	}
 	for p, n := range w.next {
 		if err := bulk.SetCheckpoint(p, n); err != nil {
@@ -349,25 +300,52 @@ func (a *applier) apply(w *window) error {
 	return bulk.Commit()
 }
 
-// decodeAll decodes the states of cs, split across the cores.
-func decodeAll(r *Router, cs []change) {
-	workers := min(runtime.GOMAXPROCS(0), 1+len(cs)/1000)
-	var wg sync.WaitGroup
-	for k := range workers {
-		part := cs[k*len(cs)/workers : (k+1)*len(cs)/workers]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range part {
-				if v := part[i].rec.Value; v != nil {
-					// an Avro TaskState, or the JSON of an earlier build; its
-					// strings share the record's bytes (kept until written)
-					part[i].st, part[i].bad = r.codec.DecodeStateView(v)
-				}
+// build reads the states of cs and adds their writes to bulk.
+func (a *applier) build(bulk *store.Bulk, cs []change) error {
+	for i := range cs {
+		c := &cs[i]
+		key, p := c.rec.Key, c.rec.Partition // the task ID; string(key) in a map lookup does not allocate
+		if c.rec.Value == nil {
+			c.del = true
+		} else if c.x, c.bad = a.r.entriesOf(c.rec.Value); c.bad != nil {
+			continue
+		}
+		var old *store.Entries
+		if m, ok := a.written[string(key)]; ok {
+			if !m.deleted {
+				old = &m.x
 			}
-		}()
+		} else if a.forgot || !a.wiped[p] {
+			st, err := a.r.store.Get(string(key))
+			if err != nil {
+				return err
+			}
+			if st != nil {
+				x := store.EntriesOf(st)
+				old = &x
+			}
+		}
+		var err error
+		if c.del {
+			err = bulk.DeleteIndexed(p, key, old)
+		} else {
+			err = bulk.PutIndexed(p, key, old, c.x, c.rec.Value)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	wg.Wait()
+	return nil
+}
+
+// entriesOf reads the index entries of an encoded state: an Avro
+// TaskState, or the JSON of an earlier build.
+func (r *Router) entriesOf(v []byte) (store.Entries, error) {
+	st, err := r.codec.DecodeStateView(v)
+	if err != nil {
+		return store.Entries{}, err
+	}
+	return store.EntriesOf(st), nil
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no

@@ -185,7 +185,7 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	// partition 1 is kept (not wiped); partition 2 is wiped, and its
 	// restore forgets what it wrote before the second window (restoreMemo)
-	a := &applier{r: w.r, wiped: map[int32]bool{2: true}, written: map[string]indexed{}}
+	a := &applier{r: w.r, wiped: map[int32]bool{2: true}, written: map[string]memo{}}
 	win := newWindow(0)
 	for _, rec := range []*kgo.Record{
 		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),

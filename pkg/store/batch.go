@@ -67,41 +67,84 @@ func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
 	if overdueIndexed(st) {
 		add('o', st.ReviewDueAt)
 	}
-	return putEncoded(b.b, p, old, st, v)
+	return putEncoded(batchWriter{b.b}, p, old, st, v)
 }
 
 // writer is where the writes of a state go: a Pebble batch, or a Bulk.
+// keyBuf returns an empty buffer with room for n bytes for the next key:
+// a Pebble batch copies the keys it is given, a Bulk keeps them.
 type writer interface {
 	Set(key, value []byte, _ *pebble.WriteOptions) error
 	Delete(key []byte, _ *pebble.WriteOptions) error
+	keyBuf(n int) []byte
+}
+
+// batchWriter is a Pebble batch as a writer.
+type batchWriter struct{ *pebble.Batch }
+
+func (batchWriter) keyBuf(n int) []byte { return make([]byte, 0, n) }
+
+// Entries names the entries a task state has in the store's indexes (due
+// retries, expiry, overdue review items): what a write of the task's next
+// state replaces.
+type Entries struct {
+	Pending   bool  // a retry is pending: the state has a due-index entry
+	NotBefore int64 // the pending retry's not-before time
+	Due       int64 // the pending retry's own due time (task.PendingRetry.Due)
+	ExpiresAt int64 // the state's expiry, 0 for never
+	OverdueAt int64 // the deadline of an open review item not alerted yet, 0 for none
+}
+
+// EntriesOf returns the index entries of st.
+func EntriesOf(st *task.State) Entries {
+	x := Entries{ExpiresAt: st.ExpiresAt}
+	if st.Pending != nil {
+		x.Pending, x.NotBefore, x.Due = true, st.Pending.NotBefore, st.Pending.Due()
+	}
+	if overdueIndexed(st) {
+		x.OverdueAt = st.ReviewDueAt
+	}
+	return x
 }
 
 func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
-	unindex(w, p, old)
-	expiresAt := st.ExpiresAt
-	if err := w.Set(taskKey(st.TaskID), v, nil); err != nil {
+	var ox *Entries
+	if old != nil {
+		x := EntriesOf(old)
+		ox = &x
+	}
+	return putIndexed(w, p, st.TaskID, ox, EntriesOf(st), v)
+}
+
+// putIndexed writes the encoded state v of task id, of partition p, with
+// its index entries x, replacing the index entries old of the state the
+// store held (nil for none).
+func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []byte) error {
+	unindex(w, p, id, old)
+	if err := w.Set(appendTaskKey(w.keyBuf(2+len(id)), id), v, nil); err != nil {
 		return err
 	}
 	// which partition the task belongs to, both ways: WipePartition finds
 	// the tasks of a partition, and deletes only those still of it
-	if err := w.Set(memberKey(p, st.TaskID), nil, nil); err != nil {
+	if err := w.Set(appendMemberKey(w.keyBuf(6+len(id)), p, id), nil, nil); err != nil {
 		return err
 	}
-	if err := w.Set(ownerKey(st.TaskID), binary.BigEndian.AppendUint32(nil, uint32(p)), nil); err != nil {
+	owner := appendOwnerKey(w.keyBuf(2+len(id)), id)
+	if err := w.Set(owner, binary.BigEndian.AppendUint32(w.keyBuf(4), uint32(p)), nil); err != nil {
 		return err
 	}
-	if st.Pending != nil {
-		if err := w.Set(dueKey(p, st.Pending.NotBefore, st.Pending.Due(), st.TaskID), nil, nil); err != nil {
+	if x.Pending {
+		if err := w.Set(appendDueKey(w.keyBuf(22+len(id)), p, x.NotBefore, x.Due, id), nil, nil); err != nil {
 			return err
 		}
 	}
-	if expiresAt > 0 {
-		if err := w.Set(expiryKey(p, bucketOf(expiresAt), st.TaskID), nil, nil); err != nil {
+	if x.ExpiresAt > 0 {
+		if err := w.Set(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, bucketOf(x.ExpiresAt), id), nil, nil); err != nil {
 			return err
 		}
 	}
-	if overdueIndexed(st) {
-		if err := w.Set(overdueKey(p, st.ReviewDueAt, st.TaskID), nil, nil); err != nil {
+	if x.OverdueAt > 0 {
+		if err := w.Set(appendTimeKey(w.keyBuf(14+len(id)), 'o', p, x.OverdueAt, id), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -115,34 +158,44 @@ func overdueIndexed(st *task.State) bool {
 }
 
 // Delete removes a task and its index entries.
-func (b *Batch) Delete(p int32, old *task.State) error { return deleteTask(b.b, p, old) }
+func (b *Batch) Delete(p int32, old *task.State) error { return deleteTask(batchWriter{b.b}, p, old) }
 
 func deleteTask(w writer, p int32, old *task.State) error {
 	if old == nil {
 		return nil
 	}
-	unindex(w, p, old)
-	if err := w.Delete(memberKey(p, old.TaskID), nil); err != nil {
-		return err
-	}
-	if err := w.Delete(ownerKey(old.TaskID), nil); err != nil {
-		return err
-	}
-	return w.Delete(taskKey(old.TaskID), nil)
+	x := EntriesOf(old)
+	return deleteIndexed(w, p, old.TaskID, &x)
 }
 
-func unindex(w writer, p int32, old *task.State) {
+// deleteIndexed removes task id, of partition p, and the index entries old
+// of its stored state (nil: the store holds nothing of it).
+func deleteIndexed[I taskID](w writer, p int32, id I, old *Entries) error {
+	if old == nil {
+		return nil
+	}
+	unindex(w, p, id, old)
+	if err := w.Delete(appendMemberKey(w.keyBuf(6+len(id)), p, id), nil); err != nil {
+		return err
+	}
+	if err := w.Delete(appendOwnerKey(w.keyBuf(2+len(id)), id), nil); err != nil {
+		return err
+	}
+	return w.Delete(appendTaskKey(w.keyBuf(2+len(id)), id), nil)
+}
+
+func unindex[I taskID](w writer, p int32, id I, old *Entries) {
 	if old == nil {
 		return
 	}
-	if old.Pending != nil {
-		_ = w.Delete(dueKey(p, old.Pending.NotBefore, old.Pending.Due(), old.TaskID), nil)
+	if old.Pending {
+		_ = w.Delete(appendDueKey(w.keyBuf(22+len(id)), p, old.NotBefore, old.Due, id), nil)
 	}
 	if old.ExpiresAt > 0 {
-		_ = w.Delete(expiryKey(p, bucketOf(old.ExpiresAt), old.TaskID), nil)
+		_ = w.Delete(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, bucketOf(old.ExpiresAt), id), nil)
 	}
-	if overdueIndexed(old) {
-		_ = w.Delete(overdueKey(p, old.ReviewDueAt, old.TaskID), nil)
+	if old.OverdueAt > 0 {
+		_ = w.Delete(appendTimeKey(w.keyBuf(14+len(id)), 'o', p, old.OverdueAt, id), nil)
 	}
 }
 
@@ -174,7 +227,13 @@ func (b *Batch) Discard() { b.b.Close() }
 // bucketOf is the expiry bucket (an hour) holding time ms.
 func bucketOf(ms int64) int64 { return ms / 3_600_000 }
 
-func taskKey(id string) []byte { return append([]byte("t/"), id...) }
+// taskID is a task ID as a string, or as the bytes of a record's key.
+type taskID interface{ ~string | ~[]byte }
+
+// taskKey holds a task's state: t/<id>.
+func taskKey(id string) []byte { return appendTaskKey(nil, id) }
+
+func appendTaskKey[I taskID](dst []byte, id I) []byte { return append(append(dst, 't', '/'), id...) }
 
 func checkpointKey(p int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
@@ -185,7 +244,11 @@ func checkpointKey(p int32) []byte {
 // it is worth asking again) the retry's own due time comes first, then the
 // task ID.
 func dueKey(p int32, notBefore, due int64, id string) []byte {
-	k := append(make([]byte, 0, 22+len(id)), 'd', '/')
+	return appendDueKey(make([]byte, 0, 22+len(id)), p, notBefore, due, id)
+}
+
+func appendDueKey[I taskID](dst []byte, p int32, notBefore, due int64, id I) []byte {
+	k := append(dst, 'd', '/')
 	k = binary.BigEndian.AppendUint32(k, uint32(p))
 	k = binary.BigEndian.AppendUint64(k, uint64(notBefore))
 	k = binary.BigEndian.AppendUint64(k, uint64(due))
@@ -196,7 +259,11 @@ func overdueKey(p int32, deadline int64, id string) []byte { return timeKey('o',
 
 // timeKey is a key of a per-partition time index: <prefix>/<p:4><at:8><id>.
 func timeKey(prefix byte, p int32, at int64, id string) []byte {
-	k := append(make([]byte, 0, 14+len(id)), prefix, '/')
+	return appendTimeKey(make([]byte, 0, 14+len(id)), prefix, p, at, id)
+}
+
+func appendTimeKey[I taskID](dst []byte, prefix byte, p int32, at int64, id I) []byte {
+	k := append(dst, prefix, '/')
 	k = binary.BigEndian.AppendUint32(k, uint32(p))
 	k = binary.BigEndian.AppendUint64(k, uint64(at))
 	return append(k, id...)
@@ -205,12 +272,16 @@ func timeKey(prefix byte, p int32, at int64, id string) []byte {
 func expiryKey(p int32, bucket int64, id string) []byte { return timeKey('x', p, bucket, id) }
 
 // memberKey lists task id as a task of partition p: m/<p:4><id>.
-func memberKey(p int32, id string) []byte {
-	return append(binary.BigEndian.AppendUint32([]byte("m/"), uint32(p)), id...)
+func memberKey(p int32, id string) []byte { return appendMemberKey(nil, p, id) }
+
+func appendMemberKey[I taskID](dst []byte, p int32, id I) []byte {
+	return append(binary.BigEndian.AppendUint32(append(dst, 'm', '/'), uint32(p)), id...)
 }
 
 // ownerKey holds the partition a task belongs to: r/<id> -> <p:4>.
-func ownerKey(id string) []byte { return append([]byte("r/"), id...) }
+func ownerKey(id string) []byte { return appendOwnerKey(nil, id) }
+
+func appendOwnerKey[I taskID](dst []byte, id I) []byte { return append(append(dst, 'r', '/'), id...) }
 
 // releasedKey holds the changelog end offset of partition p when this
 // instance last released it: e/<p:4> -> <offset:8>.
