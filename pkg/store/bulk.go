@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -112,9 +114,13 @@ func (b *Bulk) Len() int { return len(b.ops) }
 var bulkFiles atomic.Int64
 
 // Commit applies the writes: it sorts them (the last write of a key wins),
-// writes them to sstables in the store's directory, synced, one per core
-// over consecutive key ranges, and ingests them at once. On failure nothing
-// is applied.
+// writes them to sstables in the store's directory, one per core over
+// consecutive key ranges, and ingests them at once. On failure nothing is
+// applied.
+//
+// The files are synced after Commit returns, in the background (see
+// unsyncedMark): the store is a cache of the changelog, and a restore
+// should not wait for the disk.
 func (b *Bulk) Commit() error {
 	if len(b.ops) == 0 {
 		return nil
@@ -128,8 +134,11 @@ func (b *Bulk) Commit() error {
 		ops = append(ops, op)
 	}
 	b.ops = nil
+	marked := make(chan error, 1)
+	go func() { marked <- b.s.markUnsynced() }()
 	n := min(runtime.GOMAXPROCS(0), 1+len(ops)/10_000)
 	paths := make([]string, n)
+	files := make([]vfs.File, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for k := range n {
@@ -137,29 +146,132 @@ func (b *Bulk) Commit() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[k] = b.s.writeTable(paths[k], ops[k*len(ops)/n:(k+1)*len(ops)/n])
+			files[k], errs[k] = b.s.writeTable(paths[k], ops[k*len(ops)/n:(k+1)*len(ops)/n])
 		}()
 	}
 	wg.Wait()
 	err := errors.Join(errs...)
+	if merr := <-marked; err == nil {
+		err = merr
+	}
 	if err == nil {
 		err = b.s.db.Ingest(context.Background(), paths)
 		b.s.resetFloors() // its index entries are not tracked: scans start over
 	}
 	if err != nil {
-		for _, path := range paths {
+		for k, path := range paths {
+			if files[k] != nil {
+				_ = files[k].Close()
+			}
 			_ = vfs.Default.Remove(path)
 		}
+		b.s.synced(nil)
 		return fmt.Errorf("store: bulk write: %w", err)
 	}
+	b.s.syncs.Add(1)
+	go func() {
+		defer b.s.syncs.Done()
+		b.s.synced(files)
+	}()
 	return nil
 }
 
-// writeTable writes ops, sorted with unique keys, to an sstable at path.
-func (s *Store) writeTable(path string, ops []bulkOp) error {
-	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+// unsyncedMark is a file in the store's directory that is there while
+// sstables linked into the store may not be on disk: from before a Bulk
+// ingests its files, which it writes without syncing them, until they are
+// synced. Open empties a store that has it (the machine stopped before the
+// files were on disk; a restore fills the store again from the changelog).
+const unsyncedMark = "UNSYNCED"
+
+// beforeSync, in tests, runs before a committed Bulk's files are synced.
+var beforeSync func()
+
+// markUnsynced counts one more Bulk whose files are not synced, creating
+// the mark (synced, with the directory) for the first.
+func (s *Store) markUnsynced() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.syncing++
+	if s.syncing > 1 {
+		return nil
+	}
+	f, err := vfs.Default.Create(filepath.Join(s.dir, unsyncedMark), vfs.WriteCategoryUnspecified)
+	if err == nil {
+		err = errors.Join(f.Sync(), f.Close())
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	return err
+}
+
+// synced syncs and closes the files of a committed Bulk (none for one that
+// failed), then counts the Bulk done, removing the mark after the last.
+func (s *Store) synced(files []vfs.File) {
+	if files != nil && beforeSync != nil {
+		beforeSync()
+	}
+	var err error
+	for _, f := range files {
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.syncing--
+	if err != nil {
+		// the mark stays: the next Open empties the store
+		s.log.Warn("restored state not synced to disk; it is restored again from the changelog on the next start", "err", err)
+		return
+	}
+	if s.syncing == 0 {
+		if err := vfs.Default.Remove(filepath.Join(s.dir, unsyncedMark)); err == nil {
+			_ = syncDir(s.dir)
+		}
+	}
+}
+
+// dropUnsynced empties the store in dir if it has the unsynced mark.
+func dropUnsynced(dir string, log *slog.Logger) error {
+	if _, err := os.Stat(filepath.Join(dir, unsyncedMark)); err != nil {
+		return nil // no mark (or no directory yet)
+	}
+	log.Warn("the store was left before its restored state was synced to disk; emptying it: it is restored from the changelog", "dir", dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("store: empty %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.Name() == unsyncedMark {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("store: empty %s: %w", dir, err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("store: empty %s: %w", dir, err)
+	}
+	// the mark goes last: a crash in the middle empties the store again
+	if err := os.Remove(filepath.Join(dir, unsyncedMark)); err != nil {
+		return fmt.Errorf("store: empty %s: %w", dir, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := vfs.Default.OpenDir(dir)
 	if err != nil {
 		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
+
+// writeTable writes ops, sorted with unique keys, to an sstable at path,
+// and returns the file, open and not synced.
+func (s *Store) writeTable(path string, ops []bulkOp) (vfs.File, error) {
+	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
 	}
 	// the row-block format of Pebble 1.x: about a third cheaper to write
 	// than the columnar one (Pebble reads both; compactions rewrite the
@@ -179,12 +291,15 @@ func (s *Store) writeTable(path string, ops []bulkOp) error {
 			break
 		}
 	}
-	// Close writes the rest, syncs and closes the file: Pebble requires
-	// an ingested file on disk before it names it in its manifest
+	// Close writes the rest (Finish: not synced, left open)
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // bufferedWritable writes a file in 1 MiB writes: the sstable writer
@@ -219,14 +334,9 @@ func (w *bufferedWritable) flush() {
 	w.buf = w.buf[:0]
 }
 
+// Finish writes the rest; the caller syncs and closes the file.
 func (w *bufferedWritable) Finish() error {
 	w.flush()
-	if w.err == nil {
-		w.err = w.f.Sync()
-	}
-	if err := w.f.Close(); w.err == nil {
-		w.err = err
-	}
 	return w.err
 }
 

@@ -64,6 +64,12 @@ type Store struct {
 	dir   string
 	opts  *pebble.Options // as opened: Bulk writes sstables with them
 	log   *slog.Logger
+
+	// the sstables of committed Bulks are synced in the background (see
+	// unsyncedMark): how many Bulks are, and the goroutines doing it
+	syncMu  sync.Mutex
+	syncing int
+	syncs   sync.WaitGroup
 	codec *codec.Codec // states are TaskState records (codec.EncodeState)
 
 	// floors are, per time index and partition, a time at or before every
@@ -134,6 +140,9 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	opts.EnsureDefaults()
+	if err := dropUnsynced(dir, log); err != nil {
+		return nil, err
+	}
 	// the files of a Bulk that did not commit (a crash in the middle)
 	if tmp, err := filepath.Glob(filepath.Join(dir, "bulk-*.sst.tmp")); err == nil {
 		for _, f := range tmp {
@@ -265,7 +274,10 @@ func (s *Store) TakeReleased(p int32) (int64, bool, error) {
 
 // Close flushes nothing to disk beyond what Pebble does by itself and closes
 // the store; anything lost is restored from the changelog.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.syncs.Wait() // a clean close leaves no unsynced mark
+	return s.db.Close()
+}
 
 // Get returns the state of one task, or nil when the store has none.
 func (s *Store) Get(taskID string) (*task.State, error) {

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Guards the store after a machine stop in the middle of a restore: a Bulk's
+// sstables are linked into the store before they are synced, so a store left
+// while they were being synced (the unsynced mark there) may hold files that
+// never reached the disk. Open empties it, for the restore to fill it again
+// from the changelog, and the store opens sound.
+func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, 0, 5*hour, &task.State{TaskID: "before", Attempts: 1})
+
+	// the Bulk's files are held unsynced while the store is copied, as the
+	// disk would hold it if the machine stopped then
+	copied := t.TempDir()
+	hold, release := make(chan struct{}), make(chan struct{})
+	beforeSync = func() { close(hold); <-release }
+	defer func() { beforeSync = nil }()
+	b := s.NewBulk(8)
+	st := &task.State{TaskID: "restored", Attempts: 2}
+	if err := b.PutEncoded(0, nil, st, mustEncode(t, s, st)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetCheckpoint(0, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	<-hold
+	if err := os.CopyFS(copied, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// the store closed after the sync: no mark, everything kept
+	if _, err := os.Stat(filepath.Join(dir, unsyncedMark)); !os.IsNotExist(err) {
+		t.Errorf("unsynced mark after a clean close: %v", err)
+	}
+	s, err = Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get("restored"); err != nil || got == nil || got.Attempts != 2 {
+		t.Errorf("after a clean close the restored state is %+v (%v), want it kept", got, err)
+	}
+	s.Close()
+
+	// the copy taken before the sync: emptied on open
+	if _, err := os.Stat(filepath.Join(copied, unsyncedMark)); err != nil {
+		t.Fatalf("no unsynced mark while the files were not synced: %v", err)
+	}
+	c, err := Open(copied, nil)
+	if err != nil {
+		t.Fatalf("a store left unsynced does not open: %v", err)
+	}
+	defer c.Close()
+	for _, id := range []string{"before", "restored"} {
+		if got, err := c.Get(id); err != nil || got != nil {
+			t.Errorf("task %s in a store left unsynced: %+v (%v), want the store emptied", id, got, err)
+		}
+	}
+	if _, ok, err := c.Checkpoint(0); err != nil || ok {
+		t.Errorf("checkpoint in a store left unsynced: %v (%v), want none: the partition restores from the start", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(copied, unsyncedMark)); !os.IsNotExist(err) {
+		t.Errorf("unsynced mark still there after the store was emptied: %v", err)
+	}
+	put(t, c, 0, 5*hour, &task.State{TaskID: "after", Attempts: 1})
+	if got, err := c.Get("after"); err != nil || got == nil {
+		t.Errorf("the emptied store does not take writes: %+v (%v)", got, err)
+	}
+}
