@@ -60,17 +60,17 @@ import (
 
 // Store is the Pebble-backed task state of one router instance.
 type Store struct {
-	db    *pebble.DB
-	dir   string
-	opts  *pebble.Options // as opened: Bulk writes sstables with them
-	log   *slog.Logger
+	db   *pebble.DB
+	dir  string
+	opts *pebble.Options // as opened: Bulk writes sstables with them
+	log  *slog.Logger
 
 	// the sstables of committed Bulks are synced in the background (see
 	// unsyncedMark): how many Bulks are, and the goroutines doing it
 	syncMu  sync.Mutex
 	syncing int
 	syncs   sync.WaitGroup
-	codec *codec.Codec // states are TaskState records (codec.EncodeState)
+	codec   *codec.Codec // states are TaskState records (codec.EncodeState)
 
 	// floors are, per time index and partition, a time at or before every
 	// entry of the index (a scan's lower bound): a scan that finds the index
