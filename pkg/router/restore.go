@@ -253,7 +253,7 @@ func (a *applier) apply(w *window) error {
 	for i, rec := range w.last {
 		cs[i].rec = rec
 	}
-	slices.SortFunc(cs, func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) })
+	cs = sortByTask(cs)
 	if a.written == nil {
 		a.written = make(map[string]memo, min(len(cs), restoreMemo))
 	}
@@ -298,6 +298,33 @@ func (a *applier) apply(w *window) error {
 		}
 	}
 	return bulk.Commit()
+}
+
+// sortByTask returns the changes of cs in task ID order: its halves are
+// sorted on two cores and merged.
+func sortByTask(cs []change) []change {
+	byKey := func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) }
+	if len(cs) < 4096 || runtime.GOMAXPROCS(0) < 2 {
+		slices.SortFunc(cs, byKey)
+		return cs
+	}
+	x, y := cs[:len(cs)/2], cs[len(cs)/2:]
+	done := make(chan struct{})
+	go func() {
+		slices.SortFunc(x, byKey)
+		close(done)
+	}()
+	slices.SortFunc(y, byKey)
+	<-done
+	out := make([]change, 0, len(cs))
+	for len(x) > 0 && len(y) > 0 {
+		if byKey(y[0], x[0]) < 0 {
+			out, y = append(out, y[0]), y[1:]
+		} else {
+			out, x = append(out, x[0]), x[1:]
+		}
+	}
+	return append(append(out, x...), y...)
 }
 
 // build reads the states of cs and adds their writes to bulk.

@@ -2,8 +2,10 @@ package router
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -225,5 +227,32 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	if got, want := w.index(store.ExpiryIndex, 2), []string{"forgotten@6"}; !slices.Equal(got, want) {
 		t.Errorf("expiry index of the wiped partition %v, want %v", got, want)
+	}
+}
+
+// Guards the order the restore writes a window in: every change once, in
+// task ID order, for windows sorted on one core and on two.
+func TestSortByTask(t *testing.T) {
+	for _, n := range []int{0, 1, 100, 4096, 10_001} {
+		rng := rand.New(rand.NewPCG(uint64(n), 7))
+		cs := make([]change, n)
+		want := make([]string, n)
+		for i := range cs {
+			id := fmt.Sprintf("task-%08d", rng.IntN(1_000_000))
+			cs[i].rec = &kgo.Record{Key: []byte(id), Offset: int64(i)}
+			want[i] = id
+		}
+		slices.Sort(want)
+		got := sortByTask(cs)
+		seen := map[int64]bool{}
+		for i, c := range got {
+			if string(c.rec.Key) != want[i] {
+				t.Fatalf("n=%d: change %d is task %s, want %s", n, i, c.rec.Key, want[i])
+			}
+			seen[c.rec.Offset] = true
+		}
+		if len(got) != n || len(seen) != n {
+			t.Fatalf("n=%d: %d changes (%d distinct) out, want %d", n, len(got), len(seen), n)
+		}
 	}
 }
