@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
@@ -365,14 +366,15 @@ func (a *applier) build(bulk *store.Bulk, cs []change) error {
 	return nil
 }
 
-// entriesOf reads the index entries of an encoded state: an Avro
-// TaskState, or the JSON of an earlier build.
+// entriesOf reads the index entries of an encoded state (an Avro
+// TaskState, or the JSON of an earlier build), validating the whole record
+// without building it (codec.DecodeStateIndex).
 func (r *Router) entriesOf(v []byte) (store.Entries, error) {
-	st, err := r.codec.DecodeStateView(v)
-	if err != nil {
+	var x codec.StateIndex
+	if err := r.codec.DecodeStateIndex(v, &x); err != nil {
 		return store.Entries{}, err
 	}
-	return store.EntriesOf(st), nil
+	return store.EntriesOfIndex(&x), nil
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no

@@ -153,8 +153,23 @@ func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []
 
 // overdueIndexed reports whether a state belongs in the overdue-review index:
 // an open review item whose SLA alert has not been raised.
-func overdueIndexed(st *task.State) bool {
-	return st.Review == task.ReviewOpen && st.ReviewDueAt > 0 && !st.ReviewAlerted
+func overdueIndexed(st *task.State) bool { return overdue(st.Review, st.ReviewDueAt, st.ReviewAlerted) }
+
+func overdue(review string, dueAt int64, alerted bool) bool {
+	return review == task.ReviewOpen && dueAt > 0 && !alerted
+}
+
+// EntriesOfIndex returns the index entries of a state read with
+// codec.DecodeStateIndex: EntriesOf without the whole state.
+func EntriesOfIndex(x *codec.StateIndex) Entries {
+	e := Entries{ExpiresAt: x.ExpiresAt}
+	if x.Pending {
+		e.Pending, e.NotBefore, e.Due = true, x.Retry.NotBefore, x.Retry.Due()
+	}
+	if overdue(x.Review, x.ReviewDueAt, x.ReviewAlerted) {
+		e.OverdueAt = x.ReviewDueAt
+	}
+	return e
 }
 
 // Delete removes a task and its index entries.
