@@ -1,12 +1,9 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,10 +34,27 @@ const restoreMemo = 200_000
 const restoreWindow = 64 << 20
 
 // memo is what the restore remembers of a task it wrote: the index entries
-// its write left (a value without pointers, for a map of many).
+// its last write left, those of the state before the window of that write,
+// and where that write is in its window (values without pointers, for a map
+// of many).
 type memo struct {
-	deleted bool
-	x       store.Entries
+	after, before held
+	win           int32 // the window of the last write
+	from, to      int32 // its writes in the window's Bulk (Bulk.Len before and after)
+}
+
+// held is a task's state as far as its index entries go: none (ok false:
+// not stored, or deleted), or a state with entries x.
+type held struct {
+	ok bool
+	x  store.Entries
+}
+
+func (h *held) entries() *store.Entries {
+	if !h.ok {
+		return nil
+	}
+	return &h.x
 }
 
 // restore brings the Pebble cache of the given partitions up to the end of
@@ -57,9 +71,8 @@ type memo struct {
 // then its tombstone, so that no record after the checkpoint says the local
 // copy (a pending retry, an open review item) is gone.
 //
-// The records are applied compacted, in windows (see applier): only the
-// last record of a task in a window is decoded and written, while the next
-// window is read.
+// The records are applied as they are read, in windows (see restorer):
+// only the last state of a task in a window is stored.
 func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
@@ -104,22 +117,10 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
-	ap := r.newApplier(wiped)
-	win := newWindow(int(remaining))
+	rs := r.newRestorer(wiped, int(remaining))
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
-		for _, rec := range b.Records {
-			win.add(rec)
-			if win.full() {
-				// the window ends within the fetch: its checkpoints are
-				// past its own records only
-				if err := ap.send(win); err != nil {
-					return err
-				}
-				win = newWindow(int(remaining))
-			}
-		}
-		for p, n := range b.Next[topic] {
-			win.next[p] = n
+		if err := rs.add(b.Records, b.Next[topic]); err != nil {
+			return err
 		}
 		total += int64(len(b.Records))
 		r.metrics.restoredRecords.Add(float64(len(b.Records)))
@@ -130,11 +131,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		}
 		return nil
 	})
-	if err == nil {
-		win.final = true
-		err = ap.send(win)
-	}
-	if werr := ap.close(); err == nil {
+	if werr := rs.close(); err == nil {
 		err = werr
 	}
 	if err != nil {
@@ -145,225 +142,213 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	return nil
 }
 
-// window is the changelog a restore read and has not written yet: the last
-// record of each task (a state, or a tombstone), and where each partition's
-// read stands.
-type window struct {
-	last  []*kgo.Record   // each task's last record, in the order of its first
-	at    map[string]int  // a task's index in last
-	next  map[int32]int64 // the checkpoints to write with the window
-	bytes int             // of every record added, replaced ones too
-	final bool            // the restore's last window: no window replaces its states
-}
-
-// newWindow returns an empty window with room for about n tasks.
-func newWindow(n int) *window {
-	n = min(n, restoreWindow/256)
-	return &window{last: make([]*kgo.Record, 0, n), at: make(map[string]int, n), next: map[int32]int64{}}
-}
-
-// full reports whether the window is as large as a window gets.
-func (w *window) full() bool { return w.bytes >= restoreWindow }
-
-func (w *window) add(rec *kgo.Record) {
-	// a lookup by string(bytes) does not allocate: a task's key is
-	// copied only for its first record of the window
-	if i, ok := w.at[string(rec.Key)]; ok {
-		w.last[i] = rec
-	} else {
-		w.at[string(rec.Key)] = len(w.last)
-		w.last = append(w.last, rec)
-	}
-	w.next[rec.Partition] = rec.Offset + 1
-	w.bytes += len(rec.Key) + len(rec.Value)
-}
-
-// applier writes a restore's windows to the store, in order, in a goroutine
-// of its own while the scan reads on.
+// restorer applies changelog records to the store as the restore reads
+// them: a builder goroutine reads each record's state for its index entries
+// and adds its writes to the window's store.Bulk while the next fetch is
+// read, and a committer goroutine writes each full window (sorts it, writes
+// its sstables, has Pebble ingest them) while the builder fills the next.
 //
-// Only the last record of a task in a window is applied: for the store, a
-// task's records one after another come to the same as its last one (a
-// tombstone deletes), provided the write replaces the index entries of the
-// state the store held before the window. That state is the one an earlier
-// window of this restore wrote (written), else nothing in a partition this
-// restore wiped, else the store's (a point read). A task changed twice (a
-// retry decided, then published) must not leave the first state's due-index
-// entry behind, or stale entries pile up at the head of the due index.
-type applier struct {
-	r       *Router
-	wiped   map[int32]bool  // partitions wiped before this restore: the store held nothing of them
-	written map[string]memo // index entries of the states written (not of the final window)
-	forgot  bool            // written was cleared (restoreMemo): read the store for tasks not in it
-	in      chan *window
-	failed  atomic.Pointer[error] // the first window that failed
-	done    chan struct{}
+// Only a task's last record in a window is written: a later record drops
+// the writes of the earlier one (Bulk.Drop). Its write replaces the index
+// entries of the state the store holds before the window: the state an
+// earlier window of this restore wrote (memo), else nothing in a partition
+// this restore wiped, else the store's (a point read). A task changed twice
+// (a retry decided, then published) must not leave the first state's
+// due-index entry behind, or stale entries pile up at the head of the due
+// index. A record that does not decode is logged and skipped: the task
+// keeps the state before it.
+type restorer struct {
+	r     *Router
+	wiped map[int32]bool // partitions wiped before this restore: the store held nothing of them
+	hint  int            // records to restore, for the first window's room
+	in    chan restoreStep
+	built chan struct{} // closed when the builder has stopped
+
+	// the builder's
+	memo   map[string]memo // the index entries of the tasks this restore wrote
+	forgot bool            // memo was cleared (restoreMemo): read the store for tasks not in it
+	bulk   *store.Bulk     // the window being built
+	win    int32           // its number
+	bytes  int             // of the records in bulk, replaced ones included
+	next   map[int32]int64 // the checkpoints to write with the window
+
+	commits   chan *store.Bulk // to the committer
+	committed sync.WaitGroup   // windows sent to the committer and not yet written
+	failed    atomic.Pointer[error]
 }
 
-func (r *Router) newApplier(wiped map[int32]bool) *applier {
-	a := &applier{r: r, wiped: wiped,
-		in: make(chan *window), done: make(chan struct{})}
-	go func() {
-		defer close(a.done)
-		for w := range a.in {
-			if a.failed.Load() != nil {
-				continue // drained, not written
+// restoreStep is what the builder is handed: a fetch's records and where
+// the read stands after it, or an order to end the window (cut), and to
+// forget the memo after it (forget).
+type restoreStep struct {
+	recs        []*kgo.Record
+	next        map[int32]int64
+	cut, forget bool
+}
+
+func (r *Router) newRestorer(wiped map[int32]bool, hint int) *restorer {
+	rs := &restorer{r: r, wiped: wiped, hint: hint,
+		in: make(chan restoreStep, 16), built: make(chan struct{}),
+		memo: map[string]memo{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+	go func() { // the committer
+		for b := range rs.commits {
+			if rs.failed.Load() == nil {
+				if err := b.Commit(); err != nil {
+					rs.fail(err)
+				}
 			}
-			if err := a.apply(w); err != nil {
-				a.failed.Store(&err)
-			}
+			rs.committed.Done()
 		}
 	}()
-	return a
-}
-
-// send hands w to the applier, waiting while the window before is being
-// written; it returns the error of an earlier window.
-func (a *applier) send(w *window) error {
-	if err := a.failed.Load(); err != nil {
-		return *err
-	}
-	a.in <- w
-	return nil
-}
-
-// close waits until every window sent is written and returns the first error.
-func (a *applier) close() error {
-	close(a.in)
-	<-a.done
-	if err := a.failed.Load(); err != nil {
-		return *err
-	}
-	return nil
-}
-
-// change is one task's write of a window.
-type change struct {
-	rec *kgo.Record
-	x   store.Entries // the index entries of its state
-	del bool          // a tombstone
-	bad error         // the record does not decode: skipped
-}
-
-// apply writes one window: its tasks' last states and their index entries,
-// and the checkpoints, as one store.Bulk. The states are read and their
-// writes built on every core, in task ID order (so that most of the
-// store's keys come sorted). A last record that does not decode is logged
-// and skipped: the task keeps what the store held before the window.
-func (a *applier) apply(w *window) error {
-	cs := make([]change, len(w.last))
-	for i, rec := range w.last {
-		cs[i].rec = rec
-	}
-	cs = sortByTask(cs)
-	if a.written == nil {
-		a.written = make(map[string]memo, min(len(cs), restoreMemo))
-	}
-	if len(a.written) > restoreMemo {
-		clear(a.written)
-		a.forgot = true
-	}
-	workers := min(runtime.GOMAXPROCS(0), 1+len(cs)/2000)
-	bulks := make([]*store.Bulk, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for k := range workers {
-		part := cs[k*len(cs)/workers : (k+1)*len(cs)/workers]
-		// a state's writes: itself, its owner and member entries, and at
-		// most three index entries
-		bulks[k] = a.r.store.NewBulk(6 * len(part))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[k] = a.build(bulks[k], part)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for i := range cs {
-		c := &cs[i]
-		if c.bad != nil {
-			a.r.log.Error("changelog record does not decode; skipped", "task_id", string(c.rec.Key), "partition", c.rec.Partition, "offset", c.rec.Offset, "err", c.bad)
-		} else if !w.final {
-			a.written[string(c.rec.Key)] = memo{deleted: c.del, x: c.x}
+	go func() { // the builder
+		defer close(rs.built)
+		for st := range rs.in {
+			if rs.failed.Load() != nil {
+				continue // drained, not applied
+			}
+			if err := rs.step(st); err != nil {
+				rs.fail(err)
+			}
 		}
+		if rs.failed.Load() == nil {
+			rs.cut()
+		}
+		rs.committed.Wait()
+		close(rs.commits)
+	}()
+	return rs
+}
+
+func (rs *restorer) fail(err error) { rs.failed.CompareAndSwap(nil, &err) }
+
+// add hands the records of one fetch to the builder, with where the read
+// of each partition stands after them; it returns the error of an earlier
+// step or window.
+func (rs *restorer) add(recs []*kgo.Record, next map[int32]int64) error {
+	if err := rs.failed.Load(); err != nil {
+		return *err
 	}
-	bulk := bulks[0]
-	for _, o := range bulks[1:] {
-		bulk.Absorb(o)
+	rs.in <- restoreStep{recs: recs, next: next}
+	return nil
+}
+
+// endWindow ends the window after the records added so far, and forget
+// (restoreMemo reached) also clears the memo after it: for tests.
+func (rs *restorer) endWindow(forget bool) { rs.in <- restoreStep{cut: true, forget: forget} }
+
+// close writes what is left and waits until every window is written; it
+// returns the first error.
+func (rs *restorer) close() error {
+	close(rs.in)
+	<-rs.built
+	if err := rs.failed.Load(); err != nil {
+		return *err
 	}
-	for p, n := range w.next {
-		if err := bulk.SetCheckpoint(p, n); err != nil {
+	return nil
+}
+
+func (rs *restorer) step(st restoreStep) error {
+	for _, rec := range st.recs {
+		if err := rs.apply(rec); err != nil {
 			return err
 		}
+		rs.next[rec.Partition] = rec.Offset + 1
+		if rs.bytes >= restoreWindow {
+			// the window ends within the fetch: its checkpoints are past
+			// its own records only
+			rs.cut()
+		}
 	}
-	return bulk.Commit()
+	for p, n := range st.next {
+		rs.next[p] = n
+	}
+	forget := st.forget || len(rs.memo) > restoreMemo
+	if st.cut || forget {
+		rs.cut()
+	}
+	if forget {
+		// once the store holds every window written: read it for tasks
+		// not remembered
+		rs.committed.Wait()
+		clear(rs.memo)
+		rs.forgot = true
+	}
+	return nil
 }
 
-// sortByTask returns the changes of cs in task ID order: its halves are
-// sorted on two cores and merged.
-func sortByTask(cs []change) []change {
-	byKey := func(x, y change) int { return bytes.Compare(x.rec.Key, y.rec.Key) }
-	if len(cs) < 4096 || runtime.GOMAXPROCS(0) < 2 {
-		slices.SortFunc(cs, byKey)
-		return cs
+// apply adds the writes of one changelog record to the window.
+func (rs *restorer) apply(rec *kgo.Record) error {
+	if rs.bulk == nil {
+		// a state's writes: itself, its owner and member entries, and at
+		// most three index entries, and the deletes of the index entries
+		// of the state it replaces
+		rs.bulk = rs.r.store.NewBulk(6 * min(rs.hint, restoreWindow/256))
 	}
-	x, y := cs[:len(cs)/2], cs[len(cs)/2:]
-	done := make(chan struct{})
-	go func() {
-		slices.SortFunc(x, byKey)
-		close(done)
-	}()
-	slices.SortFunc(y, byKey)
-	<-done
-	out := make([]change, 0, len(cs))
-	for len(x) > 0 && len(y) > 0 {
-		if byKey(y[0], x[0]) < 0 {
-			out, y = append(out, y[0]), y[1:]
-		} else {
-			out, x = append(out, x[0]), x[1:]
-		}
-	}
-	return append(append(out, x...), y...)
-}
-
-// build reads the states of cs and adds their writes to bulk.
-func (a *applier) build(bulk *store.Bulk, cs []change) error {
-	for i := range cs {
-		c := &cs[i]
-		key, p := c.rec.Key, c.rec.Partition // the task ID; string(key) in a map lookup does not allocate
-		if c.rec.Value == nil {
-			c.del = true
-		} else if c.x, c.bad = a.r.entriesOf(c.rec.Value); c.bad != nil {
-			continue
-		}
-		var old *store.Entries
-		if m, ok := a.written[string(key)]; ok {
-			if !m.deleted {
-				old = &m.x
-			}
-		} else if a.forgot || !a.wiped[p] {
-			st, err := a.r.store.Get(string(key))
-			if err != nil {
-				return err
-			}
-			if st != nil {
-				x := store.EntriesOf(st)
-				old = &x
-			}
-		}
+	key, p := rec.Key, rec.Partition // the task ID; string(key) in a map lookup does not allocate
+	var x store.Entries
+	if rec.Value != nil {
 		var err error
-		if c.del {
-			err = bulk.DeleteIndexed(p, key, old)
-		} else {
-			err = bulk.PutIndexed(p, key, old, c.x, c.rec.Value)
+		if x, err = rs.r.entriesOf(rec.Value); err != nil {
+			rs.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", p, "offset", rec.Offset, "err", err)
+			return nil
 		}
+	}
+	// the state before this window: an earlier window's write, else the
+	// store's; a later state of a task written in this window replaces
+	// that write
+	var before held
+	m, ok := rs.memo[string(key)]
+	switch {
+	case ok && m.win == rs.win:
+		before = m.before
+		rs.bulk.Drop(int(m.from), int(m.to))
+	case ok:
+		before = m.after
+	case rs.forgot || !rs.wiped[p]:
+		st, err := rs.r.store.Get(string(key))
 		if err != nil {
 			return err
 		}
+		if st != nil {
+			before = held{ok: true, x: store.EntriesOf(st)}
+		}
 	}
+	from := rs.bulk.Len()
+	var err error
+	if rec.Value == nil {
+		err = rs.bulk.DeleteIndexed(p, key, before.entries())
+		m = memo{before: before}
+	} else {
+		err = rs.bulk.PutIndexed(p, key, before.entries(), x, rec.Value)
+		m = memo{after: held{ok: true, x: x}, before: before}
+	}
+	if err != nil {
+		return err
+	}
+	m.win, m.from, m.to = rs.win, int32(from), int32(rs.bulk.Len())
+	rs.memo[string(key)] = m
+	rs.bytes += len(key) + len(rec.Value)
 	return nil
+}
+
+// cut ends the window: its writes and checkpoints go to the committer.
+func (rs *restorer) cut() {
+	if rs.bulk == nil && len(rs.next) == 0 {
+		return
+	}
+	if rs.bulk == nil {
+		rs.bulk = rs.r.store.NewBulk(len(rs.next))
+	}
+	for p, n := range rs.next {
+		if err := rs.bulk.SetCheckpoint(p, n); err != nil {
+			rs.fail(err)
+			return
+		}
+	}
+	rs.committed.Add(1)
+	rs.commits <- rs.bulk
+	rs.bulk, rs.bytes, rs.next = nil, 0, map[int32]int64{}
+	rs.win++
 }
 
 // entriesOf reads the index entries of an encoded state (an Avro

@@ -2,10 +2,8 @@ package router
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -59,19 +57,16 @@ func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record
 // wiped restored from an empty store.
 func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
 	w.t.Helper()
-	a := w.r.newApplier(wiped)
+	rs := w.r.newRestorer(wiped, 0)
 	for i, recs := range windows {
-		win := newWindow(0)
-		for _, rec := range recs {
-			win.add(rec)
-			win.next[rec.Partition] = rec.Offset + 1
-		}
-		win.final = i == len(windows)-1 // as restore marks its last
-		if err := a.send(win); err != nil {
+		if err := rs.add(recs, nil); err != nil {
 			w.t.Fatal(err)
 		}
+		if i < len(windows)-1 {
+			rs.endWindow(false)
+		}
 	}
-	if err := a.close(); err != nil {
+	if err := rs.close(); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -187,23 +182,19 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	// partition 1 is kept (not wiped); partition 2 is wiped, and its
 	// restore forgets what it wrote before the second window (restoreMemo)
-	a := &applier{r: w.r, wiped: map[int32]bool{2: true}, written: map[string]memo{}}
-	win := newWindow(0)
-	for _, rec := range []*kgo.Record{
+	rs := w.r.newRestorer(map[int32]bool{2: true}, 0)
+	if err := rs.add([]*kgo.Record{
 		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),
 		w.rec(1, 11, "finished", nil),
 		w.rec(2, 0, "forgotten", &task.State{TaskID: "forgotten", Attempts: 1, Pending: pending(3_000), ExpiresAt: 5 * rsHour}),
-	} {
-		win.add(rec)
-	}
-	if err := a.apply(win); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	clear(a.written)
-	a.forgot = true
-	win = newWindow(0)
-	win.add(w.rec(2, 1, "forgotten", &task.State{TaskID: "forgotten", Attempts: 2, ExpiresAt: 6 * rsHour}))
-	if err := a.apply(win); err != nil {
+	rs.endWindow(true)
+	if err := rs.add([]*kgo.Record{w.rec(2, 1, "forgotten", &task.State{TaskID: "forgotten", Attempts: 2, ExpiresAt: 6 * rsHour})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.close(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -227,32 +218,5 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	if got, want := w.index(store.ExpiryIndex, 2), []string{"forgotten@6"}; !slices.Equal(got, want) {
 		t.Errorf("expiry index of the wiped partition %v, want %v", got, want)
-	}
-}
-
-// Guards the order the restore writes a window in: every change once, in
-// task ID order, for windows sorted on one core and on two.
-func TestSortByTask(t *testing.T) {
-	for _, n := range []int{0, 1, 100, 4096, 10_001} {
-		rng := rand.New(rand.NewPCG(uint64(n), 7))
-		cs := make([]change, n)
-		want := make([]string, n)
-		for i := range cs {
-			id := fmt.Sprintf("task-%08d", rng.IntN(1_000_000))
-			cs[i].rec = &kgo.Record{Key: []byte(id), Offset: int64(i)}
-			want[i] = id
-		}
-		slices.Sort(want)
-		got := sortByTask(cs)
-		seen := map[int64]bool{}
-		for i, c := range got {
-			if string(c.rec.Key) != want[i] {
-				t.Fatalf("n=%d: change %d is task %s, want %s", n, i, c.rec.Key, want[i])
-			}
-			seen[c.rec.Offset] = true
-		}
-		if len(got) != n || len(seen) != n {
-			t.Fatalf("n=%d: %d changes (%d distinct) out, want %d", n, len(got), len(seen), n)
-		}
 	}
 }

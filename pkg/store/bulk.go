@@ -42,6 +42,7 @@ type bulkOp struct {
 	key, value []byte
 	seq        int // the order of the writes of one key
 	del        bool
+	dropped    bool // taken back (Drop)
 }
 
 // NewBulk returns an empty Bulk with room for about n writes.
@@ -111,6 +112,15 @@ func (b *Bulk) SetCheckpoint(p int32, next int64) error {
 // Len is the number of writes in the bulk.
 func (b *Bulk) Len() int { return len(b.ops) }
 
+// Drop takes back the writes from..to (numbered by Len before and after
+// them): a restore that reads a later state of a task in the same window
+// drops the writes of the earlier one.
+func (b *Bulk) Drop(from, to int) {
+	for i := from; i < to; i++ {
+		b.ops[i].dropped = true
+	}
+}
+
 var bulkFiles atomic.Int64
 
 // Commit applies the writes: it sorts them (the last write of a key wins),
@@ -122,6 +132,7 @@ var bulkFiles atomic.Int64
 // unsyncedMark): the store is a cache of the changelog, and a restore
 // should not wait for the disk.
 func (b *Bulk) Commit() error {
+	b.ops = slices.DeleteFunc(b.ops, func(op bulkOp) bool { return op.dropped })
 	if len(b.ops) == 0 {
 		return nil
 	}
