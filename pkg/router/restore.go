@@ -1,9 +1,12 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +43,7 @@ const restoreWindow = 64 << 20
 type memo struct {
 	after, before held
 	win           int32 // the window of the last write
-	from, to      int32 // its writes in the window's Bulk (Bulk.Len before and after)
+	at            int32 // the task in that window's tasks
 }
 
 // held is a task's state as far as its index entries go: none (ok false:
@@ -169,12 +172,19 @@ type restorer struct {
 	forgot bool            // memo was cleared (restoreMemo): read the store for tasks not in it
 	bulk   *store.Bulk     // the window being built
 	win    int32           // its number
+	tasks  []written       // the tasks it writes, each once
 	bytes  int             // of the records in bulk, replaced ones included
 	next   map[int32]int64 // the checkpoints to write with the window
 
 	commits   chan *store.Bulk // to the committer
 	committed sync.WaitGroup   // windows sent to the committer and not yet written
 	failed    atomic.Pointer[error]
+}
+
+// written is a task a window writes, and its writes in the window's Bulk.
+type written struct {
+	id   []byte
+	span [2]int32
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
@@ -301,7 +311,8 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	switch {
 	case ok && m.win == rs.win:
 		before = m.before
-		rs.bulk.Drop(int(m.from), int(m.to))
+		sp := rs.tasks[m.at].span
+		rs.bulk.Drop(int(sp[0]), int(sp[1]))
 	case ok:
 		before = m.after
 	case rs.forgot || !rs.wiped[p]:
@@ -325,7 +336,15 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	if err != nil {
 		return err
 	}
-	m.win, m.from, m.to = rs.win, int32(from), int32(rs.bulk.Len())
+	sp := [2]int32{int32(from), int32(rs.bulk.Len())}
+	if ok && m.win == rs.win {
+		m.at = rs.memo[string(key)].at
+		rs.tasks[m.at].span = sp
+	} else {
+		m.at = int32(len(rs.tasks))
+		rs.tasks = append(rs.tasks, written{id: key, span: sp})
+	}
+	m.win = rs.win
 	rs.memo[string(key)] = m
 	rs.bytes += len(key) + len(rec.Value)
 	return nil
@@ -339,6 +358,14 @@ func (rs *restorer) cut() {
 	if rs.bulk == nil {
 		rs.bulk = rs.r.store.NewBulk(len(rs.next))
 	}
+	// in task ID order: the Bulk's indexes then come mostly sorted
+	sortWritten(rs.tasks)
+	spans := make([][2]int32, len(rs.tasks))
+	for i, t := range rs.tasks {
+		spans[i] = t.span
+	}
+	rs.bulk.Order(spans)
+	rs.tasks = rs.tasks[:0]
 	for p, n := range rs.next {
 		if err := rs.bulk.SetCheckpoint(p, n); err != nil {
 			rs.fail(err)
@@ -349,6 +376,32 @@ func (rs *restorer) cut() {
 	rs.commits <- rs.bulk
 	rs.bulk, rs.bytes, rs.next = nil, 0, map[int32]int64{}
 	rs.win++
+}
+
+// sortWritten sorts ws by task ID, its halves on two cores, then merged.
+func sortWritten(ws []written) {
+	byID := func(x, y written) int { return bytes.Compare(x.id, y.id) }
+	if len(ws) < 4096 || runtime.GOMAXPROCS(0) < 2 {
+		slices.SortFunc(ws, byID)
+		return
+	}
+	x, y := ws[:len(ws)/2], ws[len(ws)/2:]
+	done := make(chan struct{})
+	go func() {
+		slices.SortFunc(x, byID)
+		close(done)
+	}()
+	slices.SortFunc(y, byID)
+	<-done
+	out := make([]written, 0, len(ws))
+	for len(x) > 0 && len(y) > 0 {
+		if byID(y[0], x[0]) < 0 {
+			out, y = append(out, y[0]), y[1:]
+		} else {
+			out, x = append(out, x[0]), x[1:]
+		}
+	}
+	copy(ws, append(append(out, x...), y...))
 }
 
 // entriesOf reads the index entries of an encoded state (an Avro

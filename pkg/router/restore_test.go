@@ -2,8 +2,10 @@ package router
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
@@ -218,5 +220,32 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	if got, want := w.index(store.ExpiryIndex, 2), []string{"forgotten@6"}; !slices.Equal(got, want) {
 		t.Errorf("expiry index of the wiped partition %v, want %v", got, want)
+	}
+}
+
+// Guards the order a restore writes a window in: every task once, in task
+// ID order, whether sorted on one core or on two.
+func TestSortWritten(t *testing.T) {
+	for _, n := range []int{0, 1, 100, 4096, 10_001} {
+		rng := rand.New(rand.NewPCG(uint64(n), 7))
+		ws := make([]written, n)
+		want := make([]string, n)
+		for i := range ws {
+			id := fmt.Sprintf("task-%08d", rng.IntN(1_000_000))
+			ws[i] = written{id: []byte(id), span: [2]int32{int32(i), int32(i + 1)}}
+			want[i] = id
+		}
+		slices.Sort(want)
+		sortWritten(ws)
+		seen := map[int32]bool{}
+		for i, w := range ws {
+			if string(w.id) != want[i] {
+				t.Fatalf("n=%d: task %d is %s, want %s", n, i, w.id, want[i])
+			}
+			seen[w.span[0]] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("n=%d: %d distinct tasks after the sort, want %d", n, len(seen), n)
+		}
 	}
 }

@@ -92,6 +92,24 @@ func (b *Bulk) DeleteIndexed(p int32, id []byte, old *Entries) error {
 	return deleteIndexed(b, p, id, old)
 }
 
+// Order keeps the writes in spans (each a from..to range of writes
+// numbered as Len counts them), in the order of spans; the writes in no
+// span are discarded, like dropped ones. Writes made in task ID order come
+// mostly sorted to Commit, which then sorts each index in about linear
+// time: a restore builds its writes in the order it reads them, sorts its
+// tasks once and orders the writes by them.
+func (b *Bulk) Order(spans [][2]int32) {
+	out := make([]bulkOp, 0, len(b.ops))
+	for _, sp := range spans {
+		for _, op := range b.ops[sp[0]:sp[1]] {
+			if !op.dropped {
+				out = append(out, op)
+			}
+		}
+	}
+	b.ops = out
+}
+
 // Absorb moves the writes of o into b, after b's own (o is left empty):
 // bulks built in parallel, committed as one.
 func (b *Bulk) Absorb(o *Bulk) {
