@@ -34,7 +34,7 @@ const restoreMemo = 200_000
 // a tenth of its CPU compacting). restoreWindow bounds the restore's memory
 // (about twice restoreWindow, records and their writes) and sets how much a
 // large restore compacts.
-const restoreWindow = 64 << 20
+var restoreWindow = 64 << 20 // a variable for tests
 
 // memo is what the restore remembers of a task it wrote: the index entries
 // its last write left, those of the state before the window of that write,
@@ -199,7 +199,7 @@ type restoreStep struct {
 func (r *Router) newRestorer(wiped map[int32]bool, hint int) *restorer {
 	rs := &restorer{r: r, wiped: wiped, hint: hint,
 		in: make(chan restoreStep, 16), built: make(chan struct{}),
-		memo: map[string]memo{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+		memo: make(map[string]memo, min(hint, restoreMemo)), next: map[int32]int64{}, commits: make(chan *store.Bulk)}
 	go func() { // the committer
 		for b := range rs.commits {
 			if rs.failed.Load() == nil {
@@ -258,17 +258,20 @@ func (rs *restorer) close() error {
 }
 
 func (rs *restorer) step(st restoreStep) error {
-	for _, rec := range st.recs {
+	from := 0 // the fetch's records not yet in a window's checkpoints
+	for i, rec := range st.recs {
 		if err := rs.apply(rec); err != nil {
 			return err
 		}
-		rs.next[rec.Partition] = rec.Offset + 1
 		if rs.bytes >= restoreWindow {
 			// the window ends within the fetch: its checkpoints are past
 			// its own records only
+			rs.advance(st.recs[from : i+1])
+			from = i + 1
 			rs.cut()
 		}
 	}
+	rs.advance(st.recs[from:])
 	for p, n := range st.next {
 		rs.next[p] = n
 	}
@@ -284,6 +287,16 @@ func (rs *restorer) step(st restoreStep) error {
 		rs.forgot = true
 	}
 	return nil
+}
+
+// advance moves the checkpoints past recs (a fetch's, partition by
+// partition).
+func (rs *restorer) advance(recs []*kgo.Record) {
+	for i, rec := range recs {
+		if i+1 == len(recs) || recs[i+1].Partition != rec.Partition {
+			rs.next[rec.Partition] = max(rs.next[rec.Partition], rec.Offset+1)
+		}
+	}
 }
 
 // apply adds the writes of one changelog record to the window.

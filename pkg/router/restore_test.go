@@ -249,3 +249,67 @@ func TestSortWritten(t *testing.T) {
 		}
 	}
 }
+
+// Guards a restore in many windows, cut within fetches: each task ends with
+// its last changelog state and exactly that state's index entries, whether
+// its earlier states were in the same window (dropped) or in earlier ones
+// (replaced), and the checkpoint is past the last record.
+func TestRestoreInManyWindows(t *testing.T) {
+	w := rsStart(t)
+	defer func(n int) { restoreWindow = n }(restoreWindow)
+	restoreWindow = 2 << 10 // a few records a window
+	var recs []*kgo.Record
+	last := map[string]*task.State{}
+	off := int64(0)
+	for round := range 6 {
+		for i := range 20 {
+			id := fmt.Sprintf("task-%02d", (i*7+round)%20)
+			var st *task.State
+			if (i+round)%5 != 0 { // every fifth write a tombstone
+				st = &task.State{TaskID: id, Attempts: int32(round + 1), ExpiresAt: int64(round+1) * rsHour}
+				if (i+round)%2 == 0 {
+					st.Pending = pending(int64(1_000*round + i))
+				}
+			}
+			recs = append(recs, w.rec(0, off, id, st))
+			last[id] = st
+			off++
+		}
+	}
+	rs := w.r.newRestorer(map[int32]bool{0: true}, len(recs))
+	for i := 0; i < len(recs); i += 7 { // fetches of 7 records
+		if err := rs.add(recs[i:min(i+7, len(recs))], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rs.close(); err != nil {
+		t.Fatal(err)
+	}
+	var due, expiry []string
+	for id, st := range last {
+		got := w.get(id)
+		switch {
+		case st == nil && got != nil:
+			t.Errorf("%s: %+v, want none (its last record is a tombstone)", id, got)
+		case st != nil && (got == nil || got.Attempts != st.Attempts):
+			t.Errorf("%s: %+v, want its last state (attempts %d)", id, got, st.Attempts)
+		}
+		if st != nil && st.Pending != nil {
+			due = append(due, id+"@"+itoa(st.Pending.NotBefore))
+		}
+		if st != nil {
+			expiry = append(expiry, id+"@"+itoa(st.ExpiresAt/rsHour))
+		}
+	}
+	slices.Sort(due)
+	slices.Sort(expiry)
+	if got := w.index(store.DueIndex, 0); !slices.Equal(got, due) {
+		t.Errorf("due index %v, want %v", got, due)
+	}
+	if got := w.index(store.ExpiryIndex, 0); !slices.Equal(got, expiry) {
+		t.Errorf("expiry index %v, want %v", got, expiry)
+	}
+	if next, ok, err := w.r.store.Checkpoint(0); err != nil || !ok || next != off {
+		t.Errorf("checkpoint %d (%v, %v), want %d", next, ok, err, off)
+	}
+}
