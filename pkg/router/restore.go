@@ -22,12 +22,12 @@ import (
 // restoreMemo bounds how many tasks' index entries a restore remembers.
 const restoreMemo = 200_000
 
-// A restore writes what it read in windows: one window is collected while
-// the one before it is written, so a restore holds about two. A window ends
-// at restoreWindow bytes of changelog (keys and values, replaced records
-// included). A restore of up to restoreWindow bytes is one window: read
-// whole, then written as one set of sstables that do not overlap anything
-// in a wiped store, so Pebble links them into its last level and never
+// A restore writes what it read in windows: one window is built while the
+// one before it is written, so a restore holds about two. A window ends at
+// restoreWindow bytes of changelog (keys and values, replaced records
+// included). A restore of up to restoreWindow bytes is one window, written
+// once the read ends as one set of sstables that do not overlap anything in
+// a wiped store, so Pebble links them into its last level and never
 // compacts them. Each window after the first overlaps what the ones before
 // wrote: its files go to a higher level, and Pebble compacts them with the
 // rest, rewriting it (BenchmarkRestoreApply, in two windows, spends about
