@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -120,6 +122,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 
 	began, lastLog := time.Now(), time.Now()
 	var total int64
+	defer relaxGC()()
 	rs := r.newRestorer(wiped, int(remaining))
 	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
 		if err := rs.add(b.Records, b.Next[topic]); err != nil {
@@ -415,6 +418,44 @@ func sortWritten(ws []written) {
 		}
 	}
 	copy(ws, append(append(out, x...), y...))
+}
+
+// relaxGC lets the heap grow by up to three windows before the garbage
+// collector runs, for a restore's duration, and returns the function that
+// undoes it. A restore allocates its windows in bulk and keeps most of
+// what it allocates until the window is written: collecting as the heap
+// doubles marked the same window over and over (a fifth of a restore's
+// CPU). A memory limit set for the process (GOMEMLIMIT) still applies.
+// Restores running at once (routers in one process) share one relaxation.
+func relaxGC() (undo func()) {
+	gcRelax.Lock()
+	defer gcRelax.Unlock()
+	if gcRelax.n++; gcRelax.n == 1 {
+		s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		rtmetrics.Read(s)
+		live := int64(0)
+		if s[0].Value.Kind() == rtmetrics.KindUint64 {
+			live = int64(s[0].Value.Uint64())
+		}
+		gcRelax.limit = debug.SetMemoryLimit(-1)
+		gcRelax.percent = debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(min(gcRelax.limit, 2*live+3*int64(restoreWindow)+64<<20))
+	}
+	return func() {
+		gcRelax.Lock()
+		defer gcRelax.Unlock()
+		if gcRelax.n--; gcRelax.n == 0 {
+			debug.SetGCPercent(gcRelax.percent)
+			debug.SetMemoryLimit(gcRelax.limit)
+		}
+	}
+}
+
+var gcRelax struct {
+	sync.Mutex
+	n       int
+	limit   int64
+	percent int
 }
 
 // entriesOf reads the index entries of an encoded state (an Avro

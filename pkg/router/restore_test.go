@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"testing"
@@ -311,5 +312,33 @@ func TestRestoreInManyWindows(t *testing.T) {
 	}
 	if next, ok, err := w.r.store.Checkpoint(0); err != nil || !ok || next != off {
 		t.Errorf("checkpoint %d (%v, %v), want %d", next, ok, err, off)
+	}
+}
+
+// Guards the garbage collector's settings around restores: relaxed while
+// any restore runs (two at once share it), and as they were once the last
+// one ends.
+func TestRelaxGCRestoresSettings(t *testing.T) {
+	before := debug.SetGCPercent(77)
+	defer debug.SetGCPercent(before)
+	limit := debug.SetMemoryLimit(-1)
+	undo1 := relaxGC()
+	undo2 := relaxGC()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Errorf("GC percent during two restores %d, want -1 (off below the memory limit)", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l >= limit || l <= int64(restoreWindow) {
+		t.Errorf("memory limit during restores %d, want below the process's %d and above a window", l, limit)
+	}
+	undo1()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Errorf("GC percent while one restore still runs %d, want -1", p)
+	}
+	undo2()
+	if p := debug.SetGCPercent(77); p != 77 {
+		t.Errorf("GC percent after the restores %d, want 77 as before", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != limit {
+		t.Errorf("memory limit after the restores %d, want %d as before", l, limit)
 	}
 }
