@@ -2,6 +2,7 @@ package codec
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -30,14 +31,18 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 // error, so that the caller can log its task_id.
 func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
 	var e event.TaskEvent
-	err := c.DecodeTaskEventInto(b, &e)
-	return e, err
+	if ok, err := c.decodeTaskEventWire(b, &e, false); ok {
+		return e, err
+	}
+	return c.decodeTaskEventGoavro(b)
 }
 
-// DecodeTaskEventInto is DecodeTaskEvent into *e, which it overwrites: the
-// router decodes each input in place, with no copy of the event.
+// DecodeTaskEventInto is DecodeTaskEvent into *e, which it overwrites, for
+// the router's hot path: the event is decoded in place, and its strings share
+// one copy of b's body instead of one allocation each. A string kept beyond
+// the event keeps that copy alive (at most b's size): clone what outlives it.
 func (c *Codec) DecodeTaskEventInto(b []byte, e *event.TaskEvent) error {
-	if ok, err := c.decodeTaskEventWire(b, e); ok {
+	if ok, err := c.decodeTaskEventWire(b, e, true); ok {
 		return err
 	}
 	var err error
@@ -64,8 +69,9 @@ func (c *Codec) decodeTaskEventGoavro(b []byte) (event.TaskEvent, error) {
 // decodeTaskEventWire decodes a TaskEvent of the current schema into *e with
 // event_wire.go's reader. ok is false when it does not apply (another writer
 // schema) or the body does not read, so that goavro decodes it and reports
-// the error; *e is then undefined.
-func (c *Codec) decodeTaskEventWire(b []byte, e *event.TaskEvent) (ok bool, err error) {
+// the error; *e is then undefined. With shared, the strings of *e are views
+// of one copy of the body.
+func (c *Codec) decodeTaskEventWire(b []byte, e *event.TaskEvent, shared bool) (ok bool, err error) {
 	if c.event == nil || c.wire == nil {
 		return false, nil
 	}
@@ -74,6 +80,10 @@ func (c *Codec) decodeTaskEventWire(b []byte, e *event.TaskEvent) (ok bool, err 
 	}
 	*e = event.TaskEvent{}
 	r := rd{b: b[headerLen:]}
+	if shared && len(r.b) > 0 {
+		body := string(r.b) // immutable: nothing writes through the views
+		r.b, r.view = unsafe.Slice(unsafe.StringData(body), len(body)), true
+	}
 	d := nat{v: c.view}
 	c.event.decode(&r, &d, e)
 	if r.err != nil || len(r.b) != 0 {

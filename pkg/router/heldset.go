@@ -3,6 +3,7 @@ package router
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 )
@@ -96,6 +97,9 @@ func (h *heldSet) put(id string, p int32, refs []breaker.Ref) {
 	if id == "" {
 		return
 	}
+	// an input's task ID shares its decoded record's bytes
+	// (codec.DecodeTaskEventInto): a held retry keeps only the ID
+	id = strings.Clone(id)
 	r := heldRetry{id: id, partition: p}
 	for _, ref := range refs {
 		i := h.intern(ref)
