@@ -26,11 +26,20 @@ import (
 
 // EncodeState appends the single-object encoding of st to dst.
 func (c *Codec) EncodeState(dst []byte, st *task.State) ([]byte, error) {
+	return c.EncodeStateFrom(dst, st, nil)
+}
+
+// EncodeStateFrom is EncodeState for a state whose last event is a whole copy
+// (nothing cut) of the event decoded from lastEvent, a single-object
+// encoding; nil when there is none. When lastEvent was written with the
+// TaskEvent schema the state embeds, its body is copied rather than the
+// event encoded again (an Avro record's encoding is its fields' in order).
+func (c *Codec) EncodeStateFrom(dst []byte, st *task.State, lastEvent []byte) ([]byte, error) {
 	if !c.stateWire {
 		return c.encodeStateNative(dst, st)
 	}
 	n := len(dst)
-	out, err := c.appendState(header(dst, c.state), st)
+	out, err := c.appendStateFrom(header(dst, c.state), st, lastEvent)
 	if err != nil {
 		return dst[:n], err
 	}
@@ -85,12 +94,19 @@ func (c *Codec) decodeState(b []byte, view bool) (*task.State, error) {
 }
 
 func (c *Codec) appendState(dst []byte, s *task.State) ([]byte, error) {
+	return c.appendStateFrom(dst, s, nil)
+}
+
+// appendStateFrom is appendState with the encoding s.LastEvent was decoded
+// from (EncodeStateFrom).
+func (c *Codec) appendStateFrom(dst []byte, s *task.State, lastEvent []byte) ([]byte, error) {
 	dst = appendString(dst, s.TaskID)
 	dst = appendStrings(dst, s.SeenEvents)
 	dst = binary.AppendVarint(dst, int64(s.Attempts))
 	dst = binary.AppendVarint(dst, int64(s.Retries))
 	if len(s.RetriesByClass) > 0 {
-		keys := make([]string, 0, len(s.RetriesByClass))
+		var room [8]string // a task retries in few classes
+		keys := room[:0]
 		for k := range s.RetriesByClass {
 			keys = append(keys, string(k))
 		}
@@ -144,9 +160,13 @@ func (c *Codec) appendState(dst []byte, s *task.State) ([]byte, error) {
 	}
 	dst = appendString(dst, s.Traceparent)
 	if e := s.LastEvent; e != nil {
-		var err error
-		if dst, err = c.event.encode(append(dst, 2), e); err != nil {
-			return dst, err
+		if c.embedsEventOf(lastEvent) {
+			dst = append(append(dst, 2), lastEvent[headerLen:]...)
+		} else {
+			var err error
+			if dst, err = c.event.encode(append(dst, 2), e); err != nil {
+				return dst, err
+			}
 		}
 	} else {
 		dst = append(dst, 0)
@@ -161,6 +181,17 @@ func (c *Codec) appendState(dst []byte, s *task.State) ([]byte, error) {
 		dst = append(dst, 0)
 	}
 	return dst, nil
+}
+
+// embedsEventOf reports whether b, a single-object TaskEvent (or nil), was
+// written with the TaskEvent schema a TaskState embeds, so that its body is
+// the state's last_event as it is.
+func (c *Codec) embedsEventOf(b []byte) bool {
+	if b == nil || c.wire == nil {
+		return false
+	}
+	w, err := c.writerOf(b)
+	return err == nil && w == c.wire.event
 }
 
 // stateWireAgrees checks the TaskState reader and writer against goavro on

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -199,5 +200,53 @@ func TestStateReadsVersion1(t *testing.T) {
 	want.Pending.DueAt = 0
 	if !reflect.DeepEqual(back, want) {
 		t.Fatalf("TaskState v1 record read as\n%+v\nwant\n%+v", back, want)
+	}
+}
+
+// TestStateFromInputEvent guards EncodeStateFrom: a state whose last event is
+// a whole copy of an input event, written with the input's body copied, reads
+// back as the same state EncodeState writes, and is the same bytes when the
+// event has at most one attribute (a map's encoding order is free).
+func TestStateFromInputEvent(t *testing.T) {
+	c := newCodec(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	copied := 0
+	for i := range 1000 {
+		e := randomEvent(rng)
+		raw, err := c.EncodeTaskEvent(nil, &e)
+		if err != nil {
+			continue // Validate refuses it
+		}
+		var in event.TaskEvent
+		if err := c.DecodeTaskEventInto(raw, &in); err != nil {
+			t.Fatal(err)
+		}
+		st := &task.State{TaskID: in.TaskID, Attempts: 1}
+		st.SetLastEvent(&in)
+		if len(st.LastEventTruncated) > 0 {
+			continue // the router passes the input only for a whole copy
+		}
+		want, err := c.EncodeState(nil, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.EncodeStateFrom(nil, st, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.Attributes) <= 1 && !bytes.Equal(got, want) {
+			t.Fatalf("event %d: state from the input\n%x\nencoded\n%x", i, got, want)
+		}
+		back, err := c.DecodeState(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back.LastEvent, st.LastEvent) {
+			t.Fatalf("event %d: last event read back as %+v, want %+v", i, back.LastEvent, st.LastEvent)
+		}
+		copied++
+	}
+	if copied < 200 {
+		t.Fatalf("only %d of 1000 events checked (want 200)", copied)
 	}
 }

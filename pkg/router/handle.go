@@ -347,6 +347,9 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
 		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+		if len(st.LastEventTruncated) == 0 { // a whole copy: its changelog record copies the input's body
+			b.lastBody[st.LastEvent] = in.rec.Value
+		}
 	}
 	if in.decision.Route != event.RouteDrop {
 		in.started, in.finished = isNew, st.Terminal && !wasTerminal
@@ -435,7 +438,7 @@ func (r *Router) changelog(b *batch, now time.Time) {
 		st := b.states[id]
 		st.ExpiresAt = r.expiresAt(st, now)
 		var err error
-		b.scratch, err = r.codec.EncodeState(b.scratch[:0], st)
+		b.scratch, err = r.codec.EncodeStateFrom(b.scratch[:0], st, b.lastBody[st.LastEvent])
 		if err != nil { // a State always encodes; keep the batch going regardless
 			r.log.Error("state does not encode", "task_id", id, "err", err)
 			continue
@@ -534,6 +537,9 @@ type batch struct {
 	// their values (arena.go); scratch is where a state is encoded first
 	mem     arena
 	scratch []byte
+	// lastBody is, for a state's last event that is a whole copy of an
+	// input of the batch, that input's value (codec.EncodeStateFrom)
+	lastBody map[*event.TaskEvent][]byte
 }
 
 func newBatch() *batch {
@@ -546,6 +552,7 @@ func newBatch() *batch {
 		origin:      map[*kgo.Record]*kgo.Record{},
 		checkpoints: map[int32]int64{},
 		forgotten:   map[string]bool{},
+		lastBody:    map[*event.TaskEvent][]byte{},
 	}
 }
 
@@ -582,6 +589,7 @@ func (b *batch) releaseRecords() {
 	clear(b.out)
 	b.out = b.out[:0]
 	clear(b.origin)
+	clear(b.lastBody) // input values too
 }
 
 // state returns the working state of a task, creating an empty one for a
