@@ -211,6 +211,9 @@ func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, fi
 		if err != nil {
 			return percentiles{}, err
 		}
+		if arena == nil { // room for all, by the first one's size (the events differ by a few bytes)
+			arena = make([]byte, 0, total*(len(rec.Key)+len(rec.Value))*5/4)
+		}
 		arena = append(arena, rec.Key...)
 		bounds = append(bounds, len(arena))
 		arena = append(arena, rec.Value...)
