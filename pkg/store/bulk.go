@@ -33,9 +33,11 @@ import (
 // Use it for writes in bulk only: every Commit adds a file to Pebble's
 // level 0 (compacted in the background).
 type Bulk struct {
-	s     *Store
-	ops   []bulkOp
-	arena []byte // the keys it built, in chunks: what is appended stays put
+	s       *Store
+	ops     []bulkOp
+	arena   []byte     // the keys it built, in chunks: what is appended stays put
+	spans   [][2]int32 // the order of the writes before ordered (Order)
+	ordered int
 }
 
 type bulkOp struct {
@@ -93,22 +95,13 @@ func (b *Bulk) DeleteIndexed(p int32, id []byte, old *Entries) error {
 }
 
 // Order keeps the writes in spans (each a from..to range of writes
-// numbered as Len counts them), in the order of spans; the writes in no
-// span are discarded, like dropped ones. Writes made in task ID order come
-// mostly sorted to Commit, which then sorts each index in about linear
-// time: a restore builds its writes in the order it reads them, sorts its
-// tasks once and orders the writes by them.
-func (b *Bulk) Order(spans [][2]int32) {
-	out := make([]bulkOp, 0, len(b.ops))
-	for _, sp := range spans {
-		for _, op := range b.ops[sp[0]:sp[1]] {
-			if !op.dropped {
-				out = append(out, op)
-			}
-		}
-	}
-	b.ops = out
-}
+// numbered as Len counts them), in the order of spans, followed by the
+// writes made after Order; the other writes are discarded, like dropped
+// ones. Writes made in task ID order come mostly sorted to Commit, which
+// then sorts each index in about linear time: a restore builds its writes
+// in the order it reads them, sorts its tasks once and orders the writes
+// by them.
+func (b *Bulk) Order(spans [][2]int32) { b.spans, b.ordered = spans, len(b.ops) }
 
 // Absorb moves the writes of o into b, after b's own (o is left empty):
 // bulks built in parallel, committed as one.
@@ -150,11 +143,9 @@ var bulkFiles atomic.Int64
 // unsyncedMark): the store is a cache of the changelog, and a restore
 // should not wait for the disk.
 func (b *Bulk) Commit() error {
-	b.ops = slices.DeleteFunc(b.ops, func(op bulkOp) bool { return op.dropped })
-	if len(b.ops) == 0 {
+	if b.sort() == 0 {
 		return nil
 	}
-	b.sort()
 	ops := b.ops[:0] // the last write of each key
 	for i, op := range b.ops {
 		if i+1 < len(b.ops) && bytes.Equal(op.key, b.ops[i+1].key) {
@@ -165,17 +156,21 @@ func (b *Bulk) Commit() error {
 	b.ops = nil
 	marked := make(chan error, 1)
 	go func() { marked <- b.s.markUnsynced() }()
-	n := min(runtime.GOMAXPROCS(0), 1+len(ops)/10_000)
-	paths := make([]string, n)
-	files := make([]vfs.File, n)
-	errs := make([]error, n)
+	runs := tableRuns(ops, min(runtime.GOMAXPROCS(0), 1+len(ops)/10_000))
+	paths := make([]string, len(runs))
+	files := make([]vfs.File, len(runs))
+	errs := make([]error, len(runs))
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for k := range n {
-		paths[k] = filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
+	for range min(runtime.GOMAXPROCS(0), len(runs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			files[k], errs[k] = b.s.writeTable(paths[k], ops[k*len(ops)/n:(k+1)*len(ops)/n])
+			for k := int(next.Add(1)) - 1; k < len(runs); k = int(next.Add(1)) - 1 {
+				r := runs[k]
+				paths[k] = filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
+				files[k], errs[k] = b.s.writeTable(paths[k], ops[r.from:r.to], r.filtered)
+			}
 		}()
 	}
 	wg.Wait()
@@ -192,7 +187,9 @@ func (b *Bulk) Commit() error {
 			if files[k] != nil {
 				_ = files[k].Close()
 			}
-			_ = vfs.Default.Remove(path)
+			if path != "" {
+				_ = vfs.Default.Remove(path)
+			}
 		}
 		b.s.synced(nil)
 		return fmt.Errorf("store: bulk write: %w", err)
@@ -295,9 +292,35 @@ func syncDir(dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
+// tableRun is a range of a Bulk's sorted writes that goes to one sstable.
+type tableRun struct {
+	from, to int
+	filtered bool // with a bloom filter
+}
+
+// tableRuns splits sorted writes into about n runs of about the same number
+// of writes, for sstables written at once, and at the bounds of the keys
+// read by point lookups (tasks and their owners), the only ones a bloom
+// filter serves: the indexes are only scanned, and a filter of their keys,
+// a hash of each, would cost without use.
+func tableRuns(ops []bulkOp, n int) []tableRun {
+	pointRead := func(op bulkOp) bool { return op.key[0] == 't' || op.key[0] == 'r' }
+	size := max(1, (len(ops)+n-1)/n)
+	var runs []tableRun
+	from := 0
+	for i := 1; i <= len(ops); i++ {
+		if i == len(ops) || i-from >= size || pointRead(ops[i]) != pointRead(ops[from]) {
+			runs = append(runs, tableRun{from: from, to: i, filtered: pointRead(ops[from])})
+			from = i
+		}
+	}
+	return runs
+}
+
 // writeTable writes ops, sorted with unique keys, to an sstable at path,
-// and returns the file, open and not synced.
-func (s *Store) writeTable(path string, ops []bulkOp) (vfs.File, error) {
+// with a bloom filter if filtered, and returns the file, open and not
+// synced.
+func (s *Store) writeTable(path string, ops []bulkOp, filtered bool) (vfs.File, error) {
 	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, err
@@ -309,6 +332,9 @@ func (s *Store) writeTable(path string, ops []bulkOp) (vfs.File, error) {
 	// not compressed: the restore writes it once and it is read from
 	// memory while it is hot
 	wo.Compression = block.NoCompression
+	if !filtered {
+		wo.FilterPolicy = pebble.NoFilterPolicy
+	}
 	w := sstable.NewWriter(&bufferedWritable{f: f, buf: make([]byte, 0, 1<<20)}, wo)
 	for _, op := range ops {
 		if op.del {
@@ -371,21 +397,46 @@ func (w *bufferedWritable) Finish() error {
 
 func (w *bufferedWritable) Abort() { _ = w.f.Close() }
 
-// sort sorts the writes by key, a key's writes in the order they were made.
+// sort sorts the writes kept by key, a key's writes in the order they were
+// made, and returns how many there are.
 // Keys are grouped first by their prefix and partition (the index a key
 // belongs to), keeping their order (a counting sort into one new slice),
 // and each group is sorted on its own: a caller that writes its tasks in
 // task ID order hands over groups that are mostly sorted already, which
 // pdqsort checks in linear time.
-func (b *Bulk) sort() {
+func (b *Bulk) sort() int {
+	// the writes kept, in their order (Order)
+	var idx []int32
+	if b.spans != nil {
+		idx = make([]int32, 0, len(b.ops))
+		for _, sp := range b.spans {
+			for i := sp[0]; i < sp[1]; i++ {
+				if !b.ops[i].dropped {
+					idx = append(idx, i)
+				}
+			}
+		}
+		for i := b.ordered; i < len(b.ops); i++ {
+			if !b.ops[i].dropped {
+				idx = append(idx, int32(i))
+			}
+		}
+	} else {
+		idx = make([]int32, 0, len(b.ops))
+		for i, op := range b.ops {
+			if !op.dropped {
+				idx = append(idx, int32(i))
+			}
+		}
+	}
 	// the group of each write, and the size of each group; a map lookup
 	// by string(bytes) does not allocate, and there are a few dozen groups
 	ids := map[string]int{}
 	var names []string
 	var counts []int
-	of := make([]int32, len(b.ops))
-	for i, op := range b.ops {
-		g := groupOf(op.key)
+	of := make([]int32, len(idx))
+	for j, i := range idx {
+		g := groupOf(b.ops[i].key)
 		id, ok := ids[string(g)]
 		if !ok {
 			id = len(names)
@@ -393,7 +444,7 @@ func (b *Bulk) sort() {
 			ids[names[id]] = id
 			counts = append(counts, 0)
 		}
-		of[i] = int32(id)
+		of[j] = int32(id)
 		counts[id]++
 	}
 	order := make([]int, len(names))
@@ -407,11 +458,11 @@ func (b *Bulk) sort() {
 		starts[id] = total
 		total += counts[id]
 	}
-	out := make([]bulkOp, len(b.ops))
+	out := make([]bulkOp, len(idx))
 	at := slices.Clone(starts)
-	for i, op := range b.ops {
-		out[at[of[i]]] = op
-		at[of[i]]++
+	for j, i := range idx {
+		out[at[of[j]]] = b.ops[i]
+		at[of[j]]++
 	}
 	// the groups are sorted on every core, the largest first
 	bySize := make([]int, len(names))
@@ -441,7 +492,8 @@ func (b *Bulk) sort() {
 		}()
 	}
 	wg.Wait()
-	b.ops = out
+	b.ops, b.spans = out, nil
+	return len(out)
 }
 
 // groupOf is the prefix of key that names its index: the key's kind, and

@@ -3,6 +3,7 @@ package store
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -83,5 +84,39 @@ func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
 	put(t, c, 0, 5*hour, &task.State{TaskID: "after", Attempts: 1})
 	if got, err := c.Get("after"); err != nil || got == nil {
 		t.Errorf("the emptied store does not take writes: %+v (%v)", got, err)
+	}
+}
+
+// Guards how a Bulk's sorted writes are split into sstables: every write in
+// exactly one run, in order, about n runs, and a bloom filter on exactly the
+// runs of keys read by point lookups (tasks and their owners), never a run
+// that mixes them with index keys.
+func TestTableRuns(t *testing.T) {
+	var ops []bulkOp
+	for _, prefix := range []string{"c/", "d/", "m/", "o/", "r/", "t/", "x/"} {
+		for i := range 1000 {
+			ops = append(ops, bulkOp{key: []byte(prefix + strconv.Itoa(10_000+i))})
+		}
+	}
+	for _, n := range []int{1, 2, 5} {
+		runs := tableRuns(ops, n)
+		at := 0
+		for _, r := range runs {
+			if r.from != at || r.to <= r.from {
+				t.Fatalf("n=%d: run %+v after %d writes, want one from %d", n, r, at, at)
+			}
+			for _, op := range ops[r.from:r.to] {
+				if point := op.key[0] == 't' || op.key[0] == 'r'; point != r.filtered {
+					t.Fatalf("n=%d: key %s in a run with filter %v", n, op.key, r.filtered)
+				}
+			}
+			at = r.to
+		}
+		if at != len(ops) {
+			t.Fatalf("n=%d: runs end at %d of %d writes", n, at, len(ops))
+		}
+		if len(runs) > n+2 {
+			t.Errorf("n=%d: %d runs, want at most %d", n, len(runs), n+2)
+		}
 	}
 }
