@@ -169,6 +169,7 @@ type breaker struct {
 	probes   int32 // HALF_OPEN: probes let through
 	okProbes int32 // HALF_OPEN: successes seen
 	window   [buckets]slot
+	saved    uint64 // the unit of changes (Set.epoch) its state at Begin was saved in
 }
 
 // Set is the breakers of every scope. It is not safe for concurrent use.
@@ -176,8 +177,10 @@ type Set struct {
 	cfg      [3]Config
 	breakers map[Ref]*breaker
 	// undo holds, between Begin and Commit or Rollback, each changed
-	// breaker as it was at Begin (nil: it did not exist).
-	undo map[Ref]*breaker
+	// breaker as it was at Begin (nil: it did not exist); epoch counts the
+	// units, so that a breaker knows it was saved without a look-up in undo
+	undo  map[Ref]*breaker
+	epoch uint64
 }
 
 // Begin starts a unit of changes: Rollback undoes every change made after
@@ -186,7 +189,7 @@ type Set struct {
 // consumed again) leaves its breakers exactly as they were: no outcome
 // counted twice, no latch or transition lost, no half-open probe slot used
 // up by a probe that was never published.
-func (s *Set) Begin() { s.undo = map[Ref]*breaker{} }
+func (s *Set) Begin() { s.undo, s.epoch = map[Ref]*breaker{}, s.epoch+1 }
 
 // Commit keeps the changes made since Begin.
 func (s *Set) Commit() { s.undo = nil }
@@ -208,15 +211,21 @@ func (s *Set) save(ref Ref) {
 	if s.undo == nil {
 		return
 	}
-	if _, ok := s.undo[ref]; ok {
-		return
-	}
 	if b, ok := s.breakers[ref]; ok {
-		c := *b
-		s.undo[ref] = &c
-	} else {
+		s.saveFound(ref, b)
+	} else if _, ok := s.undo[ref]; !ok {
 		s.undo[ref] = nil
 	}
+}
+
+// saveFound is save for b, the breaker of ref.
+func (s *Set) saveFound(ref Ref, b *breaker) {
+	if s.undo == nil || b.saved == s.epoch {
+		return
+	}
+	c := *b
+	s.undo[ref] = &c
+	b.saved = s.epoch
 }
 
 // NewSet returns a Set with a Config per scope, indexed by Scope.
@@ -237,15 +246,16 @@ func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
 var MaxBreakers = 10_000
 
 func (s *Set) get(ref Ref, now time.Time) *breaker {
-	s.save(ref)
-	b, ok := s.breakers[ref]
-	if !ok {
-		if len(s.breakers) >= MaxBreakers {
-			s.evict(now)
-		}
-		b = &breaker{}
-		s.breakers[ref] = b
+	if b, ok := s.breakers[ref]; ok {
+		s.saveFound(ref, b)
+		return b
 	}
+	s.save(ref)
+	if len(s.breakers) >= MaxBreakers {
+		s.evict(now)
+	}
+	b := &breaker{saved: s.epoch} // new in this unit: undo forgets it
+	s.breakers[ref] = b
 	return b
 }
 
@@ -295,7 +305,7 @@ func (s *Set) count(ref Ref, b *breaker, now int64, failure bool) {
 }
 
 func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, o *Outcome) Transition {
-	s.save(ref)
+	s.saveFound(ref, b)
 	fail, req := s.counts(ref, b, now.UnixMilli())
 	t := Transition{Ref: ref, From: b.state, To: to, Reason: reason, Failures: fail, Requests: req, At: now}
 	if o != nil {
@@ -378,7 +388,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	if ok {
 		for _, ref := range refs {
 			if b, found := s.breakers[ref]; found && b.state == HalfOpen {
-				s.save(ref)
+				s.saveFound(ref, b)
 				b.probes++
 			}
 		}

@@ -368,3 +368,53 @@ func TestSurgesRollback(t *testing.T) {
 		t.Error("a committed surge fired twice")
 	}
 }
+
+// Guards Rollback after a breaker and a surge key were changed several times
+// in one unit, one of them first seen in it: each is left as it was at Begin
+// (the new one forgotten), not as it was after its first change.
+func TestRollbackAfterRepeatedChanges(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.6, Cooldown: time.Second, HalfOpenProbes: 1}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	old := Ref{Scope: ProviderModel, Key: "acme/m1"}
+	fresh := Ref{Scope: PromptTemplate, Key: "tpl"}
+	s.Begin()
+	s.Record(Outcome{Ref: old, Failure: false}, now)
+	s.Commit()
+	s.Begin()
+	for range 2 {
+		s.Record(Outcome{Ref: old, Failure: true}, now)
+		s.Record(Outcome{Ref: fresh, Failure: true}, now)
+	}
+	s.Rollback()
+	// at Begin: old had one success, fresh did not exist; one failure each
+	// now opens neither (1 of 2 is under the ratio, 1 of 1 under MinRequests)
+	s.Begin()
+	for _, ref := range []Ref{old, fresh} {
+		if ts := s.Record(Outcome{Ref: ref, Failure: true}, now); len(ts) != 0 || s.State(ref) != Closed {
+			t.Errorf("%v after Rollback and one failure: %s %v, want CLOSED", ref, s.State(ref), ts)
+		}
+	}
+	s.Commit()
+
+	sg, err := NewSurges(SurgeConfig{Window: time.Minute, MinEvents: 2, Ratio: 0.5, Classes: []string{"MODEL_REFUSAL"}, Scopes: []Scope{PromptTemplate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg.Begin()
+	sg.Record(fresh, "MODEL_REFUSAL", "t1", now)
+	if _, fired := sg.Record(fresh, "MODEL_REFUSAL", "t2", now); !fired {
+		t.Fatal("no surge")
+	}
+	sg.Rollback()
+	sg.Begin()
+	if _, fired := sg.Record(fresh, "MODEL_REFUSAL", "t1", now); fired {
+		t.Error("one event after Rollback fired a surge: the key kept an event of the rolled back unit")
+	}
+	if _, fired := sg.Record(fresh, "MODEL_REFUSAL", "t2", now); !fired {
+		t.Error("the surge of a rolled back unit did not fire again")
+	}
+}

@@ -71,6 +71,7 @@ type surgeSlot struct {
 type surgeKey struct {
 	window [buckets]surgeSlot
 	fired  []bool
+	saved  uint64 // the unit of changes (Surges.epoch) it was saved in
 }
 
 // Surges is the surge detector. It fires once when, within the window, a
@@ -83,10 +84,11 @@ type Surges struct {
 	index map[string]int // class -> index in cfg.Classes
 	keys  map[Ref]*surgeKey
 	undo  map[Ref]*surgeKey // like Set's: each key changed since Begin, as it was
+	epoch uint64
 }
 
 // Begin, Commit and Rollback make a unit of changes, as for a Set.
-func (s *Surges) Begin() { s.undo = map[Ref]*surgeKey{} }
+func (s *Surges) Begin() { s.undo, s.epoch = map[Ref]*surgeKey{}, s.epoch+1 }
 
 // Commit keeps the changes made since Begin.
 func (s *Surges) Commit() { s.undo = nil }
@@ -107,14 +109,22 @@ func (s *Surges) save(ref Ref) {
 	if s.undo == nil {
 		return
 	}
-	if _, ok := s.undo[ref]; ok {
-		return
-	}
 	k, ok := s.keys[ref]
 	if !ok {
-		s.undo[ref] = nil
+		if _, ok := s.undo[ref]; !ok {
+			s.undo[ref] = nil
+		}
 		return
 	}
+	s.saveFound(ref, k)
+}
+
+// saveFound is save for k, the key of ref.
+func (s *Surges) saveFound(ref Ref, k *surgeKey) {
+	if s.undo == nil || k.saved == s.epoch {
+		return
+	}
+	k.saved = s.epoch
 	c := &surgeKey{window: k.window, fired: slices.Clone(k.fired)}
 	for i := range c.window {
 		c.window[i].class = slices.Clone(k.window[i].class)
@@ -180,15 +190,16 @@ func (s *Surges) Record(ref Ref, class, taskID string, now time.Time) (Surge, bo
 func (s *Surges) Len() int { return len(s.keys) }
 
 func (s *Surges) get(ref Ref, now int64) *surgeKey {
-	s.save(ref)
-	k, ok := s.keys[ref]
-	if !ok {
-		if len(s.keys) >= MaxSurgeKeys {
-			s.evict(now)
-		}
-		k = &surgeKey{fired: make([]bool, len(s.cfg.Classes))}
-		s.keys[ref] = k
+	if k, ok := s.keys[ref]; ok {
+		s.saveFound(ref, k)
+		return k
 	}
+	s.save(ref)
+	if len(s.keys) >= MaxSurgeKeys {
+		s.evict(now)
+	}
+	k := &surgeKey{fired: make([]bool, len(s.cfg.Classes)), saved: s.epoch} // new in this unit: undo forgets it
+	s.keys[ref] = k
 	return k
 }
 
