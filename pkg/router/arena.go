@@ -49,14 +49,15 @@ func (a *arena) record() *kgo.Record {
 }
 
 // reset makes the arena's memory free again. A batch that needed more than
-// one block lets them go; the next gets one block the size of all of them.
+// one block lets them go; the next gets one block the size of all of them
+// and half as much again, so that batches of about the same size reuse it.
 func (a *arena) reset() {
 	if a.blocks > 1 {
-		a.buf = make([]byte, 0, a.used)
+		a.buf = make([]byte, 0, a.used+a.used/2)
 	}
 	a.buf = a.buf[:0]
 	if a.recBlocks > 1 {
-		a.recs = make([]kgo.Record, 0, a.usedRecs)
+		a.recs = make([]kgo.Record, 0, a.usedRecs+a.usedRecs/2)
 	}
 	clear(a.recs)
 	a.recs = a.recs[:0]
