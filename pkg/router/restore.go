@@ -21,8 +21,10 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
 
-// restoreMemo bounds how many tasks' index entries a restore remembers.
-const restoreMemo = 200_000
+// restoreMemo bounds how many tasks' index entries a restore remembers
+// (about 100 bytes each). Past it, the restore waits until its windows are
+// written, forgets them, and reads the store for the tasks it meets again.
+const restoreMemo = 1_000_000
 
 // A restore writes what it read in windows: one window is built while the
 // one before it is written, so a restore holds about two. A window ends at
@@ -39,13 +41,12 @@ const restoreMemo = 200_000
 var restoreWindow = 64 << 20 // a variable for tests
 
 // memo is what the restore remembers of a task it wrote: the index entries
-// its last write left, those of the state before the window of that write,
-// and where that write is in its window (values without pointers, for a map
-// of many).
+// its last write left, and where that write is in its window (a value
+// without pointers, for a map of many).
 type memo struct {
-	after, before held
-	win           int32 // the window of the last write
-	at            int32 // the task in that window's tasks
+	after held
+	win   int32 // the window of the last write
+	at    int32 // the task in that window's tasks
 }
 
 // held is a task's state as far as its index entries go: none (ok false:
@@ -184,10 +185,13 @@ type restorer struct {
 	failed    atomic.Pointer[error]
 }
 
-// written is a task a window writes, and its writes in the window's Bulk.
+// written is a task a window writes, its writes in the window's Bulk, and
+// the index entries of its state before the window (what a later record
+// of the task in the window replaces).
 type written struct {
-	id   []byte
-	span [2]int32
+	id     []byte
+	span   [2]int32
+	before held
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
@@ -326,7 +330,7 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	m, ok := rs.memo[string(key)]
 	switch {
 	case ok && m.win == rs.win:
-		before = m.before
+		before = rs.tasks[m.at].before
 		sp := rs.tasks[m.at].span
 		rs.bulk.Drop(int(sp[0]), int(sp[1]))
 	case ok:
@@ -344,10 +348,10 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	var err error
 	if rec.Value == nil {
 		err = rs.bulk.DeleteIndexed(p, key, before.entries())
-		m = memo{before: before}
+		m = memo{}
 	} else {
 		err = rs.bulk.PutIndexed(p, key, before.entries(), x, rec.Value)
-		m = memo{after: held{ok: true, x: x}, before: before}
+		m = memo{after: held{ok: true, x: x}}
 	}
 	if err != nil {
 		return err
@@ -358,7 +362,7 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 		rs.tasks[m.at].span = sp
 	} else {
 		m.at = int32(len(rs.tasks))
-		rs.tasks = append(rs.tasks, written{id: key, span: sp})
+		rs.tasks = append(rs.tasks, written{id: key, span: sp, before: before})
 	}
 	m.win = rs.win
 	rs.memo[string(key)] = m
