@@ -424,13 +424,16 @@ func sortWritten(ws []written) {
 	copy(ws, append(append(out, x...), y...))
 }
 
-// relaxGC lets the heap grow by up to three windows before the garbage
-// collector runs, for a restore's duration, and returns the function that
-// undoes it. A restore allocates its windows in bulk and keeps most of
-// what it allocates until the window is written: collecting as the heap
-// doubles marked the same window over and over (a fifth of a restore's
-// CPU). A memory limit set for the process (GOMEMLIMIT) still applies.
-// Restores running at once (routers in one process) share one relaxation.
+// relaxGC lets the heap grow by up to eight windows (a restore in flight
+// holds about six: two windows' records, writes and fetches) before the
+// garbage collector runs, for a restore's duration, and returns the
+// function that undoes it. A restore allocates its windows in bulk and
+// keeps most of what it allocates until the window is written: collecting
+// as the heap doubled marked the same window over and over (a fifth of a
+// restore's CPU), and a bound of three windows left the collector running
+// back to back in a restore of several windows. A memory limit set for the
+// process (GOMEMLIMIT) still applies. Restores running at once (routers in
+// one process) share one relaxation.
 func relaxGC() (undo func()) {
 	gcRelax.Lock()
 	defer gcRelax.Unlock()
@@ -443,7 +446,7 @@ func relaxGC() (undo func()) {
 		}
 		gcRelax.limit = debug.SetMemoryLimit(-1)
 		gcRelax.percent = debug.SetGCPercent(-1)
-		debug.SetMemoryLimit(min(gcRelax.limit, 2*live+3*int64(restoreWindow)+64<<20))
+		debug.SetMemoryLimit(min(gcRelax.limit, 2*live+8*int64(restoreWindow)+64<<20))
 	}
 	return func() {
 		gcRelax.Lock()
