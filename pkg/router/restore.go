@@ -312,7 +312,7 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 		// a state's writes: itself, its owner and member entries, and at
 		// most three index entries, and the deletes of the index entries
 		// of the state it replaces
-		rs.bulk = rs.r.store.NewBulk(6 * min(rs.hint, restoreWindow/256))
+		rs.bulk = rs.r.store.NewBulk(5 * min(rs.hint, restoreWindow/1024))
 	}
 	key, p := rec.Key, rec.Partition // the task ID; string(key) in a map lookup does not allocate
 	var x store.Entries
