@@ -172,13 +172,14 @@ type restorer struct {
 	built chan struct{} // closed when the builder has stopped
 
 	// the builder's
-	memo   map[string]memo // the index entries of the tasks this restore wrote
-	forgot bool            // memo was cleared (restoreMemo): read the store for tasks not in it
-	bulk   *store.Bulk     // the window being built
-	win    int32           // its number
-	tasks  []written       // the tasks it writes, each once
-	bytes  int             // of the records in bulk, replaced ones included
-	next   map[int32]int64 // the checkpoints to write with the window
+	memo    map[string]memo // the index entries of the tasks this restore wrote
+	forgot  bool            // memo was cleared (restoreMemo): read the store for tasks not in it
+	bulk    *store.Bulk     // the window being built
+	win     int32           // its number
+	tasks   []written       // the tasks it writes, each once
+	bytes   int             // of the records in bulk, replaced ones included
+	lastOps int             // the writes of the window before
+	next    map[int32]int64 // the checkpoints to write with the window
 
 	commits   chan *store.Bulk // to the committer
 	committed sync.WaitGroup   // windows sent to the committer and not yet written
@@ -312,7 +313,11 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 		// a state's writes: itself, its owner and member entries, and at
 		// most three index entries, and the deletes of the index entries
 		// of the state it replaces
-		rs.bulk = rs.r.store.NewBulk(5 * min(rs.hint, restoreWindow/1024))
+		n := 5 * min(rs.hint, restoreWindow/1024)
+		if rs.lastOps > 0 { // as many as the window before, and an eighth
+			n = rs.lastOps + rs.lastOps/8
+		}
+		rs.bulk = rs.r.store.NewBulk(n)
 	}
 	key, p := rec.Key, rec.Partition // the task ID; string(key) in a map lookup does not allocate
 	var x store.Entries
@@ -392,6 +397,7 @@ func (rs *restorer) cut() {
 			return
 		}
 	}
+	rs.lastOps = rs.bulk.Len()
 	rs.committed.Add(1)
 	rs.commits <- rs.bulk
 	rs.bulk, rs.bytes, rs.next = nil, 0, map[int32]int64{}
