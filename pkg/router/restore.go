@@ -206,7 +206,7 @@ type restoreStep struct {
 
 func (r *Router) newRestorer(wiped map[int32]bool, hint int) *restorer {
 	rs := &restorer{r: r, wiped: wiped, hint: hint,
-		in: make(chan restoreStep, 16), built: make(chan struct{}),
+		in: make(chan restoreStep, 2), built: make(chan struct{}),
 		memo: make(map[string]memo, min(hint, restoreMemo)), next: map[int32]int64{}, commits: make(chan *store.Bulk)}
 	go func() { // the committer
 		for b := range rs.commits {
