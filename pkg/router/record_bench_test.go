@@ -1,10 +1,8 @@
 package router
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
@@ -13,16 +11,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/store"
+	"github.com/faultrouter/faultrouter/pkg/workload"
 )
 
 // BenchmarkRecordCPU measures the CPU a batch spends per input record outside
 // Kafka: decode, the batched state read, the policy's decision, the audit,
 // routed and changelog records, the breakers, the sweep and the Pebble write
 // of the committed states: handle's work for a poll, without the broker. The
-// backlog is the bench's (bench/workload.go): 10k tasks of three attempts in
+// backlog is the bench's (pkg/workload): 10k tasks of three attempts in
 // a realistic mix of classes, in polls of 5000 records on 6 partitions. It
 // reports the CPU (user+system, every core) and the allocations per record.
 //
@@ -42,7 +40,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 	for lo := 0; lo < tasks; lo += 500 {
 		for a := 1; a <= 3; a++ {
 			for i := lo; i < lo+500; i++ {
-				ev := benchWorkloadEvent(i, a, t0.Add(time.Duration(a)*1500*time.Millisecond))
+				ev := workload.Event("bench", 1, i, a, t0.Add(time.Duration(a)*1500*time.Millisecond))
 				v, err := c.EncodeTaskEvent(nil, &ev)
 				if err != nil {
 					b.Fatal(err)
@@ -139,70 +137,4 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	r.changelog(b, now)
 	r.commitBreakers(b)
 	return r.persist(b, now)
-}
-
-// benchWorkloadEvent is attempt n of task i of bench/workload.go's mix:
-// transient timeouts, rate limits, fixable validation errors, refusals,
-// credentials, business rejections, a write without receipt, successes and
-// exact redeliveries.
-func benchWorkloadEvent(i, n int, at time.Time) event.TaskEvent {
-	rng := rand.New(rand.NewPCG(1, uint64(i)))
-	id := fmt.Sprintf("bench-%08d", i)
-	sla := int64(6 * 3600 * 1000)
-	e := event.TaskEvent{
-		EventID: fmt.Sprintf("%s-a%d", id, n), TaskID: id, Attempt: int32(n),
-		OccurredAt: event.At(at), Source: "support-bot",
-		Action:         []string{"answer_ticket", "refund", "contract_review", "summarize", "extract_invoice"}[rng.IntN(5)],
-		Provider:       []string{"openai", "anthropic", "google", "mistral"}[rng.IntN(4)],
-		Model:          []string{"gpt-4o", "claude-sonnet", "gemini-pro", "mistral-large", "gpt-4o-mini", "claude-haiku"}[rng.IntN(6)],
-		PromptTemplate: fmt.Sprintf("tmpl-%02d-v3", rng.IntN(40)),
-		Status:         event.StatusOK,
-		Usage:          event.Usage{CostUSD: 0.0004 + float64(rng.IntN(40))/10000, Tokens: int64(200 + rng.IntN(600)), ElapsedMs: int64(300 + rng.IntN(4000))},
-		InputRef:       &event.InputRef{URI: "s3://tickets/" + id + ".json", SHA256: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", SizeBytes: int64(1000 + rng.IntN(50000))},
-		SLAMs:          &sla,
-		Attributes:     map[string]string{"tenant": fmt.Sprintf("tenant-%d", rng.IntN(20)), "region": "eu-west-1"},
-	}
-	failed := func(stage event.Stage, x *event.Error) { e.Stage, e.Status, e.Error = stage, event.StatusError, x }
-	switch pick := i % 100; {
-	case pick < 40: // timeout, timeout, ok
-		if n < 3 {
-			failed(event.StageNetwork, &event.Error{Type: "TimeoutError", HTTPStatus: 504, Message: "upstream request timed out after 30000 ms"})
-		}
-	case pick < 52: // rate limited, ok, redelivered ok
-		switch n {
-		case 1:
-			ms := int64(500)
-			failed(event.StageProtocol, &event.Error{Type: "RateLimitError", HTTPStatus: 429, Message: "Rate limit reached for requests", RetryAfterMs: &ms})
-		case 3:
-			e.EventID, e.Attempt = fmt.Sprintf("%s-a%d", id, n-1), int32(n-1)
-		}
-	case pick < 64: // validation CODE_1xxx, CODE_2xxx, ok
-		if n < 3 {
-			failed(event.StageBusiness, &event.Error{Type: "ValidationError", Code: []string{"CODE_1003", "CODE_2101"}[n-1], Message: "field total does not match the sum of the line items"})
-		}
-	case pick < 74: // refusal, then two late attempts
-		if n == 1 {
-			v := true
-			e.Stage, e.Status = event.StageModel, event.StatusError
-			e.Output = &event.Output{Text: "I'm sorry, but I can't help with that request.", SchemaValid: &v}
-		}
-	case pick < 82: // auth 401, auth 401, ok
-		if n < 3 {
-			failed(event.StageProtocol, &event.Error{Type: "AuthenticationError", HTTPStatus: 401, Code: "token_expired"})
-		}
-	case pick < 90: // business rejected, then two late attempts
-		if n == 1 {
-			failed(event.StageBusiness, &event.Error{Type: "BusinessError", HTTPStatus: 422, Code: "insufficient_balance", Message: "account balance too low"})
-		}
-	case pick < 95: // write submitted without receipt, then confirmed
-		st := event.OpSubmitted
-		if n > 1 {
-			st = event.OpConfirmed
-		}
-		e.Operation = &event.Operation{OpID: "op-" + id, Kind: event.OpWrite, ParamsSHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", State: st}
-		if n == 1 {
-			failed(event.StageNetwork, &event.Error{Type: "TimeoutError", HTTPStatus: 504})
-		}
-	}
-	return e
 }

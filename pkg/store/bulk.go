@@ -160,20 +160,11 @@ func (b *Bulk) Commit() error {
 	paths := make([]string, len(runs))
 	files := make([]vfs.File, len(runs))
 	errs := make([]error, len(runs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(runs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := int(next.Add(1)) - 1; k < len(runs); k = int(next.Add(1)) - 1 {
-				r := runs[k]
-				paths[k] = filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
-				files[k], errs[k] = b.s.writeTable(paths[k], ops[r.from:r.to], r.filtered)
-			}
-		}()
-	}
-	wg.Wait()
+	onEveryCore(len(runs), func(k int) {
+		r := runs[k]
+		paths[k] = filepath.Join(b.s.dir, fmt.Sprintf("bulk-%d.sst.tmp", bulkFiles.Add(1)))
+		files[k], errs[k] = b.s.writeTable(paths[k], ops[r.from:r.to], r.filtered)
+	})
 	err := errors.Join(errs...)
 	if merr := <-marked; err == nil {
 		err = merr
@@ -470,30 +461,34 @@ func (b *Bulk) sort() int {
 		bySize[i] = i
 	}
 	slices.SortFunc(bySize, func(x, y int) int { return cmp.Compare(counts[y], counts[x]) })
+	onEveryCore(len(bySize), func(i int) {
+		id := bySize[i]
+		slices.SortFunc(out[starts[id]:starts[id]+counts[id]], func(x, y bulkOp) int {
+			if c := bytes.Compare(x.key, y.key); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.seq, y.seq)
+		})
+	})
+	b.ops, b.spans = out, nil
+	return len(out)
+}
+
+// onEveryCore calls fn(0), ..., fn(n-1), on one goroutine a core, each
+// taking the next job as it is done, and returns when all are done.
+func onEveryCore(n int, fn func(i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(names)) {
+	for range min(runtime.GOMAXPROCS(0), n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(bySize) {
-					return
-				}
-				id := bySize[i]
-				slices.SortFunc(out[starts[id]:starts[id]+counts[id]], func(x, y bulkOp) int {
-					if c := bytes.Compare(x.key, y.key); c != 0 {
-						return c
-					}
-					return cmp.Compare(x.seq, y.seq)
-				})
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
 			}
 		}()
 	}
 	wg.Wait()
-	b.ops, b.spans = out, nil
-	return len(out)
 }
 
 // groupOf is the prefix of key that names its index: the key's kind, and
