@@ -154,6 +154,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		try = kgo.TryAbort
 		r.rememberRefused(failed, b.origin) // unwritable.go: dead-lettered when polled again
 	}
+	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(sess.Client())), try)
 	if err != nil {
 		r.metrics.txAborted.Inc()
@@ -225,10 +226,16 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 // tasks left to read from the store: neither touched nor forgotten by prev
 // (a forgotten task starts afresh, as when the store no longer holds it).
 // With no batch before (its write is done, or it did not commit), every ID
-// is left to read.
+// is left to read. So it is after a rebalance since the batch before
+// committed: a partition assigned again may have been restored from the
+// changelog with states another instance committed meanwhile.
 func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
 	if prev == nil {
 		return b.ids, nil
+	}
+	if prev.rebalances != r.rebalances.Load() {
+		// the store holds what the restore wrote once prev's write is done
+		return b.ids, r.waitWritten()
 	}
 	ids := make([]string, 0, len(b.ids))
 	for _, id := range b.ids {
@@ -521,6 +528,7 @@ type batch struct {
 	olds        []task.State           // what old points to: remember's block
 	partOf      map[string]int32
 	touched     []string
+	rebalances  uint64 // Router.rebalances before the batch's commit
 	isTouched   map[string]bool
 	encoded     map[string][]byte // the changelog value of each touched state
 	out         []*kgo.Record

@@ -183,6 +183,10 @@ type Router struct {
 	// next batch to read its states from (handle.go); used by the handle
 	// goroutine only
 	writing *batch
+	// rebalances counts the assignment callbacks run (onAssigned, onRevoked,
+	// onLost): a batch committed before one of them may hold states a
+	// restore has since replaced (statesBefore)
+	rebalances atomic.Uint64
 
 	ready atomic.Bool
 }
@@ -447,6 +451,7 @@ func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
 	r.written.Lock() // the last batch's write is done before the restore writes
 	defer r.written.Unlock()
+	r.rebalances.Add(1)
 	var parts []int32
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
 		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
@@ -480,6 +485,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 	r.setReady(false)
 	r.written.Lock() // the store holds everything committed once the last batch's write is done
 	defer r.written.Unlock()
+	r.rebalances.Add(1)
 	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
 	r.mu.Lock()
 	for _, p := range revoked[r.cfg.Topics.Ingress] {
@@ -497,6 +503,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 // already be writing to them.
 func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.setReady(false)
+	r.rebalances.Add(1)
 	r.mu.Lock()
 	for _, p := range lost[r.cfg.Topics.Ingress] {
 		delete(r.owned, p)
