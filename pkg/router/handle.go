@@ -177,10 +177,11 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	committed = true
 
 	// The transaction committed: now, and only now, update the cache. The
-	// write runs while the next batch is polled and decoded; that batch
-	// waits for it before reading any state (waitWritten), and so do the
-	// assignment callbacks, which restore and mark the store. b is not
-	// reused until then: runSession alternates two batches.
+	// write runs while the next batch is polled, decoded and routed; that
+	// batch takes this one's states from b (statesBefore) and waits for the
+	// write before its sweep (waitWritten), and the assignment callbacks,
+	// which restore and mark the store, wait for it too. b is not reused
+	// until then: runSession alternates two batches.
 	r.written.Lock()
 	r.writing = b
 	go func() {
