@@ -103,18 +103,6 @@ func (b *Bulk) DeleteIndexed(p int32, id []byte, old *Entries) error {
 // by them.
 func (b *Bulk) Order(spans [][2]int32) { b.spans, b.ordered = spans, len(b.ops) }
 
-// Absorb moves the writes of o into b, after b's own (o is left empty):
-// bulks built in parallel, committed as one.
-func (b *Bulk) Absorb(o *Bulk) {
-	n := len(b.ops)
-	b.ops = slices.Grow(b.ops, len(o.ops))
-	for _, op := range o.ops {
-		op.seq += n
-		b.ops = append(b.ops, op)
-	}
-	o.ops, o.arena = nil, nil
-}
-
 // SetCheckpoint is Batch.SetCheckpoint.
 func (b *Bulk) SetCheckpoint(p int32, next int64) error {
 	return b.Set(checkpointKey(p), binary.BigEndian.AppendUint64(nil, uint64(next)), nil)
