@@ -464,7 +464,11 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		}
 	}
 	stored := make(map[string]*task.State, len(toLoad))
-	if err := r.store.Load(toLoad, stored); err != nil {
+	partOf := func(id string) int32 {
+		h, _ := r.brk.held.get(id)
+		return h.partition
+	}
+	if err := r.store.Load(toLoad, partOf, stored); err != nil {
 		return err
 	}
 	for _, id := range cand {

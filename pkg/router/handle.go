@@ -54,16 +54,12 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	// the write (waitWritten, below).
 	prev := r.writing
 	r.writing = nil
-	for i := range b.inputs {
-		if id := b.inputs[i].taskID(); id != "" {
-			b.ids = append(b.ids, id)
-		}
-	}
+	b.routedIDs()
 	ids, err := r.statesBefore(prev, b)
 	if err != nil {
 		return err
 	}
-	if err := r.store.Load(ids, b.states); err != nil {
+	if err := r.store.Load(ids, b.partition, b.states); err != nil {
 		return err
 	}
 	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
@@ -600,6 +596,25 @@ func (b *batch) releaseRecords() {
 	clear(b.origin)
 	clear(b.lastBody) // input values too
 }
+
+// routedIDs lists the tasks the batch routes (ids), with the partition
+// their state is kept under (partOf); a forwarded input is routed on its
+// home partition, and needs no state here.
+func (b *batch) routedIDs() {
+	for i := range b.inputs {
+		in := &b.inputs[i]
+		if id := in.taskID(); id != "" && in.kind != inputForward {
+			b.ids = append(b.ids, id)
+			if _, ok := b.partOf[id]; !ok {
+				b.partOf[id] = in.rec.Partition
+			}
+		}
+	}
+}
+
+// partition is the partition of task id in the batch (partOf): where its
+// state is stored.
+func (b *batch) partition(id string) int32 { return b.partOf[id] }
 
 // state returns the working state of a task, creating an empty one for a
 // task the store does not know.

@@ -95,7 +95,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		cpu += cpuTime() - c0
 		runtime.ReadMemStats(&ms)
 		allocs += ms.Mallocs - a0
-		if st, err := s.Get(string(recs[0].Key)); err != nil || st == nil || st.Attempts == 0 {
+		if st, err := s.Get(recs[0].Partition, string(recs[0].Key)); err != nil || st == nil || st.Attempts == 0 {
 			b.Fatalf("task %s stored as %+v, %v", recs[0].Key, st, err)
 		}
 		s.Close()
@@ -114,12 +114,8 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	r.decodeAll(b.recs, b.inputs)
-	for i := range b.inputs {
-		if id := b.inputs[i].taskID(); id != "" {
-			b.ids = append(b.ids, id)
-		}
-	}
-	if err := r.store.Load(b.ids, b.states); err != nil {
+	b.routedIDs()
+	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err
 	}
 	r.forgetExpired(b, now)

@@ -2,9 +2,11 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
@@ -21,35 +23,30 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
 
-// restoreMemo bounds how many tasks' index entries a restore remembers
-// (about 100 bytes each). Past it, the restore waits until its windows are
-// written, forgets them, and reads the store for the tasks it meets again.
-const restoreMemo = 1_000_000
-
 // A restore writes what it read in windows: one window is built while the
-// one before it is written, so a restore holds about two. A window ends at
-// restoreWindow bytes of changelog (keys and values, replaced records
-// included). A restore of up to restoreWindow bytes is one window, written
-// once the read ends as one set of sstables that do not overlap anything in
-// a wiped store, so Pebble links them into its last level and never
-// compacts them. Each window after the first overlaps what the ones before
-// wrote: its files go to a higher level, and Pebble compacts them with the
-// rest, rewriting it (BenchmarkRestoreApply, in two windows, spends about
-// a tenth of its CPU compacting). restoreWindow bounds the restore's memory
-// (about six times restoreWindow in flight: two windows' records, writes
-// and sorted copies) and sets how much a large restore compacts: 32 MiB
-// windows made a 500,000-record restore half again as slow, and 128 MiB
-// windows made it a tenth faster at nearly twice the memory.
+// one before it is written, so a restore holds about two. A restore reads
+// the partitions in groups, one after the other, each group of about
+// restoreGroup bytes of changelog (estimated from its offsets), and a
+// window is one group: the store's keys start with the partition (see
+// package store), so the sstables of a window of whole partitions overlap
+// nothing an earlier window wrote, and Pebble links them into its last
+// level without compacting anything. Groups of a quarter of a window
+// overlap the read of a group with the write of the one before.
+//
+// A group larger than restoreWindow bytes (keys and values, replaced
+// records included) is cut into several windows; the later windows of a
+// partition overlap the earlier ones, so Pebble compacts them.
+// restoreWindow bounds the restore's memory (about six times restoreWindow
+// in flight: two windows' records, writes and sorted copies).
 var restoreWindow = 64 << 20 // a variable for tests
 
-// memo is what the restore remembers of a task it wrote: the index entries
-// its last write left, and where that write is in its window (a value
-// without pointers, for a map of many).
-type memo struct {
-	after held
-	win   int32 // the window of the last write
-	at    int32 // the task in that window's tasks
-}
+// restoreGroup is the changelog bytes the restore reads in one group, and
+// restoreRecordBytes the size of a record it assumes until it has read
+// some (a state of a task in flight, compressed about 3:1 on the wire).
+var (
+	restoreGroup       = restoreWindow / 4
+	restoreRecordBytes = 256
+)
 
 // held is a task's state as far as its index entries go: none (ok false:
 // not stored, or deleted), or a state with entries x.
@@ -124,22 +121,34 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	r.metrics.restoreRemaining.Set(float64(remaining))
 
 	began, lastLog := time.Now(), time.Now()
-	var total int64
+	var total, read int64
 	defer relaxGC()()
-	rs := r.newRestorer(wiped, int(remaining))
-	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
-		if err := rs.add(b.Records, b.Next[topic]); err != nil {
-			return err
+	rs := r.newRestorer(wiped)
+	// a partition's fetches may be as large as a group: one partition is
+	// often read alone
+	opts := append(slices.Clip(r.cfg.ClientOpts), kgo.FetchMaxPartitionBytes(int32(max(restoreGroup, 1<<20))))
+	for _, g := range restoreGroups(topic, ranges[topic], restoreGroup/restoreRecordBytes) {
+		left, size := remaining-read, g.Len()
+		rs.hint(size)
+		err = scan.Read(ctx, opts, g, func(b *scan.Batch) error {
+			if err := rs.add(b.Records, b.Next[topic]); err != nil {
+				return err
+			}
+			total += int64(len(b.Records))
+			r.metrics.restoredRecords.Add(float64(len(b.Records)))
+			r.metrics.restoreRemaining.Set(float64(left - (size - b.Left)))
+			if time.Since(lastLog) > 5*time.Second {
+				r.log.Info("restoring state", "applied", total, "records_left", left-(size-b.Left))
+				lastLog = time.Now()
+			}
+			return nil
+		})
+		if err != nil {
+			break
 		}
-		total += int64(len(b.Records))
-		r.metrics.restoredRecords.Add(float64(len(b.Records)))
-		r.metrics.restoreRemaining.Set(float64(b.Left))
-		if time.Since(lastLog) > 5*time.Second {
-			r.log.Info("restoring state", "applied", total, "partitions_left", b.Partitions)
-			lastLog = time.Now()
-		}
-		return nil
-	})
+		read += size
+		rs.endWindow()
+	}
 	if werr := rs.close(); err == nil {
 		err = werr
 	}
@@ -151,35 +160,59 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	return nil
 }
 
+// restoreGroups splits the partitions to restore into groups read one
+// after the other, in partition order, each of about size offsets or one
+// partition.
+func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ranges {
+	var groups []scan.Ranges
+	var g scan.Ranges
+	n := int64(0)
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		r := parts[p]
+		if g != nil && n+(r.End-r.Start) > int64(size) {
+			groups, g = append(groups, g), nil
+		}
+		if g == nil {
+			g, n = scan.Ranges{}, 0
+		}
+		g.Set(topic, p, r)
+		n += r.End - r.Start
+	}
+	if g != nil {
+		groups = append(groups, g)
+	}
+	return groups
+}
+
 // restorer applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
 // and adds its writes to the window's store.Bulk while the next fetch is
 // read, and a committer goroutine writes each full window (sorts it, writes
 // its sstables, has Pebble ingest them) while the builder fills the next.
 //
-// Only a task's last record in a window is written: a later record drops
-// the writes of the earlier one (Bulk.Drop). Its write replaces the index
-// entries of the state the store holds before the window: the state an
-// earlier window of this restore wrote (memo), else nothing in a partition
-// this restore wiped, else the store's (a point read). A task changed twice
-// (a retry decided, then published) must not leave the first state's
-// due-index entry behind, or stale entries pile up at the head of the due
-// index. A record that does not decode is logged and skipped: the task
-// keeps the state before it.
+// Only a task's last record in a window is written: at the window's end
+// its tasks are sorted, and the writes of a task's earlier records are left
+// out (Bulk.Order). Each record's writes replace the index entries of the
+// state the store holds before the window: nothing in a partition this
+// restore wiped and has not written yet, else the store's (a point read,
+// once the windows before are written). A task changed twice (a retry
+// decided, then published) must not leave the first state's due-index
+// entry behind, or stale entries pile up at the head of the due index. A
+// record that does not decode is logged and skipped: the task keeps the
+// state before it.
 type restorer struct {
 	r     *Router
-	wiped map[int32]bool // partitions wiped before this restore: the store held nothing of them
-	hint  int            // records to restore, for the first window's room
+	fresh map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
 	in    chan restoreStep
 	built chan struct{} // closed when the builder has stopped
 
 	// the builder's
-	memo    map[string]memo // the index entries of the tasks this restore wrote
-	forgot  bool            // memo was cleared (restoreMemo): read the store for tasks not in it
 	bulk    *store.Bulk     // the window being built
-	win     int32           // its number
-	tasks   []written       // the tasks it writes, each once
-	bytes   int             // of the records in bulk, replaced ones included
+	size    int             // the records of the group being read
+	tasks   []written       // the records it writes, a task's last one kept
+	parts   map[int32]bool  // the partitions it has records of
+	bytes   int             // of the records in bulk
+	waited  bool            // the windows before this one are written
 	lastOps int             // the writes of the window before
 	next    map[int32]int64 // the checkpoints to write with the window
 
@@ -188,28 +221,33 @@ type restorer struct {
 	failed    atomic.Pointer[error]
 }
 
-// written is a task a window writes, its writes in the window's Bulk, and
-// the index entries of its state before the window (what a later record
-// of the task in the window replaces).
+// written is a record a window writes: its task, its writes in the
+// window's Bulk, and the order it was read in.
 type written struct {
-	id     []byte
-	span   [2]int32
-	before held
+	id   []byte
+	p    int32
+	span [2]int32
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
-// the read stands after it, or an order to end the window (cut), and to
-// forget the memo after it (forget).
+// the read stands after it, the size of the next group (size), or an order
+// to end the window (cut).
 type restoreStep struct {
-	recs        []*kgo.Record
-	next        map[int32]int64
-	cut, forget bool
+	recs []*kgo.Record
+	next map[int32]int64
+	size int
+	cut  bool
 }
 
-func (r *Router) newRestorer(wiped map[int32]bool, hint int) *restorer {
-	rs := &restorer{r: r, wiped: wiped, hint: hint,
+func (r *Router) newRestorer(wiped map[int32]bool) *restorer {
+	rs := &restorer{r: r, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
-		memo: make(map[string]memo, min(hint, restoreMemo)), next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+	for p, ok := range rs.fresh {
+		if !ok {
+			delete(rs.fresh, p)
+		}
+	}
 	go func() { // the committer
 		for b := range rs.commits {
 			if rs.failed.Load() == nil {
@@ -252,9 +290,12 @@ func (rs *restorer) add(recs []*kgo.Record, next map[int32]int64) error {
 	return nil
 }
 
-// endWindow ends the window after the records added so far, and forget
-// (restoreMemo reached) also clears the memo after it: for tests.
-func (rs *restorer) endWindow(forget bool) { rs.in <- restoreStep{cut: true, forget: forget} }
+// hint tells the builder how many records the next group has, for the
+// room of its window.
+func (rs *restorer) hint(records int64) { rs.in <- restoreStep{size: int(records)} }
+
+// endWindow ends the window after the records added so far.
+func (rs *restorer) endWindow() { rs.in <- restoreStep{cut: true} }
 
 // close writes what is left and waits until every window is written; it
 // returns the first error.
@@ -268,6 +309,9 @@ func (rs *restorer) close() error {
 }
 
 func (rs *restorer) step(st restoreStep) error {
+	if st.size > 0 {
+		rs.size = st.size
+	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
 		if err := rs.apply(rec); err != nil {
@@ -285,16 +329,8 @@ func (rs *restorer) step(st restoreStep) error {
 	for p, n := range st.next {
 		rs.next[p] = n
 	}
-	forget := st.forget || len(rs.memo) > restoreMemo
-	if st.cut || forget {
+	if st.cut {
 		rs.cut()
-	}
-	if forget {
-		// once the store holds every window written: read it for tasks
-		// not remembered
-		rs.committed.Wait()
-		clear(rs.memo)
-		rs.forgot = true
 	}
 	return nil
 }
@@ -312,16 +348,16 @@ func (rs *restorer) advance(recs []*kgo.Record) {
 // apply adds the writes of one changelog record to the window.
 func (rs *restorer) apply(rec *kgo.Record) error {
 	if rs.bulk == nil {
-		// a state's writes: itself, its owner and member entries, and at
-		// most three index entries, and the deletes of the index entries
-		// of the state it replaces
-		n := 5 * min(rs.hint, restoreWindow/1024)
-		if rs.lastOps > 0 { // as many as the window before, and an eighth
-			n = rs.lastOps + rs.lastOps/8
+		// a state's writes: itself and its expiry entry, and now and then
+		// a due or overdue entry, or the deletes of the entries of the
+		// state it replaces
+		n := 3 * min(max(rs.size, 1024), restoreWindow/restoreRecordBytes)
+		if rs.lastOps > 0 {
+			n = min(n, rs.lastOps+rs.lastOps/8)
 		}
 		rs.bulk = rs.r.store.NewBulk(n)
 	}
-	key, p := rec.Key, rec.Partition // the task ID; string(key) in a map lookup does not allocate
+	key, p := rec.Key, rec.Partition
 	var x store.Entries
 	if rec.Value != nil {
 		var err error
@@ -330,20 +366,15 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 			return nil
 		}
 	}
-	// the state before this window: an earlier window's write, else the
-	// store's; a later state of a task written in this window replaces
-	// that write
+	// the state before this window: none in a fresh partition, else the
+	// store's, once every window before this one is written
 	var before held
-	m, ok := rs.memo[string(key)]
-	switch {
-	case ok && m.win == rs.win:
-		before = rs.tasks[m.at].before
-		sp := rs.tasks[m.at].span
-		rs.bulk.Drop(int(sp[0]), int(sp[1]))
-	case ok:
-		before = m.after
-	case rs.forgot || !rs.wiped[p]:
-		st, err := rs.r.store.Get(string(key))
+	if !rs.fresh[p] {
+		if !rs.waited {
+			rs.committed.Wait()
+			rs.waited = true
+		}
+		st, err := rs.r.store.Get(p, string(key))
 		if err != nil {
 			return err
 		}
@@ -355,24 +386,14 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	var err error
 	if rec.Value == nil {
 		err = rs.bulk.DeleteIndexed(p, key, before.entries())
-		m = memo{}
 	} else {
 		err = rs.bulk.PutIndexed(p, key, before.entries(), x, rec.Value)
-		m = memo{after: held{ok: true, x: x}}
 	}
 	if err != nil {
 		return err
 	}
-	sp := [2]int32{int32(from), int32(rs.bulk.Len())}
-	if ok && m.win == rs.win {
-		m.at = rs.memo[string(key)].at
-		rs.tasks[m.at].span = sp
-	} else {
-		m.at = int32(len(rs.tasks))
-		rs.tasks = append(rs.tasks, written{id: key, span: sp, before: before})
-	}
-	m.win = rs.win
-	rs.memo[string(key)] = m
+	rs.tasks = append(rs.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(rs.bulk.Len())}})
+	rs.parts[p] = true
 	rs.bytes += len(key) + len(rec.Value)
 	return nil
 }
@@ -385,11 +406,16 @@ func (rs *restorer) cut() {
 	if rs.bulk == nil {
 		rs.bulk = rs.r.store.NewBulk(len(rs.next))
 	}
-	// in task ID order: the Bulk's indexes then come mostly sorted
+	// in task order, each task's records in the order read: the Bulk's
+	// indexes then come mostly sorted, and only a task's last record is
+	// kept
 	sortWritten(rs.tasks)
-	spans := make([][2]int32, len(rs.tasks))
+	spans := make([][2]int32, 0, len(rs.tasks))
 	for i, t := range rs.tasks {
-		spans[i] = t.span
+		if i+1 < len(rs.tasks) && rs.tasks[i+1].p == t.p && bytes.Equal(rs.tasks[i+1].id, t.id) {
+			continue // a later record of the task replaces this one
+		}
+		spans = append(spans, t.span)
 	}
 	rs.bulk.Order(spans)
 	rs.tasks = rs.tasks[:0]
@@ -399,31 +425,47 @@ func (rs *restorer) cut() {
 			return
 		}
 	}
+	// a later window of these partitions replaces what this one wrote
+	for p := range rs.parts {
+		delete(rs.fresh, p)
+	}
+	clear(rs.parts)
 	rs.lastOps = rs.bulk.Len()
 	rs.committed.Add(1)
 	rs.commits <- rs.bulk
-	rs.bulk, rs.bytes, rs.next = nil, 0, map[int32]int64{}
-	rs.win++
+	rs.bulk, rs.bytes, rs.next, rs.waited = nil, 0, map[int32]int64{}, false
 }
 
-// sortWritten sorts ws by task ID, its halves on two cores, then merged.
+// writtenOrder orders the records of a window by task (partition, then ID),
+// a task's records in the order they were read.
+func writtenOrder(x, y written) int {
+	if c := cmp.Compare(x.p, y.p); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(x.id, y.id); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.span[0], y.span[0])
+}
+
+// sortWritten sorts ws by writtenOrder, its halves on two cores, then
+// merged.
 func sortWritten(ws []written) {
-	byID := func(x, y written) int { return bytes.Compare(x.id, y.id) }
 	if len(ws) < 4096 || runtime.GOMAXPROCS(0) < 2 {
-		slices.SortFunc(ws, byID)
+		slices.SortFunc(ws, writtenOrder)
 		return
 	}
 	x, y := ws[:len(ws)/2], ws[len(ws)/2:]
 	done := make(chan struct{})
 	go func() {
-		slices.SortFunc(x, byID)
+		slices.SortFunc(x, writtenOrder)
 		close(done)
 	}()
-	slices.SortFunc(y, byID)
+	slices.SortFunc(y, writtenOrder)
 	<-done
 	out := make([]written, 0, len(ws))
 	for len(x) > 0 && len(y) > 0 {
-		if byID(y[0], x[0]) < 0 {
+		if writtenOrder(y[0], x[0]) < 0 {
 			out, y = append(out, y[0]), y[1:]
 		} else {
 			out, x = append(out, x[0]), x[1:]
@@ -535,13 +577,13 @@ func (r *Router) trustOrWipe(p int32, end int64) (kept bool, err error) {
 	if ok && released == end {
 		return true, nil
 	}
-	n, err := r.store.WipePartition(p)
+	had, err := r.store.WipePartition(p)
 	if err != nil {
 		return false, err
 	}
-	if n > 0 || ok {
+	if had || ok {
 		r.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
-			"topic", r.cfg.Topics.State, "partition", p, "tasks", n, "released_at", released, "end", end, "released", ok)
+			"topic", r.cfg.Topics.State, "partition", p, "had_tasks", had, "released_at", released, "end", end, "released", ok)
 	}
 	return false, nil
 }

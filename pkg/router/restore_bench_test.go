@@ -13,6 +13,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -84,6 +85,21 @@ func benchmarkRestoreApply(b *testing.B, tasks int) {
 		}
 		add(id, st)
 	}
+	// read in groups of partitions, as a restore reads them
+	ranges := map[int32]scan.Range{}
+	for p, n := range offs {
+		ranges[int32(p)] = scan.Range{End: n}
+	}
+	var groups [][]*kgo.Record
+	for _, g := range restoreGroups("state", ranges, restoreGroup/restoreRecordBytes) {
+		var recsOf []*kgo.Record
+		for _, r := range recs {
+			if _, ok := g["state"][r.Partition]; ok {
+				recsOf = append(recsOf, r)
+			}
+		}
+		groups = append(groups, recsOf)
+	}
 	b.ResetTimer()
 	var cpu time.Duration
 	for range b.N {
@@ -100,16 +116,20 @@ func benchmarkRestoreApply(b *testing.B, tasks int) {
 		}
 		c0 := cpuTime()
 		b.StartTimer()
-		rs := r.newRestorer(wiped, len(recs))
-		for i := 0; i < len(recs); i += 1000 { // fetches of 1000 records
-			if err := rs.add(recs[i:min(i+1000, len(recs))], nil); err != nil {
-				b.Fatal(err)
+		rs := r.newRestorer(wiped)
+		for _, g := range groups {
+			rs.hint(int64(len(g)))
+			for i := 0; i < len(g); i += 1000 { // fetches of 1000 records
+				if err := rs.add(g[i:min(i+1000, len(g))], nil); err != nil {
+					b.Fatal(err)
+				}
 			}
+			rs.endWindow()
 		}
 		if err := rs.close(); err != nil {
 			b.Fatal(err)
 		}
-		if st, err := s.Get("task-1"); err != nil || st == nil || st.Retries != 1 {
+		if st, err := s.Get(1, "task-1"); err != nil || st == nil || st.Retries != 1 {
 			b.Fatalf("task-1 restored as %+v, %v", st, err)
 		}
 		if testing.Verbose() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -60,13 +62,13 @@ func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record
 // wiped restored from an empty store.
 func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
 	w.t.Helper()
-	rs := w.r.newRestorer(wiped, 0)
+	rs := w.r.newRestorer(wiped)
 	for i, recs := range windows {
 		if err := rs.add(recs, nil); err != nil {
 			w.t.Fatal(err)
 		}
 		if i < len(windows)-1 {
-			rs.endWindow(false)
+			rs.endWindow()
 		}
 	}
 	if err := rs.close(); err != nil {
@@ -92,9 +94,9 @@ func (w *rsWorld) index(ix store.Index, p int32) []string {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func (w *rsWorld) get(id string) *task.State {
+func (w *rsWorld) get(p int32, id string) *task.State {
 	w.t.Helper()
-	st, err := w.r.store.Get(id)
+	st, err := w.r.store.Get(p, id)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -133,17 +135,17 @@ func TestRestoreWritesLastStatePerTask(t *testing.T) {
 		[]*kgo.Record{w.rec(0, 9, "dropped", nil)},
 	)
 
-	if st := w.get("twice"); st == nil || st.Attempts != 2 || st.Pending != nil {
+	if st := w.get(0, "twice"); st == nil || st.Attempts != 2 || st.Pending != nil {
 		t.Errorf("task written twice: %+v, want its second state (attempts 2, nothing pending)", st)
 	}
-	if st := w.get("later"); st == nil || st.Attempts != 2 || st.Review != task.ReviewApproved {
+	if st := w.get(0, "later"); st == nil || st.Attempts != 2 || st.Review != task.ReviewApproved {
 		t.Errorf("task written in two windows: %+v, want its second state", st)
 	}
-	if st := w.get("json"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 7_000 {
+	if st := w.get(0, "json"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 7_000 {
 		t.Errorf("JSON state of an earlier build: %+v, want it restored", st)
 	}
 	for _, id := range []string{"gone", "never", "dropped"} {
-		if st := w.get(id); st != nil {
+		if st := w.get(0, id); st != nil {
 			t.Errorf("task %s, whose last record is a tombstone: state %+v, want none", id, st)
 		}
 	}
@@ -160,8 +162,13 @@ func TestRestoreWritesLastStatePerTask(t *testing.T) {
 		t.Errorf("checkpoint %d (%v, %v), want 10", next, ok, err)
 	}
 	// the partition's tasks are known as its own: a wipe drops them all
-	if n, err := w.r.store.WipePartition(0); err != nil || n != 3 {
-		t.Errorf("wipe after the restore dropped %d tasks (%v), want 3", n, err)
+	if had, err := w.r.store.WipePartition(0); err != nil || !had {
+		t.Errorf("wipe after the restore found no tasks (%v), want 3", err)
+	}
+	for _, id := range []string{"twice", "later", "json"} {
+		if st := w.get(0, id); st != nil {
+			t.Errorf("task %s after the wipe: %+v", id, st)
+		}
 	}
 }
 
@@ -183,9 +190,9 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	if err := wb.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	// partition 1 is kept (not wiped); partition 2 is wiped, and its
-	// restore forgets what it wrote before the second window (restoreMemo)
-	rs := w.r.newRestorer(map[int32]bool{2: true}, 0)
+	// partition 1 is kept (not wiped); partition 2 is wiped, and the
+	// second window of its restore replaces what the first one wrote
+	rs := w.r.newRestorer(map[int32]bool{2: true})
 	if err := rs.add([]*kgo.Record{
 		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),
 		w.rec(1, 11, "finished", nil),
@@ -193,7 +200,7 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	rs.endWindow(true)
+	rs.endWindow()
 	if err := rs.add([]*kgo.Record{w.rec(2, 1, "forgotten", &task.State{TaskID: "forgotten", Attempts: 2, ExpiresAt: 6 * rsHour})}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -201,10 +208,10 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if st := w.get("kept"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 1_500 {
+	if st := w.get(1, "kept"); st == nil || st.Attempts != 2 || st.Pending == nil || st.Pending.NotBefore != 1_500 {
 		t.Errorf("kept task: %+v, want its changelog state", st)
 	}
-	if st := w.get("finished"); st != nil {
+	if st := w.get(1, "finished"); st != nil {
 		t.Errorf("finished task: %+v, want none (tombstone)", st)
 	}
 	if got, want := w.index(store.DueIndex, 1), []string{"kept@1500"}; !slices.Equal(got, want) {
@@ -224,24 +231,25 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 }
 
-// Guards the order a restore writes a window in: every task once, in task
-// ID order, whether sorted on one core or on two.
+// Guards the order a restore writes a window in: by partition, then task
+// ID, a task's records in the order read (its last one is kept), whether
+// sorted on one core or on two.
 func TestSortWritten(t *testing.T) {
 	for _, n := range []int{0, 1, 100, 4096, 10_001} {
 		rng := rand.New(rand.NewPCG(uint64(n), 7))
 		ws := make([]written, n)
 		want := make([]string, n)
 		for i := range ws {
-			id := fmt.Sprintf("task-%08d", rng.IntN(1_000_000))
-			ws[i] = written{id: []byte(id), span: [2]int32{int32(i), int32(i + 1)}}
-			want[i] = id
+			p, id := int32(rng.IntN(3)), fmt.Sprintf("task-%05d", rng.IntN(n/3+1))
+			ws[i] = written{id: []byte(id), p: p, span: [2]int32{int32(i), int32(i + 1)}}
+			want[i] = fmt.Sprintf("%d/%s/%08d", p, id, i)
 		}
 		slices.Sort(want)
 		sortWritten(ws)
 		seen := map[int32]bool{}
 		for i, w := range ws {
-			if string(w.id) != want[i] {
-				t.Fatalf("n=%d: task %d is %s, want %s", n, i, w.id, want[i])
+			if got := fmt.Sprintf("%d/%s/%08d", w.p, w.id, w.span[0]); got != want[i] {
+				t.Fatalf("n=%d: record %d is %s, want %s", n, i, got, want[i])
 			}
 			seen[w.span[0]] = true
 		}
@@ -277,7 +285,7 @@ func TestRestoreInManyWindows(t *testing.T) {
 			off++
 		}
 	}
-	rs := w.r.newRestorer(map[int32]bool{0: true}, len(recs))
+	rs := w.r.newRestorer(map[int32]bool{0: true})
 	for i := 0; i < len(recs); i += 7 { // fetches of 7 records
 		if err := rs.add(recs[i:min(i+7, len(recs))], nil); err != nil {
 			t.Fatal(err)
@@ -288,7 +296,7 @@ func TestRestoreInManyWindows(t *testing.T) {
 	}
 	var due, expiry []string
 	for id, st := range last {
-		got := w.get(id)
+		got := w.get(0, id)
 		switch {
 		case st == nil && got != nil:
 			t.Errorf("%s: %+v, want none (its last record is a tombstone)", id, got)
@@ -388,10 +396,38 @@ func TestBatchAfterARebalanceReadsTheStore(t *testing.T) {
 	if ids, err = w.r.statesBefore(prev, b); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.r.store.Load(ids, b.states); err != nil {
+	if err := w.r.store.Load(ids, func(string) int32 { return 0 }, b.states); err != nil {
 		t.Fatal(err)
 	}
 	if st := b.states["t"]; st == nil || st.Attempts != 7 {
 		t.Fatalf("after a rebalance: state %+v, want the store's (attempts 7), not the batch before's", st)
+	}
+}
+
+// Guards how a restore splits its partitions into groups read one after
+// the other: in partition order, every partition in exactly one group, a
+// group of more than size offsets only when it is one partition.
+func TestRestoreGroups(t *testing.T) {
+	parts := map[int32]scan.Range{
+		0: {Start: 0, End: 40}, 1: {Start: 10, End: 30}, 2: {Start: 0, End: 100},
+		3: {Start: 5, End: 10}, 4: {Start: 0, End: 20}, 5: {Start: 0, End: 1},
+	}
+	groups := restoreGroups("state", parts, 60)
+	var got [][]int32
+	for _, g := range groups {
+		ps := slices.Sorted(maps.Keys(g["state"]))
+		for _, p := range ps {
+			if g["state"][p] != parts[p] {
+				t.Errorf("partition %d read over %+v, want %+v", p, g["state"][p], parts[p])
+			}
+		}
+		got = append(got, ps)
+	}
+	want := [][]int32{{0, 1}, {2}, {3, 4, 5}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+	if g := restoreGroups("state", nil, 60); len(g) != 0 {
+		t.Errorf("groups of nothing: %v", g)
 	}
 }

@@ -110,7 +110,7 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 		}
 	}
 	stored := make(map[string]*task.State, len(ids))
-	if err := r.store.Load(ids, stored); err != nil {
+	if err := r.store.Load(ids, func(string) int32 { return p }, stored); err != nil {
 		return err
 	}
 	var stale []store.Due

@@ -121,16 +121,7 @@ func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
 // store held (nil for none).
 func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []byte) error {
 	unindex(w, p, id, old)
-	if err := w.Set(appendTaskKey(w.keyBuf(2+len(id)), id), v, nil); err != nil {
-		return err
-	}
-	// which partition the task belongs to, both ways: WipePartition finds
-	// the tasks of a partition, and deletes only those still of it
-	if err := w.Set(appendMemberKey(w.keyBuf(6+len(id)), p, id), nil, nil); err != nil {
-		return err
-	}
-	owner := appendOwnerKey(w.keyBuf(2+len(id)), id)
-	if err := w.Set(owner, binary.BigEndian.AppendUint32(w.keyBuf(4), uint32(p)), nil); err != nil {
+	if err := w.Set(appendTaskKey(w.keyBuf(taskKeyLen+len(id)), p, id), v, nil); err != nil {
 		return err
 	}
 	if x.Pending {
@@ -190,13 +181,7 @@ func deleteIndexed[I taskID](w writer, p int32, id I, old *Entries) error {
 		return nil
 	}
 	unindex(w, p, id, old)
-	if err := w.Delete(appendMemberKey(w.keyBuf(6+len(id)), p, id), nil); err != nil {
-		return err
-	}
-	if err := w.Delete(appendOwnerKey(w.keyBuf(2+len(id)), id), nil); err != nil {
-		return err
-	}
-	return w.Delete(appendTaskKey(w.keyBuf(2+len(id)), id), nil)
+	return w.Delete(appendTaskKey(w.keyBuf(taskKeyLen+len(id)), p, id), nil)
 }
 
 func unindex[I taskID](w writer, p int32, id I, old *Entries) {
@@ -245,10 +230,15 @@ func bucketOf(ms int64) int64 { return ms / 3_600_000 }
 // taskID is a task ID as a string, or as the bytes of a record's key.
 type taskID interface{ ~string | ~[]byte }
 
-// taskKey holds a task's state: t/<id>.
-func taskKey(id string) []byte { return appendTaskKey(nil, id) }
+// taskKeyLen is the length of a task key before the task ID.
+const taskKeyLen = 6
 
-func appendTaskKey[I taskID](dst []byte, id I) []byte { return append(append(dst, 't', '/'), id...) }
+// taskKey holds the state of task id of partition p: t/<p:4><id>.
+func taskKey(p int32, id string) []byte { return appendTaskKey(make([]byte, 0, 6+len(id)), p, id) }
+
+func appendTaskKey[I taskID](dst []byte, p int32, id I) []byte {
+	return append(binary.BigEndian.AppendUint32(append(dst, 't', '/'), uint32(p)), id...)
+}
 
 func checkpointKey(p int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte("c/"), uint32(p))
@@ -285,18 +275,6 @@ func appendTimeKey[I taskID](dst []byte, prefix byte, p int32, at int64, id I) [
 }
 
 func expiryKey(p int32, bucket int64, id string) []byte { return timeKey('x', p, bucket, id) }
-
-// memberKey lists task id as a task of partition p: m/<p:4><id>.
-func memberKey(p int32, id string) []byte { return appendMemberKey(nil, p, id) }
-
-func appendMemberKey[I taskID](dst []byte, p int32, id I) []byte {
-	return append(binary.BigEndian.AppendUint32(append(dst, 'm', '/'), uint32(p)), id...)
-}
-
-// ownerKey holds the partition a task belongs to: r/<id> -> <p:4>.
-func ownerKey(id string) []byte { return appendOwnerKey(nil, id) }
-
-func appendOwnerKey[I taskID](dst []byte, id I) []byte { return append(append(dst, 'r', '/'), id...) }
 
 // releasedKey holds the changelog end offset of partition p when this
 // instance last released it: e/<p:4> -> <offset:8>.

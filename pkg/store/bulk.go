@@ -278,17 +278,20 @@ type tableRun struct {
 }
 
 // tableRuns splits sorted writes into about n runs of about the same number
-// of writes, for sstables written at once, and at the bounds of the keys
-// read by point lookups (tasks and their owners), the only ones a bloom
-// filter serves: the indexes are only scanned, and a filter of their keys,
-// a hash of each, would cost without use.
+// of writes, for sstables written at once, and at the bounds of the groups
+// (an index of one partition, see groupOf): a table spans one group's keys
+// only, so that the tables of a Bulk of some partitions overlap nothing of
+// the others, and Pebble puts them in its last level. Only the tables of
+// task states, read by point lookups, get a bloom filter: the indexes are
+// only scanned, and a filter of their keys, a hash of each, would cost
+// without use.
 func tableRuns(ops []bulkOp, n int) []tableRun {
-	pointRead := func(op bulkOp) bool { return op.key[0] == 't' || op.key[0] == 'r' }
+	pointRead := func(op bulkOp) bool { return op.key[0] == 't' }
 	size := max(1, (len(ops)+n-1)/n)
 	var runs []tableRun
 	from := 0
 	for i := 1; i <= len(ops); i++ {
-		if i == len(ops) || i-from >= size || pointRead(ops[i]) != pointRead(ops[from]) {
+		if i == len(ops) || i-from >= size || !bytes.Equal(groupOf(ops[i].key), groupOf(ops[i-1].key)) {
 			runs = append(runs, tableRun{from: from, to: i, filtered: pointRead(ops[from])})
 			from = i
 		}
@@ -483,7 +486,7 @@ func onEveryCore(n int, fn func(i int)) {
 // the partition for the per-partition kinds. Every key of a group sorts
 // after every key of a group whose name sorts before.
 func groupOf(key []byte) []byte {
-	if len(key) >= 6 && key[1] == '/' && key[0] != 't' && key[0] != 'r' {
+	if len(key) >= 6 && key[1] == '/' {
 		return key[:6]
 	}
 	return key[:min(len(key), 2)]

@@ -21,15 +21,20 @@
 //
 // Key layout (all integers big-endian, so that keys sort by them):
 //
-//	t/<task_id>                          -> task.State
+//	t/<partition:4><task_id>             -> task.State
 //	c/<partition:4>                      -> next changelog offset to restore from
 //	d/<partition:4><not_before:8><due:8><task_id> -> due index of pending retries
 //	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = hour of expiry)
 //	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
-//	m/<partition:4><task_id>             -> the tasks of a partition
-//	r/<task_id>                          -> the partition of a task
 //	e/<partition:4>                      -> changelog end when the partition was released
 //	v                                    -> key layout version
+//
+// Every key of a task starts with its partition (the changelog partition
+// its state is on, the partition of the records that changed it), so the
+// keys of one partition are a few key ranges: a partition is wiped with
+// range deletes, and a restore of whole partitions writes sstables that
+// overlap nothing the store holds of other partitions. A task has two keys
+// (its state and its expiry entry), and one more in each index it is in.
 //
 // The state of a partition is trusted only while this instance holds the
 // partition without a gap: a partition it gets back (after a restart, or
@@ -167,7 +172,7 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 
 // layoutVersion is the version of the key layout; a store of another
 // version is emptied on open (it is a cache: the changelog restores it).
-const layoutVersion = "3"
+const layoutVersion = "4"
 
 func (s *Store) upgrade() error {
 	v, closer, err := s.db.Get([]byte("v"))
@@ -180,10 +185,22 @@ func (s *Store) upgrade() error {
 	} else if !errors.Is(err, pebble.ErrNotFound) {
 		return fmt.Errorf("store: layout version: %w", err)
 	}
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("store: layout version: %w", err)
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("store: layout version: %w", err)
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
-		return err
+	// a new store gets no range delete: the sstables of a restore would
+	// overlap it, and land above it for Pebble to compact
+	if !empty {
+		if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
+			return err
+		}
 	}
 	if err := b.Set([]byte("v"), []byte(layoutVersion), nil); err != nil {
 		return err
@@ -195,49 +212,53 @@ func (s *Store) upgrade() error {
 }
 
 // WipePartition deletes everything the store holds of partition p: its
-// tasks (those still of p), their index entries, its checkpoint and its
-// release mark. The next restore of p reads the changelog from its start.
-func (s *Store) WipePartition(p int32) (int, error) {
-	prefix := memberKey(p, "")
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: memberKey(p+1, "")})
-	if err != nil {
-		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
-	}
+// tasks, their index entries, its checkpoint and its release mark. The next
+// restore of p reads the changelog from its start. It reports whether the
+// store held any task of p.
+func (s *Store) WipePartition(p int32) (bool, error) {
 	b := s.db.NewBatch()
 	defer b.Close()
-	n := 0
-	for ok := it.First(); ok; ok = it.Next() {
-		id := string(it.Key()[len(prefix):])
-		v, closer, err := s.db.Get(ownerKey(id))
-		if err == nil {
-			mine := len(v) == 4 && int32(binary.BigEndian.Uint32(v)) == p
-			closer.Close()
-			if mine {
-				_ = b.Delete(taskKey(id), nil)
-				_ = b.Delete(ownerKey(id), nil)
-				n++
-			}
-		} else if !errors.Is(err, pebble.ErrNotFound) {
-			it.Close()
-			return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
-		}
-	}
-	if err := it.Close(); err != nil {
-		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
-	}
-	for _, prefix := range []byte{'m', 'd', 'x', 'o'} {
+	had := false
+	for _, prefix := range []byte{'t', 'd', 'x', 'o'} {
 		lo := binary.BigEndian.AppendUint32([]byte{prefix, '/'}, uint32(p))
 		hi := binary.BigEndian.AppendUint32([]byte{prefix, '/'}, uint32(p+1))
+		// a range holding nothing gets no range delete: a restore's
+		// sstables of the partition would overlap it, and land above it
+		// for Pebble to compact, instead of in the last level
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return false, fmt.Errorf("store: wipe partition %d: %w", p, err)
+		}
+		found := it.First()
+		if err := it.Close(); err != nil {
+			return false, fmt.Errorf("store: wipe partition %d: %w", p, err)
+		}
+		if !found {
+			continue
+		}
+		had = had || prefix == 't'
 		if err := b.DeleteRange(lo, hi, nil); err != nil {
-			return 0, err
+			return false, err
 		}
 	}
-	_ = b.Delete(checkpointKey(p), nil)
-	_ = b.Delete(releasedKey(p), nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
-		return 0, fmt.Errorf("store: wipe partition %d: %w", p, err)
+	for _, k := range [][]byte{checkpointKey(p), releasedKey(p)} {
+		_, closer, err := s.db.Get(k)
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue // nor a delete that a restore's sstables would overlap
+		}
+		if err != nil {
+			return false, fmt.Errorf("store: wipe partition %d: %w", p, err)
+		}
+		closer.Close()
+		_ = b.Delete(k, nil)
 	}
-	return n, nil
+	if b.Empty() {
+		return false, nil
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return false, fmt.Errorf("store: wipe partition %d: %w", p, err)
+	}
+	return had, nil
 }
 
 // SetReleased records the changelog end offset of partition p as this
@@ -279,9 +300,10 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Get returns the state of one task, or nil when the store has none.
-func (s *Store) Get(taskID string) (*task.State, error) {
-	v, closer, err := s.db.Get(taskKey(taskID))
+// Get returns the state of task taskID of partition p, or nil when the
+// store has none.
+func (s *Store) Get(p int32, taskID string) (*task.State, error) {
+	v, closer, err := s.db.Get(taskKey(p, taskID))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -296,23 +318,24 @@ func (s *Store) Get(taskID string) (*task.State, error) {
 	return st, nil
 }
 
-// Load reads the states of many tasks at once into out; tasks the store
-// does not know are left out, and tasks out already holds are not read. The
+// Load reads the states of many tasks at once into out, each of the
+// partition partOf gives; tasks the store does not know are left out, and
+// tasks out already holds are not read. The
 // keys are read in sorted order with one iterator: each lookup is a prefix
 // seek, which consults the bloom filters like a Get and, moving forward only,
 // continues from where the previous one stopped instead of searching every
 // level again.
-func (s *Store) Load(ids []string, out map[string]*task.State) error {
+func (s *Store) Load(ids []string, partOf func(id string) int32, out map[string]*task.State) error {
 	keys := make([][]byte, 0, len(ids))
 	n := 0
 	for _, id := range ids {
-		n += len("t/") + len(id)
+		n += taskKeyLen + len(id)
 	}
 	buf := make([]byte, 0, n) // every key in one allocation
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
-			buf = append(append(buf, "t/"...), id...)
-			keys = append(keys, buf[len(buf)-len("t/")-len(id):len(buf):len(buf)])
+			buf = appendTaskKey(buf, partOf(id), id)
+			keys = append(keys, buf[len(buf)-taskKeyLen-len(id):len(buf):len(buf)])
 		}
 	}
 	if len(keys) == 0 {
@@ -333,7 +356,7 @@ func (s *Store) Load(ids []string, out map[string]*task.State) error {
 
 func (s *Store) load(it *pebble.Iterator, keys [][]byte, out map[string]*task.State) error {
 	for _, k := range keys {
-		id := k[len("t/"):]
+		id := k[taskKeyLen:]
 		if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
 			if err := it.Error(); err != nil {
 				return fmt.Errorf("store: get %s: %w", id, err)

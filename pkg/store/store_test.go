@@ -27,7 +27,7 @@ func put(t *testing.T, s *Store, p int32, expiresAt int64, sts ...*task.State) {
 	t.Helper()
 	wb := s.NewBatch()
 	for _, st := range sts {
-		old, err := s.Get(st.TaskID)
+		old, err := s.Get(p, st.TaskID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestExpiredListsOnlyExpiredBuckets(t *testing.T) {
 	put(t, s, 1, base+hour+10, &task.State{TaskID: "b"})
 	put(t, s, 0, 0, &task.State{TaskID: "never"})
 
-	st, err := s.Get("a")
+	st, err := s.Get(2, "a")
 	if err != nil || st == nil {
 		t.Fatalf("get a: %v, %v", st, err)
 	}
@@ -131,7 +131,7 @@ func TestPutReplacesAndDeleteRemovesIndexEntries(t *testing.T) {
 		t.Errorf("Expired after the new bucket = %v, want [t]", got)
 	}
 
-	old, err := s.Get("t")
+	old, err := s.Get(3, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestPutReplacesAndDeleteRemovesIndexEntries(t *testing.T) {
 	if err := wb.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := s.Get("t"); err != nil || st != nil {
+	if st, err := s.Get(3, "t"); err != nil || st != nil {
 		t.Errorf("after Delete, Get = %v, %v; want nil", st, err)
 	}
 	if got := expiredIDs(t, s, base+1000*hour); len(got) != 0 {
@@ -338,12 +338,15 @@ func TestWipePartitionDropsOnlyItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n, err := s.WipePartition(1)
-	if err != nil || n != 1 {
-		t.Fatalf("WipePartition(1) = %d, %v; want 1 task dropped", n, err)
+	had, err := s.WipePartition(1)
+	if err != nil || !had {
+		t.Fatalf("WipePartition(1) = %v, %v; want tasks dropped", had, err)
 	}
 	for id, want := range map[string]bool{"a": false, "moved": true, "b": true} {
-		st, err := s.Get(id)
+		st, err := s.Get(2, id)
+		if id == "a" {
+			st, err = s.Get(1, id)
+		}
 		if err != nil || (st != nil) != want {
 			t.Errorf("task %s after the wipe: %+v, %v; want present %v", id, st, err, want)
 		}
@@ -384,7 +387,7 @@ func TestReadsStatesOfEarlierBuilds(t *testing.T) {
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get("t-json")
+	got, err := s.Get(3, "t-json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +407,7 @@ func TestReadsStatesOfEarlierBuilds(t *testing.T) {
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	raw, closer, err := s.db.Get(taskKey("t-json"))
+	raw, closer, err := s.db.Get(taskKey(3, "t-json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +418,7 @@ func TestReadsStatesOfEarlierBuilds(t *testing.T) {
 	if due, _ := s.Due(3, 3000, 10); len(due) != 0 {
 		t.Errorf("due index still lists %v", due)
 	}
-	again, err := s.Get("t-json")
+	again, err := s.Get(3, "t-json")
 	if err != nil || again.Attempts != 2 || again.Pending != nil {
 		t.Fatalf("Avro state read as %+v, %v", again, err)
 	}
@@ -462,7 +465,7 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 		}
 		return v
 	}
-	old, err := s.Get("held")
+	old, err := s.Get(0, "held")
 	if err != nil || old == nil {
 		t.Fatalf("held: %v %v", old, err)
 	}
@@ -483,7 +486,7 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st, _ := s.Get("fresh"); st != nil {
+	if st, _ := s.Get(0, "fresh"); st != nil {
 		t.Fatalf("a bulk write is visible before its commit: %+v", st)
 	}
 	if err := b.Commit(); err != nil {
@@ -497,7 +500,7 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 	}
 	defer s.Close()
 	for id, want := range map[string]int32{"fresh": 1, "held": 2, "again": 3, "deleted": 0} {
-		st, err := s.Get(id)
+		st, err := s.Get(0, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -518,8 +521,13 @@ func TestBulkAppliesLastWritePerKey(t *testing.T) {
 	if next, ok, err := s.Checkpoint(0); err != nil || !ok || next != 42 {
 		t.Errorf("checkpoint %d %v %v, want 42", next, ok, err)
 	}
-	if n, err := s.WipePartition(0); err != nil || n != 3 {
-		t.Errorf("wipe dropped %d tasks (%v), want 3", n, err)
+	if had, err := s.WipePartition(0); err != nil || !had {
+		t.Errorf("wipe found no tasks (%v), want 3", err)
+	}
+	for _, id := range []string{"fresh", "held", "again"} {
+		if st, err := s.Get(0, id); err != nil || st != nil {
+			t.Errorf("%s after the wipe: %+v (%v)", id, st, err)
+		}
 	}
 }
 
@@ -555,7 +563,13 @@ func TestLoadReadsWhatGetReads(t *testing.T) {
 	ids := []string{"task-299", "nope-1", "task-007", "task-150", "task-000", "task-299", "task-149", "zzz", "task-042", "a"}
 	held := &task.State{TaskID: "task-042", Attempts: 99}
 	out := map[string]*task.State{"task-042": held}
-	if err := s.Load(ids, out); err != nil {
+	partOf := func(id string) int32 {
+		if id < "task-150" {
+			return 0
+		}
+		return 1
+	}
+	if err := s.Load(ids, partOf, out); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"task-000", "task-042", "task-149", "task-150", "task-299"}
@@ -566,7 +580,7 @@ func TestLoadReadsWhatGetReads(t *testing.T) {
 		t.Errorf("Load replaced a state the caller held")
 	}
 	for _, id := range []string{"task-000", "task-149", "task-150", "task-299"} {
-		st, err := s.Get(id)
+		st, err := s.Get(partOf(id), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -574,7 +588,7 @@ func TestLoadReadsWhatGetReads(t *testing.T) {
 			t.Errorf("Load(%s) = %+v, Get = %+v", id, out[id], st)
 		}
 	}
-	if err := s.Load(nil, out); err != nil {
+	if err := s.Load(nil, partOf, out); err != nil {
 		t.Errorf("Load of no tasks: %v", err)
 	}
 }
@@ -599,7 +613,7 @@ func TestBulkOfManyTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1, n / 2, n - 1} {
-		st, err := s.Get(fmt.Sprintf("task-%05d", i))
+		st, err := s.Get(int32(i%3), fmt.Sprintf("task-%05d", i))
 		if err != nil || st == nil || st.Attempts != int32(i%7+1) {
 			t.Errorf("task %d: %+v %v", i, st, err)
 		}
@@ -611,8 +625,11 @@ func TestBulkOfManyTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 		total += len(due)
-		if n, err := s.WipePartition(p); err != nil || n != len(due) {
-			t.Errorf("partition %d: wipe dropped %d tasks (%v), want %d", p, n, err, len(due))
+		if had, err := s.WipePartition(p); err != nil || !had {
+			t.Errorf("partition %d: wipe found no tasks (%v), want %d", p, err, len(due))
+		}
+		if due, err := s.Due(p, n, 2*n); err != nil || len(due) != 0 {
+			t.Errorf("partition %d: %d due after the wipe (%v)", p, len(due), err)
 		}
 	}
 	if total != n {
@@ -686,4 +703,54 @@ func mustEncode(t *testing.T, s *Store, st *task.State) []byte {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// Guards what makes a restore from an empty state directory cheap: a new
+// store, its partitions wiped, then restored one Bulk per group of whole
+// partitions, holds every table in Pebble's last level, and nothing was
+// flushed or compacted. A range delete of an empty store, or a table that
+// spans two partitions, puts later tables above the earlier ones for
+// Pebble to compact.
+func TestBulksOfWholePartitionsLandInTheLastLevel(t *testing.T) {
+	s := openTest(t)
+	for p := range int32(4) {
+		if had, err := s.WipePartition(p); err != nil || had {
+			t.Fatalf("wipe of partition %d of a new store: %v, %v", p, had, err)
+		}
+	}
+	for _, group := range [][]int32{{0, 1}, {2}, {3}} {
+		b := s.NewBulk(0)
+		for _, p := range group {
+			for i := range 2000 {
+				st := &task.State{TaskID: fmt.Sprintf("task-%05d", i), Attempts: 1, ExpiresAt: int64(i) * hour,
+					Pending: &task.PendingRetry{N: 1, NotBefore: int64(i)}, Review: task.ReviewOpen, ReviewDueAt: int64(i)}
+				if err := b.PutEncoded(p, nil, st, mustEncode(t, s, st)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.SetCheckpoint(p, 2000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := s.db.Metrics()
+	for l := range 6 {
+		if n := m.Levels[l].TablesCount; n != 0 {
+			t.Errorf("level %d holds %d tables, want every table in the last level", l, n)
+		}
+	}
+	if m.Levels[6].TablesCount == 0 {
+		t.Errorf("no table in the last level")
+	}
+	if m.Compact.Count != 0 || m.Flush.Count != 0 {
+		t.Errorf("%d compactions and %d flushes, want none", m.Compact.Count, m.Flush.Count)
+	}
+	for p := range int32(4) {
+		if st, err := s.Get(p, "task-01999"); err != nil || st == nil {
+			t.Errorf("partition %d: task-01999 is %+v (%v)", p, st, err)
+		}
+	}
 }

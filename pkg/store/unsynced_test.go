@@ -1,6 +1,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,7 +58,7 @@ func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Get("restored"); err != nil || got == nil || got.Attempts != 2 {
+	if got, err := s.Get(0, "restored"); err != nil || got == nil || got.Attempts != 2 {
 		t.Errorf("after a clean close the restored state is %+v (%v), want it kept", got, err)
 	}
 	s.Close()
@@ -71,7 +73,7 @@ func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
 	}
 	defer c.Close()
 	for _, id := range []string{"before", "restored"} {
-		if got, err := c.Get(id); err != nil || got != nil {
+		if got, err := c.Get(0, id); err != nil || got != nil {
 			t.Errorf("task %s in a store left unsynced: %+v (%v), want the store emptied", id, got, err)
 		}
 	}
@@ -82,32 +84,42 @@ func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
 		t.Errorf("unsynced mark still there after the store was emptied: %v", err)
 	}
 	put(t, c, 0, 5*hour, &task.State{TaskID: "after", Attempts: 1})
-	if got, err := c.Get("after"); err != nil || got == nil {
+	if got, err := c.Get(0, "after"); err != nil || got == nil {
 		t.Errorf("the emptied store does not take writes: %+v (%v)", got, err)
 	}
 }
 
 // Guards how a Bulk's sorted writes are split into sstables: every write in
-// exactly one run, in order, about n runs, and a bloom filter on exactly the
-// runs of keys read by point lookups (tasks and their owners), never a run
-// that mixes them with index keys.
+// exactly one run, in order, about n runs, each run within one group (one
+// index of one partition: the tables of a Bulk of some partitions overlap
+// nothing of the others), and a bloom filter on exactly the runs of task
+// states, read by point lookups.
 func TestTableRuns(t *testing.T) {
 	var ops []bulkOp
-	for _, prefix := range []string{"c/", "d/", "m/", "o/", "r/", "t/", "x/"} {
-		for i := range 1000 {
-			ops = append(ops, bulkOp{key: []byte(prefix + strconv.Itoa(10_000+i))})
+	groups := 0
+	for _, prefix := range []byte{'c', 'd', 'o', 't', 'x'} {
+		for p := range uint32(3) {
+			groups++
+			for i := range 1000 {
+				k := binary.BigEndian.AppendUint32([]byte{prefix, '/'}, p)
+				ops = append(ops, bulkOp{key: append(k, strconv.Itoa(10_000+i)...)})
+			}
 		}
 	}
-	for _, n := range []int{1, 2, 5} {
+	for _, n := range []int{1, 2, 5, 40} {
 		runs := tableRuns(ops, n)
 		at := 0
 		for _, r := range runs {
 			if r.from != at || r.to <= r.from {
 				t.Fatalf("n=%d: run %+v after %d writes, want one from %d", n, r, at, at)
 			}
+			g := groupOf(ops[r.from].key)
 			for _, op := range ops[r.from:r.to] {
-				if point := op.key[0] == 't' || op.key[0] == 'r'; point != r.filtered {
-					t.Fatalf("n=%d: key %s in a run with filter %v", n, op.key, r.filtered)
+				if point := op.key[0] == 't'; point != r.filtered {
+					t.Fatalf("n=%d: key %q in a run with filter %v", n, op.key, r.filtered)
+				}
+				if !bytes.Equal(groupOf(op.key), g) {
+					t.Fatalf("n=%d: run %+v spans groups %q and %q", n, r, g, groupOf(op.key))
 				}
 			}
 			at = r.to
@@ -115,8 +127,8 @@ func TestTableRuns(t *testing.T) {
 		if at != len(ops) {
 			t.Fatalf("n=%d: runs end at %d of %d writes", n, at, len(ops))
 		}
-		if len(runs) > n+2 {
-			t.Errorf("n=%d: %d runs, want at most %d", n, len(runs), n+2)
+		if len(runs) > n+groups {
+			t.Errorf("n=%d: %d runs, want at most %d", n, len(runs), n+groups)
 		}
 	}
 }
