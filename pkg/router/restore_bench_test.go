@@ -23,8 +23,8 @@ import (
 // three quarters of the tasks written twice, a pending retry and then its
 // publication, and a tenth ended by a tombstone) over 6 partitions into an
 // empty store, as a restore from an empty state directory does without the
-// broker, the records handed over in fetches of 1000: 40k tasks in one
-// window, 100k in two. It reports the CPU (user+system, all cores) and the
+// broker: in groups of partitions, a window each, the records handed over
+// in fetches of 1000. It reports the CPU (user+system, all cores) and the
 // time per changelog record, the compactions of what it wrote included.
 // Nothing here overlaps the writes with the read of the topic, as a restore
 // does: the time is that of the writes alone.

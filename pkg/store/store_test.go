@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -752,5 +754,45 @@ func TestBulksOfWholePartitionsLandInTheLastLevel(t *testing.T) {
 		if st, err := s.Get(p, "task-01999"); err != nil || st == nil {
 			t.Errorf("partition %d: task-01999 is %+v (%v)", p, st, err)
 		}
+	}
+}
+
+// Guards the upgrade of a state directory of an earlier key layout: it is
+// emptied on open (the restore then fills it from the changelog), so that
+// keys of the old layout cannot be read as the new one's, and it is
+// marked with the current layout.
+func TestOpenEmptiesAStoreOfAnotherLayout(t *testing.T) {
+	dir := t.TempDir()
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"v": "3", "t/old-task": "{}", "r/old-task": "\x00\x00\x00\x01", "c/\x00\x00\x00\x01": "\x00\x00\x00\x00\x00\x00\x00\x09"} {
+		if err := db.Set([]byte(k), []byte(v), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for ok := it.First(); ok; ok = it.Next() {
+		keys = append(keys, string(it.Key())+"="+string(it.Value()))
+	}
+	it.Close()
+	if want := []string{"v=" + layoutVersion}; !slices.Equal(keys, want) {
+		t.Errorf("store after open: %q, want only %q", keys, want)
+	}
+	if _, ok, err := s.Checkpoint(1); err != nil || ok {
+		t.Errorf("checkpoint of the old layout kept: %v, %v", ok, err)
 	}
 }
