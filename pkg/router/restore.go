@@ -374,13 +374,11 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 			rs.committed.Wait()
 			rs.waited = true
 		}
-		st, err := rs.r.store.Get(p, string(key))
+		stored, ok, err := rs.r.store.EntriesOf(p, key)
 		if err != nil {
 			return err
 		}
-		if st != nil {
-			before = held{ok: true, x: store.EntriesOf(st)}
-		}
+		before = held{ok: ok, x: stored}
 	}
 	from := rs.bulk.Len()
 	var err error

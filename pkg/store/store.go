@@ -318,6 +318,26 @@ func (s *Store) Get(p int32, taskID string) (*task.State, error) {
 	return st, nil
 }
 
+// EntriesOf returns the index entries of the stored state of task taskID
+// of partition p, and false when the store has none: Get for a caller that
+// needs only what a write of the task's next state replaces (the state is
+// validated, not built).
+func (s *Store) EntriesOf(p int32, taskID []byte) (Entries, bool, error) {
+	v, closer, err := s.db.Get(appendTaskKey(make([]byte, 0, taskKeyLen+len(taskID)), p, taskID))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Entries{}, false, nil
+	}
+	if err != nil {
+		return Entries{}, false, fmt.Errorf("store: get %s: %w", taskID, err)
+	}
+	defer closer.Close()
+	var x codec.StateIndex
+	if err := s.codec.DecodeStateIndex(v, &x); err != nil {
+		return Entries{}, false, fmt.Errorf("store: decode state of %s: %w", taskID, err)
+	}
+	return EntriesOfIndex(&x), true, nil
+}
+
 // Load reads the states of many tasks at once into out, each of the
 // partition partOf gives; tasks the store does not know are left out, and
 // tasks out already holds are not read. The

@@ -796,3 +796,27 @@ func TestOpenEmptiesAStoreOfAnotherLayout(t *testing.T) {
 		t.Errorf("checkpoint of the old layout kept: %v, %v", ok, err)
 	}
 }
+
+// Guards EntriesOf, what a restore reads of a task stored before its
+// window: the index entries of the stored state, as EntriesOf of the state
+// Get returns, and none for a task the store does not hold in that
+// partition.
+func TestEntriesOfReadsTheStoredState(t *testing.T) {
+	s := openTest(t)
+	st := &task.State{TaskID: "t", Attempts: 1, Pending: &task.PendingRetry{N: 1, DelayMs: 10, NotBefore: 500},
+		Review: task.ReviewOpen, ReviewDueAt: 900}
+	put(t, s, 2, 7*hour, st)
+	got, ok, err := s.EntriesOf(2, []byte("t"))
+	stored, gerr := s.Get(2, "t")
+	if err != nil || gerr != nil || !ok || stored == nil {
+		t.Fatalf("EntriesOf = %+v, %v, %v; Get = %+v, %v", got, ok, err, stored, gerr)
+	}
+	if want := EntriesOf(stored); got != want || !got.Pending || got.OverdueAt != 900 || got.ExpiresAt != 7*hour {
+		t.Errorf("EntriesOf = %+v, want %+v", got, want)
+	}
+	for _, p := range []int32{0, 3} {
+		if got, ok, err := s.EntriesOf(p, []byte("t")); err != nil || ok {
+			t.Errorf("partition %d: EntriesOf = %+v, %v, %v; want none", p, got, ok, err)
+		}
+	}
+}
