@@ -820,3 +820,52 @@ func TestEntriesOfReadsTheStoredState(t *testing.T) {
 		}
 	}
 }
+
+// Guards the reuse of a committed Bulk's memory (its write list, key arena
+// and file buffers) by the next one, as a restore builds a window while the
+// one before it is written: every task of both Bulks reads back as written.
+func TestBulksReuseMemoryOnlyOnceWritten(t *testing.T) {
+	s := openTest(t)
+	const n = 20_000
+	fill := func(b *Bulk, p int32, attempts int32) {
+		for i := range n {
+			st := &task.State{TaskID: fmt.Sprintf("task-%05d", i), Attempts: attempts, ExpiresAt: int64(i+1) * hour,
+				Pending: &task.PendingRetry{N: 1, NotBefore: int64(i)}}
+			if err := b.PutEncoded(p, nil, st, mustEncode(t, s, st)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for round := range int32(3) {
+		a := s.NewBulk(0)
+		fill(a, 2*round, 1)
+		done := make(chan error)
+		go func() { done <- a.Commit() }()
+		b := s.NewBulk(0) // built while a is written
+		fill(b, 2*round+1, 2)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range int32(6) {
+		want := int32(p%2 + 1)
+		for _, i := range []int{0, n / 3, n - 1} {
+			id := fmt.Sprintf("task-%05d", i)
+			if st, err := s.Get(p, id); err != nil || st == nil || st.Attempts != want || st.TaskID != id {
+				t.Fatalf("partition %d, %s: %+v (%v), want attempts %d", p, id, st, err, want)
+			}
+		}
+		due, err := s.Due(p, n, 2*n)
+		if err != nil || len(due) != n {
+			t.Fatalf("partition %d: %d due (%v), want %d", p, len(due), err, n)
+		}
+		for i, d := range due {
+			if want := fmt.Sprintf("task-%05d", i); d.TaskID != want || d.NotBefore != int64(i) {
+				t.Fatalf("partition %d: due entry %d is %+v, want %s at %d", p, i, d, want, i)
+			}
+		}
+	}
+}
