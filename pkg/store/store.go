@@ -176,10 +176,11 @@ const layoutVersion = "4"
 
 func (s *Store) upgrade() error {
 	v, closer, err := s.db.Get([]byte("v"))
+	found := ""
 	if err == nil {
-		same := string(v) == layoutVersion
+		found = string(v)
 		closer.Close()
-		if same {
+		if found == layoutVersion {
 			return nil
 		}
 	} else if !errors.Is(err, pebble.ErrNotFound) {
@@ -198,6 +199,8 @@ func (s *Store) upgrade() error {
 	// a new store gets no range delete: the sstables of a restore would
 	// overlap it, and land above it for Pebble to compact
 	if !empty {
+		s.log.Info("the state directory holds another key layout; emptying it: it is restored from the changelog",
+			"dir", s.dir, "layout", found, "want", layoutVersion)
 		if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
 			return err
 		}
