@@ -23,15 +23,17 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// Bulk collects many writes (a restore's) and applies them at once as one
-// sstable ingested into Pebble: sorted, written to a file and linked into
+// Bulk collects many writes (a restore's) and applies them at once as
+// sstables ingested into Pebble: sorted, written to files and linked into
 // the LSM, without the write-ahead log, the memtable and its flush, which
 // a Batch pays for every write. It has the same write methods as Batch and
 // is as atomic: a Commit applies all of its writes or none; a later write
 // of a key, in the same Bulk, replaces an earlier one.
 //
-// Use it for writes in bulk only: every Commit adds a file to Pebble's
-// level 0 (compacted in the background).
+// Use it for writes in bulk only: every Commit adds files to the LSM. Files
+// that overlap nothing the store holds (a restore of whole partitions into
+// a wiped store) go to Pebble's last level; others go above what they
+// overlap, and Pebble compacts them in the background.
 type Bulk struct {
 	s       *Store
 	ops     []bulkOp
