@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
@@ -47,20 +46,6 @@ var (
 	restoreGroup       = restoreWindow / 4
 	restoreRecordBytes = 256
 )
-
-// held is a task's state as far as its index entries go: none (ok false:
-// not stored, or deleted), or a state with entries x.
-type held struct {
-	ok bool
-	x  store.Entries
-}
-
-func (h *held) entries() *store.Entries {
-	if !h.ok {
-		return nil
-	}
-	return &h.x
-}
 
 // restore brings the Pebble cache of the given partitions up to the end of
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
@@ -361,14 +346,14 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	var x store.Entries
 	if rec.Value != nil {
 		var err error
-		if x, err = rs.r.entriesOf(rec.Value); err != nil {
+		if x, err = rs.r.store.IndexEntries(rec.Value); err != nil {
 			rs.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", p, "offset", rec.Offset, "err", err)
 			return nil
 		}
 	}
 	// the state before this window: none in a fresh partition, else the
 	// store's, once every window before this one is written
-	var before held
+	var before *store.Entries // nil: the store holds none
 	if !rs.fresh[p] {
 		if !rs.waited {
 			rs.committed.Wait()
@@ -378,14 +363,16 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 		if err != nil {
 			return err
 		}
-		before = held{ok: ok, x: stored}
+		if ok {
+			before = &stored
+		}
 	}
 	from := rs.bulk.Len()
 	var err error
 	if rec.Value == nil {
-		err = rs.bulk.DeleteIndexed(p, key, before.entries())
+		err = rs.bulk.DeleteIndexed(p, key, before)
 	} else {
-		err = rs.bulk.PutIndexed(p, key, before.entries(), x, rec.Value)
+		err = rs.bulk.PutIndexed(p, key, before, x, rec.Value)
 	}
 	if err != nil {
 		return err
@@ -511,17 +498,6 @@ var gcRelax struct {
 	n       int
 	limit   int64
 	percent int
-}
-
-// entriesOf reads the index entries of an encoded state (an Avro
-// TaskState, or the JSON of an earlier build), validating the whole record
-// without building it (codec.DecodeStateIndex).
-func (r *Router) entriesOf(v []byte) (store.Entries, error) {
-	var x codec.StateIndex
-	if err := r.codec.DecodeStateIndex(v, &x); err != nil {
-		return store.Entries{}, err
-	}
-	return store.EntriesOfIndex(&x), nil
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no

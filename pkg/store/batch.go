@@ -234,7 +234,9 @@ type taskID interface{ ~string | ~[]byte }
 const taskKeyLen = 6
 
 // taskKey holds the state of task id of partition p: t/<p:4><id>.
-func taskKey(p int32, id string) []byte { return appendTaskKey(make([]byte, 0, 6+len(id)), p, id) }
+func taskKey(p int32, id string) []byte {
+	return appendTaskKey(make([]byte, 0, taskKeyLen+len(id)), p, id)
+}
 
 func appendTaskKey[I taskID](dst []byte, p int32, id I) []byte {
 	return append(binary.BigEndian.AppendUint32(append(dst, 't', '/'), uint32(p)), id...)

@@ -47,7 +47,6 @@ type bulkOp struct {
 	key, value []byte
 	seq        int // the order of the writes of one key
 	del        bool
-	dropped    bool // taken back (Drop)
 }
 
 // NewBulk returns an empty Bulk with room for about n writes.
@@ -150,8 +149,7 @@ func (b *Bulk) DeleteIndexed(p int32, id []byte, old *Entries) error {
 
 // Order keeps the writes in spans (each a from..to range of writes
 // numbered as Len counts them), in the order of spans, followed by the
-// writes made after Order; the other writes are discarded, like dropped
-// ones. Writes made in task ID order come mostly sorted to Commit, which
+// writes made after Order; the other writes are discarded. Writes made in task ID order come mostly sorted to Commit, which
 // then sorts each index in about linear time: a restore builds its writes
 // in the order it reads them, sorts its tasks once and orders the writes
 // by them.
@@ -164,15 +162,6 @@ func (b *Bulk) SetCheckpoint(p int32, next int64) error {
 
 // Len is the number of writes in the bulk.
 func (b *Bulk) Len() int { return len(b.ops) }
-
-// Drop takes back the writes from..to (numbered by Len before and after
-// them): a restore that reads a later state of a task in the same window
-// drops the writes of the earlier one.
-func (b *Bulk) Drop(from, to int) {
-	for i := from; i < to; i++ {
-		b.ops[i].dropped = true
-	}
-}
 
 var bulkFiles atomic.Int64
 
@@ -448,28 +437,18 @@ func (w *bufferedWritable) Abort() { _ = w.f.Close() }
 // pdqsort checks in linear time.
 func (b *Bulk) sort() int {
 	// the writes kept, in their order (Order)
-	var idx []int32
+	idx := make([]int32, 0, len(b.ops))
+	from := 0 // the writes after Order, or all of them
 	if b.spans != nil {
-		idx = make([]int32, 0, len(b.ops))
 		for _, sp := range b.spans {
 			for i := sp[0]; i < sp[1]; i++ {
-				if !b.ops[i].dropped {
-					idx = append(idx, i)
-				}
+				idx = append(idx, i)
 			}
 		}
-		for i := b.ordered; i < len(b.ops); i++ {
-			if !b.ops[i].dropped {
-				idx = append(idx, int32(i))
-			}
-		}
-	} else {
-		idx = make([]int32, 0, len(b.ops))
-		for i, op := range b.ops {
-			if !op.dropped {
-				idx = append(idx, int32(i))
-			}
-		}
+		from = b.ordered
+	}
+	for i := from; i < len(b.ops); i++ {
+		idx = append(idx, int32(i))
 	}
 	// the group of each write, and the size of each group; a map lookup
 	// by string(bytes) does not allocate, and there are a few dozen groups

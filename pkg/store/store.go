@@ -334,11 +334,22 @@ func (s *Store) EntriesOf(p int32, taskID []byte) (Entries, bool, error) {
 		return Entries{}, false, fmt.Errorf("store: get %s: %w", taskID, err)
 	}
 	defer closer.Close()
-	var x codec.StateIndex
-	if err := s.codec.DecodeStateIndex(v, &x); err != nil {
+	x, err := s.IndexEntries(v)
+	if err != nil {
 		return Entries{}, false, fmt.Errorf("store: decode state of %s: %w", taskID, err)
 	}
-	return EntriesOfIndex(&x), true, nil
+	return x, true, nil
+}
+
+// IndexEntries reads the index entries of an encoded state (an Avro
+// TaskState, or the JSON of an earlier build), validating the whole record
+// without building it (codec.DecodeStateIndex).
+func (s *Store) IndexEntries(v []byte) (Entries, error) {
+	var x codec.StateIndex
+	if err := s.codec.DecodeStateIndex(v, &x); err != nil {
+		return Entries{}, err
+	}
+	return EntriesOfIndex(&x), nil
 }
 
 // Load reads the states of many tasks at once into out, each of the
