@@ -122,6 +122,22 @@ type taskRun struct {
 // Check recomputes every output of logs with the policy and reports where
 // the router's outputs differ.
 func Check(logs Logs, o Options) (*Report, error) {
+	ck, err := newChecker(logs, o)
+	if err != nil {
+		return nil, err
+	}
+	ck.readInputs()
+	ck.readAudit()
+	ck.model()
+	ck.checkRouted()
+	ck.checkRetries()
+	ck.checkAlerts()
+	ck.finish()
+	return ck.rep, nil
+}
+
+// newChecker validates o, fills in its defaults and returns a checker of logs.
+func newChecker(logs Logs, o Options) (*checker, error) {
 	if o.Policy == nil || o.Ingress == "" || o.Decisions == "" {
 		return nil, errors.New("checker: Options: Policy, Ingress and Decisions are required")
 	}
@@ -138,20 +154,12 @@ func Check(logs Logs, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck := &checker{
+	return &checker{
 		o: o, codec: c, logs: logs, rep: &Report{ViolationsByCheck: map[string]int{}},
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
-	}
-	ck.readInputs()
-	ck.readAudit()
-	ck.model()
-	ck.checkRouted()
-	ck.checkRetries()
-	ck.checkAlerts()
-	ck.finish()
-	return ck.rep, nil
+	}, nil
 }
 
 // readInputs decodes every input record the way the router must.
