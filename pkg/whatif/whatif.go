@@ -123,7 +123,8 @@ type Retries struct {
 }
 
 // OwnerLoad is one review owner's items (REVIEW and QUARANTINE decisions)
-// under each policy, in all and per day of the range.
+// under each policy, in all and per day of the range (a range shorter than a
+// day counts as one day).
 type OwnerLoad struct {
 	Owner           string  `json:"owner"`
 	SLAMs           int64   `json:"sla_ms"`
@@ -296,9 +297,9 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 		r.Routes = append(r.Routes, *x)
 	}
 	slices.SortFunc(r.Routes, func(a, b RouteRow) int { return cmp.Compare(a.Route, b.Route) })
-	days := 1.0
+	days := 1.0 // a range shorter than a day counts as one
 	if !o.Since.IsZero() && o.Until.After(o.Since) {
-		days = o.Until.Sub(o.Since).Hours() / 24
+		days = max(1, o.Until.Sub(o.Since).Hours()/24)
 	}
 	for _, x := range owners {
 		x.BaselinePerDay, x.CandidatePerDay = float64(x.Baseline)/days, float64(x.Candidate)/days
