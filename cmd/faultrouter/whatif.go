@@ -90,26 +90,9 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	logs, err := whatifLogs(ctx, opts, names, rng, *idle)
+	rep, err := runWhatif(ctx, opts, names, rng, baseline, candidate, *examples, *idle, stderr)
 	if err != nil {
 		return ctxErr(ctx, err)
-	}
-	fmt.Fprintf(stderr, "policy whatif: %d task events, %d decisions-topic records in the range; %d audit records read\n",
-		len(logs.Ingress), len(logs.Decisions), len(logs.Audit))
-	replayWith := func(p *policy.Policy) ([]checker.Decided, error) {
-		return checker.Replay(logs, checker.Options{Policy: p, Ingress: names["ingress"], Decisions: names["decisions"]})
-	}
-	b, err := replayWith(baseline)
-	if err != nil {
-		return err
-	}
-	c, err := replayWith(candidate)
-	if err != nil {
-		return err
-	}
-	rep, err := whatif.Compare(b, c, whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: *examples})
-	if err != nil {
-		return err
 	}
 	switch *format {
 	case "json":
@@ -118,6 +101,29 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return rep.WriteCSV(stdout)
 	}
 	return rep.WriteTable(stdout)
+}
+
+// runWhatif reads the range and replays it through both policies.
+func runWhatif(ctx context.Context, opts []kgo.Opt, names map[string]string, rng replay.Range, baseline, candidate *policy.Policy,
+	examples int, idle time.Duration, stderr io.Writer) (*whatif.Report, error) {
+	logs, err := whatifLogs(ctx, opts, names, rng, idle)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "policy whatif: %d task events, %d decisions-topic records in the range; %d audit records read\n",
+		len(logs.Ingress), len(logs.Decisions), len(logs.Audit))
+	replayWith := func(p *policy.Policy) ([]checker.Decided, error) {
+		return checker.Replay(logs, checker.Options{Policy: p, Ingress: names["ingress"], Decisions: names["decisions"]})
+	}
+	b, err := replayWith(baseline)
+	if err != nil {
+		return nil, err
+	}
+	c, err := replayWith(candidate)
+	if err != nil {
+		return nil, err
+	}
+	return whatif.Compare(b, c, whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: examples})
 }
 
 // whatifLogs reads the inputs of the range and the audit records from its

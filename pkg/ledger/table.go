@@ -9,9 +9,9 @@ import (
 )
 
 // WriteTable prints the report for a person: the totals, then spend by
-// class, provider/model, prompt template and review owner (at most top rows
-// each, the rest summed in one line; top <= 0 prints every row), and the cost
-// prevented by stop.
+// class, provider/model, prompt template and review owner (provider/model
+// and template at most top rows each, the rest summed in one line; top <= 0
+// prints every row), and the cost prevented by stop.
 func (r *Report) WriteTable(w io.Writer, top int) error {
 	fmt.Fprintf(w, "spend %s: failed %s, succeeded %s (%d attempts, %d tokens, %s)\n",
 		Dollars(r.TotalUSD), Dollars(r.FailedUSD), Dollars(r.SucceededUSD), r.Attempts, r.Tokens,
@@ -21,13 +21,14 @@ func (r *Report) WriteTable(w io.Writer, top int) error {
 	for _, s := range []struct {
 		title string
 		rows  []Row
-	}{{"CLASS", r.Classes}, {"PROVIDER/MODEL", r.Models}, {"PROMPT TEMPLATE", r.Templates}, {"REVIEW OWNER", r.Owners}} {
+		cut   bool
+	}{{"CLASS", r.Classes, false}, {"PROVIDER/MODEL", r.Models, true}, {"PROMPT TEMPLATE", r.Templates, true}, {"REVIEW OWNER", r.Owners, false}} {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "%s\tATTEMPTS\tFAILED\tSPEND\tFAILED SPEND\tSUCCEEDED SPEND\tTOKENS\tPREVENTED\t\n", s.title)
 		rows := s.rows
 		var rest Row
-		if top > 0 && len(rows) > top {
+		if s.cut && top > 0 && len(rows) > top {
 			for _, x := range rows[top:] {
 				rest = plus(rest, x)
 			}
