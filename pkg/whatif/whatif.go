@@ -14,8 +14,9 @@
 // any), and attempts the candidate would have stopped are still in the log.
 // So the cost of attempts the candidate stops is observed (they happened),
 // the cost of attempts it adds is estimated (from the observed mean attempt
-// cost of that class and provider/model). Breakers are not replayed: they
-// hold or release retries at publication, never change a decision.
+// cost of that class and provider/model). Breakers never change a decision
+// (they hold or release retries at publication); their openings per key are
+// estimated by feeding each policy's decisions to one breaker set.
 package whatif
 
 import (
@@ -47,7 +48,7 @@ var Limits = []string{
 	"inputs are what workers reported under the policy that ran: after a changed decision, what a worker would have done is unknown",
 	"a retry the candidate adds is replayed against the attempts that really followed, if any; its cost is estimated from the observed mean attempt cost of its class and provider/model",
 	"attempts after a retry the candidate drops are still in the log and replayed (as work for an ended task); their cost is observed",
-	"breakers are not replayed: they hold or release retries when due, and never change a decision",
+	"breakers never change a decision (they hold or release retries when due); their openings are estimated by feeding each policy's decisions, in time order, to one breaker set",
 	"a task whose life starts before the range is replayed from an empty state: it disagrees with the audit, and is counted in disagreements",
 }
 
@@ -74,7 +75,10 @@ type Report struct {
 	Routes  []RouteRow  `json:"routes"`
 	Retries Retries     `json:"retries"`
 	Review  []OwnerLoad `json:"review_load"`
-	Cost    Cost        `json:"cost"`
+	// Breakers are the breaker openings per key under each policy
+	// (estimated: see BreakerRow).
+	Breakers []BreakerRow `json:"breaker_openings"`
+	Cost     Cost         `json:"cost"`
 	// Changes are the changed decisions (the CSV).
 	Changes []Change `json:"changes"`
 	Limits  []string `json:"limits"`
@@ -306,6 +310,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 		r.Review = append(r.Review, *x)
 	}
 	slices.SortFunc(r.Review, func(a, b OwnerLoad) int { return cmp.Compare(a.Owner, b.Owner) })
+	r.Breakers = breakerRows(base, cand, o)
 	return r, nil
 }
 

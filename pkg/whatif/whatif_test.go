@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -118,5 +119,27 @@ func TestCompareRefusesOtherInputs(t *testing.T) {
 	}
 	if _, err := Compare(a, nil, Options{Baseline: policy.Default(), Candidate: policy.Default()}); err == nil {
 		t.Error("replays of different lengths compared without an error")
+	}
+}
+
+// TestBreakerOpenings guards the estimated breaker openings: 25 timeouts of
+// one provider/model within a minute open its breaker under the baseline;
+// a candidate that decides them otherwise (here: successes) opens nothing.
+func TestBreakerOpenings(t *testing.T) {
+	var base, cand []checker.Decided
+	for i := range 25 {
+		d := decided(fmt.Sprint("t", i), fmt.Sprintf("i/0@%d", i), 0.01, event.ClassNetworkTimeout, event.RouteRetry, 1)
+		d.At = t0.Add(time.Duration(i) * time.Second)
+		d.Event.Stage = event.StageNetwork
+		base = append(base, d)
+		d.Model = event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}
+		cand = append(cand, d)
+	}
+	r, err := Compare(base, cand, Options{Baseline: policy.Default(), Candidate: policy.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Breakers) != 1 || r.Breakers[0] != (BreakerRow{Breaker: "PROVIDER_MODEL/openai/gpt-4o", Baseline: 1, Candidate: 0}) {
+		t.Errorf("breaker openings %+v, want PROVIDER_MODEL/openai/gpt-4o 1 -> 0", r.Breakers)
 	}
 }

@@ -93,6 +93,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	tw.Flush()
 
+	if len(r.Breakers) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "BREAKER OPENINGS (estimated)\tBASELINE\tCANDIDATE\t")
+		for _, x := range r.Breakers {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t\n", x.Breaker, x.Baseline, x.Candidate)
+		}
+		tw.Flush()
+	}
+
 	c := r.Cost
 	fmt.Fprintf(w, "\ncost of the attempts replayed: %s (observed)\n", ledger.Dollars(c.ObservedUSD))
 	fmt.Fprintf(w, "attempts the candidate stops:  %d, %s (observed: they happened after a retry it drops)\n", c.RemovedAttempts, ledger.Dollars(c.RemovedUSD))
