@@ -132,6 +132,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck.checkRouted()
 	ck.checkRetries()
 	ck.checkAlerts()
+	ck.checkLedger() // ledger.go
 	ck.finish()
 	return ck.rep, nil
 }
