@@ -432,6 +432,9 @@ func (c *checker) walk(tr *taskRun) {
 		if diff := diffDecision(got, want); diff != "" {
 			c.violate("audit.decision", tr.id, "input %s (%s): %s", in.key, kindName(in.kind), diff)
 		}
+		if in.kind == inTask {
+			c.checkPrevented(tr.id, in, &got, &want) // ledger.go
+		}
 		if in.kind == inTask && in.audit.r.Event != nil && in.audit.r.Event.EventID != in.event.EventID {
 			c.violate("audit.event", tr.id, "audit of input %s carries event %s, want %s", in.key, in.audit.r.Event.EventID, in.event.EventID)
 		}

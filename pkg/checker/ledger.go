@@ -3,8 +3,28 @@ package checker
 import (
 	"fmt"
 
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/ledger"
 )
+
+// checkPrevented checks the cost prevented an audit record carries: the
+// policy's for the model's decision (none for a decision that is no stop).
+func (c *checker) checkPrevented(task string, in *input, got, want *event.Decision) {
+	w := c.o.Policy.PreventedRecord(want)
+	g := got.Prevented
+	switch {
+	case g == nil && w == nil:
+	case g == nil || w == nil || *g != *w:
+		c.violate("audit.prevented", task, "input %s: the audit record carries cost prevented %s, want %s", in.key, preventedText(g), preventedText(w))
+	}
+}
+
+func preventedText(p *event.Prevented) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s: %d baseline attempts, %s (baseline %d retries)", p.Stop, p.Attempts, ledger.Dollars(p.USD), p.BaselineRetries)
+}
 
 // checkLedger checks the cost ledger: the sums `faultrouter cost` computes
 // from the audit records (their events' usage and their decisions) equal

@@ -11,6 +11,12 @@
 // an output that breaks its schema, or work reported for a task that had
 // already ended (DUPLICATE_EXECUTION). Money is summed in whole
 // micro-dollars, so sums are exact and independent of order.
+//
+// Cost prevented is the one a decision carries (decision.prevented, which
+// the router writes on the audit record of a stop, with its own policy's
+// baseline), else the one policy.PreventedBy computes with the ledger's
+// policy (audit records of builds before that field, and the checker's
+// model).
 package ledger
 
 import (
@@ -88,7 +94,10 @@ func (l *Ledger) Add(ev *event.TaskEvent, d *event.Decision) {
 		one.failed, one.failedCost = 1, one.cost
 	}
 	stop := ""
-	if pr, ok := l.p.PreventedBy(d); ok {
+	if pr := d.Prevented; pr != nil {
+		stop = pr.Stop
+		one.stops, one.preventedAttempts, one.saved = 1, int64(pr.Attempts), Micros(pr.USD)
+	} else if pr, ok := l.p.PreventedBy(d); ok {
 		stop = string(pr.Stop)
 		one.stops, one.preventedAttempts, one.saved = 1, int64(pr.Attempts), Micros(pr.USD)
 	}

@@ -91,3 +91,13 @@ func (p *Policy) PreventedBy(d *event.Decision) (Prevented, bool) {
 	pr.USD = float64((micros(t.CostUSD)*int64(pr.Attempts)+n/2)/n) / 1e6
 	return pr, true
 }
+
+// PreventedRecord is PreventedBy in the form the audit record carries; nil
+// when the decision is no stop.
+func (p *Policy) PreventedRecord(d *event.Decision) *event.Prevented {
+	pr, ok := p.PreventedBy(d)
+	if !ok {
+		return nil
+	}
+	return &event.Prevented{Stop: string(pr.Stop), BaselineRetries: p.CostPrevented.BaselineRetries, Attempts: pr.Attempts, USD: pr.USD}
+}

@@ -11,14 +11,19 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
-// Guards the cost ledger's metrics: every decided attempt's cost by class
-// and route and by provider/model and outcome, a redelivery never counted
-// twice, and the cost a dead letter prevented (the baseline's fourth attempt
-// at the task's mean attempt cost) by class and stop.
+// Guards the cost ledger's metrics and audit records: every decided
+// attempt's cost by class and route and by provider/model and outcome, a
+// redelivery never counted twice, and the cost a dead letter prevented
+// against the policy's baseline (here 5 retries: 3 more attempts after 3, at
+// the task's mean attempt cost of $0.02), counted by class and stop and
+// carried by the dead letter's audit record.
 func TestLedgerMetrics(t *testing.T) {
-	reg, topics, seeds := newTestRouter(t)
+	p := policy.Default()
+	p.CostPrevented.BaselineRetries = 5
+	reg, topics, seeds := newTestRouterWith(t, func(c *Config) { c.Policy = p })
 	c, err := codec.New()
 	if err != nil {
 		t.Fatal(err)
@@ -72,14 +77,42 @@ func TestLedgerMetrics(t *testing.T) {
 		{"faultrouter_spend_by_model_usd_total", map[string]string{"provider_model": "openai/gpt-4o", "outcome": "failed"}, 0.06},
 		{"faultrouter_spend_by_model_usd_total", map[string]string{"provider_model": "openai/gpt-4o", "outcome": "succeeded"}, 0.05},
 		{"faultrouter_spend_by_template_usd_total", map[string]string{"prompt_template": "ticket-v1", "outcome": "failed"}, 0.06},
-		// 3 attempts ($0.06) of the baseline's 4: one more at $0.02
-		{"faultrouter_cost_prevented_usd_total", map[string]string{"class": "NETWORK_TIMEOUT", "stop": "dead_letter"}, 0.02},
-		{"faultrouter_cost_prevented_attempts_total", map[string]string{"class": "NETWORK_TIMEOUT", "stop": "dead_letter"}, 1},
-		{"faultrouter_cost_prevented_by_key_usd_total", map[string]string{"scope": "provider_model", "key": "openai/gpt-4o"}, 0.02},
+		{"faultrouter_cost_prevented_usd_total", map[string]string{"class": "NETWORK_TIMEOUT", "stop": "dead_letter"}, 0.06},
+		{"faultrouter_cost_prevented_attempts_total", map[string]string{"class": "NETWORK_TIMEOUT", "stop": "dead_letter"}, 3},
+		{"faultrouter_cost_prevented_by_key_usd_total", map[string]string{"scope": "provider_model", "key": "openai/gpt-4o"}, 0.06},
 	} {
 		if got := sample(t, reg, c.name, c.labels); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+
+	ccl, err := kgo.NewClient(append(seeds, kgo.ConsumeTopics(topics.Audit), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ccl.Close()
+	var audited []event.Decision
+	for len(audited) < len(recs) && ctx.Err() == nil {
+		ccl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
+			r, err := c.DecodeRouted(rec.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			audited = append(audited, r.Decision)
+		})
+	}
+	for _, d := range audited {
+		want := (*event.Prevented)(nil)
+		if d.Route == event.RouteDeadLetter {
+			want = &event.Prevented{Stop: "dead_letter", BaselineRetries: 5, Attempts: 3, USD: 0.06}
+		}
+		if (d.Prevented == nil) != (want == nil) || want != nil && *d.Prevented != *want {
+			t.Errorf("audit of %s/%s carries prevented %+v, want %+v", d.Class, d.Route, d.Prevented, want)
+		}
+	}
+	if len(audited) != len(recs) {
+		t.Errorf("%d audit records, want %d", len(audited), len(recs))
 	}
 }
 
