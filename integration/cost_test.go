@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/ledger"
 	seeded "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
@@ -279,5 +282,55 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 	if off.Disagreements == 0 || off.Why["baseline_differs_from_running_policy"] != off.Disagreements {
 		t.Errorf("a baseline of max_retries 4 against the audit of 2: %d disagreements, why %v; want every one put down to the baseline",
 			off.Disagreements, off.Why)
+	}
+}
+
+// TestConsoleCostPageInTheBrowser guards the console's Cost page as a person
+// sees it in Chromium, on a seeded workload routed by a real router: the
+// spend, failed spend and cost prevented it shows are those `faultrouter
+// cost` prints for the same records, the charts are drawn (spend per hour
+// by class, cost prevented per hour) and the top models and templates are
+// listed. The page is screenshot (console-cost.png).
+func TestConsoleCostPageInTheBrowser(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	_, since := costWorkload(t, e, 150)
+	var want struct {
+		TotalUSD     float64 `json:"total_usd"`
+		FailedUSD    float64 `json:"failed_usd"`
+		PreventedUSD float64 `json:"prevented_usd"`
+	}
+	out := e.cli("", "cost", "--since", since.UTC().Format(time.RFC3339Nano), "--format", "json")
+	if err := json.Unmarshal([]byte(out), &want); err != nil {
+		t.Fatal(err)
+	}
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: vera, password_bcrypt: %q, roles: [viewer]}\n", e.hashPassword("s3cret-pw")))
+	run(t, ctx, c, "sign in to the Cost page",
+		chromedp.Navigate(c.url+"/cost"), chromedp.WaitVisible(css("#name")),
+		chromedp.SendKeys(css("#name"), "vera"), chromedp.SendKeys(css("#password"), "s3cret-pw"),
+		chromedp.Click(css("#signin")), chromedp.WaitVisible(css("#cost-totals")),
+		textUntil(c.url+"/cost", "#cost-total", ledger.Dollars(want.TotalUSD)),
+		shot(t, "console-cost.png"),
+	)
+	for sel, v := range map[string]float64{"#cost-total": want.TotalUSD, "#cost-failed": want.FailedUSD, "#cost-prevented": want.PreventedUSD} {
+		if got := text(t, ctx, c, sel); got != ledger.Dollars(v) {
+			t.Errorf("%s shows %q, faultrouter cost says %s", sel, got, ledger.Dollars(v))
+		}
+	}
+	count := func(sel string) int {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("`+sel+`").length`))
+		if err != nil {
+			t.Fatalf("counting %s: %v", sel, err)
+		}
+		return n
+	}
+	spend, prevented := count("#spend-chart rect.seg"), count("#prevented-chart rect.seg")
+	if spend == 0 || prevented == 0 {
+		t.Errorf("the charts draw %d spend and %d prevented segments, want some of each", spend, prevented)
+	}
+	if rows := text(t, ctx, c, "#cost-models tbody"); !strings.Contains(rows, "/") {
+		t.Errorf("no provider/model listed by failed spend: %q", rows)
 	}
 }

@@ -72,6 +72,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
 	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
 	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
+	mux.Handle("GET /cost", s.signedIn(s.costPage)) // cost.go
 	return securityHeaders(mux)
 }
 
@@ -203,7 +204,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost"}
 
 func parsePages() (pages, error) {
 	ps := pages{}
