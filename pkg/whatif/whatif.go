@@ -1,5 +1,6 @@
 // Package whatif compares two replays of the same committed inputs, one
-// through a baseline policy and one through a candidate (checker.Replay),
+// through a baseline policy and one through a candidate (checker.Replay;
+// run.go reads the inputs of a time range and runs both),
 // and reports what the candidate would have changed: the decisions that
 // differ, a transition matrix per class, retries added and removed, routes,
 // review load per owner, the cost impact, and example tasks. It first checks
