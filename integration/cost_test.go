@@ -334,3 +334,49 @@ func TestConsoleCostPageInTheBrowser(t *testing.T) {
 		t.Errorf("no provider/model listed by failed spend: %q", rows)
 	}
 }
+
+// TestConsoleWhatifInTheBrowser guards the console's What-if page as an
+// operator uses it in Chromium, on a seeded workload routed by a real
+// router: a candidate raising network_timeout.max_retries to 4, pasted into
+// the page, shows 0 disagreements first, then exactly the changed decisions
+// the test computes from the events (the third timeouts, DEADLETTER ->
+// RETRY), with links to their timelines. The page is screenshot
+// (console-whatif.png).
+func TestConsoleWhatifInTheBrowser(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	byTask, _ := costWorkload(t, e, 300)
+	want := computeLedger(byTask).deadLettered
+	if len(want) == 0 {
+		t.Fatal("the workload holds no task whose three attempts timed out: the test would prove nothing")
+	}
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: olga, password_bcrypt: %q, roles: [operator]}\n", e.hashPassword("s3cret-pw")))
+	run(t, ctx, c, "sign in to the What-if page",
+		chromedp.Navigate(c.url+"/whatif"), chromedp.WaitVisible(css("#name")),
+		chromedp.SendKeys(css("#name"), "olga"), chromedp.SendKeys(css("#password"), "s3cret-pw"),
+		chromedp.Click(css("#signin")), chromedp.WaitVisible(css("#whatif-form")),
+	)
+	run(t, ctx, c, "replay the last hour through the candidate",
+		chromedp.SetValue(css("#policy"), "# give timeouts two more retries\nnetwork_timeout:\n  max_retries: 4\n"),
+		chromedp.SetValue(css("#hours"), "1"),
+		chromedp.Click(css("#whatif-run")),
+		chromedp.WaitVisible(css("#whatif-summary")),
+		shot(t, "console-whatif.png"),
+	)
+	if got := text(t, ctx, c, "#whatif-disagreements"); got != "0" {
+		t.Errorf("disagreements %q, want 0", got)
+	}
+	if got := text(t, ctx, c, "#whatif-changed"); got != fmt.Sprint(len(want)) {
+		t.Errorf("changed %q, want %d", got, len(want))
+	}
+	changed := text(t, ctx, c, "#whatif-matrix tr.changed")
+	if !strings.Contains(changed, "NETWORK_TIMEOUT") || !strings.Contains(changed, "DEADLETTER") || !strings.Contains(changed, "RETRY") {
+		t.Errorf("the changed cell reads %q, want NETWORK_TIMEOUT DEADLETTER -> RETRY", changed)
+	}
+	list := text(t, ctx, c, "#whatif-changes tbody")
+	for _, task := range want {
+		if !strings.Contains(list, task) {
+			t.Errorf("the changed decisions do not list %s:\n%s", task, list)
+		}
+	}
+}

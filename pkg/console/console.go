@@ -132,6 +132,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	claims map[string]claim // task ID -> decision sent by this replica
+
+	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
 
 // claim is a decision this replica sent and the view has not read back yet.

@@ -72,7 +72,9 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
 	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
 	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
-	mux.Handle("GET /cost", s.signedIn(s.costPage)) // cost.go
+	mux.Handle("GET /cost", s.signedIn(s.costPage))     // cost.go
+	mux.Handle("GET /whatif", s.signedIn(s.whatifForm)) // whatif.go
+	mux.Handle("POST /whatif", s.signedIn(s.whatifRun))
 	return securityHeaders(mux)
 }
 
@@ -204,7 +206,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost", "whatif"}
 
 func parsePages() (pages, error) {
 	ps := pages{}
