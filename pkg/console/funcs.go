@@ -26,6 +26,7 @@ var funcs = template.FuncMap{
 	"str":     func(b []byte) string { return string(b) },
 	"lines":   func(s string) []string { return strings.Split(s, "\n") },
 	"add":     func(a, b int) int { return a + b },
+	"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
 	"mul":     func(a, b int) int { return a * b },
 	"query": func(kv ...string) template.URL {
 		v := url.Values{}

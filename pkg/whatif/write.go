@@ -86,10 +86,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "retries: baseline %d, candidate %d (%d added, %d removed)\n\n", r.Retries.Baseline, r.Retries.Candidate, r.Retries.Added, r.Retries.Removed)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REVIEW OWNER\tSLA\tBASELINE\tCANDIDATE\tBASELINE/DAY\tCANDIDATE/DAY\t")
+	fmt.Fprintln(tw, "REVIEW OWNER\tSLA\tBASELINE\tCANDIDATE\tBASELINE/DAY\tCANDIDATE/DAY\tWITHIN SLA (BASELINE, CANDIDATE)\tUNANSWERED\t")
 	for _, x := range r.Review {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t\n", x.Owner, time.Duration(x.SLAMs)*time.Millisecond, x.Baseline, x.Candidate,
-			strconv.FormatFloat(x.BaselinePerDay, 'f', 1, 64), strconv.FormatFloat(x.CandidatePerDay, 'f', 1, 64))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d, %d\t%d, %d\t\n", x.Owner, time.Duration(x.SLAMs)*time.Millisecond, x.Baseline, x.Candidate,
+			strconv.FormatFloat(x.BaselinePerDay, 'f', 1, 64), strconv.FormatFloat(x.CandidatePerDay, 'f', 1, 64),
+			x.BaselineWithinSLA, x.CandidateWithinSLA, x.BaselineUnanswered, x.CandidateUnanswered)
 	}
 	tw.Flush()
 
