@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,8 +11,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -41,7 +44,7 @@ func rsStart(t *testing.T) *rsWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s}}
+	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s, metrics: newMetrics(nil)}}
 }
 
 // rec is a changelog record of st (a tombstone when st is nil).
@@ -429,5 +432,50 @@ func TestRestoreGroups(t *testing.T) {
 	}
 	if g := restoreGroups("state", nil, 60); len(g) != 0 {
 		t.Errorf("groups of nothing: %v", g)
+	}
+}
+
+// Guards the restore against records this build cannot read: a changelog
+// record that does not decode (a state of a build outside the schema window,
+// or bytes that are not a state) stops the restore with an error naming the
+// record and its writer schema, and is counted. Nothing of its window is
+// written and the checkpoint stays before it: the partition is not routed on
+// the state before the record, and the next restore meets the record again.
+func TestRestoreStopsAtAnUnreadableRecord(t *testing.T) {
+	w := rsStart(t)
+	newer := []byte{0xC3, 0x01, 0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01, 0x02, 0x04, 0x06}
+	rs := w.r.newRestorer(map[int32]bool{0: true})
+	err := rs.add([]*kgo.Record{
+		w.rec(0, 0, "before", &task.State{TaskID: "before", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}),
+		{Topic: "faultrouter.state", Key: []byte("newer"), Value: newer, Partition: 0, Offset: 1},
+		w.rec(0, 2, "after", &task.State{TaskID: "after", Attempts: 1, ExpiresAt: 5 * rsHour}),
+	}, map[int32]int64{0: 3})
+	if err == nil {
+		err = rs.close()
+	} else {
+		rs.close()
+	}
+	if !errors.Is(err, ErrUnreadableState) {
+		t.Fatalf("restore over an unreadable record: %v, want ErrUnreadableState", err)
+	}
+	for _, want := range []string{"faultrouter.state partition 0 offset 1", `task "newer"`, "writer schema fingerprint 0123456789abcdef"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	var m dto.Metric
+	if err := w.r.metrics.restoreUnreadable.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n != 1 {
+		t.Errorf("restore_unreadable_records_total = %v, want 1", n)
+	}
+	for _, id := range []string{"before", "after"} {
+		if st := w.get(0, id); st != nil {
+			t.Errorf("task %s restored from a window with an unreadable record: %+v", id, st)
+		}
+	}
+	if next, ok, err := w.r.store.Checkpoint(0); err != nil || (ok && next > 1) {
+		t.Errorf("checkpoint %d (%v, %v), want none or at most 1: the unreadable record must be read again", next, ok, err)
 	}
 }

@@ -10,9 +10,9 @@ package router
 //     are made due now, in their own due order (breakers.go, releaseHeld).
 //   - expiry: a task past its expiry that the batch's input does not touch
 //     is forgotten (a changelog tombstone in the batch's transaction). A
-//     forgotten task raises no retry and no SLA alert: its review item no
-//     longer exists, as for a review decision after expiry. A task with a
-//     pending retry never expires before the retry is published.
+//     task with a pending retry never expires before the retry is
+//     published, nor a task with an open review item before it is decided,
+//     so a forgotten task has no retry or SLA alert left to raise.
 //   - due retries: the task is loaded and touched; publishDue publishes it
 //     unless a breaker holds it.
 //   - overdue reviews: one alert per review item, the task touched to
