@@ -2,9 +2,9 @@ package router
 
 import (
 	"bytes"
-	"encoding/binary"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
