@@ -479,3 +479,57 @@ func TestRestoreStopsAtAnUnreadableRecord(t *testing.T) {
 		t.Errorf("checkpoint %d (%v, %v), want none or at most 1: the unreadable record must be read again", next, ok, err)
 	}
 }
+
+// Guards the sweep's index repair against a restore that runs meanwhile
+// (the assignment callbacks restore while the run loop routes a batch). A
+// visit reads a due-index entry; a restore wipes the partition before the
+// visit reads the entry's state, so the state is gone and the entry looks
+// stale; the restore then writes the state back with the same pending retry
+// and entry. The repair must not delete that entry: the retry would never
+// be published.
+func TestIndexRepairDoesNotUndoARestore(t *testing.T) {
+	w := rsStart(t)
+	st := &task.State{TaskID: "due", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}
+	w.restore(map[int32]bool{0: true}, []*kgo.Record{w.rec(0, 0, "due", st)})
+
+	var once bool
+	afterIndexScan = func(p int32) {
+		if once {
+			return
+		}
+		// a partition assigned again whose local state is not trusted: the
+		// callback takes the lock, counts the rebalance and wipes it
+		w.r.written.Lock()
+		w.r.rebalances.Add(1)
+		if _, err := w.r.store.WipePartition(p); err != nil {
+			t.Error(err)
+		}
+	}
+	beforeIndexRepair = func(p int32) {
+		if once {
+			return
+		}
+		once = true
+		// ... and restores the same state from the changelog
+		w.restore(map[int32]bool{p: true}, []*kgo.Record{w.rec(p, 0, "due", st)})
+		w.r.written.Unlock()
+	}
+	t.Cleanup(func() { afterIndexScan, beforeIndexRepair = nil, nil })
+
+	b := newBatch()
+	err := w.r.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
+		return inBatch || dueMatches(st, d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !once {
+		t.Fatal("the visit found no stale entry: the interleaving did not happen")
+	}
+	if got := w.index(store.DueIndex, 0); !slices.Equal(got, []string{"due@1000"}) {
+		t.Errorf("due index after the repair %v, want [due@1000]: the restored retry's entry was deleted", got)
+	}
+	if st := w.get(0, "due"); st == nil || st.Pending == nil {
+		t.Errorf("restored state %+v, want its pending retry", st)
+	}
+}
