@@ -71,6 +71,14 @@ func TestUpgradeAndRollback(t *testing.T) {
 			c.startBin("a", old)
 		})
 		at(20*time.Second, "forward-again", func() {
+			// the previous release skipped a changelog record it could not
+			// read, with this log line: it must have read every state
+			// this build wrote
+			for _, n := range []string{"a", "b"} {
+				if logs := c.routers[n].logs.String(); strings.Contains(logs, "does not decode") {
+					t.Errorf("the previous release (%s) could not read a state this build wrote:\n%s", n, tailLines(logs, 20))
+				}
+			}
 			c.routers["a"].kill()
 			c.startBin("a", binary)
 			c.routers["b"].stop(t)
