@@ -83,8 +83,12 @@ type breakers struct {
 	// closed, a retry of that breaker coming due before then is held with
 	// them.
 	heldUntil map[breaker.Ref]int64
-	// closed and heldUntil as they were when the batch began (held keeps
-	// its own undo log)
+	// pruned is the count of rebalances (Router.rebalances) when the held
+	// retries of partitions this instance no longer owns were last let go
+	pruned uint64
+	// closed, heldUntil and pruned as they were when the batch began (held
+	// keeps its own undo log)
+	savedPruned    uint64
 	savedClosed    map[breaker.Ref]bool
 	savedHeldUntil map[breaker.Ref]int64
 	// refs is observe's scratch: the breakers of the event it observes
@@ -540,6 +544,16 @@ func (r *Router) beginBreakers() {
 	nowMs := r.cfg.Now().UnixMilli()
 	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
 	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
+	// after a rebalance, the retries held for partitions that moved away
+	r.brk.savedPruned = r.brk.pruned
+	if rb := r.rebalances.Load(); rb != r.brk.pruned {
+		owned := map[int32]bool{}
+		for _, p := range r.ownedPartitions() {
+			owned[p] = true
+		}
+		r.brk.held.keepPartitions(owned)
+		r.brk.pruned = rb
+	}
 }
 
 // commitBreakers keeps the batch's breaker changes once its transaction has
@@ -577,6 +591,7 @@ func (r *Router) rollbackBreakers() {
 		r.brk.closed = r.brk.savedClosed
 	}
 	r.brk.heldUntil = r.brk.savedHeldUntil
+	r.brk.pruned = r.brk.savedPruned
 	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 	r.breakerGauges()
 }
