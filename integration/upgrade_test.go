@@ -114,14 +114,15 @@ func TestUpgradeAndRollback(t *testing.T) {
 // previous release that this release makes differently on purpose, rather
 // than a record lost or duplicated: this release records a reviewer's
 // decision on an OUTCOME_UNKNOWN item as the held write's outcome (its
-// reason says so), and so a later receipt for the write is an ordinary
-// success rather than the receipt of a held write.
+// reason says so), and so a later receipt for the write (CONFIRMED or
+// REJECTED) is an ordinary outcome rather than the receipt of a held write.
 func releaseChange(check, detail string) bool {
-	if check != "audit.decision" {
+	if check != "audit.decision" && check != "review.decision" {
 		return false
 	}
 	reconciled := strings.Contains(detail, "the OUTCOME_UNKNOWN item") &&
 		(strings.Contains(detail, "taken as executed (CONFIRMED)") || strings.Contains(detail, "taken as not executed (PLANNED)"))
-	receipt := strings.Contains(detail, "rule outcome_unknown.confirmed") && strings.Contains(detail, "want SUCCEEDED/COMPLETE rule succeeded.complete")
-	return reconciled || receipt
+	confirmed := strings.Contains(detail, "rule outcome_unknown.confirmed") && strings.Contains(detail, "want SUCCEEDED/COMPLETE rule succeeded.complete")
+	rejected := strings.Contains(detail, "rule outcome_unknown.rejected") && strings.Contains(detail, "want BUSINESS_REJECTED/REVIEW rule business_rejected.operation_rejected")
+	return reconciled || confirmed || rejected
 }

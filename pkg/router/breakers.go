@@ -544,16 +544,33 @@ func (r *Router) beginBreakers() {
 	nowMs := r.cfg.Now().UnixMilli()
 	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
 	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
-	// after a rebalance, the retries held for partitions that moved away
 	r.brk.savedPruned = r.brk.pruned
-	if rb := r.rebalances.Load(); rb != r.brk.pruned {
-		owned := map[int32]bool{}
-		for _, p := range r.ownedPartitions() {
-			owned[p] = true
-		}
-		r.brk.held.keepPartitions(owned)
-		r.brk.pruned = rb
+	r.pruneHeld()
+}
+
+// pruneHeld lets go of the retries held for partitions that moved away,
+// once after each rebalance, when the assignment is restored. An eager
+// rebalance revokes every partition before it assigns them again, and the
+// owned set is empty in between: pruned then, the retries held for the
+// partitions that stay would come out at the times they were moved to
+// rather than in their due order when their breaker closes. The callbacks
+// count a rebalance (rebalances) before they change the owned set and clear
+// the ready flag before that, so a rebalance that changed them while they
+// were read shows in the count.
+func (r *Router) pruneHeld() {
+	rb := r.rebalances.Load()
+	if rb == r.brk.pruned || !r.Ready() {
+		return
 	}
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	if r.rebalances.Load() != rb {
+		return
+	}
+	r.brk.held.keepPartitions(owned)
+	r.brk.pruned = rb
 }
 
 // commitBreakers keeps the batch's breaker changes once its transaction has
