@@ -113,15 +113,18 @@ func TestUpgradeAndRollback(t *testing.T) {
 // releaseChange reports whether a checker violation is a decision of the
 // previous release that this release makes differently on purpose, rather
 // than a record lost or duplicated: this release records a reviewer's
-// decision on an OUTCOME_UNKNOWN item as the held write's outcome (its
-// reason says so), and so a later receipt for the write (CONFIRMED or
-// REJECTED) is an ordinary outcome rather than the receipt of a held write.
+// decision on an OUTCOME_UNKNOWN item as the held write's reconciliation
+// (its reason says so), and after an approval a receipt for the write
+// (CONFIRMED or REJECTED) is the outcome of the write run again rather than
+// the receipt of a held write.
 func releaseChange(check, detail string) bool {
 	if check != "audit.decision" && check != "review.decision" {
 		return false
 	}
 	reconciled := strings.Contains(detail, "the OUTCOME_UNKNOWN item") &&
-		(strings.Contains(detail, "taken as executed (CONFIRMED)") || strings.Contains(detail, "taken as not executed (PLANNED)"))
+		(strings.Contains(detail, "(RECONCILED)") || strings.Contains(detail, "taken as not executed (PLANNED)"))
+	// after an approval the write runs again: its receipt is that run's
+	// outcome, no longer the receipt of a held write
 	confirmed := strings.Contains(detail, "rule outcome_unknown.confirmed") && strings.Contains(detail, "want SUCCEEDED/COMPLETE rule succeeded.complete")
 	rejected := strings.Contains(detail, "rule outcome_unknown.rejected") && strings.Contains(detail, "want BUSINESS_REJECTED/REVIEW rule business_rejected.operation_rejected")
 	return reconciled || confirmed || rejected

@@ -75,15 +75,16 @@ func (p *Policy) DecideReview(rd *event.ReviewDecision, st *task.State, now time
 // item, and returns what it recorded for the decision's reason:
 //
 //   - approve: the write did not take effect and may run again. It is
-//     PLANNED, so a retry's report of it (SUBMITTED, UNKNOWN, CONFIRMED)
-//     is recorded as it comes, and an unknown outcome is held again.
-//   - reject: the write took effect, or must never run again. It is
-//     CONFIRMED: a later submission of it is a DUPLICATE_EXECUTION.
+//     PLANNED, so the retry's reports of it (SUBMITTED, UNKNOWN, CONFIRMED)
+//     are recorded as they come, and an unknown outcome is held again.
+//   - reject: the write is closed by a person: RECONCILED (task.OpReconciled).
+//     It never runs again (a new submission of it is a DUPLICATE_EXECUTION),
+//     and a receipt for it still counts, as for a held write.
 //
 // Either way the outcome is no longer unknown, so the task expires on its
 // TTL once decided.
 func reconcile(st *task.State, approve bool) string {
-	to, meaning := event.OpConfirmed, "taken as executed"
+	to, meaning := task.OpReconciled, "closed by the reviewer, never run again"
 	if approve {
 		to, meaning = event.OpPlanned, "taken as not executed"
 	}

@@ -472,8 +472,8 @@ func (w *expWorld) decide(taskID string, approve bool) {
 }
 
 // Guards the end of an unknown write: a reviewer's decision on an
-// OUTCOME_UNKNOWN item reconciles the operation (a reject takes it as
-// executed, CONFIRMED; an approve as not executed, PLANNED, and retries), so
+// OUTCOME_UNKNOWN item reconciles the operation (a reject closes it,
+// RECONCILED; an approve takes it as not executed, PLANNED, and retries), so
 // the task is no longer held forever and expires 2 x SLA after the decision.
 func TestReconciledUnknownWriteExpires(t *testing.T) {
 	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
@@ -488,8 +488,8 @@ func TestReconciledUnknownWriteExpires(t *testing.T) {
 	w.clock.Add(30 * time.Minute.Milliseconds())
 	w.decide("exp-rejected", false)
 	w.decide("exp-approved", true)
-	if d := w.waitAudit("exp-rejected", 2)[1]; d.Rule != "MANUAL_REJECTED" || !strings.Contains(d.Reason, "op-exp-rejected taken as executed (CONFIRMED)") {
-		t.Errorf("reject of the unknown write: rule %s reason %q, want MANUAL_REJECTED naming the operation CONFIRMED", d.Rule, d.Reason)
+	if d := w.waitAudit("exp-rejected", 2)[1]; d.Rule != "MANUAL_REJECTED" || !strings.Contains(d.Reason, "op-exp-rejected closed by the reviewer, never run again (RECONCILED)") {
+		t.Errorf("reject of the unknown write: rule %s reason %q, want MANUAL_REJECTED naming the operation RECONCILED", d.Rule, d.Reason)
 	}
 	if d := w.waitAudit("exp-approved", 2)[1]; d.Route != event.RouteRetry || !strings.Contains(d.Reason, "op-exp-approved taken as not executed (PLANNED)") {
 		t.Errorf("approve of the unknown write: %s reason %q, want RETRY naming the operation PLANNED", d.Route, d.Reason)
