@@ -192,10 +192,22 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, nil, "login", status, "Sign in", "", data)
 }
 
-// safeNext keeps a redirect on this site.
+// safeNext keeps a redirect on this site: a path of printable ASCII that
+// starts with one slash. Browsers drop tabs and newlines from a URL and read
+// a backslash as a slash, so anything else ("/\t/evil.com") could name
+// another host.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		return "/review"
+	const home = "/review"
+	if len(next) < 1 || next[0] != '/' || (len(next) > 1 && (next[1] == '/' || next[1] == '\\')) {
+		return home
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return home
+		}
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" {
+		return home
 	}
 	return next
 }
