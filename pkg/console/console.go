@@ -196,7 +196,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 2)
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- s.ingest(ictx) }()
+	ingested := make(chan struct{})
+	go func() {
+		defer close(ingested)
+		if err := s.ingest(ictx); err != nil {
+			errc <- err
+		}
+	}()
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
@@ -209,6 +215,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	case err = <-errc:
 	}
 	cancel()
+	<-ingested // the view closes after its last write
 	s.jobs.stopAll()
 	s.hub.close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -28,6 +28,30 @@ import (
 // broker's client options and the topic names.
 func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 	t.Helper()
+	opts, set := testCluster(t)
+	cfg.Listen, cfg.StateDir, cfg.Kafka, cfg.Topics = "127.0.0.1:0", t.TempDir(), opts, set
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + ln.Addr().String(), opts, set
+}
+
+// testCluster is an embedded broker with the topics and three open review
+// items: t-1 and t-3 of ai_product, t-2 of security.
+func testCluster(t *testing.T) ([]kgo.Opt, topicspec.Set) {
+	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
@@ -63,21 +87,7 @@ func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 			t.Fatal(err)
 		}
 	}
-	cfg.Listen, cfg.StateDir, cfg.Kafka, cfg.Topics = "127.0.0.1:0", t.TempDir(), opts, set
-	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String(), opts, set
+	return opts, set
 }
 
 func testUsers(t *testing.T) *Users {
