@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-
 )
 
 // Guards the view's batch reads: a key deleted earlier in the same batch is
@@ -82,4 +81,3 @@ func TestProgressIsReadSafelyWhileTheViewStarts(t *testing.T) {
 		s.view.close()
 	}
 }
-
