@@ -5,8 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faultrouter/faultrouter/pkg/console"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -27,7 +31,9 @@ own directory.
 Nothing is served without authentication: --users FILE (YAML: name,
 password_bcrypt, roles viewer|reviewer|operator, owners), and/or
 --trust-proxy-header to take X-Forwarded-User / X-Forwarded-Email from a
-reverse proxy (oauth2-proxy) that sets them; only behind such a proxy.
+reverse proxy (oauth2-proxy) that sets them; only behind such a proxy, and
+only from the addresses of --trusted-proxies (the header is stripped from
+anyone else, and the refusal logged and counted).
 FAULTROUTER_CONSOLE_SECRET signs sessions and CSRF tokens: give replicas
 behind one address the same value.`
 
@@ -37,7 +43,9 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		listen     = fs.String("listen", ":8080", "HTTP address")
 		stateDir   = fs.String("state-dir", "", "Pebble directory of the view (default: a new temporary directory)")
 		usersFile  = fs.String("users", os.Getenv("FAULTROUTER_CONSOLE_USERS"), "users file (YAML, bcrypt hashes) (env FAULTROUTER_CONSOLE_USERS)")
-		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them)")
+		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them; needs --trusted-proxies)")
+		proxies    = fs.String("trusted-proxies", "", "comma-separated CIDRs (or addresses) the reverse proxy connects from; the proxy header is believed from them only and stripped from anyone else")
+		metrics    = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. :9464; off when empty)")
 		proxyRole  = fs.String("proxy-role", "viewer", "role of a proxy-identified person missing from the users file: viewer, reviewer or operator")
 		policyFile = fs.String("policy", "", "the router's policy file: the reject message and breaker cooldowns (default: the built-in policy)")
 		maxRedr    = fs.Int("max-redrives", 3, "loop guard: refuse records already re-driven this many times")
@@ -65,6 +73,12 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
 		MaxRedrives: *maxRedr, RedriveRate: *rate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
+	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
 	if *usersFile != "" {
 		if cfg.Users, err = console.LoadUsers(*usersFile); err != nil {
 			return err
@@ -91,6 +105,13 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
+	if *metrics != "" {
+		ms, err := serveMetrics(*metrics, reg, func() bool { return true })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+	}
 	fmt.Fprintf(stdout, "console: http://%s (view in %s)\n", displayAddr(*listen), cfg.StateDir)
 	return ctxErr(ctx, srv.Run(ctx, nil))
 }
@@ -101,4 +122,26 @@ func displayAddr(addr string) string {
 		return "localhost" + addr
 	}
 	return addr
+}
+
+// parseCIDRs parses --trusted-proxies: CIDRs or single addresses, comma
+// separated.
+func parseCIDRs(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("console --trusted-proxies: %q is neither a CIDR (10.42.0.0/16) nor an address (10.42.0.7)", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }

@@ -36,9 +36,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -64,6 +66,10 @@ type Config struct {
 	// TrustProxy takes the person from X-Forwarded-User / X-Forwarded-Email.
 	// Only behind a proxy that sets them and strips them from clients.
 	TrustProxy bool
+	// TrustedProxies are the addresses (CIDRs) of the reverse proxy: the
+	// header is believed only from a direct peer in one of them, and
+	// stripped from any other request. Required with TrustProxy.
+	TrustedProxies []netip.Prefix
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -78,6 +84,8 @@ type Config struct {
 	// RedriveRate is the default records per second of a re-drive job
 	// (default 50).
 	RedriveRate int
+	// Registerer takes the console's metrics (none when nil).
+	Registerer prometheus.Registerer
 	// Log is the logger (slog.Default() when nil).
 	Log *slog.Logger
 }
@@ -93,6 +101,8 @@ func (c *Config) Validate() error {
 		return errors.New("console: Kafka: the client options are required")
 	case c.Users == nil && !c.TrustProxy:
 		return errors.New("console: nothing may be served without authentication: give a users file (--users) or trust a proxy header (--trust-proxy-header)")
+	case c.TrustProxy && len(c.TrustedProxies) == 0:
+		return errors.New("console: TrustedProxies (--trusted-proxies): required with --trust-proxy-header: the CIDRs the reverse proxy connects from, e.g. 10.42.0.0/16; the header is believed from them only")
 	}
 	if err := c.Topics.Validate(); err != nil {
 		return err
@@ -129,6 +139,7 @@ type Server struct {
 	secret []byte
 	pages  pages
 	jobs   *jobs
+	met    *metrics
 
 	mu     sync.Mutex
 	claims map[string]claim // task ID -> decision sent by this replica
@@ -164,7 +175,7 @@ func New(cfg Config) (*Server, error) {
 		rand.Read(secret)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
-		pages: ps, claims: map[string]claim{}}
+		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer)}
 	s.jobs = newJobs(s)
 	if err := s.jobs.load(); err != nil {
 		v.close()

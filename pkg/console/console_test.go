@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -293,7 +294,7 @@ func TestAuthentication(t *testing.T) {
 		t.Errorf("forged cookie and an untrusted proxy header: %d, want 303 to the sign-in", resp.StatusCode)
 	}
 
-	trusted, _, _ := testConsole(t, Config{TrustProxy: true})
+	trusted, _, _ := testConsole(t, Config{TrustProxy: true, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	req, _ = http.NewRequest(http.MethodGet, trusted+"/review", nil)
 	req.Header.Set("X-Forwarded-Email", "ops@example.com")
 	resp, err = http.DefaultClient.Do(req)

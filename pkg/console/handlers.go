@@ -12,6 +12,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -72,7 +73,85 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
 	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
 	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
-	return securityHeaders(mux)
+	return securityHeaders(s.stripProxyHeaders(mux))
+}
+
+// proxyHeaders name the person behind a trusted proxy.
+var proxyHeaders = []string{"X-Forwarded-User", "X-Forwarded-Email"}
+
+// stripProxyHeaders removes the identity headers from every request whose
+// direct peer is not a trusted proxy, logging and counting each refusal in
+// header mode.
+func (s *Server) stripProxyHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.fromTrustedProxy(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		for _, name := range proxyHeaders {
+			v := r.Header.Get(name)
+			if v == "" {
+				continue
+			}
+			r.Header.Del(name)
+			if s.cfg.TrustProxy {
+				s.met.proxyRefused.Inc()
+				s.log.Warn("console: proxy header refused: the peer is not a trusted proxy", "header", name, "claimed", v,
+					"peer", r.RemoteAddr, "path", r.URL.Path)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// fromTrustedProxy reports whether the request's direct peer is in the
+// trusted proxies of header mode.
+func (s *Server) fromTrustedProxy(r *http.Request) bool {
+	if !s.cfg.TrustProxy {
+		return false
+	}
+	a, ok := peerAddr(r)
+	return ok && s.trusted(a)
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func peerAddr(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
+// clientAddr is the address of the person: the peer, or behind a trusted
+// proxy the last X-Forwarded-For hop that is not one of the proxies.
+func (s *Server) clientAddr(r *http.Request) string {
+	a, ok := peerAddr(r)
+	if !ok {
+		return r.RemoteAddr
+	}
+	if !s.fromTrustedProxy(r) {
+		return a.String()
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		h, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if h = h.Unmap(); !s.trusted(h) {
+			return h.String()
+		}
+	}
+	return a.String()
 }
 
 // securityHeaders: no framing, no sniffing, no script but our own.
