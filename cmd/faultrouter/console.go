@@ -16,7 +16,8 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
-const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header] [--policy FILE]
+const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header --trusted-proxies CIDRS]
+       [--http-tls-cert FILE --http-tls-key FILE] [--public-url URL] [--policy FILE] [--metrics-addr ADDR]
 
 The operator console: review queue (approve, reject, bulk), task timeline,
 breakers (reset), dead letter (browse, re-drive as a job) and a live feed of
@@ -35,7 +36,11 @@ reverse proxy (oauth2-proxy) that sets them; only behind such a proxy, and
 only from the addresses of --trusted-proxies (the header is stripped from
 anyone else, and the refusal logged and counted).
 FAULTROUTER_CONSOLE_SECRET signs sessions and CSRF tokens: give replicas
-behind one address the same value.`
+behind one address the same value.
+
+Over HTTPS, --http-tls-cert/--http-tls-key (TLS at the console) or
+--public-url https://... (TLS at an ingress in front) make the cookies
+Secure and add Strict-Transport-Security.`
 
 func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("console", consoleSynopsis, stderr)
@@ -45,6 +50,9 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		usersFile  = fs.String("users", os.Getenv("FAULTROUTER_CONSOLE_USERS"), "users file (YAML, bcrypt hashes) (env FAULTROUTER_CONSOLE_USERS)")
 		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them; needs --trusted-proxies)")
 		proxies    = fs.String("trusted-proxies", "", "comma-separated CIDRs (or addresses) the reverse proxy connects from; the proxy header is believed from them only and stripped from anyone else")
+		tlsCert    = fs.String("http-tls-cert", "", "PEM certificate: serve HTTPS (cookies Secure, HSTS); --tls-cert is the Kafka client's")
+		tlsKey     = fs.String("http-tls-key", "", "PEM key of --http-tls-cert")
+		publicURL  = fs.String("public-url", "", "the address people open, e.g. https://console.example.com when TLS ends at an ingress (https: cookies Secure, HSTS)")
 		metrics    = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. :9464; off when empty)")
 		proxyRole  = fs.String("proxy-role", "viewer", "role of a proxy-identified person missing from the users file: viewer, reviewer or operator")
 		policyFile = fs.String("policy", "", "the router's policy file: the reject message and breaker cooldowns (default: the built-in policy)")
@@ -72,6 +80,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return err
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
+		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL,
 		MaxRedrives: *maxRedr, RedriveRate: *rate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
 	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
 		return err
@@ -112,7 +121,11 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		}
 		defer ms.Close()
 	}
-	fmt.Fprintf(stdout, "console: http://%s (view in %s)\n", displayAddr(*listen), cfg.StateDir)
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "console: %s://%s (view in %s)\n", scheme, displayAddr(*listen), cfg.StateDir)
 	return ctxErr(ctx, srv.Run(ctx, nil))
 }
 

@@ -219,21 +219,21 @@ func (s *Server) identify(r *http.Request) *person {
 }
 
 // nonce returns the browser's CSRF nonce, setting the cookie when absent.
-func nonce(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) nonce(w http.ResponseWriter, r *http.Request) string {
 	if c, err := r.Cookie(nonceCookie); err == nil && len(c.Value) >= 16 {
 		return c.Value
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	n := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	r.AddCookie(&http.Cookie{Name: nonceCookie, Value: n})
 	return n
 }
 
 // csrfToken is the token the pages of name put in their forms.
 func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request, name string) string {
-	return hex.EncodeToString(s.mac("csrf", nonce(w, r), name))
+	return hex.EncodeToString(s.mac("csrf", s.nonce(w, r), name))
 }
 
 // csrfOK checks the token of a state-changing request.
@@ -263,9 +263,14 @@ func (s *Server) login(name, password string) bool {
 
 func (s *Server) setSession(w http.ResponseWriter, r *http.Request, name string) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessionValue(name, time.Now().Add(sessionTTL)), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(sessionTTL / time.Second)})
 }
 
-func clearSession(w http.ResponseWriter) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true})
+func (s *Server) clearSession(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 }
+
+// secure reports whether cookies are marked Secure: whenever people reach
+// the console over HTTPS.
+func (s *Server) secure(r *http.Request) bool { return r.TLS != nil || s.cfg.https() }

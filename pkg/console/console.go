@@ -30,6 +30,7 @@ package console
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
@@ -37,6 +38,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +73,12 @@ type Config struct {
 	// header is believed only from a direct peer in one of them, and
 	// stripped from any other request. Required with TrustProxy.
 	TrustedProxies []netip.Prefix
+	// TLSCert and TLSKey are PEM files: the console serves HTTPS itself.
+	TLSCert, TLSKey string
+	// PublicURL is the address people open, e.g. https://console.example.com
+	// when TLS ends at an ingress in front. With https (or TLSCert) cookies
+	// are Secure and responses carry Strict-Transport-Security.
+	PublicURL string
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -101,6 +110,10 @@ func (c *Config) Validate() error {
 		return errors.New("console: Kafka: the client options are required")
 	case c.Users == nil && !c.TrustProxy:
 		return errors.New("console: nothing may be served without authentication: give a users file (--users) or trust a proxy header (--trust-proxy-header)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("console: TLSCert and TLSKey (--http-tls-cert, --http-tls-key): give both PEM files, or neither")
+	case c.PublicURL != "" && !validPublicURL(c.PublicURL):
+		return fmt.Errorf("console: PublicURL (--public-url) %q: give the address people open, http:// or https:// and a host, e.g. https://console.example.com", c.PublicURL)
 	case c.TrustProxy && len(c.TrustedProxies) == 0:
 		return errors.New("console: TrustedProxies (--trusted-proxies): required with --trust-proxy-header: the CIDRs the reverse proxy connects from, e.g. 10.42.0.0/16; the header is believed from them only")
 	}
@@ -126,6 +139,17 @@ func (c *Config) Validate() error {
 		c.Log = slog.Default()
 	}
 	return nil
+}
+
+func validPublicURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// https reports whether people reach the console over HTTPS, at the console
+// or at an ingress in front: then cookies are Secure and HSTS is sent.
+func (c *Config) https() bool {
+	return c.TLSCert != "" || strings.HasPrefix(strings.ToLower(c.PublicURL), "https://")
 }
 
 // Server is a running console.
@@ -160,6 +184,11 @@ func New(cfg Config) (*Server, error) {
 	c, err := codec.New()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.TLSCert != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, fmt.Errorf("console: --http-tls-cert %s / --http-tls-key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
 	}
 	ps, err := parsePages()
 	if err != nil {
@@ -214,8 +243,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			errc <- err
 		}
 	}()
+	serve := func() error { return srv.Serve(ln) }
+	if s.cfg.TLSCert != "" {
+		serve = func() error { return srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey) }
+	}
 	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()

@@ -2,14 +2,26 @@ package console
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -153,4 +165,102 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Guards the cookies and headers over HTTPS: when TLS ends at an ingress
+// (PublicURL https://...) or at the console (TLSCert/TLSKey), the session
+// and CSRF cookies are Secure, HttpOnly and SameSite=Strict and every
+// response carries Strict-Transport-Security; the content security policy
+// allows forms to post only to this site and no <base> element. Over plain
+// HTTP (a laptop) the cookies cannot be Secure and no HSTS is sent.
+func TestCookiesSecureAndHSTSOverHTTPS(t *testing.T) {
+	certFile, keyFile := selfSigned(t)
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		secure bool
+	}{
+		{"plain http", Config{}, false},
+		{"TLS at the ingress", Config{PublicURL: "https://console.example.com"}, true},
+		{"TLS at the console", Config{TLSCert: certFile, TLSKey: keyFile}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Users = testUsers(t)
+			base, _, _ := testConsole(t, tc.cfg)
+			if tc.cfg.TLSCert != "" {
+				base = strings.Replace(base, "http://", "https://", 1)
+			}
+			c := newClient(t, base)
+			c.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+			tok := c.token("/login")
+			req, _ := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"csrf": {tok}, "name": {"alice"}, "password": {"pw"}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := c.hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusSeeOther {
+				t.Fatalf("sign-in: %d", resp.StatusCode)
+			}
+			got := map[string]*http.Cookie{}
+			for _, ck := range resp.Cookies() {
+				got[ck.Name] = ck
+			}
+			if got[sessionCookie] == nil {
+				t.Fatalf("no session cookie in %v", resp.Header["Set-Cookie"])
+			}
+			for _, name := range []string{sessionCookie, nonceCookie} {
+				ck := got[name]
+				if ck == nil {
+					continue // the nonce was set on the sign-in page
+				}
+				if ck.Secure != tc.secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+					t.Errorf("%s: Secure %v HttpOnly %v SameSite %v; want Secure %v, HttpOnly, Strict", name, ck.Secure, ck.HttpOnly, ck.SameSite, tc.secure)
+				}
+			}
+			hsts := resp.Header.Get("Strict-Transport-Security")
+			if tc.secure != strings.Contains(hsts, "max-age=") {
+				t.Errorf("Strict-Transport-Security %q with secure %v", hsts, tc.secure)
+			}
+			csp := resp.Header.Get("Content-Security-Policy")
+			for _, want := range []string{"form-action 'self'", "base-uri 'none'", "frame-ancestors 'none'"} {
+				if !strings.Contains(csp, want) {
+					t.Errorf("Content-Security-Policy %q lacks %s", csp, want)
+				}
+			}
+		})
+	}
+	err := (&Config{Listen: ":0", StateDir: "x", Kafka: []kgo.Opt{kgo.SeedBrokers("x")}, Users: &Users{}, TLSCert: certFile}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "--http-tls-key") {
+		t.Errorf("a certificate without a key: %v, want an error naming --http-tls-key", err)
+	}
+	err = (&Config{Listen: ":0", StateDir: "x", Kafka: []kgo.Opt{kgo.SeedBrokers("x")}, Users: &Users{}, PublicURL: "console.example.com"}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "--public-url") {
+		t.Errorf("a public URL without a scheme: %v, want an error naming --public-url", err)
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "console"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile
 }
