@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -59,6 +60,9 @@ type User struct {
 // Users is the users file.
 type Users struct {
 	Users []User `yaml:"users"`
+
+	dummyOnce sync.Once
+	dummyHash []byte
 }
 
 // LoadUsers reads and checks a users file.
@@ -250,12 +254,38 @@ func (s *Server) csrfOK(r *http.Request, name string) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(want))
 }
 
+// dummy is a hash of a random password at the highest cost of the users
+// file (bcrypt's default when it holds none): a sign-in with an unknown name
+// compares against it, so that it costs what a known name's does.
+func (u *Users) dummy() []byte {
+	if u == nil {
+		u = &noUsers
+	}
+	u.dummyOnce.Do(func() {
+		cost := bcrypt.DefaultCost
+		if len(u.Users) > 0 {
+			cost = bcrypt.MinCost
+		}
+		for _, x := range u.Users {
+			if c, err := bcrypt.Cost([]byte(x.PasswordBcrypt)); err == nil && c > cost {
+				cost = c
+			}
+		}
+		pw := make([]byte, 16)
+		rand.Read(pw)
+		u.dummyHash, _ = bcrypt.GenerateFromPassword([]byte(hex.EncodeToString(pw)), cost)
+	})
+	return u.dummyHash
+}
+
+var noUsers Users
+
 // login checks a name and password against the users file.
 func (s *Server) login(name, password string) bool {
 	u := s.cfg.Users.find(name)
 	if u == nil || u.PasswordBcrypt == "" {
 		// spend the same time as a wrong password
-		bcrypt.CompareHashAndPassword([]byte("$2a$10$abcdefghijklmnopqrstuuJ3z3b3b3b3b3b3b3b3b3b3b3b3b3b3b"), []byte(password))
+		bcrypt.CompareHashAndPassword(s.cfg.Users.dummy(), []byte(password))
 		return false
 	}
 	return bcrypt.CompareHashAndPassword([]byte(u.PasswordBcrypt), []byte(password)) == nil

@@ -79,6 +79,10 @@ type Config struct {
 	// when TLS ends at an ingress in front. With https (or TLSCert) cookies
 	// are Secure and responses carry Strict-Transport-Security.
 	PublicURL string
+	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
+	// a response's writing (extended by every write of the live updates)
+	// and a kept-alive connection; 30s, 60s and 120s when zero.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -99,6 +103,9 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// MinSecretLen is the shortest session secret accepted, in bytes.
+const MinSecretLen = 32
+
 // Validate checks the config and fills the defaults.
 func (c *Config) Validate() error {
 	switch {
@@ -114,6 +121,8 @@ func (c *Config) Validate() error {
 		return errors.New("console: TLSCert and TLSKey (--http-tls-cert, --http-tls-key): give both PEM files, or neither")
 	case c.PublicURL != "" && !validPublicURL(c.PublicURL):
 		return fmt.Errorf("console: PublicURL (--public-url) %q: give the address people open, http:// or https:// and a host, e.g. https://console.example.com", c.PublicURL)
+	case len(c.Secret) > 0 && len(c.Secret) < MinSecretLen:
+		return fmt.Errorf("console: FAULTROUTER_CONSOLE_SECRET: %d bytes; give at least %d random bytes (e.g. openssl rand -hex 32), the same to every replica", len(c.Secret), MinSecretLen)
 	case c.TrustProxy && len(c.TrustedProxies) == 0:
 		return errors.New("console: TrustedProxies (--trusted-proxies): required with --trust-proxy-header: the CIDRs the reverse proxy connects from, e.g. 10.42.0.0/16; the header is believed from them only")
 	}
@@ -137,6 +146,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
 	}
 	return nil
 }
@@ -232,7 +250,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("console: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout), ReadTimeout: s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 2)
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()

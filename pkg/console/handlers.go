@@ -7,6 +7,8 @@ package console
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -208,8 +210,12 @@ func (s *Server) signedIn(fn pageFunc) http.Handler {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, p *person, err error) {
 	var ue *userError
 	if !errors.As(err, &ue) {
-		s.log.Error("console: request failed", "path", r.URL.Path, "err", err)
-		ue = &userError{Status: http.StatusInternalServerError, Msg: "Something went wrong on the console's side: " + err.Error()}
+		ref := make([]byte, 4)
+		rand.Read(ref)
+		id := hex.EncodeToString(ref)
+		s.log.Error("console: request failed", "path", r.URL.Path, "ref", id, "err", err)
+		ue = &userError{Status: http.StatusInternalServerError,
+			Msg: "Something went wrong on the console's side. It is logged with reference " + id + "; please pass it on to the operators."}
 	}
 	s.render(w, r, p, "error", ue.Status, "Error", "", map[string]any{"Message": ue.Msg})
 }
@@ -237,14 +243,13 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name 
 		Flash:    flashOf(r.URL.Query()),
 		Progress: map[string]any{"Read": read, "Total": total, "CaughtUp": caughtUp, "Error": perr}}
 	t, err := s.pages.get(name, pg.Lang)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
 	var buf bytes.Buffer
-	if err := t.ExecuteTemplate(&buf, "layout", pg); err != nil {
+	if err == nil {
+		err = t.ExecuteTemplate(&buf, "layout", pg)
+	}
+	if err != nil {
 		s.log.Error("console: template", "page", name, "err", err)
-		http.Error(w, "template: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, "Something went wrong on the console's side; it is logged.", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -9,11 +9,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -25,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Guards the redirect after sign-in: it stays on this site whatever "next"
@@ -263,4 +267,86 @@ func selfSigned(t *testing.T) (certFile, keyFile string) {
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
 	return certFile, keyFile
+}
+
+// Guards the server against slow and idle callers: a request whose body
+// never comes is cut off after ReadTimeout, while the live updates
+// (server-sent events) outlive WriteTimeout because each write extends it.
+func TestServerTimeouts(t *testing.T) {
+	base, _, _ := testConsole(t, Config{Users: testUsers(t), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		IdleTimeout: 300 * time.Millisecond})
+	addr := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// headers, then a body that never arrives
+	fmt.Fprintf(conn, "POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\nname=")
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Errorf("a request without its body: %v, want the server to close the connection", err)
+	}
+
+	c := newClient(t, base)
+	c.login("alice")
+	req, _ := http.NewRequest(http.MethodGet, base+"/events", nil)
+	for _, ck := range c.hc.Jar.Cookies(req.URL) {
+		req.AddCookie(ck)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	// read for more than three write timeouts: keep-alives keep coming
+	var got bytes.Buffer
+	deadline := time.Now().Add(time.Second)
+	buf := make([]byte, 512)
+	for time.Now().Before(deadline) {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("the event stream ended after %q: %v", got.String(), err)
+		}
+	}
+	if !strings.Contains(got.String(), "event: hello") || strings.Count(got.String(), "keep-alive") < 2 {
+		t.Errorf("event stream %q: want hello and keep-alives", got.String())
+	}
+}
+
+// Guards the sign-in secrets and errors: a session secret shorter than 32
+// bytes is refused naming FAULTROUTER_CONSOLE_SECRET; a name that is not in
+// the users file costs a bcrypt compare of the same cost as the users' own
+// (the dummy hash is valid and of the highest cost in the file, so the time
+// does not tell which names exist); an internal error reaches the log, not the page.
+func TestSecretsCostsAndInternalErrors(t *testing.T) {
+	err := (&Config{Listen: ":0", StateDir: "x", Kafka: []kgo.Opt{kgo.SeedBrokers("x")}, Users: &Users{}, Secret: []byte("too-short")}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "FAULTROUTER_CONSOLE_SECRET") || !strings.Contains(err.Error(), "32") {
+		t.Errorf("a 9-byte secret: %v, want an error naming FAULTROUTER_CONSOLE_SECRET and 32 bytes", err)
+	}
+	users := testUsers(t) // hashes of bcrypt.MinCost
+	cost, err := bcrypt.Cost(users.dummy())
+	if err != nil || cost != bcrypt.MinCost {
+		t.Errorf("dummy hash: cost %d, %v; want a valid hash of the users' cost %d", cost, err, bcrypt.MinCost)
+	}
+	if err := bcrypt.CompareHashAndPassword(users.dummy(), []byte("pw")); !errors.Is(err, bcrypt.ErrMismatchedHashAndPassword) {
+		t.Errorf("comparing with the dummy hash: %v, want a mismatch after the full compare", err)
+	}
+
+	var logs syncBuf
+	s := &Server{cfg: Config{}, log: slog.New(slog.NewTextHandler(&logs, nil)), met: newMetrics(nil)}
+	ps, err := parsePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pages, s.secret = ps, make([]byte, 32)
+	w := httptest.NewRecorder()
+	s.fail(w, httptest.NewRequest(http.MethodGet, "/review", nil), nil, errors.New("pebble: /var/lib/secret-path corrupt"))
+	if w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "secret-path") {
+		t.Errorf("internal error page: %d, shows the error: %v", w.Code, strings.Contains(w.Body.String(), "secret-path"))
+	}
+	if !strings.Contains(logs.String(), "secret-path") {
+		t.Errorf("the internal error is not logged: %s", logs.String())
+	}
 }
