@@ -280,6 +280,18 @@ func (u *Users) dummy() []byte {
 
 var noUsers Users
 
+// tryLogin checks a name and password when a bcrypt slot is free; busy
+// when none is.
+func (s *Server) tryLogin(name, password string) (ok, busy bool) {
+	select {
+	case s.bcrypt <- struct{}{}:
+	default:
+		return false, true
+	}
+	defer func() { <-s.bcrypt }()
+	return s.login(name, password), false
+}
+
 // login checks a name and password against the users file.
 func (s *Server) login(name, password string) bool {
 	u := s.cfg.Users.find(name)

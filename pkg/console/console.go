@@ -39,6 +39,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,12 @@ type Config struct {
 	// a response's writing (extended by every write of the live updates)
 	// and a kept-alive connection; 30s, 60s and 120s when zero.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// LoginFailuresPerUser and LoginFailuresPerAddress are the failed
+	// sign-ins allowed per name and per client address within LoginWindow;
+	// beyond them sign-in answers 429 with Retry-After (5, 20, 15 minutes
+	// when zero).
+	LoginFailuresPerUser, LoginFailuresPerAddress int
+	LoginWindow                                   time.Duration
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -147,6 +154,15 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.LoginFailuresPerUser <= 0 {
+		c.LoginFailuresPerUser = 5
+	}
+	if c.LoginFailuresPerAddress <= 0 {
+		c.LoginFailuresPerAddress = 20
+	}
+	if c.LoginWindow <= 0 {
+		c.LoginWindow = 15 * time.Minute
+	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 30 * time.Second
 	}
@@ -182,6 +198,9 @@ type Server struct {
 	pages  pages
 	jobs   *jobs
 	met    *metrics
+	limit  *limiter
+	// bcrypt holds a slot per running password compare.
+	bcrypt chan struct{}
 
 	mu     sync.Mutex
 	claims map[string]claim // task ID -> decision sent by this replica
@@ -222,7 +241,8 @@ func New(cfg Config) (*Server, error) {
 		rand.Read(secret)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
-		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer)}
+		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
+		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
 	s.jobs = newJobs(s)
 	if err := s.jobs.load(); err != nil {
 		v.close()

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -269,20 +270,51 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
 	r.ParseForm()
+	name, addr := r.PostFormValue("name"), s.clientAddr(r)
 	data := map[string]any{"Next": r.PostFormValue("next")}
 	status := http.StatusOK
+	now := time.Now()
+	wait := max(s.limit.wait(userKey(name), s.cfg.LoginFailuresPerUser, now), s.limit.wait(addrKey(addr), s.cfg.LoginFailuresPerAddress, now))
 	switch {
 	case !s.csrfOK(r, ""):
+		s.met.loginFailures.WithLabelValues("csrf").Inc()
 		data["Error"], status = "Refused: the form carries no valid CSRF token. Reload the page and try again.", http.StatusForbidden
-	case !s.login(r.PostFormValue("name"), r.PostFormValue("password")):
-		data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
+	case wait > 0:
+		s.throttled(w, name, addr, wait)
+		data["Error"], status = fmt.Sprintf("Too many failed sign-ins for this name or from this address: try again in %s.", roundUp(wait)), http.StatusTooManyRequests
 	default:
-		s.setSession(w, r, r.PostFormValue("name"))
-		s.log.Info("console: signed in", "user", r.PostFormValue("name"))
-		http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
-		return
+		ok, busy := s.tryLogin(name, r.PostFormValue("password"))
+		switch {
+		case busy:
+			s.throttled(w, name, addr, time.Second)
+			data["Error"], status = "Too many sign-ins at once: try again in a second.", http.StatusTooManyRequests
+		case !ok:
+			s.limit.fail(userKey(name), s.cfg.LoginFailuresPerUser, now)
+			s.limit.fail(addrKey(addr), s.cfg.LoginFailuresPerAddress, now)
+			s.met.loginFailures.WithLabelValues("password").Inc()
+			s.log.Warn("console: sign-in failed: wrong name or password", "user", name, "addr", addr)
+			data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
+		default:
+			s.limit.clear(userKey(name))
+			s.setSession(w, r, name)
+			s.log.Info("console: signed in", "user", name, "addr", addr)
+			http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+			return
+		}
 	}
 	s.render(w, r, nil, "login", status, "Sign in", "", data)
+}
+
+// throttled counts and logs a sign-in refused for wait and sets Retry-After.
+func (s *Server) throttled(w http.ResponseWriter, name, addr string, wait time.Duration) {
+	s.met.loginThrottle.Inc()
+	s.log.Warn("console: sign-in throttled", "user", name, "addr", addr, "retry_after", roundUp(wait))
+	w.Header().Set("Retry-After", strconv.Itoa(int(roundUp(wait)/time.Second)))
+}
+
+// roundUp rounds d up to a whole second, at least one.
+func roundUp(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
 }
 
 // safeNext keeps a redirect on this site: a path of printable ASCII that

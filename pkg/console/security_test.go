@@ -350,3 +350,53 @@ func TestSecretsCostsAndInternalErrors(t *testing.T) {
 		t.Errorf("the internal error is not logged: %s", logs.String())
 	}
 }
+
+// Guards sign-in against guessing: failures are limited per name and per
+// client address within a window; beyond the limit the answer is 429 with
+// Retry-After, before any password is compared (a flood costs no bcrypt),
+// even for the right password. Another name from the same address is still
+// let in until the address's own limit. Each failure is logged and counted.
+func TestLoginThrottledPerUserAndAddress(t *testing.T) {
+	var logs syncBuf
+	reg := prometheus.NewRegistry()
+	base, _, _ := testConsole(t, Config{Users: testUsers(t), LoginFailuresPerUser: 3, LoginFailuresPerAddress: 6,
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	try := func(name, pw string) (int, string) {
+		c := newClient(t, base)
+		req, _ := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"csrf": {c.token("/login")}, "name": {name}, "password": {pw}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for i := 0; i < 3; i++ {
+		if code, _ := try("alice", "guess"); code != http.StatusUnauthorized {
+			t.Fatalf("wrong password %d: %d, want 401", i+1, code)
+		}
+	}
+	code, retry := try("alice", "pw")
+	if code != http.StatusTooManyRequests || retry == "" || retry == "0" {
+		t.Errorf("alice after 3 failures, right password: %d Retry-After %q; want 429 with a Retry-After", code, retry)
+	}
+	if code, _ := try("victor", "pw"); code != http.StatusSeeOther {
+		t.Errorf("victor from the same address: %d, want 303 (signed in)", code)
+	}
+	for i := 0; i < 3; i++ {
+		try(fmt.Sprintf("nobody-%d", i), "guess")
+	}
+	if code, retry := try("victor", "pw"); code != http.StatusTooManyRequests || retry == "" {
+		t.Errorf("victor after 6 failures from his address: %d Retry-After %q; want 429", code, retry)
+	}
+	if got := counterOf(t, reg, "faultrouter_console_login_failures_total"); got != 6 {
+		t.Errorf("faultrouter_console_login_failures_total = %v, want 6", got)
+	}
+	if got := counterOf(t, reg, "faultrouter_console_login_throttled_total"); got != 2 {
+		t.Errorf("faultrouter_console_login_throttled_total = %v, want 2", got)
+	}
+	if !strings.Contains(logs.String(), "sign-in failed") || !strings.Contains(logs.String(), "user=alice") {
+		t.Errorf("failed sign-ins are not logged with the name:\n%s", logs.String())
+	}
+}
