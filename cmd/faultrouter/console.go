@@ -7,7 +7,10 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -38,6 +41,12 @@ anyone else, and the refusal logged and counted).
 FAULTROUTER_CONSOLE_SECRET signs sessions and CSRF tokens: give replicas
 behind one address the same value.
 
+A session ends 12h after sign-in, after --session-idle without use, when
+its person leaves the users file or changes password (the file is read
+again when it changes and on SIGHUP), and when its person signs out: the
+sign-out goes to the console topic, so a copied cookie stops working on
+every replica.
+
 Over HTTPS, --http-tls-cert/--http-tls-key (TLS at the console) or
 --public-url https://... (TLS at an ingress in front) make the cookies
 Secure and add Strict-Transport-Security.`
@@ -53,6 +62,8 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		tlsCert    = fs.String("http-tls-cert", "", "PEM certificate: serve HTTPS (cookies Secure, HSTS); --tls-cert is the Kafka client's")
 		tlsKey     = fs.String("http-tls-key", "", "PEM key of --http-tls-cert")
 		publicURL  = fs.String("public-url", "", "the address people open, e.g. https://console.example.com when TLS ends at an ingress (https: cookies Secure, HSTS)")
+		idle       = fs.Duration("session-idle", 30*time.Minute, "end a session unused for this long (a session ends 12h after sign-in in any case)")
+		topic      = fs.String("console-topic", "", "the console's own topic of sign-outs, shared by replicas (default: faultrouter.console with the topic prefix; created when missing)")
 		metrics    = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. :9464; off when empty)")
 		proxyRole  = fs.String("proxy-role", "viewer", "role of a proxy-identified person missing from the users file: viewer, reviewer or operator")
 		policyFile = fs.String("policy", "", "the router's policy file: the reject message and breaker cooldowns (default: the built-in policy)")
@@ -80,7 +91,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return err
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL,
+		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL, UsersFile: *usersFile, SessionIdle: *idle, ConsoleTopic: *topic,
 		MaxRedrives: *maxRedr, RedriveRate: *rate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
 	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
 		return err
@@ -114,6 +125,17 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
+	// SIGHUP reads the users file again (it is also read when it changes)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := srv.ReloadUsers(); err != nil {
+				log.Error("console: SIGHUP: users file not reloaded", "err", err)
+			}
+		}
+	}()
 	if *metrics != "" {
 		ms, err := serveMetrics(*metrics, reg, func() bool { return true })
 		if err != nil {

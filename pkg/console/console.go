@@ -30,6 +30,7 @@ package console
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"embed"
 	"errors"
@@ -39,9 +40,11 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +93,16 @@ type Config struct {
 	// when zero).
 	LoginFailuresPerUser, LoginFailuresPerAddress int
 	LoginWindow                                   time.Duration
+	// UsersFile is the users file's path: it is read again when it changes
+	// (checked every UsersCheck, 5s when zero) and on ReloadUsers.
+	UsersFile  string
+	UsersCheck time.Duration
+	// SessionIdle ends a session unused for that long (30 minutes when
+	// zero); a session ends 12 hours after sign-in in any case.
+	SessionIdle time.Duration
+	// ConsoleTopic is the console's own topic (sign-outs); by default
+	// faultrouter.console with the topics' prefix, created when missing.
+	ConsoleTopic string
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -163,6 +176,12 @@ func (c *Config) Validate() error {
 	if c.LoginWindow <= 0 {
 		c.LoginWindow = 15 * time.Minute
 	}
+	if c.SessionIdle <= 0 {
+		c.SessionIdle = 30 * time.Minute
+	}
+	if c.UsersCheck <= 0 {
+		c.UsersCheck = 5 * time.Second
+	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 30 * time.Second
 	}
@@ -202,8 +221,13 @@ type Server struct {
 	// bcrypt holds a slot per running password compare.
 	bcrypt chan struct{}
 
-	mu     sync.Mutex
-	claims map[string]claim // task ID -> decision sent by this replica
+	usersNow atomic.Pointer[Users]
+	producer *kgo.Client
+
+	mu        sync.Mutex
+	claims    map[string]claim     // task ID -> decision sent by this replica
+	signedOut map[string]time.Time // session ID -> when it was signed out
+	usersSum  [32]byte             // of the users file as last read
 }
 
 // claim is a decision this replica sent and the view has not read back yet.
@@ -243,6 +267,13 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
 		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
+	s.signedOut = map[string]time.Time{}
+	s.usersNow.Store(cfg.Users)
+	if cfg.UsersFile != "" {
+		if b, err := os.ReadFile(cfg.UsersFile); err == nil {
+			s.usersSum = sha256.Sum256(b)
+		}
+	}
 	s.jobs = newJobs(s)
 	if err := s.jobs.load(); err != nil {
 		v.close()
@@ -273,9 +304,32 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout), ReadTimeout: s.cfg.ReadTimeout,
 		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	prod, err := kgo.NewClient(s.cfg.Kafka...)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	defer prod.Close()
+	s.producer = prod
+	// sessions are checked against the sign-outs: read them before serving
+	ready := make(chan struct{})
+	go func() {
+		if err := s.readConsoleTopic(ictx, ready); err != nil {
+			errc <- err
+		}
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		ln.Close()
+		return nil
+	case err := <-errc:
+		ln.Close()
+		return err
+	}
+	go s.watchUsers(ictx)
 	ingested := make(chan struct{})
 	go func() {
 		defer close(ingested)
@@ -293,7 +347,6 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	s.log.Info("console: serving", "addr", ln.Addr().String())
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

@@ -30,6 +30,14 @@ import (
 func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 	t.Helper()
 	opts, set := testCluster(t)
+	base, _ := startConsole(t, opts, set, cfg)
+	return base, opts, set
+}
+
+// startConsole runs a console with cfg on the cluster of opts and returns
+// its URL and server.
+func startConsole(t *testing.T, opts []kgo.Opt, set topicspec.Set, cfg Config) (string, *Server) {
+	t.Helper()
 	cfg.Listen, cfg.StateDir, cfg.Kafka, cfg.Topics = "127.0.0.1:0", t.TempDir(), opts, set
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -46,7 +54,7 @@ func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(rctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String(), opts, set
+	return "http://" + ln.Addr().String(), s
 }
 
 // testCluster is an embedded broker with the topics and three open review

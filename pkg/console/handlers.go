@@ -55,6 +55,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.Handle("POST /logout", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
 		s.clearSession(w, r)
+		if p.Session != "" {
+			if err := s.logout(r.Context(), p); err != nil {
+				return err
+			}
+		}
 		http.Redirect(w, r, "/login", http.StatusSeeOther)
 		return nil
 	}))
@@ -181,7 +186,7 @@ func (s *Server) securityHeaders(h http.Handler) http.Handler {
 // the sign-in) and a state-changing request without a valid CSRF token.
 func (s *Server) signedIn(fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := s.identify(r)
+		p := s.identify(w, r)
 		if p == nil {
 			if r.Method == http.MethodGet && r.URL.Path != "/events" {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -260,7 +265,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name 
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	if s.identify(r) != nil {
+	if s.identify(w, r) != nil {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
