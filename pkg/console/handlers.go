@@ -46,6 +46,42 @@ func needOperator(p *person, what string) error {
 // pageFunc handles one signed-in request.
 type pageFunc func(w http.ResponseWriter, r *http.Request, p *person) error
 
+// RoleSignedIn is the role of a route anyone signed in may use.
+const RoleSignedIn = "signed-in"
+
+// route is one signed-in route and the role it needs.
+type route struct {
+	method, path string
+	role         string // RoleSignedIn, RoleReviewer or RoleOperator
+	h            pageFunc
+}
+
+// routeTable is every route that needs a person. Every state-changing one
+// is checked for its session, CSRF token and role before its handler runs.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"POST", "/logout", RoleSignedIn, s.logoutPost},
+		{"GET", "/{$}", RoleSignedIn, func(w http.ResponseWriter, r *http.Request, p *person) error {
+			http.Redirect(w, r, "/review", http.StatusSeeOther)
+			return nil
+		}},
+		{"GET", "/events", RoleSignedIn, func(w http.ResponseWriter, r *http.Request, p *person) error {
+			s.events(w, r, p)
+			return nil
+		}},
+		{"GET", "/review", RoleSignedIn, s.reviewPage},
+		{"POST", "/review/decide", RoleReviewer, s.reviewDecide},
+		{"POST", "/review/bulk", RoleReviewer, s.reviewBulk},
+		{"GET", "/task", RoleSignedIn, s.timelinePage},
+		{"GET", "/breakers", RoleSignedIn, s.breakersPage},
+		{"POST", "/breakers/reset", RoleOperator, s.breakerReset},
+		{"GET", "/deadletter", RoleSignedIn, s.deadLetterPage},
+		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
+		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
+		{"GET", "/alerts", RoleSignedIn, s.alertsPage},
+	}
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "static")
@@ -53,35 +89,21 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.loginPost)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.Handle("POST /logout", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		s.clearSession(w, r)
-		if p.Session != "" {
-			if err := s.logout(r.Context(), p); err != nil {
-				return err
-			}
-		}
-		http.Redirect(w, r, "/login", http.StatusSeeOther)
-		return nil
-	}))
-	mux.Handle("GET /{$}", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		http.Redirect(w, r, "/review", http.StatusSeeOther)
-		return nil
-	}))
-	mux.Handle("GET /events", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		s.events(w, r, p)
-		return nil
-	}))
-	mux.Handle("GET /review", s.signedIn(s.reviewPage))
-	mux.Handle("POST /review/decide", s.signedIn(s.reviewDecide))
-	mux.Handle("POST /review/bulk", s.signedIn(s.reviewBulk))
-	mux.Handle("GET /task", s.signedIn(s.timelinePage))
-	mux.Handle("GET /breakers", s.signedIn(s.breakersPage))
-	mux.Handle("POST /breakers/reset", s.signedIn(s.breakerReset))
-	mux.Handle("GET /deadletter", s.signedIn(s.deadLetterPage))
-	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
-	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
-	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
+	for _, rt := range s.routeTable() {
+		mux.Handle(rt.method+" "+rt.path, s.signedIn(rt.role, rt.h))
+	}
 	return s.securityHeaders(s.stripProxyHeaders(mux))
+}
+
+func (s *Server) logoutPost(w http.ResponseWriter, r *http.Request, p *person) error {
+	s.clearSession(w, r)
+	if p.Session != "" {
+		if err := s.logout(r.Context(), p); err != nil {
+			return err
+		}
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	return nil
 }
 
 // proxyHeaders name the person behind a trusted proxy.
@@ -183,8 +205,9 @@ func (s *Server) securityHeaders(h http.Handler) http.Handler {
 }
 
 // signedIn refuses a request without an identity (a page is redirected to
-// the sign-in) and a state-changing request without a valid CSRF token.
-func (s *Server) signedIn(fn pageFunc) http.Handler {
+// the sign-in), a state-changing request without a valid CSRF token, and a
+// person without the route's role.
+func (s *Server) signedIn(role string, fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := s.identify(w, r)
 		if p == nil {
@@ -205,6 +228,11 @@ func (s *Server) signedIn(fn pageFunc) http.Handler {
 				s.fail(w, r, p, forbidden("Refused: the request carries no valid CSRF token. Reload the page and try again."))
 				return
 			}
+		}
+		if role != RoleSignedIn && !p.has(role) {
+			s.fail(w, r, p, forbidden(fmt.Sprintf("Refused: this needs the %s role; %s has %s (view only without reviewer or operator).",
+				role, p.Name, strings.Join(p.Roles, ", "))))
+			return
 		}
 		if err := fn(w, r, p); err != nil {
 			s.fail(w, r, p, err)
