@@ -119,6 +119,9 @@ type Config struct {
 	RedriveRate int
 	// Registerer takes the console's metrics (none when nil).
 	Registerer prometheus.Registerer
+	// MaxRedriveRate is the ceiling of a re-drive job's rate, records per
+	// second (default 500).
+	MaxRedriveRate int
 	// Log is the logger (slog.Default() when nil).
 	Log *slog.Logger
 }
@@ -163,6 +166,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RedriveRate <= 0 {
 		c.RedriveRate = 50
+	}
+	if c.MaxRedriveRate <= 0 {
+		c.MaxRedriveRate = 500
+	}
+	if c.RedriveRate > c.MaxRedriveRate {
+		return fmt.Errorf("console: RedriveRate (--redrive-rate) %d: above the ceiling MaxRedriveRate (--max-redrive-rate) %d", c.RedriveRate, c.MaxRedriveRate)
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -228,6 +237,7 @@ type Server struct {
 	claims    map[string]claim     // task ID -> decision sent by this replica
 	signedOut map[string]time.Time // session ID -> when it was signed out
 	usersSum  [32]byte             // of the users file as last read
+	usedSets  map[string]time.Time // confirmed selections -> when
 }
 
 // claim is a decision this replica sent and the view has not read back yet.
@@ -267,7 +277,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
 		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
-	s.signedOut = map[string]time.Time{}
+	s.signedOut, s.usedSets = map[string]time.Time{}, map[string]time.Time{}
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {
 		if b, err := os.ReadFile(cfg.UsersFile); err == nil {

@@ -170,7 +170,7 @@ func (c *client) login(name string) {
 // writes one ReviewDecision naming the reviewer, and a second decision on the
 // same item is refused before it reaches Kafka; a bulk decision previews the
 // count of what the filter selects and the reviewer may decide, and writes
-// only once confirmed with that count.
+// only once its preview is confirmed.
 func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 	base, opts, set := testConsole(t, Config{Users: testUsers(t)})
 	anon := newClient(t, base)
@@ -246,8 +246,7 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 	if code != http.StatusOK || !regexp.MustCompile(`id="bulk-count">[^<]*<b>1</b>`).MatchString(body) || !strings.Contains(body, "t-3") {
 		t.Fatalf("bulk preview: %d, want a count of 1 (t-3); body:\n%s", code, body)
 	}
-	bulk.Set("confirm", "1")
-	if code, body = alice.do(http.MethodPost, "/review/bulk", bulk); code != http.StatusSeeOther {
+	if code, body = alice.do(http.MethodPost, "/review/bulk", confirmation(t, body, "/review/bulk", url.Values{"action": {"approve"}})); code != http.StatusSeeOther {
 		t.Fatalf("bulk confirm: %d; body:\n%s", code, body)
 	}
 

@@ -272,9 +272,17 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(rec *kgo.Record) {
-			var so signOut
-			if json.Unmarshal(rec.Value, &so) == nil && so.Kind == "logout" && so.Session != "" {
-				s.revoke(so.Session, so.At)
+			var so struct {
+				signOut
+				Set string `json:"set"`
+			}
+			if json.Unmarshal(rec.Value, &so) == nil {
+				if so.Kind == "logout" && so.Session != "" {
+					s.revoke(so.Session, so.At)
+				}
+				if so.Set != "" {
+					s.markSetUsed(so.Set, so.At)
+				}
 			}
 			if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {
 				delete(todo, rec.Partition)
