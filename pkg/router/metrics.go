@@ -35,6 +35,7 @@ type metrics struct {
 	partitionChanges  *prometheus.CounterVec
 	consumerLag       *prometheus.GaugeVec // lag.go
 	lag               lag                  // the per-partition lags behind consumerLag
+	ledger            *ledgerMetrics       // ledger.go
 	kprom             *kprom.Metrics
 }
 
@@ -89,6 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Partition count of ingress, decisions and state as last read."}, []string{"topic"})
 	m.partitionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "partition_changes_total",
 		Help: "Partition count changes of ingress, decisions or state seen while running."}, []string{"topic"})
+	m.ledger = newLedgerMetrics(ns, reg)
 	if reg != nil {
 		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
@@ -114,4 +116,5 @@ func (m *metrics) countTask(in *input) {
 	}
 	m.costUSD.WithLabelValues(class).Add(in.event.Usage.CostUSD)
 	m.tokens.WithLabelValues(class).Add(float64(in.event.Usage.Tokens))
+	m.ledger.account(&in.event, &in.decision)
 }

@@ -252,7 +252,7 @@ func New(cfg Config) (*Router, error) {
 		log:     log,
 		codec:   c,
 		store:   st,
-		metrics: newMetrics(cfg.Registerer),
+		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
 		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		refused: map[inputAt]refused{},
