@@ -311,7 +311,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
-	refs := policy.BreakerRefs(ev)
+	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	// retries held before this one behind one of its breakers that is not
 	// closed, not yet asked again: it waits with them (and does not take a
 	// half-open breaker's probe from them)
@@ -360,7 +360,7 @@ func (r *Router) holdAhead(ev *event.TaskEvent, b *batch, now time.Time) {
 	}
 	due := st.Pending.NotBefore
 	at := time.UnixMilli(due)
-	refs := policy.BreakerRefs(ev)
+	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	behind := r.brk.heldBehind(refs, at)
 	refused := behind != 0
 	for _, ref := range refs {
