@@ -75,10 +75,3 @@ func TestWhatifPage(t *testing.T) {
 	}
 }
 
-// pageError is the message of an error page, for test failures.
-func pageError(body string) string {
-	if i := strings.Index(body, `class="error"`); i >= 0 {
-		return body[i:min(len(body), i+300)]
-	}
-	return body[:min(len(body), 300)]
-}
