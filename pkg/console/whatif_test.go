@@ -74,4 +74,3 @@ func TestWhatifPage(t *testing.T) {
 		}
 	}
 }
-
