@@ -113,8 +113,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		sign = "-"
 	}
 	fmt.Fprintf(w, "net:                           %s%s\n", sign, ledger.Dollars(abs(c.NetUSD)))
-	if len(r.Changes) > 0 {
-		fmt.Fprintf(w, "\na changed task's story: faultrouter replay --task %s --timeline\n", r.Changes[0].Task)
+	first := true
+	for _, c := range r.Matrix {
+		if !c.Changed || len(c.Examples) == 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nthe story of a changed task, per changed cell:")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s %s -> %s %s: faultrouter replay --task %s --timeline\n", c.Class, c.From, c.ToClass, c.To, c.Examples[0])
 	}
 	fmt.Fprintln(w, "\nlimits of a what-if:")
 	for _, l := range r.Limits {
