@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/checker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 )
 
@@ -55,8 +56,8 @@ func Run(ctx context.Context, clientOpts []kgo.Opt, t Topics, o Options, ro RunO
 	return Compare(b, c, o)
 }
 
-// Read reads the inputs of rng and the audit records from its start to the
-// committed end.
+// Read reads the inputs of rng and, from its start to the committed end, the
+// audit records of those inputs.
 func Read(ctx context.Context, clientOpts []kgo.Opt, t Topics, rng replay.Range, idle time.Duration) (checker.Logs, error) {
 	var logs checker.Logs
 	err := replay.Each(ctx, clientOpts, []string{t.Ingress, t.Decisions}, rng, idle, nil, func(rec *kgo.Record) error {
@@ -70,8 +71,28 @@ func Read(ctx context.Context, clientOpts []kgo.Opt, t Topics, rng replay.Range,
 	if err != nil {
 		return logs, err
 	}
+	// keep only the audit records of these inputs: the audit topic is read
+	// to its end, which may hold far more than the range
+	c, err := codec.New()
+	if err != nil {
+		return logs, err
+	}
+	type at struct {
+		topic     string
+		partition int32
+		offset    int64
+	}
+	inputs := make(map[at]bool, len(logs.Ingress)+len(logs.Decisions))
+	for _, recs := range [][]*kgo.Record{logs.Ingress, logs.Decisions} {
+		for _, r := range recs {
+			inputs[at{r.Topic, r.Partition, r.Offset}] = true
+		}
+	}
 	err = replay.Each(ctx, clientOpts, []string{t.Audit}, replay.Range{Since: rng.Since}, idle, nil, func(rec *kgo.Record) error {
-		logs.Audit = append(logs.Audit, rec)
+		r, err := c.DecodeRouted(rec.Value)
+		if err != nil || inputs[at{r.Input.Topic, r.Input.Partition, r.Input.Offset}] {
+			logs.Audit = append(logs.Audit, rec) // an undecodable one too: the replay reports it
+		}
 		return nil
 	})
 	logs.End = time.Now()
