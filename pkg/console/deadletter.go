@@ -197,14 +197,14 @@ func (s *Server) findDeadLetter(topic string, partition int32, offset int64) (*d
 	return found, err
 }
 
-// plan is the dry run of a selection.
-func (s *Server) plan(ds []deadLetter, reason string) ([]control.Redrive, error) {
+// plan is the dry run of a selection re-driven by operator.
+func (s *Server) plan(ds []deadLetter, reason, operator string) ([]control.Redrive, error) {
 	found := make([]replay.Found, len(ds))
 	for i := range ds {
 		rec := ds[i].record()
 		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, "deadletter")}
 	}
-	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason})
+	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason, Operator: operator})
 }
 
 // maxRedrive is the most dead letters one re-drive takes.
@@ -256,7 +256,7 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 			return err
 		}
 	}
-	plan, err := s.plan(ds, reason)
+	plan, err := s.plan(ds, reason, p.Name)
 	if err != nil {
 		return err
 	}
@@ -300,8 +300,16 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 		return err
 	}
 	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
+	var tasks []string
+	seen := map[string]bool{}
+	for _, x := range plan {
+		if x.Out != nil && x.Refused == nil && x.Step.TaskID != "" && !seen[x.Step.TaskID] {
+			seen[x.Step.TaskID] = true
+			tasks = append(tasks, x.Step.TaskID)
+		}
+	}
 	s.record(r.Context(), opAction{Action: "redrive", User: p.Name, What: fmt.Sprintf("job %s: %d records (%s)", j.ID, len(send), desc),
-		Why: reason, Set: set})
+		Why: reason, Set: set, Tasks: tasks})
 	http.Redirect(w, r, "/deadletter?"+url.Values{"done": {"job"}, "task": {j.ID}}.Encode(), http.StatusSeeOther)
 	return nil
 }

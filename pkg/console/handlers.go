@@ -79,6 +79,7 @@ func (s *Server) routeTable() []route {
 		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
 		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
 		{"GET", "/alerts", RoleSignedIn, s.alertsPage},
+		{"GET", "/operators", RoleSignedIn, s.operatorsPage},
 	}
 }
 
@@ -331,6 +332,9 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 			s.limit.clear(userKey(name))
 			s.setSession(w, r, name)
 			s.log.Info("console: signed in", "user", name, "addr", addr)
+			if u := s.users().find(name); u != nil {
+				s.record(r.Context(), opAction{Action: "login", User: u.Name, What: "signed in from " + addr})
+			}
 			http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 			return
 		}
@@ -373,7 +377,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "operators"}
 
 func parsePages() (pages, error) {
 	ps := pages{}

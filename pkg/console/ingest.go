@@ -1,7 +1,7 @@
 package console
 
 // ingest.go keeps the view up to date: one client reads every partition of
-// the review, decisions, audit, retry, alerts and dead-letter topics
+// the review, decisions, audit, retry, alerts, dead-letter and console topics
 // (read_committed) from the offsets stored in the view, applies each poll to
 // the view in one Pebble batch together with the new offsets, and tells the
 // open pages what changed. An empty view starts at the beginning of each
@@ -49,6 +49,8 @@ func (s *Server) ingest(ctx context.Context) error {
 		names[n] = short
 		topics = append(topics, n)
 	}
+	names[s.consoleTopic()] = "console"
+	topics = append(topics, s.consoleTopic())
 	stored, err := s.view.offsets()
 	if err != nil {
 		return fmt.Errorf("console: reading the view's offsets: %w", err)
@@ -182,8 +184,11 @@ func (s *Server) setErr(msg string) {
 
 // apply changes the view for one record and returns what to tell the pages.
 func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
-	if short == "deadletter" {
+	switch short {
+	case "deadletter":
 		return s.applyDeadLetter(b, rec)
+	case "console":
+		return s.applyAction(b, rec)
 	}
 	st := replay.Decode(s.codec, rec, short)
 	ts := rec.Timestamp

@@ -279,6 +279,7 @@ func (s *Server) reviewDecide(w http.ResponseWriter, r *http.Request, p *person)
 	if err := s.decide(r, p, []string{task}, action == "approve", reason); err != nil {
 		return err
 	}
+	s.record(r.Context(), opAction{Action: action, User: p.Name, What: "task " + task, Why: reason, Tasks: []string{task}})
 	http.Redirect(w, r, "/review?"+url.Values{"done": {action}, "task": {task}}.Encode(), http.StatusSeeOther)
 	return nil
 }

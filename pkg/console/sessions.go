@@ -132,14 +132,6 @@ func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, ss session
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(left / time.Second)})
 }
 
-// signOut is the record of a sign-out on the console topic.
-type signOut struct {
-	Kind    string    `json:"kind"` // "logout"
-	User    string    `json:"user"`
-	Session string    `json:"session"`
-	At      time.Time `json:"at"`
-}
-
 // revoked reports whether the session was signed out.
 func (s *Server) revoked(ss session) bool {
 	s.mu.Lock()
@@ -164,8 +156,7 @@ func (s *Server) revoke(id string, at time.Time) {
 func (s *Server) logout(ctx context.Context, p *person) error {
 	now := time.Now()
 	s.revoke(p.Session, now)
-	b, _ := json.Marshal(signOut{Kind: "logout", User: p.Name, Session: p.Session, At: now})
-	if err := s.produce(ctx, &kgo.Record{Topic: s.consoleTopic(), Key: []byte(p.Name), Value: b}); err != nil {
+	if err := s.produce(ctx, s.actionRecord(&opAction{Action: "logout", User: p.Name, Session: p.Session, At: now})); err != nil {
 		s.log.Error("console: sign-out not written to the console topic", "user", p.Name, "err", err)
 		return &userError{Status: http.StatusServiceUnavailable, Msg: "Signed out on this replica, but the sign-out could not be written to Kafka: " +
 			"other replicas accept a copy of this session until it expires. Sign in and out again when Kafka is back."}
@@ -272,16 +263,13 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(rec *kgo.Record) {
-			var so struct {
-				signOut
-				Set string `json:"set"`
-			}
-			if json.Unmarshal(rec.Value, &so) == nil {
-				if so.Kind == "logout" && so.Session != "" {
-					s.revoke(so.Session, so.At)
+			var a opAction
+			if json.Unmarshal(rec.Value, &a) == nil {
+				if a.Action == "logout" && a.Session != "" {
+					s.revoke(a.Session, a.At)
 				}
-				if so.Set != "" {
-					s.markSetUsed(so.Set, so.At)
+				if a.Set != "" {
+					s.markSetUsed(a.Set, a.At)
 				}
 			}
 			if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {

@@ -23,6 +23,9 @@ func (s *Server) timelinePage(w http.ResponseWriter, r *http.Request, p *person)
 			return err
 		}
 		data["Steps"] = steps
+		if data["Actions"], err = s.taskActions(id, 200); err != nil {
+			return err
+		}
 		var it reviewItem
 		if ok, _ := s.view.get("rev/"+id, &it); ok && !it.OpenedAt.IsZero() {
 			data["Item"] = s.rowOf(&it, p, time.Now())

@@ -15,6 +15,8 @@ package console
 //	alr/<time:16 hex>/<partition>/<offset> -> alert (JSON)
 //	due/<task_id>                      -> pendingRetry (JSON): an audited retry not yet published
 //	job/<id>                           -> job (JSON): a re-drive job and who ran it
+//	op/<time:16 hex>/<partition>/<offset> -> opAction (JSON): an operator action
+//	opt/<task_id>/<time>/<partition>/<offset> -> opAction of one task
 
 import (
 	"encoding/binary"
@@ -68,6 +70,25 @@ func (v *view) each(prefix string, desc bool, fn func(key string, val []byte) bo
 	defer it.Close()
 	valid := it.First
 	next := it.Next
+	if desc {
+		valid, next = it.Last, it.Prev
+	}
+	for ok := valid(); ok; ok = next() {
+		if !fn(string(it.Key()), it.Value()) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// eachRange is each over the keys in [lo, hi).
+func (v *view) eachRange(lo, hi string, desc bool, fn func(key string, val []byte) bool) error {
+	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte(lo), UpperBound: []byte(hi)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	valid, next := it.First, it.Next
 	if desc {
 		valid, next = it.Last, it.Prev
 	}
