@@ -76,6 +76,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/breakers", RoleSignedIn, s.breakersPage},
 		{"POST", "/breakers/reset", RoleOperator, s.breakerReset},
 		{"GET", "/deadletter", RoleSignedIn, s.deadLetterPage},
+		{"GET", "/deadletter/raw", RoleSignedIn, s.deadLetterRaw},
 		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
 		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
 		{"GET", "/alerts", RoleSignedIn, s.alertsPage},

@@ -249,22 +249,53 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 	return nil, nil
 }
 
-// updateItem applies fn to the task's review item and keeps the open marker.
+// queueEntry is an open item in the queue index: what the queue filters
+// and counts by, without decoding the item.
+type queueEntry struct {
+	Owner string `json:"o"`
+	Class string `json:"c"`
+}
+
+func queueKey(it *reviewItem) string {
+	return "q/" + timeKey(it.dueAt().UnixMilli()) + "/" + it.TaskID
+}
+
+func closedKey(it *reviewItem) string {
+	return "cls/" + timeKey(it.ClosedAt.UnixMilli()) + "/" + it.TaskID
+}
+
+// updateItem applies fn to the task's review item and keeps the open
+// marker and the queue and closed indexes.
 func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note, error) {
 	var it reviewItem
 	if _, err := b.get("rev/"+task, &it); err != nil {
 		return nil, err
 	}
 	it.TaskID = task
+	was := it
 	fn(&it)
 	if err := b.put("rev/"+task, it); err != nil {
 		return nil, err
 	}
+	if was.open() {
+		if err := b.del(queueKey(&was)); err != nil {
+			return nil, err
+		}
+	} else if was.Closed != nil && !was.OpenedAt.IsZero() {
+		if err := b.del(closedKey(&was)); err != nil {
+			return nil, err
+		}
+	}
 	var err error
-	if it.open() {
-		err = b.b.Set([]byte("open/"+task), nil, nil)
-	} else {
-		err = b.del("open/" + task)
+	switch {
+	case it.open():
+		if err = b.b.Set([]byte("open/"+task), nil, nil); err == nil {
+			err = b.put(queueKey(&it), queueEntry{Owner: it.Owner, Class: it.Class})
+		}
+	default:
+		if err = b.del("open/" + task); err == nil && it.Closed != nil && !it.OpenedAt.IsZero() {
+			err = b.b.Set([]byte(closedKey(&it)), nil, nil)
+		}
 	}
 	return &note{Kind: "review", Item: &it}, err
 }
@@ -314,5 +345,8 @@ func (s *Server) applyDeadLetter(b *batch, rec *kgo.Record) (*note, error) {
 	if e := st.Event; e != nil {
 		d.Provider, d.Model, d.Template = e.Provider, e.Model, e.PromptTemplate
 	}
-	return &note{Kind: "deadletter"}, b.put(d.key(), d)
+	if err := b.put(d.key(), d); err != nil {
+		return nil, err
+	}
+	return &note{Kind: "deadletter"}, b.b.Set([]byte("dli/"+d.id()), []byte(d.key()), nil)
 }
