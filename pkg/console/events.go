@@ -114,6 +114,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p *person) {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			if !p.Proxy && s.checkSession(nil, r, false) == nil {
+				return // signed out, removed or expired: the stream ends with the session
+			}
 			extend()
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()

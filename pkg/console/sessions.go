@@ -84,6 +84,13 @@ func (s *Server) decodeSession(v string) (session, error) {
 // sessionPerson checks the session cookie of r and returns its person,
 // renewing the cookie's last use on w; nil when there is no valid session.
 func (s *Server) sessionPerson(w http.ResponseWriter, r *http.Request) *person {
+	return s.checkSession(w, r, true)
+}
+
+// checkSession is sessionPerson; without idle, a session idle for longer
+// than SessionIdle still counts (an open live-update stream is checked
+// for the other ends of its session, not for use).
+func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, idle bool) *person {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil
@@ -94,7 +101,7 @@ func (s *Server) sessionPerson(w http.ResponseWriter, r *http.Request) *person {
 	}
 	now := time.Now()
 	switch {
-	case now.Sub(ss.Issued) > sessionTTL, now.Sub(ss.Seen) > s.cfg.SessionIdle:
+	case now.Sub(ss.Issued) > sessionTTL, idle && now.Sub(ss.Seen) > s.cfg.SessionIdle:
 		return nil
 	case s.revoked(ss):
 		return nil
@@ -255,9 +262,24 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 		ready = nil
 	}
 	for {
-		fs := cl.PollFetches(ctx)
+		pctx, pcancel := ctx, context.CancelFunc(func() {})
+		if ready != nil {
+			// a partition whose last offsets hold no record to deliver (a
+			// transaction marker) would never report its end: five quiet
+			// seconds count as read
+			pctx, pcancel = context.WithTimeout(ctx, 5*time.Second)
+		}
+		fs := cl.PollFetches(pctx)
+		quiet := fs.NumRecords() == 0 && pctx.Err() != nil && ctx.Err() == nil
+		pcancel()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if quiet && ready != nil {
+			s.log.Warn("console: the console topic went quiet before its end offsets; serving", "topic", s.consoleTopic())
+			close(ready)
+			ready = nil
+			continue
 		}
 		fs.EachError(func(t string, p int32, err error) {
 			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
