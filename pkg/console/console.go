@@ -227,8 +227,9 @@ type Server struct {
 	jobs   *jobs
 	met    *metrics
 	limit  *limiter
-	// bcrypt holds a slot per running password compare.
-	bcrypt chan struct{}
+	// bcrypt holds a slot per running password compare, timelines one per
+	// timeline being read.
+	bcrypt, timelines chan struct{}
 
 	usersNow atomic.Pointer[Users]
 	producer *kgo.Client
@@ -278,7 +279,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
 		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
-		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
+		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
+		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets = map[string]time.Time{}, map[string]time.Time{}
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {

@@ -104,6 +104,17 @@ var zh = map[string]string{
 	"No breaker has changed state yet.":   "熔断器尚无状态变化。",
 	"No alerts yet.":                      "暂无告警。",
 	"No records for this task.":           "此任务没有记录。",
+	"the first":                           "前",
+	"of":                                  "/",
+	"First page":                          "第一页",
+	"Next page":                           "下一页",
+	"Operator log":                        "操作日志",
+	"Operator actions":                    "操作记录",
+	"Action":                              "操作",
+	"What":                                "内容",
+	"Tasks":                               "任务",
+	"Older":                               "更早",
+	"No operator actions yet.":            "暂无操作记录。",
 	"Exactly these items are decided; items that arrive meanwhile are not.": "只决定以上这些条目；预览之后到达的条目不包含在内。",
 
 	// the Cost and What-if pages
