@@ -95,6 +95,7 @@ type writer struct {
 	version int
 	fp      uint64
 	codec   *goavro.Codec
+	json    string // the composed schema text
 }
 
 // New returns a Codec that writes the current schemas and accepts every
@@ -122,7 +123,7 @@ func NewWith(o Options) (*Codec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("codec: schema %s v%d (%s): %w", s.Name, s.Version, s.File, err)
 		}
-		w := &writer{name: s.Name, version: s.Version, fp: s.Fingerprint, codec: gc}
+		w := &writer{name: s.Name, version: s.Version, fp: s.Fingerprint, codec: gc, json: s.JSON}
 		legacy := ""
 		for _, fp := range []uint64{s.Fingerprint, s.Legacy} {
 			if fp == 0 {
