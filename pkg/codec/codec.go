@@ -210,6 +210,9 @@ func encode(dst []byte, w *writer, native map[string]any) ([]byte, error) {
 
 // writerOf checks the header of b and returns its writer schema.
 func (c *Codec) writerOf(b []byte) (*writer, error) {
+	if id, ok := ConfluentID(b); ok {
+		return nil, fmt.Errorf("%w: the Confluent wire format (registry schema ID %d), read only with a schema registry (--registry-url)", ErrNotSingleObject, id)
+	}
 	if len(b) < headerLen || b[0] != 0xC3 || b[1] != 0x01 {
 		return nil, fmt.Errorf("%w (%d bytes, want the marker c3 01 and an 8-byte fingerprint)", ErrNotSingleObject, len(b))
 	}
