@@ -13,6 +13,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/registry"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 )
@@ -41,6 +42,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		format   = fs.String("format", "json", "output: json (one object a line) or text")
 		maxCount = fs.Int("max", 0, "exit after this many records; 0 for no limit")
 	)
+	regFlags := addRegistryFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,7 +71,11 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	p := &printer{c: c, w: stdout, text: *format == "text"}
+	reg, err := regFlags.client(c)
+	if err != nil {
+		return fmt.Errorf("tail: %w", err)
+	}
+	p := &printer{c: c, reg: reg, ctx: ctx, w: stdout, text: *format == "text"}
 	count := 0
 	if *untilEnd {
 		return tailToEnd(ctx, opts, name, *fromBeg, func(rec *kgo.Record) bool {
@@ -158,6 +164,8 @@ func tailToEnd(ctx context.Context, opts []kgo.Opt, topic string, fromBeginning 
 // printer writes one line per record.
 type printer struct {
 	c    *codec.Codec
+	reg  *registry.Client // nil: the Confluent wire format is not read
+	ctx  context.Context  // of the registry's requests
 	w    io.Writer
 	text bool
 }
@@ -173,7 +181,7 @@ func (p *printer) print(rec *kgo.Record) {
 	)
 	if e := codec.ParseHeaders(rec.Headers).Error; e.Raw() {
 		v = replay.RawOf(rec, e)
-	} else if v, err = p.c.Decode(rec.Value); err != nil {
+	} else if v, err = p.decode(rec.Value); err != nil {
 		v = undecodable{
 			Error: err.Error(), ErrorKind: codec.Kind(err),
 			Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
@@ -219,4 +227,15 @@ func textLine(rec *kgo.Record, v any) string {
 		return fmt.Sprintf("[TASK:%s] %s ERROR %s: %s", x.Key, at, x.ErrorKind, x.Error)
 	}
 	return at
+}
+
+// decode decodes a record of either wire format.
+func (p *printer) decode(b []byte) (any, error) {
+	if p.reg != nil {
+		var err error
+		if b, err = p.reg.Normalize(p.ctx, nil, b); err != nil {
+			return nil, err
+		}
+	}
+	return p.c.Decode(b)
 }
