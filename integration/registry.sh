@@ -3,11 +3,13 @@
 # tests run against: Apicurio Registry, whose Confluent-compatible API
 # (/apis/ccompat/v7) is what faultrouter's --registry-url talks to. It is
 # resolved from Maven Central (integration/registry/pom.xml, cached in ~/.m2),
-# unpacked once, and run on 127.0.0.1 only, with in-memory storage, on a JDK
-# of version 21 or newer.
+# unpacked once, and run on 127.0.0.1 only, on a JDK of version 21 or newer.
+# Its schemas are stored in an H2 database file under the working directory,
+# so that a restart keeps them (as a registry on Kafka or PostgreSQL would).
 #
 #   integration/registry.sh start    resolve and unpack (cached), start, wait until it answers
-#   integration/registry.sh stop     stop it (its in-memory schemas are gone)
+#   integration/registry.sh stop     stop it and remove its schemas
+#   integration/registry.sh halt     stop it, keeping its schemas (for registry-outage tests)
 #   integration/registry.sh status   exit 0 when a registry started by this script is running
 #   integration/registry.sh url      print its base URL (the Confluent-compatible API)
 #   integration/registry.sh java     print the JDK's java it runs on; exit 1 when there is none
@@ -109,6 +111,7 @@ start() {
 		-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" \
 		-Dquarkus.log.file.enable=false -Dquarkus.console.color=false \
+		-Dapicurio.datasource.url="jdbc:h2:file:$dir/db/registry" \
 		-jar "$app/quarkus-run.jar" >"$logfile" 2>&1 </dev/null 9>&- &
 	echo $! >"$pidfile"
 	local i
@@ -130,7 +133,7 @@ start() {
 	exit 1
 }
 
-stop() {
+halt() {
 	if running; then
 		local pid i
 		pid=$(cat "$pidfile")
@@ -145,12 +148,18 @@ stop() {
 		fi
 	fi
 	rm -f "$pidfile"
+}
+
+stop() {
+	halt
+	rm -rf "$dir/db"
 	log "registry stopped"
 }
 
 case ${1:-} in
 start) start ;;
 stop) stop ;;
+halt) halt ;;
 status) running ;;
 url) echo "$url" ;;
 java) findjava ;;

@@ -13,7 +13,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
-const schemasSynopsis = `usage: faultrouter schemas register|check --registry URL [--topic T --file F]
+const schemasSynopsis = `usage: faultrouter schemas register|check --registry URL [--topic T --file F] [--compatibility LEVEL]
 
 Registers the schemas faultrouter reads and writes in a schema registry (the
 Confluent Schema Registry API: Confluent's, or Apicurio's at
@@ -44,6 +44,7 @@ func schemasCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&regFlags.url, "registry", regFlags.url, "same as --registry-url")
 	topic := fs.String("topic", "", "short topic name of --file's schema (ingress, decisions, retry, review, audit, deadletter, alerts)")
 	file := fs.String("file", "", "Avro schema file (.avsc) to register or check instead of faultrouter's own; needs --topic")
+	compat := fs.String("compatibility", "", "register: also set each subject's compatibility level (e.g. BACKWARD, FULL); default: leave it to the registry's")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -92,6 +93,14 @@ func schemasCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		subject := registry.Subject(ts.Topic)
 		var ie *registry.IncompatibleError
 		if sub == "register" {
+			if *compat != "" {
+				if err := reg.SetCompatibility(ctx, ts.Topic, *compat); err != nil {
+					if errors.Is(err, registry.ErrUnavailable) {
+						return unreachable(sub, err)
+					}
+					return fmt.Errorf("schemas register: --compatibility: %w", err)
+				}
+			}
 			id, err := reg.Register(ctx, ts.Topic, ts.Schema)
 			switch {
 			case errors.As(err, &ie):

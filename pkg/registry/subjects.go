@@ -203,3 +203,20 @@ func (s Schemas) TopicSchemas() ([]TopicSchema, error) {
 	}
 	return out, nil
 }
+
+// SetCompatibility sets the compatibility level of the topic's subject,
+// one of NONE, BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE,
+// FULL, FULL_TRANSITIVE.
+func (r *Client) SetCompatibility(ctx context.Context, topic, level string) error {
+	var l sr.CompatibilityLevel
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return fmt.Errorf("registry: compatibility level %q is not one of NONE, BACKWARD, BACKWARD_TRANSITIVE, FORWARD, FORWARD_TRANSITIVE, FULL, FULL_TRANSITIVE", level)
+	}
+	subject := Subject(topic)
+	for _, res := range r.cl.SetCompatibility(ctx, sr.SetCompatibility{Level: l}, subject) {
+		if res.Err != nil {
+			return r.failed(subject, res.Err)
+		}
+	}
+	return nil
+}
