@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -360,4 +361,38 @@ func metricsText(t *testing.T, base string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// Guards the Python worker on a schema registry: the example worker's
+// pytest suite, run with FAULTROUTER_REGISTRY_URL, writes its events and
+// review decisions with confluent-kafka's AvroSerializer and reads the
+// router's audit, retry and review records with its AvroDeserializer,
+// against a router writing the Confluent wire format; nothing it sent is
+// dead-lettered.
+func TestPythonWorkerRegistry(t *testing.T) {
+	e, _ := newRegistryEnv(t)
+	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")
+	r := e.startRouter("a", t.TempDir(), "--wire-format", "confluent")
+	python := interop(t, "FAULTROUTER_PYTHON", "python")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_worker.py")
+	cmd.Dir = "../examples/python-worker"
+	cmd.Env = append(e.cmdEnv(), "FAULTROUTER_AVRO_DIR=../../avro")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest:\n%s", out)
+	if err != nil {
+		t.Fatalf("pytest: %v; router logs:\n%s", err, r.logs.String())
+	}
+	if !regexp.MustCompile(`(?m)^\d+ passed in `).Match(out) {
+		t.Fatalf("pytest did not report every test passed")
+	}
+	if dl := e.tailNow("deadletter"); len(dl) != 0 {
+		t.Fatalf("dead-lettered: %v", dl)
+	}
+	for _, rec := range e.tailNow("audit") {
+		if str(rec, "decision.class") == "INVALID_INPUT" {
+			t.Errorf("invalid input from Python: %v", rec)
+		}
+	}
 }
