@@ -396,3 +396,37 @@ func TestPythonWorkerRegistry(t *testing.T) {
 		}
 	}
 }
+
+// Guards a Java worker on a schema registry: a KafkaProducer with Apicurio
+// Registry's AvroKafkaSerializer (integration/java/src/RegistryProduce.java)
+// registers avro/'s TaskEvent under <topic>-value itself and writes the
+// Confluent wire format; the router reads it through the registry and
+// routes it, and nothing is dead-lettered.
+func TestJavaRegistrySerde(t *testing.T) {
+	e, url := newRegistryEnv(t)
+	r := e.startRouter("a", t.TempDir())
+	cp := interop(t, "FAULTROUTER_JAVA_CP", "java")
+	const task = "t-java-serde"
+	api := strings.Replace(url, "/apis/ccompat/v7", "/apis/registry/v3", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "java", "-cp", cp, "RegistryProduce", brokers, api, "../avro", e.prefix+"ai.tasks.ingress", task, "java-serde-e-1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("java RegistryProduce: %v\n%s", err, out)
+	}
+	in := rawValues(t, e.prefix+"ai.tasks.ingress", task)
+	if len(in) != 1 {
+		t.Fatalf("%d records on ingress for %s, want 1", len(in), task)
+	}
+	if _, ok := codec.ConfluentID(in[0]); !ok {
+		t.Fatalf("Apicurio's serde wrote % x, not the Confluent wire format", in[0][:min(len(in[0]), 5)])
+	}
+	audit := byTask(e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, task)) > 0 }), task)
+	if len(audit) != 1 || str(audit[0], "decision.class")+"/"+str(audit[0], "decision.route") != "NETWORK_TIMEOUT/RETRY" ||
+		str(audit[0], "attributes.client") != "java-apicurio-serde" {
+		t.Fatalf("audit for %s: %v, want the Java event routed NETWORK_TIMEOUT/RETRY; logs:\n%s", task, audit, r.logs.String())
+	}
+	if dl := e.tailNow("deadletter"); len(dl) != 0 {
+		t.Fatalf("dead-lettered: %v", dl)
+	}
+}

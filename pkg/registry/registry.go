@@ -182,12 +182,18 @@ func (r *Client) writerSchema(ctx context.Context, id uint32) (*codec.Foreign, e
 	switch {
 	case err == nil && s.Type != sr.TypeAvro:
 		e.err = fmt.Errorf("%w: registry schema ID %d is a %s schema, not Avro", codec.ErrUnresolvableSchema, id, s.Type)
-	case err == nil && len(s.References) > 0:
-		e.err = fmt.Errorf("%w: registry schema ID %d has references, which faultrouter does not read", codec.ErrUnresolvableSchema, id)
 	case err == nil:
-		e.f, e.err = r.codec.Foreign(s.Schema)
-		if e.err != nil {
-			e.err = fmt.Errorf("registry schema ID %d: %w", id, e.err)
+		text := s.Schema
+		if len(s.References) > 0 {
+			if text, err = r.inlineReferences(ctx, s); errors.Is(err, ErrUnavailable) {
+				return nil, err
+			}
+		}
+		if err == nil {
+			e.f, err = r.codec.Foreign(text)
+		}
+		if err != nil {
+			e.err = fmt.Errorf("registry schema ID %d: %w", id, err)
 		}
 	case notFound(err):
 		e.err = fmt.Errorf("%w: registry schema ID %d: the registry does not know it", codec.ErrUnknownSchema, id)

@@ -3,9 +3,11 @@ package registry
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/faultrouter/faultrouter/avro"
@@ -101,5 +103,50 @@ func TestConfigRefusals(t *testing.T) {
 	}
 	if _, err := ParseWireFormat("avro"); err == nil {
 		t.Fatal("--wire-format avro accepted")
+	}
+}
+
+// TestNormalizeInlinesReferences guards schemas registered with
+// references, as Apicurio's serde registers a record's nested types: the
+// referenced definitions are inlined and the record reads as the event it
+// carries. (srfake, unit level only.)
+func TestNormalizeInlinesReferences(t *testing.T) {
+	fake := srfake.New()
+	defer fake.Close()
+	r, c := newClient(t, Config{URL: fake.URL()})
+	cur, _ := avro.Current(avro.TaskEvent)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(cur.JSON), &m); err != nil {
+		t.Fatal(err)
+	}
+	var errDef any
+	for _, f := range m["fields"].([]any) {
+		if fm := f.(map[string]any); fm["name"] == "error" {
+			u := fm["type"].([]any)
+			errDef, u[1] = u[1], "faultrouter.Error"
+		}
+	}
+	errText, _ := json.Marshal(errDef)
+	mainText, _ := json.Marshal(m)
+	fake.SeedSchema("faultrouter.Error", 1, 500, sr.Schema{Schema: string(errText)})
+	fake.SeedSchema("ingress-value", 1, 501, sr.Schema{Schema: string(mainText),
+		References: []sr.SchemaReference{{Name: "faultrouter.Error", Subject: "faultrouter.Error", Version: 1}}})
+
+	e := sampleEvent()
+	e.Status, e.Error = event.StatusError, &event.Error{Type: "TimeoutError"}
+	so, err := c.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := r.Normalize(context.Background(), nil, codec.ToConfluent(so, 501))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.DecodeTaskEvent(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Error == nil || got.Error.Type != "TimeoutError" || got.TaskID != e.TaskID {
+		t.Fatalf("read %+v", got)
 	}
 }
