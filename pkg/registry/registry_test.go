@@ -2,9 +2,12 @@ package registry
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -148,5 +151,25 @@ func TestNormalizeInlinesReferences(t *testing.T) {
 	}
 	if got.Error == nil || got.Error.Type != "TimeoutError" || got.TaskID != e.TaskID {
 		t.Fatalf("read %+v", got)
+	}
+}
+
+// TestTLS guards --registry-tls-ca: a registry on https whose certificate
+// the client's CA pool does not hold is refused (as unavailable: nothing
+// about the record), and trusted with the CA given.
+func TestTLS(t *testing.T) {
+	fake := srfake.NewRegistry()
+	srv := httptest.NewTLSServer(fake.Handler())
+	defer srv.Close()
+	cur, _ := avro.Current(avro.TaskEvent)
+	untrusted, _ := newClient(t, Config{URL: srv.URL})
+	if _, err := untrusted.Register(context.Background(), "t", cur.JSON); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("an untrusted certificate: got %v, want ErrUnavailable", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	trusted, _ := newClient(t, Config{URL: srv.URL, TLS: &tls.Config{RootCAs: pool}})
+	if _, err := trusted.Register(context.Background(), "t", cur.JSON); err != nil {
+		t.Fatalf("with the CA: %v", err)
 	}
 }
