@@ -44,6 +44,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		rate       = fs.Int("redrive-rate", 50, "default records per second of a re-drive job")
 		hash       = fs.Bool("hash-password", false, "read a password from stdin, print its bcrypt hash for the users file, and exit")
 	)
+	regFlags := addRegistryFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +66,9 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
 		MaxRedrives: *maxRedr, RedriveRate: *rate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
+	if cfg.Schemas, err = regFlags.schemas(); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
 	if *usersFile != "" {
 		if cfg.Users, err = console.LoadUsers(*usersFile); err != nil {
 			return err

@@ -86,3 +86,27 @@ func (f *registryFlags) client(c *codec.Codec) (*registry.Client, error) {
 	}
 	return r, nil
 }
+
+// reading returns c reading the Confluent wire format too when
+// --registry-url is set.
+func (f *registryFlags) reading(c *codec.Codec) (*codec.Codec, error) {
+	src, err := f.schemas()
+	if err != nil || src == nil {
+		return c, err
+	}
+	return c.WithSchemas(src), nil
+}
+
+// schemas is the registry as a codec.SchemaSource; nil without
+// --registry-url.
+func (f *registryFlags) schemas() (codec.SchemaSource, error) {
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := f.client(c)
+	if err != nil || reg == nil {
+		return nil, err
+	}
+	return reg, nil
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/registry"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 )
@@ -71,11 +70,10 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	reg, err := regFlags.client(c)
-	if err != nil {
+	if c, err = regFlags.reading(c); err != nil {
 		return fmt.Errorf("tail: %w", err)
 	}
-	p := &printer{c: c, reg: reg, ctx: ctx, w: stdout, text: *format == "text"}
+	p := &printer{c: c, w: stdout, text: *format == "text"}
 	count := 0
 	if *untilEnd {
 		return tailToEnd(ctx, opts, name, *fromBeg, func(rec *kgo.Record) bool {
@@ -163,9 +161,7 @@ func tailToEnd(ctx context.Context, opts []kgo.Opt, topic string, fromBeginning 
 
 // printer writes one line per record.
 type printer struct {
-	c    *codec.Codec
-	reg  *registry.Client // nil: the Confluent wire format is not read
-	ctx  context.Context  // of the registry's requests
+	c    *codec.Codec // reads the Confluent wire format too with --registry-url
 	w    io.Writer
 	text bool
 }
@@ -181,7 +177,7 @@ func (p *printer) print(rec *kgo.Record) {
 	)
 	if e := codec.ParseHeaders(rec.Headers).Error; e.Raw() {
 		v = replay.RawOf(rec, e)
-	} else if v, err = p.decode(rec.Value); err != nil {
+	} else if v, err = p.c.Decode(rec.Value); err != nil {
 		v = undecodable{
 			Error: err.Error(), ErrorKind: codec.Kind(err),
 			Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: string(rec.Key),
@@ -227,15 +223,4 @@ func textLine(rec *kgo.Record, v any) string {
 		return fmt.Sprintf("[TASK:%s] %s ERROR %s: %s", x.Key, at, x.ErrorKind, x.Error)
 	}
 	return at
-}
-
-// decode decodes a record of either wire format.
-func (p *printer) decode(b []byte) (any, error) {
-	if p.reg != nil {
-		var err error
-		if b, err = p.reg.Normalize(p.ctx, nil, b); err != nil {
-			return nil, err
-		}
-	}
-	return p.c.Decode(b)
 }

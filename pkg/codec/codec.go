@@ -87,6 +87,9 @@ type Codec struct {
 	// stateWalk is set when state_index.go's walk of a TaskState agrees
 	// with the reader of stateWire
 	stateWalk bool
+	// schemas finds the writer schemas of records in the Confluent wire
+	// format (confluent.go); nil: such records do not decode
+	schemas SchemaSource
 }
 
 // writer is one accepted writer schema.
@@ -264,6 +267,10 @@ func (c *Codec) decodeAs(b []byte, name string) (map[string]any, *writer, error)
 // returns *event.TaskEvent, *event.Routed, *event.BreakerEvent or
 // *event.ReviewDecision. TaskEvents and ReviewDecisions are validated.
 func (c *Codec) Decode(b []byte) (any, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return nil, err
+	}
 	w, err := c.writerOf(b)
 	if err != nil {
 		return nil, err

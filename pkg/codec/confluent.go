@@ -148,3 +148,40 @@ func (f *Foreign) SingleObject(dst, body []byte) (out []byte, err error) {
 	}
 	return encode(dst, f.reader, m)
 }
+
+// SchemaSource finds the writer schema of a schema registry ID, e.g. a
+// registry client with a cache (package registry). Its error wraps
+// ErrUnknownSchema for an ID the registry does not know and
+// ErrUnresolvableSchema for a schema that does not resolve.
+type SchemaSource interface {
+	WriterSchema(id uint32) (*Foreign, error)
+}
+
+// WithSchemas returns a copy of c whose Decode methods also read records in
+// the Confluent wire format, with the writer schemas src finds. Each record
+// of an ID not yet known to src may cost src a request: the router instead
+// rewrites a batch's records first (it must wait out a registry that does
+// not answer), and readers of a topic use this.
+func (c *Codec) WithSchemas(src SchemaSource) *Codec {
+	cp := *c
+	cp.schemas = src
+	return &cp
+}
+
+// singleObject returns b in the single-object encoding: b itself, or the
+// rewrite of a record in the Confluent wire format when c has a
+// SchemaSource.
+func (c *Codec) singleObject(b []byte) ([]byte, error) {
+	if c.schemas == nil {
+		return b, nil
+	}
+	id, ok := ConfluentID(b)
+	if !ok {
+		return b, nil
+	}
+	f, err := c.schemas.WriterSchema(id)
+	if err != nil {
+		return nil, err
+	}
+	return f.SingleObject(nil, b[ConfluentHeaderLen:])
+}

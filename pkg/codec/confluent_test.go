@@ -3,10 +3,13 @@ package codec
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/faultrouter/faultrouter/avro"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -170,5 +173,45 @@ func TestResolvePromotions(t *testing.T) {
 	}
 	if err := CheckResolves(r, w); err == nil {
 		t.Fatal("a long read as an int resolved")
+	}
+}
+
+// schemaMap is a SchemaSource of fixed schemas.
+type schemaMap map[uint32]*Foreign
+
+func (m schemaMap) WriterSchema(id uint32) (*Foreign, error) {
+	if f, ok := m[id]; ok {
+		return f, nil
+	}
+	return nil, fmt.Errorf("%w: registry schema ID %d", ErrUnknownSchema, id)
+}
+
+// TestWithSchemasDecodes guards the readers of a topic (tail, replay, the
+// console): with a SchemaSource every Decode method reads the Confluent wire
+// format, and an ID the source does not know is unknown_schema; without
+// one such a record is not_single_object, saying it needs a registry.
+func TestWithSchemasDecodes(t *testing.T) {
+	c := newCodec(t)
+	cur, _ := avro.Current(avro.TaskEvent)
+	f, err := c.Foreign(cur.JSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := fullEvent()
+	so, _ := c.EncodeTaskEvent(nil, &e)
+	conf := ToConfluent(append([]byte(nil), so...), 3)
+	rc := c.WithSchemas(schemaMap{3: f})
+	if got, err := rc.DecodeTaskEvent(conf); err != nil || !reflect.DeepEqual(got, e) {
+		t.Fatalf("DecodeTaskEvent: %v %+v", err, got)
+	}
+	if v, err := rc.Decode(conf); err != nil || !reflect.DeepEqual(*v.(*event.TaskEvent), e) {
+		t.Fatalf("Decode: %v %+v", err, v)
+	}
+	other := ToConfluent(append([]byte(nil), so...), 4)
+	if _, err := rc.Decode(other); Kind(err) != "unknown_schema" {
+		t.Fatalf("unknown ID: %v", err)
+	}
+	if _, err := c.Decode(conf); Kind(err) != "not_single_object" || !strings.Contains(err.Error(), "--registry-url") {
+		t.Fatalf("without a registry: %v", err)
 	}
 }

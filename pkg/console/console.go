@@ -53,6 +53,9 @@ var assets embed.FS
 type Config struct {
 	// Listen is the HTTP address, e.g. ":8080".
 	Listen string
+	// Schemas reads records in the Confluent wire format (a schema
+	// registry, package registry); nil: only the single-object encoding.
+	Schemas codec.SchemaSource
 	// StateDir is the Pebble directory of the view (a cache).
 	StateDir string
 	// Kafka are the franz-go options that reach the cluster.
@@ -149,6 +152,9 @@ func New(cfg Config) (*Server, error) {
 	c, err := codec.New()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Schemas != nil {
+		c = c.WithSchemas(cfg.Schemas)
 	}
 	ps, err := parsePages()
 	if err != nil {

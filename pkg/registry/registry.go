@@ -219,3 +219,12 @@ func unavailable(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
+
+// WriterSchema is the resolved writer schema of a registry ID, for
+// codec.Codec.WithSchemas: a request to the registry, bounded by Timeout,
+// the first time an ID is seen.
+func (r *Client) WriterSchema(id uint32) (*codec.Foreign, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	return r.writerSchema(ctx, id)
+}
