@@ -194,7 +194,8 @@ func rawValues(t *testing.T, topic, key string) [][]byte {
 // `faultrouter produce --wire-format confluent` (its schema registered under
 // <prefix>ai.tasks.ingress-value) is routed by a router reading through the
 // registry, and the router's audit and retry records are in the Confluent
-// format with the IDs of RoutedRecord under their topics' subjects.
+// format with the IDs of RoutedRecord under their topics' subjects; tail and
+// replay read them.
 func TestRegistryConfluentRouted(t *testing.T) {
 	e, url := newRegistryEnv(t)
 	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")
@@ -221,6 +222,9 @@ func TestRegistryConfluentRouted(t *testing.T) {
 		if id, ok := codec.ConfluentID(vs[0]); !ok || int(id) != want {
 			t.Fatalf("%s record starts % x, want 00 and ID %d", topic, vs[0][:5], want)
 		}
+	}
+	if out := e.cli("", "replay", "--topic", "audit", "--task", ev.TaskID); !strings.Contains(out, "NETWORK_TIMEOUT") {
+		t.Fatalf("replay of the Confluent-framed audit record: %s", out)
 	}
 	if dl := e.tailNow("deadletter"); len(dl) != 0 {
 		t.Fatalf("dead-lettered: %v", dl)
