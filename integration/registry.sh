@@ -103,6 +103,7 @@ start() {
 	local java
 	java=$(findjava) || { log "no JDK 21 or newer found (Apicurio Registry needs one): install one or set FAULTROUTER_REGISTRY_JAVA"; exit 1; }
 	command -v mvn >/dev/null || { log "mvn not found: install Maven"; exit 1; }
+	command -v curl >/dev/null || { log "curl not found: install curl (it asks the registry whether it is up)"; exit 1; }
 	resolve
 	log "starting Apicurio Registry on 127.0.0.1:$port with $java (log: $logfile)"
 	# everything on loopback: the HTTP API and the management interface

@@ -38,18 +38,17 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 	var (
 		backoff time.Duration
 		since   time.Time
-		ready   bool
-		moved   uint64
 	)
 	defer func() {
 		if since.IsZero() {
 			return
 		}
+		r.registryDown.Store(false)
 		r.metrics.registryWaiting.Set(0)
-		r.log.Info("schema registry answers again; routing resumes", "registry", r.cfg.Registry.URL(), "waited", time.Since(since).Round(time.Millisecond))
-		if ready && r.rebalances.Load() == moved {
-			r.setReady(true)
+		if r.Ready() {
+			r.metrics.ready.Set(1)
 		}
+		r.log.Info("schema registry answers again; routing resumes", "registry", r.cfg.Registry.URL(), "waited", time.Since(since).Round(time.Millisecond))
 	}()
 	for i, rec := range b.recs {
 		if _, ok := codec.ConfluentID(rec.Value); !ok {
@@ -62,8 +61,9 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 				break
 			}
 			if since.IsZero() {
-				since, ready, moved = time.Now(), r.Ready(), r.rebalances.Load()
-				r.setReady(false)
+				since = time.Now()
+				r.registryDown.Store(true)
+				r.metrics.ready.Set(0)
 				r.metrics.registryWaiting.Set(1)
 				r.log.Error("schema registry unavailable; routing waits for it and dead-letters nothing for it",
 					"registry", r.cfg.Registry.URL(), "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)

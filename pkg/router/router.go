@@ -208,6 +208,9 @@ type Router struct {
 	rebalances atomic.Uint64
 
 	ready atomic.Bool
+	// registryDown is set while a batch waits for the schema registry
+	// (registry.go): the router is not ready meanwhile
+	registryDown atomic.Bool
 
 	// framer writes the Confluent wire format (registry.go); nil for the
 	// single-object encoding. Set before the first session.
@@ -285,8 +288,9 @@ func New(cfg Config) (*Router, error) {
 	}, nil
 }
 
-// Ready reports whether the router has restored its state and is routing.
-func (r *Router) Ready() bool { return r.ready.Load() }
+// Ready reports whether the router has restored its state and is routing:
+// not while it waits for a schema registry that does not answer.
+func (r *Router) Ready() bool { return r.ready.Load() && !r.registryDown.Load() }
 
 // Run routes until ctx is done. A failed transactional session (fenced,
 // ambiguous commit, lost group) is closed and a new one is created, so the
@@ -545,7 +549,7 @@ func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 
 func (r *Router) setReady(ready bool) {
 	r.ready.Store(ready)
-	if ready {
+	if ready && !r.registryDown.Load() {
 		r.metrics.ready.Set(1)
 	} else {
 		r.metrics.ready.Set(0)
