@@ -195,7 +195,8 @@ func rawValues(t *testing.T, topic, key string) [][]byte {
 // <prefix>ai.tasks.ingress-value) is routed by a router reading through the
 // registry, and the router's audit and retry records are in the Confluent
 // format with the IDs of RoutedRecord under their topics' subjects; tail and
-// replay read them.
+// replay read them; a review decision written by `review decide
+// --wire-format confluent` is routed.
 func TestRegistryConfluentRouted(t *testing.T) {
 	e, url := newRegistryEnv(t)
 	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")
@@ -225,6 +226,17 @@ func TestRegistryConfluentRouted(t *testing.T) {
 	}
 	if out := e.cli("", "replay", "--topic", "audit", "--task", ev.TaskID); !strings.Contains(out, "NETWORK_TIMEOUT") {
 		t.Fatalf("replay of the Confluent-framed audit record: %s", out)
+	}
+
+	// a reviewer's decision in the Confluent wire format is read too
+	e.cli("", "review", "decide", "--task", ev.TaskID, "--reject", "--reason", "registry test", "--wire-format", "confluent")
+	dec := rawValues(t, e.prefix+"ai.tasks.review.decisions", ev.TaskID)
+	if id, ok := codec.ConfluentID(dec[0]); len(dec) != 1 || !ok || int(id) != subjectID(t, url, e.prefix+"ai.tasks.review.decisions-value") {
+		t.Fatalf("review decide wrote % x, want 00 and the ID of the decisions subject", dec[0][:5])
+	}
+	audit = byTask(e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, ev.TaskID)) > 1 }), ev.TaskID)
+	if len(audit) != 2 || str(audit[1], "decision.class") == "INVALID_INPUT" {
+		t.Fatalf("audit after the review decision: %v, want the decision routed", audit)
 	}
 	if dl := e.tailNow("deadletter"); len(dl) != 0 {
 		t.Fatalf("dead-lettered: %v", dl)

@@ -56,10 +56,10 @@ Global flags (every verb that talks to Kafka):
                    (env FAULTROUTER_SASL_PASSWORD)
   --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE
   --log-format text|json, --log-level debug|info|warn|error
-Schema registry flags (run, produce, tail, schemas):
+Schema registry flags (run, produce, review, tail, replay, console, schemas):
   --registry-url URL (env FAULTROUTER_REGISTRY_URL), --registry-user, --registry-password
   --registry-tls-ca FILE, --registry-tls-cert FILE, --registry-tls-key FILE
-  --wire-format single-object|confluent (run, produce; env FAULTROUTER_WIRE_FORMAT)
+  --wire-format single-object|confluent (run, produce, review; env FAULTROUTER_WIRE_FORMAT)
 
 Short topic names: ingress, decisions, retry, review, audit, deadletter, alerts.
 `

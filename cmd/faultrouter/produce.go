@@ -128,24 +128,16 @@ func encodeLines(c *codec.Codec, r io.Reader, decisions bool) ([]*kgo.Record, er
 // frameRecords rewrites recs into the Confluent wire format, with the ID
 // of their schema under the topic's subject (registered if it is not).
 func frameRecords(ctx context.Context, f *registryFlags, c *codec.Codec, topic string, decisions bool, recs []*kgo.Record) error {
-	reg, err := f.client(c)
-	if err != nil {
-		return err
-	}
 	name := avro.TaskEvent
 	if decisions {
 		name = avro.ReviewDecision
 	}
-	cur, err := avro.Current(name)
-	if err != nil {
-		return err
-	}
-	fr, err := reg.Framer(ctx, []registry.TopicSchema{{Topic: topic, Schema: cur.JSON}}, true)
+	frame, err := f.framer(ctx, c, topic, name)
 	if err != nil {
 		return err
 	}
 	for _, rec := range recs {
-		rec.Value = fr.Frame(topic, rec.Value)
+		rec.Value = frame(topic, rec.Value)
 	}
 	return nil
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
 
+	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/registry"
 )
@@ -109,4 +111,23 @@ func (f *registryFlags) schemas() (codec.SchemaSource, error) {
 		return nil, err
 	}
 	return reg, nil
+}
+
+// framer registers the current schema of the named record under the
+// topic's subject (as Confluent's serializers do by default) and returns the
+// function that frames a record of it for the Confluent wire format.
+func (f *registryFlags) framer(ctx context.Context, c *codec.Codec, topic, record string) (func(string, []byte) []byte, error) {
+	reg, err := f.client(c)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := avro.Current(record)
+	if err != nil {
+		return nil, err
+	}
+	fr, err := reg.Framer(ctx, []registry.TopicSchema{{Topic: topic, Schema: cur.JSON}}, true)
+	if err != nil {
+		return nil, err
+	}
+	return fr.Frame, nil
 }
