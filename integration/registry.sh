@@ -4,8 +4,10 @@
 # (/apis/ccompat/v7) is what faultrouter's --registry-url talks to. It is
 # resolved from Maven Central (integration/registry/pom.xml, cached in ~/.m2),
 # unpacked once, and run on 127.0.0.1 only, on a JDK of version 21 or newer.
-# Its schemas are stored in an H2 database file under the working directory,
-# so that a restart keeps them (as a registry on Kafka or PostgreSQL would).
+# With FAULTROUTER_REGISTRY_KAFKA its schemas are stored in Kafka (Apicurio's
+# kafkasql storage: a journal topic, as registries are run in production),
+# else in an H2 database file under the working directory; a restart keeps
+# them either way.
 #
 #   integration/registry.sh start    resolve and unpack (cached), start, wait until it answers
 #   integration/registry.sh stop     stop it and remove its schemas
@@ -19,6 +21,9 @@
 #   FAULTROUTER_REGISTRY_PORT   HTTP port (default 18081; the management port is port+10)
 #   FAULTROUTER_REGISTRY_JAVA   the java to run it with (default: the newest JDK 21+ found
 #                               in JAVA_HOME, /usr/lib/jvm or PATH)
+#   FAULTROUTER_REGISTRY_KAFKA  bootstrap servers of the Kafka that stores the schemas, in
+#                               topics faultrouter-registry-<random>-*: start after stop
+#                               uses new ones, start after halt the same
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -105,14 +110,24 @@ start() {
 	command -v mvn >/dev/null || { log "mvn not found: install Maven"; exit 1; }
 	command -v curl >/dev/null || { log "curl not found: install curl (it asks the registry whether it is up)"; exit 1; }
 	resolve
-	log "starting Apicurio Registry on 127.0.0.1:$port with $java (log: $logfile)"
+	local storage=(-Dapicurio.datasource.url="jdbc:h2:file:$dir/db/registry")
+	if [[ -n ${FAULTROUTER_REGISTRY_KAFKA:-} ]]; then
+		# one journal per start after a stop (halt keeps it): its name is kept in $dir
+		[[ -f $dir/kafkasql ]] || echo "faultrouter-registry-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$dir/kafkasql"
+		local t
+		t=$(cat "$dir/kafkasql")
+		storage=(-Dapicurio.storage.kind=kafkasql -Dapicurio.kafkasql.bootstrap.servers="$FAULTROUTER_REGISTRY_KAFKA"
+			-Dapicurio.kafkasql.topic="$t-journal" -Dapicurio.kafkasql.snapshots.topic="$t-snapshots"
+			-Dapicurio.events.kafka.topic="$t-events")
+	fi
+	log "starting Apicurio Registry on 127.0.0.1:$port with $java, storage ${FAULTROUTER_REGISTRY_KAFKA:+kafkasql on }${FAULTROUTER_REGISTRY_KAFKA:-H2 in $dir/db} (log: $logfile)"
 	# everything on loopback: the HTTP API and the management interface
 	# (health, metrics), which otherwise listens on all addresses at 9000
 	setsid "$java" -Xms64m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
 		-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$port" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$mport" \
 		-Dquarkus.log.file.enable=false -Dquarkus.console.color=false \
-		-Dapicurio.datasource.url="jdbc:h2:file:$dir/db/registry" \
+		"${storage[@]}" \
 		-jar "$app/quarkus-run.jar" >"$logfile" 2>&1 </dev/null 9>&- &
 	echo $! >"$pidfile"
 	local i
@@ -153,7 +168,7 @@ halt() {
 
 stop() {
 	halt
-	rm -rf "$dir/db"
+	rm -rf "$dir/db" "$dir/kafkasql"
 	log "registry stopped"
 }
 

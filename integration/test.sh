@@ -50,6 +50,8 @@ fi
 
 echo "== Apicurio Registry for the Confluent wire format tests (integration/registry.sh; cached)"
 if integration/registry.sh java >/dev/null 2>&1; then
+	# its schemas in a journal topic on the test broker, as registries are run
+	export FAULTROUTER_REGISTRY_KAFKA=$FAULTROUTER_TEST_BROKERS
 	FAULTROUTER_TEST_REGISTRY=$(integration/registry.sh start)
 	export FAULTROUTER_TEST_REGISTRY FAULTROUTER_REQUIRE_REGISTRY=1
 	stop_broker=$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT\$/\1/")
