@@ -206,7 +206,6 @@ func namesMatch(w, r *schema) bool {
 	return false
 }
 
-
 // describe names a type in an error message.
 func (s *schema) describe() string {
 	if s.name != "" {
