@@ -259,7 +259,8 @@ func TestChartRendersTheConsole(t *testing.T) {
 	}
 
 	// an existing Secret: the chart creates none; the proxy header only on request
-	objs = render(t, "--set", "console.enabled=true", "--set", "console.existingSecret=console-users", "--set", "console.trustProxyHeader=true")
+	objs = render(t, "--set", "console.enabled=true", "--set", "console.existingSecret=console-users", "--set", "console.trustProxyHeader=true",
+		"--set", "console.trustedProxies={10.42.0.0/16}", "--set", "console.networkPolicy.from[0].podSelector.matchLabels.app=oauth2-proxy")
 	if len(objs["Secret"]) != 0 {
 		t.Errorf("a Secret was rendered although console.existingSecret is set")
 	}
@@ -275,6 +276,68 @@ func TestChartRendersTheConsole(t *testing.T) {
 	cmd := exec.Command(os.Getenv("HELM"), "template", "fr", "faultrouter", "--set", "console.enabled=true")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "without authentication") {
 		t.Errorf("console without authentication rendered (err %v): %s", err, out)
+	}
+}
+
+// Guards the proxy header mode in the chart: the console believes the header
+// only from console.trustedProxies (--trusted-proxies), and a NetworkPolicy
+// lets only the proxy's pods reach the console's port, so no other pod (a
+// worker) can send the header at all. Header mode without either is
+// refused; without header mode there is no NetworkPolicy.
+func TestChartConsoleProxyModeLetsOnlyTheProxyIn(t *testing.T) {
+	base := []string{"--set", "console.enabled=true", "--set", "console.existingSecret=console-users", "--set", "console.trustProxyHeader=true"}
+	objs := render(t, append(base, "--set", "console.trustedProxies={10.42.0.0/16,10.43.0.7/32}",
+		"--set", "console.networkPolicy.from[0].podSelector.matchLabels.app=oauth2-proxy")...)
+	var args []string
+	for _, a := range at(objs["Deployment"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--trusted-proxies=10.42.0.0/16,10.43.0.7/32") {
+		t.Errorf("console args %v lack --trusted-proxies=10.42.0.0/16,10.43.0.7/32", args)
+	}
+	if len(objs["NetworkPolicy"]) != 1 {
+		t.Fatalf("%d NetworkPolicies in header mode, want 1", len(objs["NetworkPolicy"]))
+	}
+	np := objs["NetworkPolicy"][0]
+	podLabels := at(objs["Deployment"][0], "spec", "template", "metadata", "labels").(map[string]any)
+	sel, _ := at(np, "spec", "podSelector", "matchLabels").(map[string]any)
+	for k, v := range sel {
+		if podLabels[k] != v {
+			t.Errorf("the NetworkPolicy selects %v, not the console's pods %v", sel, podLabels)
+		}
+	}
+	if len(sel) == 0 || at(np, "spec", "policyTypes", 0) != "Ingress" {
+		t.Errorf("NetworkPolicy spec %v: want Ingress for the console's pods", at(np, "spec"))
+	}
+	rules, _ := at(np, "spec", "ingress").([]any)
+	for i, r := range rules {
+		port := at(r, "ports", 0, "port")
+		from, _ := at(r, "from").([]any)
+		if port == "http" && (len(from) != 1 || at(from[0], "podSelector", "matchLabels", "app") != "oauth2-proxy") {
+			t.Errorf("ingress rule %d lets %v reach the console's port, want only the proxy", i, from)
+		}
+		if port != "http" && port != "metrics" {
+			t.Errorf("ingress rule %d opens port %v", i, port)
+		}
+	}
+	if len(rules) == 0 || at(rules[0], "ports", 0, "port") != "http" {
+		t.Errorf("no ingress rule for the console's port: %v", rules)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "console.networkPolicy.from[0].podSelector.matchLabels.app=oauth2-proxy"}, "console.trustedProxies"},
+		{[]string{"--set", "console.trustedProxies={10.42.0.0/16}"}, "console.networkPolicy.from"},
+	} {
+		cmd := exec.Command(os.Getenv("HELM"), append([]string{"template", "fr", "faultrouter"}, append(base, tc.args...)...)...)
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("header mode without %s rendered (err %v): %s", tc.want, err, out)
+		}
+	}
+	if n := len(render(t, "--set", "console.enabled=true", "--set", "console.existingSecret=console-users")["NetworkPolicy"]); n != 0 {
+		t.Errorf("%d NetworkPolicies without header mode, want none", n)
 	}
 }
 

@@ -25,4 +25,6 @@ export HELM
 	--set console.ingress.enabled=true
 "$HELM" template fr faultrouter --set console.enabled=true --set-string console.users='users: []' \
 	--set console.ingress.enabled=true >/dev/null
+"$HELM" lint --strict faultrouter --set console.enabled=true --set console.trustProxyHeader=true \
+	--set 'console.trustedProxies={10.42.0.0/16}' --set console.networkPolicy.from[0].podSelector.matchLabels.app=oauth2-proxy
 go test -count=1 .

@@ -5,14 +5,22 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faultrouter/faultrouter/pkg/console"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
-const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header] [--policy FILE]
+const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header --trusted-proxies CIDRS]
+       [--http-tls-cert FILE --http-tls-key FILE] [--public-url URL] [--policy FILE] [--metrics-addr ADDR]
 
 The operator console: review queue (approve, reject, bulk), task timeline,
 breakers (reset), dead letter (browse, re-drive as a job) and a live feed of
@@ -27,9 +35,21 @@ own directory.
 Nothing is served without authentication: --users FILE (YAML: name,
 password_bcrypt, roles viewer|reviewer|operator, owners), and/or
 --trust-proxy-header to take X-Forwarded-User / X-Forwarded-Email from a
-reverse proxy (oauth2-proxy) that sets them; only behind such a proxy.
+reverse proxy (oauth2-proxy) that sets them; only behind such a proxy, and
+only from the addresses of --trusted-proxies (the header is stripped from
+anyone else, and the refusal logged and counted).
 FAULTROUTER_CONSOLE_SECRET signs sessions and CSRF tokens: give replicas
-behind one address the same value.`
+behind one address the same value.
+
+A session ends 12h after sign-in, after --session-idle without use, when
+its person leaves the users file or changes password (the file is read
+again when it changes and on SIGHUP), and when its person signs out: the
+sign-out goes to the console topic, so a copied cookie stops working on
+every replica.
+
+Over HTTPS, --http-tls-cert/--http-tls-key (TLS at the console) or
+--public-url https://... (TLS at an ingress in front) make the cookies
+Secure and add Strict-Transport-Security.`
 
 func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("console", consoleSynopsis, stderr)
@@ -37,11 +57,19 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		listen     = fs.String("listen", ":8080", "HTTP address")
 		stateDir   = fs.String("state-dir", "", "Pebble directory of the view (default: a new temporary directory)")
 		usersFile  = fs.String("users", os.Getenv("FAULTROUTER_CONSOLE_USERS"), "users file (YAML, bcrypt hashes) (env FAULTROUTER_CONSOLE_USERS)")
-		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them)")
+		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them; needs --trusted-proxies)")
+		proxies    = fs.String("trusted-proxies", "", "comma-separated CIDRs (or addresses) the reverse proxy connects from; the proxy header is believed from them only and stripped from anyone else")
+		tlsCert    = fs.String("http-tls-cert", "", "PEM certificate: serve HTTPS (cookies Secure, HSTS); --tls-cert is the Kafka client's")
+		tlsKey     = fs.String("http-tls-key", "", "PEM key of --http-tls-cert")
+		publicURL  = fs.String("public-url", "", "the address people open, e.g. https://console.example.com when TLS ends at an ingress (https: cookies Secure, HSTS)")
+		idle       = fs.Duration("session-idle", 30*time.Minute, "end a session unused for this long (a session ends 12h after sign-in in any case)")
+		topic      = fs.String("console-topic", "", "the console's own topic of sign-outs, shared by replicas (default: faultrouter.console with the topic prefix; created when missing)")
+		metrics    = fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. :9464; off when empty)")
 		proxyRole  = fs.String("proxy-role", "viewer", "role of a proxy-identified person missing from the users file: viewer, reviewer or operator")
 		policyFile = fs.String("policy", "", "the router's policy file: the reject message and breaker cooldowns (default: the built-in policy)")
 		maxRedr    = fs.Int("max-redrives", 3, "loop guard: refuse records already re-driven this many times")
 		rate       = fs.Int("redrive-rate", 50, "default records per second of a re-drive job")
+		maxRate    = fs.Int("max-redrive-rate", 500, "ceiling of a re-drive job's records per second; a higher rate is refused")
 		hash       = fs.Bool("hash-password", false, "read a password from stdin, print its bcrypt hash for the users file, and exit")
 	)
 	regFlags := addRegistryFlags(fs, false)
@@ -65,7 +93,14 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		return err
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
-		MaxRedrives: *maxRedr, RedriveRate: *rate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
+		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL, UsersFile: *usersFile, SessionIdle: *idle, ConsoleTopic: *topic,
+		MaxRedrives: *maxRedr, RedriveRate: *rate, MaxRedriveRate: *maxRate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
+	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
 	if cfg.Schemas, err = regFlags.schemas(); err != nil {
 		return fmt.Errorf("console: %w", err)
 	}
@@ -95,7 +130,29 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "console: http://%s (view in %s)\n", displayAddr(*listen), cfg.StateDir)
+	// SIGHUP reads the users file again (it is also read when it changes)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if err := srv.ReloadUsers(); err != nil {
+				log.Error("console: SIGHUP: users file not reloaded", "err", err)
+			}
+		}
+	}()
+	if *metrics != "" {
+		ms, err := serveMetrics(*metrics, reg, func() bool { return true })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+	}
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "console: %s://%s (view in %s)\n", scheme, displayAddr(*listen), cfg.StateDir)
 	return ctxErr(ctx, srv.Run(ctx, nil))
 }
 
@@ -105,4 +162,26 @@ func displayAddr(addr string) string {
 		return "localhost" + addr
 	}
 	return addr
+}
+
+// parseCIDRs parses --trusted-proxies: CIDRs or single addresses, comma
+// separated.
+func parseCIDRs(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(list, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(f); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("console --trusted-proxies: %q is neither a CIDR (10.42.0.0/16) nor an address (10.42.0.7)", f)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }

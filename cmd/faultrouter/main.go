@@ -45,6 +45,8 @@ Verbs:
   console   the operator console in the browser: review queue, timeline, breakers, dead letter, alerts
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
+            | policy whatif --policy FILE [--baseline FILE] --since T: a candidate policy on past traffic
+  cost      spend by class, model and template, failed vs succeeded, and cost prevented
   topics    topics apply | topics check
   schemas   schemas register | schemas check --registry URL: the schemas of avro/ in a schema registry
   version   print the version
@@ -108,7 +110,12 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "taskid":
 		return taskidCommand(rest, stdout)
 	case "policy":
+		if len(rest) > 0 && rest[0] == "whatif" {
+			return whatifCommand(ctx, rest[1:], stdout, stderr)
+		}
 		return policyCommand(rest, stdin, stdout, stderr)
+	case "cost":
+		return costCommand(ctx, rest, stdout, stderr)
 	case "topics":
 		return topicsVerb(ctx, rest, stdout, stderr)
 	case "schemas":

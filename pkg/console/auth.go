@@ -19,15 +19,14 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -59,6 +58,9 @@ type User struct {
 // Users is the users file.
 type Users struct {
 	Users []User `yaml:"users"`
+
+	dummyOnce sync.Once
+	dummyHash []byte
 }
 
 // LoadUsers reads and checks a users file.
@@ -67,6 +69,10 @@ func LoadUsers(path string) (*Users, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: users file: %w", err)
 	}
+	return parseUsers(path, b)
+}
+
+func parseUsers(path string, b []byte) (*Users, error) {
 	var u Users
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
@@ -135,6 +141,8 @@ type person struct {
 	Roles  []string
 	Owners []string
 	Proxy  bool // identified by the trusted proxy's header
+	// Session is the ID of the session the person signed in with.
+	Session string
 }
 
 func (p *person) has(role string) bool { return p != nil && slices.Contains(p.Roles, role) }
@@ -161,43 +169,16 @@ func (s *Server) mac(parts ...string) []byte {
 	return m.Sum(nil)
 }
 
-// sessionValue is name|expiry|mac, base64.
-func (s *Server) sessionValue(name string, exp time.Time) string {
-	e := strconv.FormatInt(exp.Unix(), 10)
-	raw := name + "|" + e + "|" + hex.EncodeToString(s.mac("session", name, e))
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
-}
-
-func (s *Server) sessionName(r *http.Request) (string, error) {
-	c, err := r.Cookie(sessionCookie)
-	if err != nil {
-		return "", errNoSession
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil {
-		return "", errNoSession
-	}
-	parts := strings.Split(string(raw), "|")
-	if len(parts) != 3 {
-		return "", errNoSession
-	}
-	want := hex.EncodeToString(s.mac("session", parts[0], parts[1]))
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || !hmac.Equal([]byte(want), []byte(parts[2])) || time.Now().Unix() > exp {
-		return "", errNoSession
-	}
-	return parts[0], nil
-}
-
-// identify returns the person asking, nil when nobody is signed in.
-func (s *Server) identify(r *http.Request) *person {
-	if s.cfg.TrustProxy {
+// identify returns the person asking, nil when nobody is signed in; a
+// session's renewed cookie goes on w.
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) *person {
+	if s.fromTrustedProxy(r) {
 		name := r.Header.Get("X-Forwarded-User")
 		if name == "" {
 			name = r.Header.Get("X-Forwarded-Email")
 		}
 		if name != "" {
-			if u := s.cfg.Users.find(name); u != nil {
+			if u := s.users().find(name); u != nil {
 				return &person{Name: u.Name, Roles: u.Roles, Owners: u.Owners, Proxy: true}
 			}
 			p := &person{Name: name, Roles: []string{s.cfg.ProxyRole}, Proxy: true}
@@ -207,33 +188,25 @@ func (s *Server) identify(r *http.Request) *person {
 			return p
 		}
 	}
-	name, err := s.sessionName(r)
-	if err != nil {
-		return nil
-	}
-	u := s.cfg.Users.find(name)
-	if u == nil {
-		return nil // removed from the users file since
-	}
-	return &person{Name: u.Name, Roles: u.Roles, Owners: u.Owners}
+	return s.sessionPerson(w, r)
 }
 
 // nonce returns the browser's CSRF nonce, setting the cookie when absent.
-func nonce(w http.ResponseWriter, r *http.Request) string {
+func (s *Server) nonce(w http.ResponseWriter, r *http.Request) string {
 	if c, err := r.Cookie(nonceCookie); err == nil && len(c.Value) >= 16 {
 		return c.Value
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	n := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 	r.AddCookie(&http.Cookie{Name: nonceCookie, Value: n})
 	return n
 }
 
 // csrfToken is the token the pages of name put in their forms.
 func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request, name string) string {
-	return hex.EncodeToString(s.mac("csrf", nonce(w, r), name))
+	return hex.EncodeToString(s.mac("csrf", s.nonce(w, r), name))
 }
 
 // csrfOK checks the token of a state-changing request.
@@ -250,22 +223,61 @@ func (s *Server) csrfOK(r *http.Request, name string) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(want))
 }
 
+// dummy is a hash of a random password at the highest cost of the users
+// file (bcrypt's default when it holds none): a sign-in with an unknown name
+// compares against it, so that it costs what a known name's does.
+func (u *Users) dummy() []byte {
+	if u == nil {
+		u = &noUsers
+	}
+	u.dummyOnce.Do(func() {
+		cost := bcrypt.DefaultCost
+		if len(u.Users) > 0 {
+			cost = bcrypt.MinCost
+		}
+		for _, x := range u.Users {
+			if c, err := bcrypt.Cost([]byte(x.PasswordBcrypt)); err == nil && c > cost {
+				cost = c
+			}
+		}
+		pw := make([]byte, 16)
+		rand.Read(pw)
+		u.dummyHash, _ = bcrypt.GenerateFromPassword([]byte(hex.EncodeToString(pw)), cost)
+	})
+	return u.dummyHash
+}
+
+var noUsers Users
+
+// tryLogin checks a name and password when a bcrypt slot is free; busy
+// when none is.
+func (s *Server) tryLogin(name, password string) (ok, busy bool) {
+	select {
+	case s.bcrypt <- struct{}{}:
+	default:
+		return false, true
+	}
+	defer func() { <-s.bcrypt }()
+	return s.login(name, password), false
+}
+
 // login checks a name and password against the users file.
 func (s *Server) login(name, password string) bool {
-	u := s.cfg.Users.find(name)
+	users := s.users()
+	u := users.find(name)
 	if u == nil || u.PasswordBcrypt == "" {
 		// spend the same time as a wrong password
-		bcrypt.CompareHashAndPassword([]byte("$2a$10$abcdefghijklmnopqrstuuJ3z3b3b3b3b3b3b3b3b3b3b3b3b3b3b"), []byte(password))
+		bcrypt.CompareHashAndPassword(users.dummy(), []byte(password))
 		return false
 	}
 	return bcrypt.CompareHashAndPassword([]byte(u.PasswordBcrypt), []byte(password)) == nil
 }
 
-func (s *Server) setSession(w http.ResponseWriter, r *http.Request, name string) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessionValue(name, time.Now().Add(sessionTTL)), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+func (s *Server) clearSession(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 }
 
-func clearSession(w http.ResponseWriter) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true})
-}
+// secure reports whether cookies are marked Secure: whenever people reach
+// the console over HTTPS.
+func (s *Server) secure(r *http.Request) bool { return r.TLS != nil || s.cfg.https() }

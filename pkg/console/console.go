@@ -30,15 +30,24 @@ package console
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -67,6 +76,36 @@ type Config struct {
 	// TrustProxy takes the person from X-Forwarded-User / X-Forwarded-Email.
 	// Only behind a proxy that sets them and strips them from clients.
 	TrustProxy bool
+	// TrustedProxies are the addresses (CIDRs) of the reverse proxy: the
+	// header is believed only from a direct peer in one of them, and
+	// stripped from any other request. Required with TrustProxy.
+	TrustedProxies []netip.Prefix
+	// TLSCert and TLSKey are PEM files: the console serves HTTPS itself.
+	TLSCert, TLSKey string
+	// PublicURL is the address people open, e.g. https://console.example.com
+	// when TLS ends at an ingress in front. With https (or TLSCert) cookies
+	// are Secure and responses carry Strict-Transport-Security.
+	PublicURL string
+	// ReadTimeout, WriteTimeout and IdleTimeout bound a request's reading,
+	// a response's writing (extended by every write of the live updates)
+	// and a kept-alive connection; 30s, 60s and 120s when zero.
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// LoginFailuresPerUser and LoginFailuresPerAddress are the failed
+	// sign-ins allowed per name and per client address within LoginWindow;
+	// beyond them sign-in answers 429 with Retry-After (5, 20, 15 minutes
+	// when zero).
+	LoginFailuresPerUser, LoginFailuresPerAddress int
+	LoginWindow                                   time.Duration
+	// UsersFile is the users file's path: it is read again when it changes
+	// (checked every UsersCheck, 5s when zero) and on ReloadUsers.
+	UsersFile  string
+	UsersCheck time.Duration
+	// SessionIdle ends a session unused for that long (30 minutes when
+	// zero); a session ends 12 hours after sign-in in any case.
+	SessionIdle time.Duration
+	// ConsoleTopic is the console's own topic (sign-outs); by default
+	// faultrouter.console with the topics' prefix, created when missing.
+	ConsoleTopic string
 	// ProxyRole is the role of a proxy-identified person missing from the
 	// users file: viewer (the default), reviewer or operator.
 	ProxyRole string
@@ -81,9 +120,17 @@ type Config struct {
 	// RedriveRate is the default records per second of a re-drive job
 	// (default 50).
 	RedriveRate int
+	// Registerer takes the console's metrics (none when nil).
+	Registerer prometheus.Registerer
+	// MaxRedriveRate is the ceiling of a re-drive job's rate, records per
+	// second (default 500).
+	MaxRedriveRate int
 	// Log is the logger (slog.Default() when nil).
 	Log *slog.Logger
 }
+
+// MinSecretLen is the shortest session secret accepted, in bytes.
+const MinSecretLen = 32
 
 // Validate checks the config and fills the defaults.
 func (c *Config) Validate() error {
@@ -96,6 +143,14 @@ func (c *Config) Validate() error {
 		return errors.New("console: Kafka: the client options are required")
 	case c.Users == nil && !c.TrustProxy:
 		return errors.New("console: nothing may be served without authentication: give a users file (--users) or trust a proxy header (--trust-proxy-header)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("console: TLSCert and TLSKey (--http-tls-cert, --http-tls-key): give both PEM files, or neither")
+	case c.PublicURL != "" && !validPublicURL(c.PublicURL):
+		return fmt.Errorf("console: PublicURL (--public-url) %q: give the address people open, http:// or https:// and a host, e.g. https://console.example.com", c.PublicURL)
+	case len(c.Secret) > 0 && len(c.Secret) < MinSecretLen:
+		return fmt.Errorf("console: FAULTROUTER_CONSOLE_SECRET: %d bytes; give at least %d random bytes (e.g. openssl rand -hex 32), the same to every replica", len(c.Secret), MinSecretLen)
+	case c.TrustProxy && len(c.TrustedProxies) == 0:
+		return errors.New("console: TrustedProxies (--trusted-proxies): required with --trust-proxy-header: the CIDRs the reverse proxy connects from, e.g. 10.42.0.0/16; the header is believed from them only")
 	}
 	if err := c.Topics.Validate(); err != nil {
 		return err
@@ -115,10 +170,51 @@ func (c *Config) Validate() error {
 	if c.RedriveRate <= 0 {
 		c.RedriveRate = 50
 	}
+	if c.MaxRedriveRate <= 0 {
+		c.MaxRedriveRate = 500
+	}
+	if c.RedriveRate > c.MaxRedriveRate {
+		return fmt.Errorf("console: RedriveRate (--redrive-rate) %d: above the ceiling MaxRedriveRate (--max-redrive-rate) %d", c.RedriveRate, c.MaxRedriveRate)
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.LoginFailuresPerUser <= 0 {
+		c.LoginFailuresPerUser = 5
+	}
+	if c.LoginFailuresPerAddress <= 0 {
+		c.LoginFailuresPerAddress = 20
+	}
+	if c.LoginWindow <= 0 {
+		c.LoginWindow = 15 * time.Minute
+	}
+	if c.SessionIdle <= 0 {
+		c.SessionIdle = 30 * time.Minute
+	}
+	if c.UsersCheck <= 0 {
+		c.UsersCheck = 5 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
 	return nil
+}
+
+func validPublicURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// https reports whether people reach the console over HTTPS, at the console
+// or at an ingress in front: then cookies are Secure and HSTS is sent.
+func (c *Config) https() bool {
+	return c.TLSCert != "" || strings.HasPrefix(strings.ToLower(c.PublicURL), "https://")
 }
 
 // Server is a running console.
@@ -132,9 +228,19 @@ type Server struct {
 	secret []byte
 	pages  pages
 	jobs   *jobs
+	met    *metrics
+	limit  *limiter
+	// bcrypt holds a slot per running password compare.
+	bcrypt chan struct{}
 
-	mu     sync.Mutex
-	claims map[string]claim // task ID -> decision sent by this replica
+	usersNow atomic.Pointer[Users]
+	producer *kgo.Client
+
+	mu        sync.Mutex
+	claims    map[string]claim     // task ID -> decision sent by this replica
+	signedOut map[string]time.Time // session ID -> when it was signed out
+	usersSum  [32]byte             // of the users file as last read
+	usedSets  map[string]time.Time // confirmed selections -> when
 }
 
 // claim is a decision this replica sent and the view has not read back yet.
@@ -153,6 +259,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.TLSCert != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
+			return nil, fmt.Errorf("console: --http-tls-cert %s / --http-tls-key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
+		}
+	}
 	if cfg.Schemas != nil {
 		c = c.WithSchemas(cfg.Schemas)
 	}
@@ -170,7 +281,15 @@ func New(cfg Config) (*Server, error) {
 		rand.Read(secret)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
-		pages: ps, claims: map[string]claim{}}
+		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
+		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
+	s.signedOut, s.usedSets = map[string]time.Time{}, map[string]time.Time{}
+	s.usersNow.Store(cfg.Users)
+	if cfg.UsersFile != "" {
+		if b, err := os.ReadFile(cfg.UsersFile); err == nil {
+			s.usersSum = sha256.Sum256(b)
+		}
+	}
 	s.jobs = newJobs(s)
 	if err := s.jobs.load(); err != nil {
 		v.close()
@@ -198,23 +317,58 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("console: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: min(10*time.Second, s.cfg.ReadTimeout), ReadTimeout: s.cfg.ReadTimeout,
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 3)
 	ictx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- s.ingest(ictx) }()
+	prod, err := kgo.NewClient(s.cfg.Kafka...)
+	if err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
+	defer prod.Close()
+	s.producer = prod
+	// sessions are checked against the sign-outs: read them before serving
+	ready := make(chan struct{})
 	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.readConsoleTopic(ictx, ready); err != nil {
+			errc <- err
+		}
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		ln.Close()
+		return nil
+	case err := <-errc:
+		ln.Close()
+		return err
+	}
+	go s.watchUsers(ictx)
+	ingested := make(chan struct{})
+	go func() {
+		defer close(ingested)
+		if err := s.ingest(ictx); err != nil {
+			errc <- err
+		}
+	}()
+	serve := func() error { return srv.Serve(ln) }
+	if s.cfg.TLSCert != "" {
+		serve = func() error { return srv.ServeTLS(ln, s.cfg.TLSCert, s.cfg.TLSKey) }
+	}
+	go func() {
+		if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
 	s.log.Info("console: serving", "addr", ln.Addr().String())
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	cancel()
+	<-ingested // the view closes after its last write
 	s.jobs.stopAll()
 	s.hub.close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -27,6 +28,38 @@ import (
 // items (t-1 of ai_product, t-2 of security) and returns its URL, the
 // broker's client options and the topic names.
 func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
+	t.Helper()
+	opts, set := testCluster(t)
+	base, _ := startConsole(t, opts, set, cfg)
+	return base, opts, set
+}
+
+// startConsole runs a console with cfg on the cluster of opts and returns
+// its URL and server.
+func startConsole(t *testing.T, opts []kgo.Opt, set topicspec.Set, cfg Config) (string, *Server) {
+	t.Helper()
+	cfg.Listen, cfg.StateDir, cfg.Kafka, cfg.Topics = "127.0.0.1:0", t.TempDir(), opts, set
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + ln.Addr().String(), s
+}
+
+// testCluster is an embedded broker with the topics and three open review
+// items: t-1 and t-3 of ai_product, t-2 of security.
+func testCluster(t *testing.T) ([]kgo.Opt, topicspec.Set) {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -63,21 +96,7 @@ func testConsole(t *testing.T, cfg Config) (string, []kgo.Opt, topicspec.Set) {
 			t.Fatal(err)
 		}
 	}
-	cfg.Listen, cfg.StateDir, cfg.Kafka, cfg.Topics = "127.0.0.1:0", t.TempDir(), opts, set
-	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String(), opts, set
+	return opts, set
 }
 
 func testUsers(t *testing.T) *Users {
@@ -151,7 +170,7 @@ func (c *client) login(name string) {
 // writes one ReviewDecision naming the reviewer, and a second decision on the
 // same item is refused before it reaches Kafka; a bulk decision previews the
 // count of what the filter selects and the reviewer may decide, and writes
-// only once confirmed with that count.
+// only once its preview is confirmed.
 func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 	base, opts, set := testConsole(t, Config{Users: testUsers(t)})
 	anon := newClient(t, base)
@@ -227,8 +246,7 @@ func TestDecisionsAreRefusedOrWrittenOnce(t *testing.T) {
 	if code != http.StatusOK || !regexp.MustCompile(`id="bulk-count">[^<]*<b>1</b>`).MatchString(body) || !strings.Contains(body, "t-3") {
 		t.Fatalf("bulk preview: %d, want a count of 1 (t-3); body:\n%s", code, body)
 	}
-	bulk.Set("confirm", "1")
-	if code, body = alice.do(http.MethodPost, "/review/bulk", bulk); code != http.StatusSeeOther {
+	if code, body = alice.do(http.MethodPost, "/review/bulk", confirmation(t, body, "/review/bulk", url.Values{"action": {"approve"}})); code != http.StatusSeeOther {
 		t.Fatalf("bulk confirm: %d; body:\n%s", code, body)
 	}
 
@@ -283,7 +301,7 @@ func TestAuthentication(t *testing.T) {
 		t.Errorf("forged cookie and an untrusted proxy header: %d, want 303 to the sign-in", resp.StatusCode)
 	}
 
-	trusted, _, _ := testConsole(t, Config{TrustProxy: true})
+	trusted, _, _ := testConsole(t, Config{TrustProxy: true, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	req, _ = http.NewRequest(http.MethodGet, trusted+"/review", nil)
 	req.Header.Set("X-Forwarded-Email", "ops@example.com")
 	resp, err = http.DefaultClient.Do(req)

@@ -135,20 +135,30 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request, p *perso
 }
 
 // selection resolves a re-drive form to its dead letters: the ids picked by
-// hand, or everything the filter matches.
-func (s *Server) selection(r *http.Request) ([]deadLetter, string, error) {
+// hand, or everything the filter matches up to bound (the preview's time:
+// a dead letter that arrives after the preview is not in it).
+func (s *Server) selection(r *http.Request, bound time.Time) ([]deadLetter, string, error) {
 	if r.PostFormValue("select") == "filter" {
 		f, err := dlFilterOf(r.PostFormValue)
 		if err != nil {
 			return nil, "", err
 		}
-		ds, err := s.deadLetters(&f, 0)
+		if f.until.IsZero() || f.until.After(bound) {
+			f.until = bound
+		}
+		ds, err := s.deadLetters(&f, maxRedrive+1)
+		if err == nil && len(ds) > maxRedrive {
+			err = badRequest(fmt.Sprintf("The filter selects more than %d dead letters: a re-drive takes at most %d. Narrow it (time range, class, model).", maxRedrive, maxRedrive))
+		}
 		desc := fmt.Sprintf("filter class=%s kind=%s model=%s task=%s since=%s until=%s", f.Class, f.Kind, f.Model, f.Task, f.Since, f.Until)
 		return ds, desc, err
 	}
 	ids := r.PostForm["id"]
 	if len(ids) == 0 {
 		return nil, "", badRequest("Nothing selected: tick records, or choose all matching the filter.")
+	}
+	if len(ids) > maxRedrive {
+		return nil, "", badRequest(fmt.Sprintf("%d records picked: a re-drive takes at most %d.", len(ids), maxRedrive))
 	}
 	var out []deadLetter
 	for _, id := range ids {
@@ -197,8 +207,12 @@ func (s *Server) plan(ds []deadLetter, reason string) ([]control.Redrive, error)
 	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason})
 }
 
-// redrivePost previews a re-drive (the dry run) or, confirmed with the
-// previewed count, starts it as a job.
+// maxRedrive is the most dead letters one re-drive takes.
+const maxRedrive = 10_000
+
+// redrivePost previews a re-drive (the dry run), which fixes the selection
+// (a signed digest of its records and the preview's time as its bound), or,
+// confirmed, starts a job of exactly that selection, once.
 func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) error {
 	if err := needOperator(p, "re-driving"); err != nil {
 		return err
@@ -207,21 +221,48 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 	if reason == "" {
 		return badRequest("A reason is required for a re-drive: the job records who ran it and why.")
 	}
-	rate, err := strconv.Atoi(r.PostFormValue("rate"))
-	if err != nil || rate <= 0 {
-		rate = s.cfg.RedriveRate
+	rate := s.cfg.RedriveRate
+	if v := strings.TrimSpace(r.PostFormValue("rate")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || n > s.cfg.MaxRedriveRate {
+			return badRequest(fmt.Sprintf("Rate %q: give records per second from 1 to %d (the ceiling of this console).", v, s.cfg.MaxRedriveRate))
+		}
+		rate = n
 	}
-	ds, desc, err := s.selection(r)
+	set, run := r.PostFormValue("set"), r.PostFormValue("run") != ""
+	bound := time.Now()
+	if run {
+		b, err := strconv.ParseInt(r.PostFormValue("bound"), 10, 64)
+		if set == "" || err != nil {
+			return badRequest("Refused: a re-drive runs only from its preview. Preview first.")
+		}
+		bound = time.UnixMilli(b)
+	}
+	ds, desc, err := s.selection(r, bound)
 	if err != nil {
 		return err
+	}
+	ids := make([]string, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].id()
+	}
+	// what the signature fixes: who (in setSig), why, how fast, and exactly which records
+	fields := []string{reason, strconv.Itoa(rate), strconv.FormatInt(bound.UnixMilli(), 10), desc, digest(ids)}
+	if run {
+		if err := s.checkSet(r.PostFormValue("sig"), "redrive", p.Name, set, fields...); err != nil {
+			if strings.Contains(err.Error(), "does not match") {
+				return conflict("Refused: the selection changed since the preview (records were added within its range or removed). Preview again.")
+			}
+			return err
+		}
 	}
 	plan, err := s.plan(ds, reason)
 	if err != nil {
 		return err
 	}
 	send := control.Sendable(plan)
-	want, _ := strconv.Atoi(r.PostFormValue("confirm"))
-	if r.PostFormValue("run") == "" || want != len(send) {
+	if !run {
+		set = newSet(bound)
 		var lines []map[string]any
 		refused := 0
 		for i := range plan {
@@ -242,9 +283,12 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 		for _, k := range []string{"select", "since", "until", "class", "kind", "model", "task"} {
 			hidden.Set(k, r.PostFormValue(k))
 		}
+		hidden.Set("set", set)
+		hidden.Set("sig", s.setSig("redrive", p.Name, set, fields...))
+		hidden.Set("bound", strconv.FormatInt(bound.UnixMilli(), 10))
 		s.render(w, r, p, "deadletter", http.StatusOK, "Re-drive", "deadletter", map[string]any{
 			"Preview": map[string]any{"Send": len(send), "Refused": refused, "Total": len(plan), "Lines": lines, "Desc": desc,
-				"Reason": reason, "Rate": rate, "IDs": r.PostForm["id"], "Hidden": hidden, "Changed": want > 0 && want != len(send)},
+				"Reason": reason, "Rate": rate, "IDs": r.PostForm["id"], "Hidden": hidden},
 			"Operator": p.operator(), "Jobs": s.jobs.list(), "MaxRedrives": s.cfg.MaxRedrives, "Rate": rate,
 		})
 		return nil
@@ -252,7 +296,12 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 	if len(send) == 0 {
 		return badRequest("Nothing to re-drive: the loop guard refused every selected record.")
 	}
+	if err := s.claimSet(set); err != nil {
+		return err
+	}
 	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
+	s.record(r.Context(), opAction{Action: "redrive", User: p.Name, What: fmt.Sprintf("job %s: %d records (%s)", j.ID, len(send), desc),
+		Why: reason, Set: set})
 	http.Redirect(w, r, "/deadletter?"+url.Values{"done": {"job"}, "task": {j.ID}}.Encode(), http.StatusSeeOther)
 	return nil
 }

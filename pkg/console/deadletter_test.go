@@ -17,7 +17,7 @@ import (
 
 // Guards the dead-letter re-drive: a selection by filter is previewed with
 // its count and what the loop guard refuses, nothing is sent until the
-// preview's count is confirmed, and the job then re-drives exactly the
+// preview is confirmed, and the job then re-drives exactly the
 // records the filter selected to ingress, with lineage headers and
 // the operator's reason, and records who ran it and why. A reviewer without
 // the operator role is refused.
@@ -78,9 +78,7 @@ func TestRedriveByFilterPreviewThenJob(t *testing.T) {
 		t.Errorf("a reviewer's re-drive: %d, want 403 naming the operator role", code)
 	}
 
-	form.Set("run", "1")
-	form.Set("confirm", "2")
-	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", form); code != http.StatusSeeOther {
+	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", confirmation(t, body, "/deadletter/redrive", url.Values{"run": {"1"}})); code != http.StatusSeeOther {
 		t.Fatalf("run: %d; body:\n%s", code, body)
 	}
 	var recs []*kgo.Record
@@ -174,7 +172,8 @@ func TestRedriveJobPauseResumeStop(t *testing.T) {
 	}
 	waitPage("4 dead letters", func(b string) bool { return strings.Count(b, "data-id=") == 4 })
 	tok := olga.token("/deadletter")
-	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", url.Values{"csrf": {tok}, "select": {"filter"}, "reason": {"r"}, "run": {"1"}, "confirm": {"4"}}); code != http.StatusSeeOther {
+	_, preview := olga.do(http.MethodPost, "/deadletter/redrive", url.Values{"csrf": {tok}, "select": {"filter"}, "reason": {"r"}})
+	if code, body := olga.do(http.MethodPost, "/deadletter/redrive", confirmation(t, preview, "/deadletter/redrive", url.Values{"run": {"1"}})); code != http.StatusSeeOther {
 		t.Fatalf("run: %d; body:\n%s", code, body)
 	}
 	body := waitPage("a running job", func(b string) bool { return strings.Contains(b, `job-state">running`) })

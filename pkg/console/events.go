@@ -85,19 +85,24 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p *person) {
 	w.Header().Set("Cache-Control", "no-cache")
 	c := s.hub.subscribe()
 	defer s.hub.unsubscribe(c)
+	// the stream outlives the server's WriteTimeout: each write extends it
+	rc := http.NewResponseController(w)
+	extend := func() { rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) }
 	send := func(kind string, v any) {
+		extend()
 		b, _ := json.Marshal(v)
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, b)
 		fl.Flush()
 	}
 	send("hello", map[string]any{"name": p.Name})
-	tick := time.NewTicker(20 * time.Second)
+	tick := time.NewTicker(min(20*time.Second, s.cfg.WriteTimeout/2))
 	defer tick.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			extend()
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()
 		case n, ok := <-c:

@@ -62,7 +62,11 @@ func flashOf(q url.Values) string {
 	case "reject":
 		return fmt.Sprintf("Rejection of %s sent. The item closes when the router audits it.", task)
 	case "bulk":
-		return fmt.Sprintf("%s decisions sent. The items close as the router audits them.", n)
+		msg := fmt.Sprintf("%s decisions sent. The items close as the router audits them.", n)
+		if k := q.Get("skipped"); k != "" && k != "0" {
+			msg += fmt.Sprintf(" %s previewed items were skipped: decided or closed since the preview.", k)
+		}
+		return msg
 	case "reset":
 		return fmt.Sprintf("Reset of %s sent to %s partitions of the decisions topic.", task, n)
 	case "job":

@@ -7,12 +7,16 @@ package console
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -42,6 +46,42 @@ func needOperator(p *person, what string) error {
 // pageFunc handles one signed-in request.
 type pageFunc func(w http.ResponseWriter, r *http.Request, p *person) error
 
+// RoleSignedIn is the role of a route anyone signed in may use.
+const RoleSignedIn = "signed-in"
+
+// route is one signed-in route and the role it needs.
+type route struct {
+	method, path string
+	role         string // RoleSignedIn, RoleReviewer or RoleOperator
+	h            pageFunc
+}
+
+// routeTable is every route that needs a person. Every state-changing one
+// is checked for its session, CSRF token and role before its handler runs.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"POST", "/logout", RoleSignedIn, s.logoutPost},
+		{"GET", "/{$}", RoleSignedIn, func(w http.ResponseWriter, r *http.Request, p *person) error {
+			http.Redirect(w, r, "/review", http.StatusSeeOther)
+			return nil
+		}},
+		{"GET", "/events", RoleSignedIn, func(w http.ResponseWriter, r *http.Request, p *person) error {
+			s.events(w, r, p)
+			return nil
+		}},
+		{"GET", "/review", RoleSignedIn, s.reviewPage},
+		{"POST", "/review/decide", RoleReviewer, s.reviewDecide},
+		{"POST", "/review/bulk", RoleReviewer, s.reviewBulk},
+		{"GET", "/task", RoleSignedIn, s.timelinePage},
+		{"GET", "/breakers", RoleSignedIn, s.breakersPage},
+		{"POST", "/breakers/reset", RoleOperator, s.breakerReset},
+		{"GET", "/deadletter", RoleSignedIn, s.deadLetterPage},
+		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
+		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
+		{"GET", "/alerts", RoleSignedIn, s.alertsPage},
+	}
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "static")
@@ -49,48 +89,127 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.loginPost)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.Handle("POST /logout", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		clearSession(w)
-		http.Redirect(w, r, "/login", http.StatusSeeOther)
-		return nil
-	}))
-	mux.Handle("GET /{$}", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		http.Redirect(w, r, "/review", http.StatusSeeOther)
-		return nil
-	}))
-	mux.Handle("GET /events", s.signedIn(func(w http.ResponseWriter, r *http.Request, p *person) error {
-		s.events(w, r, p)
-		return nil
-	}))
-	mux.Handle("GET /review", s.signedIn(s.reviewPage))
-	mux.Handle("POST /review/decide", s.signedIn(s.reviewDecide))
-	mux.Handle("POST /review/bulk", s.signedIn(s.reviewBulk))
-	mux.Handle("GET /task", s.signedIn(s.timelinePage))
-	mux.Handle("GET /breakers", s.signedIn(s.breakersPage))
-	mux.Handle("POST /breakers/reset", s.signedIn(s.breakerReset))
-	mux.Handle("GET /deadletter", s.signedIn(s.deadLetterPage))
-	mux.Handle("POST /deadletter/redrive", s.signedIn(s.redrivePost))
-	mux.Handle("POST /deadletter/jobs/{id}/{op}", s.signedIn(s.jobControl))
-	mux.Handle("GET /alerts", s.signedIn(s.alertsPage))
-	return securityHeaders(mux)
+	for _, rt := range s.routeTable() {
+		mux.Handle(rt.method+" "+rt.path, s.signedIn(rt.role, rt.h))
+	}
+	return s.securityHeaders(s.stripProxyHeaders(mux))
 }
 
-// securityHeaders: no framing, no sniffing, no script but our own.
-func securityHeaders(h http.Handler) http.Handler {
+func (s *Server) logoutPost(w http.ResponseWriter, r *http.Request, p *person) error {
+	s.clearSession(w, r)
+	if p.Session != "" {
+		if err := s.logout(r.Context(), p); err != nil {
+			return err
+		}
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+	return nil
+}
+
+// proxyHeaders name the person behind a trusted proxy.
+var proxyHeaders = []string{"X-Forwarded-User", "X-Forwarded-Email"}
+
+// stripProxyHeaders removes the identity headers from every request whose
+// direct peer is not a trusted proxy, logging and counting each refusal in
+// header mode.
+func (s *Server) stripProxyHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.fromTrustedProxy(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		for _, name := range proxyHeaders {
+			v := r.Header.Get(name)
+			if v == "" {
+				continue
+			}
+			r.Header.Del(name)
+			if s.cfg.TrustProxy {
+				s.met.proxyRefused.Inc()
+				s.log.Warn("console: proxy header refused: the peer is not a trusted proxy", "header", name, "claimed", v,
+					"peer", r.RemoteAddr, "path", r.URL.Path)
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// fromTrustedProxy reports whether the request's direct peer is in the
+// trusted proxies of header mode.
+func (s *Server) fromTrustedProxy(r *http.Request) bool {
+	if !s.cfg.TrustProxy {
+		return false
+	}
+	a, ok := peerAddr(r)
+	return ok && s.trusted(a)
+}
+
+func (s *Server) trusted(a netip.Addr) bool {
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func peerAddr(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
+// clientAddr is the address of the person: the peer, or behind a trusted
+// proxy the last X-Forwarded-For hop that is not one of the proxies.
+func (s *Server) clientAddr(r *http.Request) string {
+	a, ok := peerAddr(r)
+	if !ok {
+		return r.RemoteAddr
+	}
+	if !s.fromTrustedProxy(r) {
+		return a.String()
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		h, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if h = h.Unmap(); !s.trusted(h) {
+			return h.String()
+		}
+	}
+	return a.String()
+}
+
+// csp: no script, style or form target but our own, no <base>, no framing.
+const csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; " +
+	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'; object-src 'none'"
+
+// securityHeaders: no framing, no sniffing, no script but our own; over
+// HTTPS, HSTS.
+func (s *Server) securityHeaders(h http.Handler) http.Handler {
+	https := s.cfg.https()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'")
+		w.Header().Set("Content-Security-Policy", csp)
 		w.Header().Set("Referrer-Policy", "same-origin")
+		if https {
+			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		}
 		h.ServeHTTP(w, r)
 	})
 }
 
 // signedIn refuses a request without an identity (a page is redirected to
-// the sign-in) and a state-changing request without a valid CSRF token.
-func (s *Server) signedIn(fn pageFunc) http.Handler {
+// the sign-in), a state-changing request without a valid CSRF token, and a
+// person without the route's role.
+func (s *Server) signedIn(role string, fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := s.identify(r)
+		p := s.identify(w, r)
 		if p == nil {
 			if r.Method == http.MethodGet && r.URL.Path != "/events" {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -110,6 +229,11 @@ func (s *Server) signedIn(fn pageFunc) http.Handler {
 				return
 			}
 		}
+		if role != RoleSignedIn && !p.has(role) {
+			s.fail(w, r, p, forbidden(fmt.Sprintf("Refused: this needs the %s role; %s has %s (view only without reviewer or operator).",
+				role, p.Name, strings.Join(p.Roles, ", "))))
+			return
+		}
 		if err := fn(w, r, p); err != nil {
 			s.fail(w, r, p, err)
 		}
@@ -120,8 +244,12 @@ func (s *Server) signedIn(fn pageFunc) http.Handler {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, p *person, err error) {
 	var ue *userError
 	if !errors.As(err, &ue) {
-		s.log.Error("console: request failed", "path", r.URL.Path, "err", err)
-		ue = &userError{Status: http.StatusInternalServerError, Msg: "Something went wrong on the console's side: " + err.Error()}
+		ref := make([]byte, 4)
+		rand.Read(ref)
+		id := hex.EncodeToString(ref)
+		s.log.Error("console: request failed", "path", r.URL.Path, "ref", id, "err", err)
+		ue = &userError{Status: http.StatusInternalServerError,
+			Msg: "Something went wrong on the console's side. It is logged with reference " + id + "; please pass it on to the operators."}
 	}
 	s.render(w, r, p, "error", ue.Status, "Error", "", map[string]any{"Message": ue.Msg})
 }
@@ -149,14 +277,13 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name 
 		Flash:    flashOf(r.URL.Query()),
 		Progress: map[string]any{"Read": read, "Total": total, "CaughtUp": caughtUp, "Error": perr}}
 	t, err := s.pages.get(name, pg.Lang)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
 	var buf bytes.Buffer
-	if err := t.ExecuteTemplate(&buf, "layout", pg); err != nil {
+	if err == nil {
+		err = t.ExecuteTemplate(&buf, "layout", pg)
+	}
+	if err != nil {
 		s.log.Error("console: template", "page", name, "err", err)
-		http.Error(w, "template: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, "Something went wrong on the console's side; it is logged.", http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -166,7 +293,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name 
 }
 
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	if s.identify(r) != nil {
+	if s.identify(w, r) != nil {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
@@ -176,26 +303,69 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
 	r.ParseForm()
+	name, addr := r.PostFormValue("name"), s.clientAddr(r)
 	data := map[string]any{"Next": r.PostFormValue("next")}
 	status := http.StatusOK
+	now := time.Now()
+	wait := max(s.limit.wait(userKey(name), s.cfg.LoginFailuresPerUser, now), s.limit.wait(addrKey(addr), s.cfg.LoginFailuresPerAddress, now))
 	switch {
 	case !s.csrfOK(r, ""):
+		s.met.loginFailures.WithLabelValues("csrf").Inc()
 		data["Error"], status = "Refused: the form carries no valid CSRF token. Reload the page and try again.", http.StatusForbidden
-	case !s.login(r.PostFormValue("name"), r.PostFormValue("password")):
-		data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
+	case wait > 0:
+		s.throttled(w, name, addr, wait)
+		data["Error"], status = fmt.Sprintf("Too many failed sign-ins for this name or from this address: try again in %s.", roundUp(wait)), http.StatusTooManyRequests
 	default:
-		s.setSession(w, r, r.PostFormValue("name"))
-		s.log.Info("console: signed in", "user", r.PostFormValue("name"))
-		http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
-		return
+		ok, busy := s.tryLogin(name, r.PostFormValue("password"))
+		switch {
+		case busy:
+			s.throttled(w, name, addr, time.Second)
+			data["Error"], status = "Too many sign-ins at once: try again in a second.", http.StatusTooManyRequests
+		case !ok:
+			s.limit.fail(userKey(name), s.cfg.LoginFailuresPerUser, now)
+			s.limit.fail(addrKey(addr), s.cfg.LoginFailuresPerAddress, now)
+			s.met.loginFailures.WithLabelValues("password").Inc()
+			s.log.Warn("console: sign-in failed: wrong name or password", "user", name, "addr", addr)
+			data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
+		default:
+			s.limit.clear(userKey(name))
+			s.setSession(w, r, name)
+			s.log.Info("console: signed in", "user", name, "addr", addr)
+			http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+			return
+		}
 	}
 	s.render(w, r, nil, "login", status, "Sign in", "", data)
 }
 
-// safeNext keeps a redirect on this site.
+// throttled counts and logs a sign-in refused for wait and sets Retry-After.
+func (s *Server) throttled(w http.ResponseWriter, name, addr string, wait time.Duration) {
+	s.met.loginThrottle.Inc()
+	s.log.Warn("console: sign-in throttled", "user", name, "addr", addr, "retry_after", roundUp(wait))
+	w.Header().Set("Retry-After", strconv.Itoa(int(roundUp(wait)/time.Second)))
+}
+
+// roundUp rounds d up to a whole second, at least one.
+func roundUp(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// safeNext keeps a redirect on this site: a path of printable ASCII that
+// starts with one slash. Browsers drop tabs and newlines from a URL and read
+// a backslash as a slash, so anything else ("/\t/evil.com") could name
+// another host.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		return "/review"
+	const home = "/review"
+	if len(next) < 1 || next[0] != '/' || (len(next) > 1 && (next[1] == '/' || next[1] == '\\')) {
+		return home
+	}
+	for i := 0; i < len(next); i++ {
+		if c := next[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return home
+		}
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" {
+		return home
 	}
 	return next
 }

@@ -104,6 +104,7 @@ var zh = map[string]string{
 	"No breaker has changed state yet.":   "熔断器尚无状态变化。",
 	"No alerts yet.":                      "暂无告警。",
 	"No records for this task.":           "此任务没有记录。",
+	"Exactly these items are decided; items that arrive meanwhile are not.": "只决定以上这些条目；预览之后到达的条目不包含在内。",
 }
 
 // lang picks en or zh from the Accept-Language header.

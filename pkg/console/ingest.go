@@ -85,6 +85,7 @@ func (s *Server) ingest(ctx context.Context) error {
 	}
 	s.setErr("")
 	consume := map[string]map[int32]kgo.Offset{}
+	var behind int64
 	ends.Each(func(e kadm.ListedOffset) {
 		from := int64(0)
 		if st, ok := starts.Lookup(e.Topic, e.Partition); ok {
@@ -98,13 +99,14 @@ func (s *Server) ingest(ctx context.Context) error {
 		}
 		consume[e.Topic][e.Partition] = kgo.NewOffset().At(from)
 		if e.Offset > from {
-			s.prog.total += e.Offset - from
+			behind += e.Offset - from
 		}
 	})
 	s.prog.mu.Lock()
-	s.prog.caughtUp = s.prog.total == 0
+	s.prog.total = behind
+	s.prog.caughtUp = behind == 0
 	s.prog.mu.Unlock()
-	s.log.Info("console: reading the topics into the view", "records_behind", s.prog.total)
+	s.log.Info("console: reading the topics into the view", "records_behind", behind)
 
 	cl, err := kgo.NewClient(append(s.cfg.Kafka, kgo.ConsumePartitions(consume), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// the commit markers count towards the end offsets of the progress

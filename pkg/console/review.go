@@ -283,8 +283,10 @@ func (s *Server) reviewDecide(w http.ResponseWriter, r *http.Request, p *person)
 	return nil
 }
 
-// reviewBulk decides every item of a filter: first a preview of the count,
-// then, confirmed with that count, the decisions.
+// reviewBulk decides the items of a filter: first a preview that fixes
+// the exact items (a signed list), then, confirmed, the decisions of those
+// items only; an item that arrived since is not decided, one decided by
+// someone else since is skipped, and the same confirmation twice is refused.
 func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) error {
 	f := reviewFilter{Owner: r.PostFormValue("owner"), Class: r.PostFormValue("class")}
 	action, reason := r.PostFormValue("action"), strings.TrimSpace(r.PostFormValue("reason"))
@@ -293,6 +295,9 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	}
 	if reason == "" {
 		return badRequest("A reason is required for a bulk decision.")
+	}
+	if set := r.PostFormValue("set"); set != "" {
+		return s.bulkConfirm(w, r, p, set, action, reason)
 	}
 	items, err := s.openItems()
 	if err != nil {
@@ -316,23 +321,51 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	if len(tasks) == 0 {
 		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already or belong to other owners).", p.Name, skipped))
 	}
-	want, _ := strconv.Atoi(r.PostFormValue("confirm"))
-	if want != len(tasks) {
-		data := map[string]any{"Kind": "bulk", "Action": action, "Reason": reason, "Filter": f, "Count": len(tasks),
-			"Skipped": skipped, "Tasks": tasks}
-		if want > 0 {
-			data["Changed"] = want
-		}
-		if action == "reject" {
-			data["Message"] = s.cfg.Policy.UserMessage(reason)
-		}
-		s.render(w, r, p, "confirm", http.StatusOK, "Bulk decision", "review", data)
-		return nil
+	if len(tasks) > maxBulk {
+		return badRequest(fmt.Sprintf("%d items: a bulk decision takes at most %d. Narrow the filter (owner, class).", len(tasks), maxBulk))
 	}
-	if err := s.decide(r, p, tasks, action == "approve", reason); err != nil {
+	set := newSet(time.Now())
+	data := map[string]any{"Kind": "bulk", "Action": action, "Reason": reason, "Filter": f, "Count": len(tasks),
+		"Skipped": skipped, "Tasks": tasks, "Set": set, "Sig": s.setSig("bulk", p.Name, set, action, reason, strings.Join(tasks, "\n"))}
+	if action == "reject" {
+		data["Message"] = s.cfg.Policy.UserMessage(reason)
+	}
+	s.render(w, r, p, "confirm", http.StatusOK, "Bulk decision", "review", data)
+	return nil
+}
+
+// maxBulk is the most items one bulk decision takes.
+const maxBulk = 1000
+
+func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, p *person, set, action, reason string) error {
+	tasks := r.PostForm["task"]
+	if err := s.checkSet(r.PostFormValue("sig"), "bulk", p.Name, set, action, reason, strings.Join(tasks, "\n")); err != nil {
 		return err
 	}
-	http.Redirect(w, r, "/review?"+url.Values{"done": {"bulk"}, "n": {strconv.Itoa(len(tasks))}}.Encode(), http.StatusSeeOther)
+	if err := s.claimSet(set); err != nil {
+		return err
+	}
+	var decidable []string
+	s.mu.Lock()
+	for _, task := range tasks {
+		var it reviewItem
+		found, err := s.view.get("rev/"+task, &it)
+		if err == nil && s.checkDecidable(p, &it, found, task) == nil {
+			decidable = append(decidable, task)
+		}
+	}
+	s.mu.Unlock()
+	if len(decidable) == 0 {
+		return conflict("None of the previewed items can be decided now: they were decided or closed since the preview.")
+	}
+	if err := s.decide(r, p, decidable, action == "approve", reason); err != nil {
+		s.releaseSet(set)
+		return err
+	}
+	s.record(r.Context(), opAction{Action: "bulk_" + action, User: p.Name, What: fmt.Sprintf("%d items", len(decidable)), Why: reason,
+		Tasks: decidable, Set: set})
+	http.Redirect(w, r, "/review?"+url.Values{"done": {"bulk"}, "n": {strconv.Itoa(len(decidable))},
+		"skipped": {strconv.Itoa(len(tasks) - len(decidable))}}.Encode(), http.StatusSeeOther)
 	return nil
 }
 

@@ -123,11 +123,12 @@ func (b *batch) put(key string, val any) error {
 
 func (b *batch) del(key string) error { return b.b.Delete([]byte(key), nil) }
 
-// get reads key as the batch would leave it.
+// get reads key as the batch would leave it: an indexed batch reads through
+// to the database, and a key it deletes is not found.
 func (b *batch) get(key string, out any) (bool, error) {
 	val, closer, err := b.b.Get([]byte(key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return b.v.get(key, out)
+		return false, nil
 	}
 	if err != nil {
 		return false, err

@@ -502,10 +502,14 @@ func (r *Router) persist(b *batch, now time.Time) error {
 }
 
 // expiresAt is when a task's state may be forgotten: 2 x SLA after its last
-// event on the router clock, or never while an operation's outcome is unknown.
-// A pending retry moves it to 2 x SLA after the retry's due time, so that the
-// retry is published before its task can expire (expiry.go).
+// event on the router clock, or never while an operation's outcome is unknown
+// or a review item is open. A pending retry moves it to 2 x SLA after the
+// retry's due time, so that the retry is published before its task can
+// expire (expiry.go).
 func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
+	if st.Review == task.ReviewOpen {
+		return 0
+	}
 	for _, op := range st.Operations {
 		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
 			return 0

@@ -148,9 +148,14 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 }
 
 // audit is the audit record of an input: its event (nil for poison), the
-// decision, and its topic-partition-offset.
+// decision, and its topic-partition-offset. The audit record of a decision
+// that stopped a task carries the cost it prevented (ledger.go).
 func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
-	return r.routed(b, r.cfg.Topics.Audit, in, ev, in.decision)
+	d := in.decision
+	if in.kind == inputTask && ev != nil {
+		d.Prevented = r.cfg.Policy.PreventedRecord(&d)
+	}
+	return r.routed(b, r.cfg.Topics.Audit, in, ev, d)
 }
 
 func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
@@ -211,6 +216,9 @@ func routedSize(d *event.Decision, src *event.Source, raw []byte) int {
 	n := 160 + len(raw) + len(d.Rule) + len(d.Reason) + len(d.Feedback) + len(d.SuggestedModel) + len(d.UserMessage) + len(src.Topic)
 	if d.Review != nil {
 		n += len(d.Review.Owner) + len(d.Review.Priority)
+	}
+	if d.Prevented != nil {
+		n += 32 + len(d.Prevented.Stop)
 	}
 	return n
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -183,8 +184,9 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // once the windows before are written). A task changed twice (a retry
 // decided, then published) must not leave the first state's due-index
 // entry behind, or stale entries pile up at the head of the due index. A
-// record that does not decode is logged and skipped: the task keeps the
-// state before it.
+// record that does not decode stops the restore (ErrUnreadableState):
+// nothing of its window is written and its partition's checkpoint stays
+// before it, so the partition is not routed on a state that lost the record.
 type restorer struct {
 	r     *Router
 	fresh map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
@@ -347,8 +349,9 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	if rec.Value != nil {
 		var err error
 		if x, err = rs.r.store.IndexEntries(rec.Value); err != nil {
-			rs.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", p, "offset", rec.Offset, "err", err)
-			return nil
+			rs.r.metrics.restoreUnreadable.Inc()
+			return fmt.Errorf("%w: %s partition %d offset %d, task %q, %s: %v",
+				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
 	}
 	// the state before this window: none in a fresh partition, else the
@@ -592,4 +595,13 @@ func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32
 	if err != nil {
 		r.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
 	}
+}
+
+// writerSchema names the writer schema of an encoded state by the
+// fingerprint in its single-object header, for an error about the record.
+func writerSchema(v []byte) string {
+	if len(v) < 10 || v[0] != 0xC3 || v[1] != 0x01 {
+		return fmt.Sprintf("no Avro single-object header (first bytes % x)", v[:min(len(v), 10)])
+	}
+	return fmt.Sprintf("writer schema fingerprint %016x", binary.LittleEndian.Uint64(v[2:10]))
 }

@@ -271,7 +271,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(cfg.StateDir, cfg.Logger)
+	st, err := store.OpenWith(cfg.StateDir, cfg.Logger, store.Options{ExpiryBucket: expiryBucket(cfg.Policy)})
 	if err != nil {
 		return nil, err
 	}
@@ -281,11 +281,21 @@ func New(cfg Config) (*Router, error) {
 		log:     log,
 		codec:   c,
 		store:   st,
-		metrics: newMetrics(cfg.Registerer),
+		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
 		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		refused: map[inputAt]refused{},
 	}, nil
+}
+
+// expiryBucket is the width of the store's expiry buckets for a policy: a
+// 24th of the default state TTL (2 x default_sla_ms), between a second and
+// an hour. The default policy's is an hour; a policy whose durations are
+// divided by a factor, to pass days of a task's life in minutes, gets
+// buckets as short, so that its tasks are forgotten on the same scale.
+func expiryBucket(p *policy.Policy) time.Duration {
+	d := time.Duration(2*p.DefaultSLAMs/24) * time.Millisecond
+	return min(max(d, time.Second), store.DefaultExpiryBucket)
 }
 
 // Ready reports whether the router has restored its state and is routing:

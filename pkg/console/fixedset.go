@@ -1,0 +1,116 @@
+package console
+
+// fixedset.go: a bulk decision or a re-drive is confirmed on exactly what
+// its preview showed. The preview gives the selection an ID and signs it
+// (who, what, why, the items or a digest of the records, the rate) into
+// the confirmation form; the confirmation acts on the signed items only,
+// is refused when altered or older than setTTL, and is refused the second
+// time. A used selection is recorded on the console topic, so the other
+// replicas refuse it too once they have read the record.
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// setTTL is how long a preview may be confirmed.
+const setTTL = time.Hour
+
+// newSet is the ID of a preview's selection: its time and a random part.
+func newSet(now time.Time) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return strconv.FormatInt(now.UnixMilli(), 36) + "-" + hex.EncodeToString(b)
+}
+
+// setSig signs a selection for one person.
+func (s *Server) setSig(kind, who, set string, fields ...string) string {
+	return hex.EncodeToString(s.mac(append([]string{"set", kind, who, set}, fields...)...))
+}
+
+// checkSet verifies a confirmation's signature and age.
+func (s *Server) checkSet(sig, kind, who, set string, fields ...string) error {
+	i := strings.IndexByte(set, '-')
+	ms, err := strconv.ParseInt(set[:max(i, 0)], 36, 64)
+	if i < 0 || err != nil || sig == "" || !hmac.Equal([]byte(sig), []byte(s.setSig(kind, who, set, fields...))) {
+		return badRequest("Refused: this confirmation does not match its preview (the form was altered). Preview again.")
+	}
+	if time.Since(time.UnixMilli(ms)) > setTTL {
+		return badRequest(fmt.Sprintf("Refused: this preview is older than %s. Preview again.", setTTL))
+	}
+	return nil
+}
+
+// claimSet marks a selection used, refusing one used already.
+func (s *Server) claimSet(set string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at, ok := s.usedSets[set]; ok {
+		return conflict(fmt.Sprintf("Refused: this confirmation was submitted already (at %s); nothing was done twice.", at.UTC().Format(time.RFC3339)))
+	}
+	now := time.Now()
+	s.usedSets[set] = now
+	for k, t := range s.usedSets {
+		if now.Sub(t) > 2*setTTL {
+			delete(s.usedSets, k)
+		}
+	}
+	return nil
+}
+
+func (s *Server) releaseSet(set string) {
+	s.mu.Lock()
+	delete(s.usedSets, set)
+	s.mu.Unlock()
+}
+
+func (s *Server) markSetUsed(set string, at time.Time) {
+	s.mu.Lock()
+	if _, ok := s.usedSets[set]; !ok {
+		s.usedSets[set] = at
+	}
+	s.mu.Unlock()
+}
+
+// digest is a short fingerprint of a list.
+func digest(items []string) string {
+	h := sha256.New()
+	for _, it := range items {
+		h.Write([]byte(it))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// action is an operator's action as a record on the console topic: who,
+// when, what and why.
+type opAction struct {
+	Kind   string    `json:"kind"` // "action"
+	Action string    `json:"action"`
+	User   string    `json:"user"`
+	At     time.Time `json:"at"`
+	What   string    `json:"what"`
+	Why    string    `json:"why,omitempty"`
+	Tasks  []string  `json:"tasks,omitempty"`
+	Set    string    `json:"set,omitempty"`
+}
+
+// record writes an operator action to the console topic; a failure is
+// logged, the action stands.
+func (s *Server) record(ctx context.Context, a opAction) {
+	a.Kind, a.At = "action", time.Now()
+	b, _ := json.Marshal(a)
+	if err := s.produce(context.WithoutCancel(ctx), &kgo.Record{Topic: s.consoleTopic(), Key: []byte(a.User), Value: b}); err != nil {
+		s.log.Error("console: operator action not written to the console topic", "action", a.Action, "user", a.User, "err", err)
+	}
+}

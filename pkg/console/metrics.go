@@ -1,0 +1,28 @@
+package console
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the console's counters of refusals.
+type metrics struct {
+	proxyRefused  prometheus.Counter
+	loginFailures *prometheus.CounterVec
+	loginThrottle prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		proxyRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "proxy_header_refused_total",
+			Help: "Requests carrying X-Forwarded-User or X-Forwarded-Email from a peer outside the trusted proxies; the header was stripped."}),
+		loginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "login_failures_total",
+			Help: "Failed sign-ins by reason: password (wrong name or password), csrf."}, []string{"reason"}),
+		loginThrottle: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "login_throttled_total",
+			Help: "Sign-ins refused with 429 because the name or the address failed too often."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.proxyRefused, m.loginFailures, m.loginThrottle)
+	}
+	return m
+}

@@ -1,0 +1,124 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// copyOf is a copy of a client's cookies, as a thief would take them.
+func copyOf(c *client) []*http.Cookie {
+	u, _ := url.Parse(c.base)
+	return c.hc.Jar.Cookies(u)
+}
+
+// signedInWith reports whether a request to base with the cookies is served
+// (200) rather than sent to the sign-in (303).
+func signedInWith(t *testing.T, base string, cookies []*http.Cookie) bool {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/review", nil)
+	for _, ck := range cookies {
+		req.AddCookie(ck)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func logout(t *testing.T, c *client) {
+	t.Helper()
+	if code, _ := c.do(http.MethodPost, "/logout", url.Values{"csrf": {c.token("/review")}}); code != http.StatusSeeOther {
+		t.Fatalf("logout: %d", code)
+	}
+}
+
+// Guards the end of a session: a copy of the session cookie stops working
+// once its owner signs out, on this replica and on another replica that
+// shares the secret (the sign-out is a record on the console topic); a
+// password change in the users file (read again on change) ends the
+// sessions signed in with the old password; an idle session ends after
+// SessionIdle while one in use goes on.
+func TestSessionsEndEverywhere(t *testing.T) {
+	opts, set := testCluster(t)
+	secret := []byte(strings.Repeat("s", 32))
+	dir := t.TempDir()
+	usersFile := filepath.Join(dir, "users.yaml")
+	writeUsers := func(pw string) {
+		h, _ := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.MinCost)
+		os.WriteFile(usersFile+".tmp", []byte(fmt.Sprintf("users:\n  - {name: alice, password_bcrypt: %q, roles: [reviewer], owners: [\"*\"]}\n  - {name: victor, password_bcrypt: %q, roles: [viewer]}\n", h, h)), 0o600)
+		os.Rename(usersFile+".tmp", usersFile)
+	}
+	writeUsers("pw")
+	users, err := LoadUsers(usersFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Users: users, UsersFile: usersFile, UsersCheck: 50 * time.Millisecond, Secret: secret}
+	one, _ := startConsole(t, opts, set, cfg)
+	two, _ := startConsole(t, opts, set, cfg)
+
+	alice := newClient(t, one)
+	alice.login("alice")
+	stolen := copyOf(alice)
+	if !signedInWith(t, one, stolen) || !signedInWith(t, two, stolen) {
+		t.Fatal("a copy of alice's cookie is not served on both replicas before she signs out")
+	}
+	logout(t, alice)
+	if signedInWith(t, one, stolen) {
+		t.Error("a copy of alice's cookie still works on the replica she signed out on")
+	}
+	if !eventually(func() bool { return !signedInWith(t, two, stolen) }) {
+		t.Error("a copy of alice's cookie still works on the other replica after she signed out")
+	}
+	// signing in again works, on both
+	alice2 := newClient(t, one)
+	alice2.login("alice")
+	if !signedInWith(t, two, copyOf(alice2)) {
+		t.Error("a new sign-in after the sign-out is refused on the other replica")
+	}
+
+	// a password change ends the old sessions
+	victor := newClient(t, two)
+	victor.login("victor")
+	old := copyOf(victor)
+	writeUsers("new-pw")
+	if !eventually(func() bool { return !signedInWith(t, one, old) && !signedInWith(t, two, old) }) {
+		t.Error("victor's session of the old password still works after the users file changed")
+	}
+
+	// idle sessions end; used ones go on
+	writeUsers("pw")
+	idle, _ := startConsole(t, opts, set, Config{Users: testUsers(t), SessionIdle: 400 * time.Millisecond, Secret: secret})
+	busy, dozing := newClient(t, idle), newClient(t, idle)
+	busy.login("alice")
+	dozing.login("victor")
+	for i := 0; i < 6; i++ {
+		time.Sleep(150 * time.Millisecond)
+		if code, _ := busy.do(http.MethodGet, "/review", nil); code != http.StatusOK {
+			t.Fatalf("a session in use ended after %d requests: %d", i, code)
+		}
+	}
+	if code, _ := dozing.do(http.MethodGet, "/review", nil); code != http.StatusSeeOther {
+		t.Errorf("a session idle for twice SessionIdle: %d, want 303 to the sign-in", code)
+	}
+}
+
+// eventually polls cond for up to ten seconds.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
