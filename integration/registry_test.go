@@ -310,7 +310,8 @@ func TestRegistrySchemaEvolution(t *testing.T) {
 // registry stopped, a record whose schema ID the router has not cached is
 // neither routed nor dead-lettered; the router reports not ready and
 // faultrouter_registry_waiting 1; when the registry is back the record is
-// routed and the router is ready again, with nothing dead-lettered.
+// routed, an alert of scope REGISTRY on the alerts topic says how long
+// routing waited, and the router is ready again, with nothing dead-lettered.
 func TestRegistryOutage(t *testing.T) {
 	e, url := newRegistryEnv(t)
 	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")
@@ -351,6 +352,13 @@ func TestRegistryOutage(t *testing.T) {
 	}
 	if !waitFor(30*time.Second, func() bool { return httpOK(r.metrics + "/readyz") }) {
 		t.Fatal("the router is not ready again after the registry returned")
+	}
+	alerted := false
+	for _, a := range e.tailNow("alerts") {
+		alerted = alerted || (str(a, "scope") == "REGISTRY" && strings.Contains(str(a, "reason"), "did not answer"))
+	}
+	if !alerted {
+		t.Fatalf("no REGISTRY alert on the alerts topic: %v", e.tailNow("alerts"))
 	}
 	if dl := e.tailNow("deadletter"); len(dl) != 0 {
 		t.Fatalf("dead-lettered: %v", dl)

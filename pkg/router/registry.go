@@ -3,9 +3,12 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
@@ -27,8 +30,10 @@ const (
 // into the single-object encoding before they are decoded
 // (registry.Client.Normalize). A registry that does not answer is not a
 // record's fault: the batch waits for it, asking again with backoff, not
-// ready meanwhile, and nothing is dead-lettered for it. Nothing is produced
-// while it waits: the batch's transaction has not begun.
+// ready meanwhile (faultrouter_registry_waiting), and nothing is
+// dead-lettered for it. Nothing is produced while it waits: the batch's
+// transaction has not begun. Once the registry answers, the batch carries an
+// alert of scope REGISTRY that says how long routing waited.
 func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 	b.norm = b.norm[:0]
 	if r.cfg.Registry == nil {
@@ -48,7 +53,13 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 		if r.Ready() {
 			r.metrics.ready.Set(1)
 		}
-		r.log.Info("schema registry answers again; routing resumes", "registry", r.cfg.Registry.URL(), "waited", time.Since(since).Round(time.Millisecond))
+		waited := time.Since(since).Round(time.Millisecond)
+		r.log.Info("schema registry answers again; routing resumes", "registry", r.cfg.Registry.URL(), "waited", waited)
+		if b.norm != nil { // not when ctx ended the wait
+			r.alert(b, r.cfg.Now(), event.BreakerEvent{Scope: scopeRegistry, Key: redactURL(r.cfg.Registry.URL()), Kind: event.BreakerKindAlert,
+				Reason: fmt.Sprintf("the schema registry did not answer for %s from %s: routing waited for it and dead-lettered nothing for it",
+					waited, since.UTC().Format(time.RFC3339))})
+		}
 	}()
 	for i, rec := range b.recs {
 		if _, ok := codec.ConfluentID(rec.Value); !ok {
@@ -73,12 +84,26 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 			backoff = min(max(backoff*2, registryBackoffMin), registryBackoffMax)
 			select {
 			case <-ctx.Done():
+				b.norm = nil
 				return ctx.Err()
 			case <-time.After(backoff):
 			}
 		}
 	}
 	return nil
+}
+
+// scopeRegistry is the scope of the alert of a schema registry outage.
+const scopeRegistry = "REGISTRY"
+
+// redactURL is u without credentials, for an alert's key.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "registry"
+	}
+	p.User = nil
+	return p.String()
 }
 
 // prepareFramer registers (or, with LookupSchemasOnly, looks up) the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,7 +107,8 @@ func TestConfluentOnKfake(t *testing.T) {
 // Guards a registry outage on kfake: while the registry answers 503, a
 // record whose ID is not cached is neither routed nor dead-lettered, the
 // router is not ready and faultrouter_registry_waiting is 1; when the
-// registry answers again the record is routed and the router is ready.
+// registry answers again the record is routed, an alert of scope REGISTRY
+// says how long routing waited, and the router is ready.
 func TestRegistryDownOnKfake(t *testing.T) {
 	fake := srfake.New()
 	defer fake.Close()
@@ -122,7 +124,7 @@ func TestRegistryDownOnKfake(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := testClient(t, seeds, topics.Ingress, topics.Audit, topics.DeadLetter)
+	cl := testClient(t, seeds, topics.Ingress, topics.Audit, topics.DeadLetter, topics.Alerts)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("t-wait"), Value: confluentEvent(t, c, okEvent("t-wait"), 7)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,11 +148,20 @@ func TestRegistryDownOnKfake(t *testing.T) {
 	pollCancel()
 
 	fake.ClearInterceptors()
-	fetches := cl.PollFetches(ctx)
-	var got []*kgo.Record
-	fetches.EachRecord(func(r *kgo.Record) { got = append(got, r) })
-	if len(got) != 1 || got[0].Topic != topics.Audit {
-		t.Fatalf("after the registry returned: %d records (%v), want one audit record", len(got), got)
+	got := map[string][]*kgo.Record{}
+	for len(got[topics.Audit]) == 0 || len(got[topics.Alerts]) == 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("after the registry returned: %v, want an audit record and an alert", got)
+		}
+		fetches.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], r) })
+	}
+	if len(got[topics.DeadLetter]) != 0 || len(got[topics.Audit]) != 1 {
+		t.Fatalf("after the registry returned: %v, want one audit record and nothing dead-lettered", got)
+	}
+	alert, err := c.DecodeBreakerEvent(got[topics.Alerts][0].Value)
+	if err != nil || alert.Scope != "REGISTRY" || alert.Kind != event.BreakerKindAlert || !strings.Contains(alert.Reason, "did not answer") {
+		t.Fatalf("alert: %v %+v", err, alert)
 	}
 	for time.Now().Before(deadline) {
 		if v := gaugeValue(t, m, "faultrouter_ready"); v == 1 {
