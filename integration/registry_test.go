@@ -259,7 +259,7 @@ func TestRegistrySchemaEvolution(t *testing.T) {
 	os.WriteFile(goodFile, []byte(good), 0o644)
 	os.WriteFile(badFile, []byte(bad), 0o644)
 
-	if out := e.cli("", "schemas", "check", "--topic", "ingress", "--file", goodFile); !strings.Contains(out, "compatible") {
+	if out := e.cli("", "schemas", "check", "--topic", "ingress", "--file", goodFile); !strings.Contains(out, "compatible   "+e.prefix+"ai.tasks.ingress-value (level BACKWARD)") {
 		t.Fatalf("schemas check of a new optional field: %s", out)
 	}
 	out, errOut, err := e.tryCLI("", "schemas", "check", "--topic", "ingress", "--file", badFile)

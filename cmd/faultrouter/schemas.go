@@ -121,7 +121,15 @@ func schemasCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		case err != nil:
 			return unreachable(sub, err)
 		default:
-			fmt.Fprintf(stdout, "compatible   %s\n", subject)
+			level, err := reg.Level(ctx, ts.Topic)
+			switch {
+			case err != nil:
+				return unreachable(sub, err)
+			case level == "NONE":
+				fmt.Fprintf(stdout, "compatible   %s (level NONE: the registry checks nothing; set a level with schemas register --compatibility)\n", subject)
+			default:
+				fmt.Fprintf(stdout, "compatible   %s (level %s)\n", subject, level)
+			}
 		}
 	}
 	if bad > 0 {

@@ -220,3 +220,20 @@ func (r *Client) SetCompatibility(ctx context.Context, topic, level string) erro
 	}
 	return nil
 }
+
+// Level returns the compatibility level that applies to the topic's
+// subject: its own, or the registry's global level.
+func (r *Client) Level(ctx context.Context, topic string) (string, error) {
+	subject := Subject(topic)
+	res := r.cl.Compatibility(sr.WithParams(ctx, sr.DefaultToGlobal), subject)
+	if len(res) == 1 && notFound(res[0].Err) {
+		res = r.cl.Compatibility(ctx)
+	}
+	if len(res) != 1 {
+		return "", fmt.Errorf("registry: subject %s: no compatibility level in the answer", subject)
+	}
+	if res[0].Err != nil {
+		return "", r.failed(subject, res[0].Err)
+	}
+	return res[0].Level.String(), nil
+}
