@@ -245,8 +245,8 @@ func TestRegistryConfluentRouted(t *testing.T) {
 
 // Guards schema evolution through the registry: a TaskEvent schema with a
 // new optional field passes `schemas check` and its records are routed; a
-// schema with attempt retyped is refused by `schemas check` (exit 1, naming
-// attempt), and a record written with it anyway (registered under another
+// schema with attempt retyped is refused by `schemas check` and by the
+// registry on `schemas register` (exit 1, naming attempt), and a record written with it anyway (registered under another
 // subject, so the registry holds it) is dead-lettered with the error kind
 // unresolvable_schema, as is a record with an ID the registry does not know.
 func TestRegistrySchemaEvolution(t *testing.T) {
@@ -266,6 +266,10 @@ func TestRegistrySchemaEvolution(t *testing.T) {
 	var exit *exec.ExitError
 	if err == nil || !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, "field attempt") {
 		t.Fatalf("schemas check of attempt as string: err %v, stdout %q, stderr %q; want exit 1 naming field attempt", err, out, errOut)
+	}
+	out, errOut, err = e.tryCLI("", "schemas", "register", "--topic", "ingress", "--file", badFile)
+	if err == nil || !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(out, "field attempt") {
+		t.Fatalf("schemas register of attempt as string: err %v, stdout %q, stderr %q; want the registry's refusal naming field attempt", err, out, errOut)
 	}
 
 	e.cli("", "schemas", "register", "--topic", "ingress", "--file", goodFile)
