@@ -60,6 +60,9 @@ else
 	echo "no JDK 21 or newer found: the Schema Registry tests are SKIPPED (Apicurio Registry needs one)"
 fi
 go test -count=1 -v -timeout 30m ./integration/
+if [[ -n ${FAULTROUTER_TEST_REGISTRY:-} ]]; then
+	integration/registry.sh stop # its JVM has no part in the bench
+fi
 
 # make bench on a small backlog, only to prove that it works: its figures on a
 # shared CI machine mean nothing, and nothing is asserted on them. It builds and
