@@ -106,6 +106,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	schemas map[uint32]*entry // writer schemas by ID
+	unknown int               // entries of schemas without a Foreign
 }
 
 // entry is a schema ID's outcome: its Foreign, or the record error every
@@ -201,10 +202,25 @@ func (r *Client) writerSchema(ctx context.Context, id uint32) (*codec.Foreign, e
 		return nil, unavailable(err)
 	}
 	r.mu.Lock()
+	if e.f == nil {
+		if r.unknown++; r.unknown > maxUnknown {
+			// records with ever new IDs must not grow the cache without
+			// bound: forget the IDs learnt to be bad
+			for k, old := range r.schemas {
+				if old.f == nil {
+					delete(r.schemas, k)
+				}
+			}
+			r.unknown = 1
+		}
+	}
 	r.schemas[id] = e
 	r.mu.Unlock()
 	return e.f, e.err
 }
+
+// maxUnknown bounds the IDs remembered as bad (unknown or unresolvable).
+const maxUnknown = 4096
 
 // notFound tells whether err is the registry's answer that a schema or
 // subject does not exist.
