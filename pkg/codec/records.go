@@ -71,6 +71,10 @@ func (c *Codec) encodeRoutedNative(dst []byte, r *event.Routed) ([]byte, error) 
 // validated on ingress and is not validated again; only its amounts and the
 // decision's totals are checked to be finite numbers.
 func (c *Codec) DecodeRouted(b []byte) (event.Routed, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.Routed{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.RoutedRecord)
 	if err != nil {
 		return event.Routed{}, err
@@ -185,6 +189,10 @@ func (c *Codec) EncodeBreakerEvent(dst []byte, e *event.BreakerEvent) ([]byte, e
 
 // DecodeBreakerEvent decodes a BreakerEvent.
 func (c *Codec) DecodeBreakerEvent(b []byte) (event.BreakerEvent, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.BreakerEvent{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.BreakerEvent)
 	if err != nil {
 		return event.BreakerEvent{}, err
@@ -217,6 +225,10 @@ func (c *Codec) EncodeReviewDecision(dst []byte, x *event.ReviewDecision) ([]byt
 
 // DecodeReviewDecision decodes and validates a ReviewDecision.
 func (c *Codec) DecodeReviewDecision(b []byte) (event.ReviewDecision, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.ReviewDecision{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.ReviewDecision)
 	if err != nil {
 		return event.ReviewDecision{}, err

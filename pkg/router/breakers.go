@@ -527,7 +527,7 @@ func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
 		r.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
 		return
 	}
-	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: v})
+	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: r.framer.Frame(r.cfg.Topics.Alerts, v)})
 	b.breakerEvents = append(b.breakerEvents, *e)
 }
 

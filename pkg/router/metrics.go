@@ -25,6 +25,7 @@ type metrics struct {
 	restoreSeconds    prometheus.Histogram
 	restoreRemaining  prometheus.Gauge
 	ready             prometheus.Gauge
+	registryWaiting   prometheus.Gauge // registry.go
 	tasksStarted      prometheus.Counter
 	tasksFinished     *prometheus.CounterVec
 	taskSeconds       *prometheus.HistogramVec
@@ -70,6 +71,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Changelog records left to restore (approximate, offsets)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
 			Help: "1 once the state is restored and the router is routing."}),
+		registryWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "registry_waiting",
+			Help: "1 while routing waits for a schema registry that does not answer (nothing is dead-lettered for it)."}),
 		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
 			Help: "Records not yet consumed on the partitions this instance owns, per input topic (approximate, see lag.go)."}, []string{"topic"}),
 	}
@@ -95,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag, m.registryWaiting)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m
