@@ -192,7 +192,10 @@ func TestCostTotalsMatchTheEvents(t *testing.T) {
 // changes nothing and disagrees with no recorded decision; a candidate that
 // raises network_timeout.max_retries from 2 to 4 changes exactly the third
 // timeout of the tasks whose three attempts all timed out (the test finds
-// them in the events), from DEADLETTER to RETRY, and no other decision.
+// them in the events), from DEADLETTER to RETRY, and no other decision; its
+// cost figures are the sums the test computes from the events (every
+// attempt replayed, observed; each added retry at the mean cost of the
+// timeouts of its provider/model, estimated).
 func TestWhatIfOnTheWorkload(t *testing.T) {
 	e := newEnv(t)
 	byTask, since := costWorkload(t, e, 300)
@@ -226,8 +229,10 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 		} `json:"matrix"`
 		Retries struct{ Added, Removed int } `json:"retries"`
 		Cost    struct {
-			AddedAttempts int     `json:"added_attempts"`
-			AddedUSD      float64 `json:"added_usd_estimated"`
+			AddedAttempts   int     `json:"added_attempts"`
+			AddedUSD        float64 `json:"added_usd_estimated"`
+			RemovedAttempts int     `json:"removed_attempts"`
+			ObservedUSD     float64 `json:"observed_usd"`
 		} `json:"cost"`
 	}
 	run := func(args ...string) report {
@@ -253,8 +258,29 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 			t.Errorf("changed cell %+v, want only NETWORK_TIMEOUT DEADLETTER -> RETRY, %d", c, len(want))
 		}
 	}
-	if r.Retries.Added != len(want) || r.Retries.Removed != 0 || r.Cost.AddedAttempts != len(want) || r.Cost.AddedUSD <= 0 {
-		t.Errorf("retries %+v, cost %+v; want %d added, 0 removed, an estimated cost", r.Retries, r.Cost, len(want))
+	// the cost: every attempt replayed, observed; each added retry at the
+	// mean cost of the NETWORK_TIMEOUT attempts of its provider/model
+	// (pkg/workload's timeouts on no write), estimated
+	sums, counts := map[string]int64{}, map[string]int64{}
+	modelOf := map[string]string{}
+	for _, evs := range byTask {
+		for _, ev := range evs {
+			modelOf[ev.TaskID] = ev.Provider + "/" + ev.Model
+			if ev.Error != nil && ev.Error.Type == "TimeoutError" && ev.Operation == nil {
+				sums[modelOf[ev.TaskID]] += micros(ev.Usage.CostUSD)
+				counts[modelOf[ev.TaskID]]++
+			}
+		}
+	}
+	var added float64
+	for _, task := range want {
+		m := modelOf[task]
+		added += float64(sums[m]) / float64(counts[m]) / 1e6
+	}
+	if r.Retries.Added != len(want) || r.Retries.Removed != 0 || r.Cost.AddedAttempts != len(want) || r.Cost.RemovedAttempts != 0 ||
+		math.Abs(r.Cost.AddedUSD-added) > 1e-6 || micros(r.Cost.ObservedUSD) != computeLedger(byTask).total {
+		t.Errorf("retries %+v, cost %+v; want %d added, 0 removed, %.6f estimated, %d micro-dollars observed",
+			r.Retries, r.Cost, len(want), added, computeLedger(byTask).total)
 	}
 
 	rows, err := csv.NewReader(strings.NewReader(e.cli("", "policy", "whatif", "--policy", candidate, "--since", sinceArg, "--format", "csv"))).ReadAll()
