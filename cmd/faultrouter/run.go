@@ -156,7 +156,7 @@ func routerTopics(set topicspec.Set) router.Topics {
 	}
 	return router.Topics{
 		Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"),
-		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"),
+		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"), Breakers: n("breakers"),
 	}
 }
 

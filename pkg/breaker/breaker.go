@@ -558,3 +558,52 @@ func (s *Set) Latched(ref Ref) bool {
 	b, ok := s.breakers[s.lookup(ref)]
 	return ok && b.latched
 }
+
+// Shared is the part of a breaker's state that router instances share
+// through the breakers topic: its state, whether it is latched, and when it
+// opened. The rolling window is not shared: each instance counts the
+// outcomes it sees.
+type Shared struct {
+	State    State
+	Latched  bool
+	OpenedAt time.Time // zero unless State is Open
+}
+
+// Shared returns the shared state of a breaker: CLOSED for one never seen.
+func (s *Set) Shared(ref Ref) Shared {
+	b, ok := s.breakers[s.lookup(ref)]
+	if !ok {
+		return Shared{}
+	}
+	sh := Shared{State: b.state, Latched: b.latched}
+	if b.state == Open {
+		sh.OpenedAt = time.UnixMilli(b.openedAt)
+	}
+	return sh
+}
+
+// Adopt makes a breaker take the shared state another instance (or an
+// earlier process of this one) wrote, keeping its own window, and returns
+// the transition it causes (none when the state is the same). An OPEN
+// breaker keeps the time it opened there, so that its cooldown ends when the
+// writer's does; a HALF_OPEN one gets its own probes; a CLOSED one clears
+// its latch and window. A CLOSED state of a breaker never seen changes
+// nothing.
+func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transition {
+	if _, ok := s.breakers[s.lookup(ref)]; !ok && sh.State == Closed {
+		return nil
+	}
+	b, ref := s.get(ref, now)
+	var ts []Transition
+	if b.state != sh.State {
+		ts = append(ts, s.move(ref, b, sh.State, reason, now, nil))
+	}
+	s.saveFound(ref, b)
+	if sh.State == Open {
+		b.latched = sh.Latched
+		if !sh.OpenedAt.IsZero() {
+			b.openedAt = sh.OpenedAt.UnixMilli()
+		}
+	}
+	return ts
+}

@@ -8,8 +8,11 @@ package router
 // becomes a BreakerEvent record on the alerts topic, in the batch's
 // transaction.
 //
-// The breakers live in the memory of this instance only: after a restart
-// they start CLOSED and are rebuilt from the traffic that follows. A batch's
+// Each instance counts the outcomes it sees in its own windows, and shares
+// every change of a breaker's state through the breakers topic
+// (breakertable.go): a breaker that opens anywhere holds the retries
+// everywhere, and a restarted instance starts with the breakers as the topic
+// has them. A batch's
 // breaker changes (outcomes counted, transitions, latches, half-open probes
 // let through, surges) take effect only when its transaction commits: a
 // batch that aborts is undone and, consumed again, makes them again, with its
@@ -37,8 +40,8 @@ package router
 //     (releaseHeld), in due order with the others, without waiting for the
 //     time it was moved to: before any retry that comes due after the close.
 // While a template breaker is latched open by a hallucination, its retries
-// are held until a person resets it (or the instance restarts: the latch is
-// in memory only, and so is heldUntil).
+// are held until a person resets it, on every instance and across restarts
+// (the breakers topic keeps the latch).
 //
 // Latches and resets reach every instance as commands on the decisions
 // topic: the instance that latches a breaker (or routes the review decision
@@ -94,6 +97,19 @@ type breakers struct {
 	// refs is observe's scratch: the breakers of the event it observes
 	refs []breaker.Ref
 
+	// table reads the breakers topic (breakertable.go); nil without one.
+	// adopting are the states it gave the batch (adoptShared), given back
+	// if the batch does not commit
+	table    *breakerTable
+	adopting map[breaker.Ref]event.BreakerState
+	// lastChange and lastReset are, per breaker, the time (Unix ms) of the
+	// latest change and person's reset made or adopted here: an older state
+	// from the topic is not adopted. They are not undone with a batch that
+	// does not commit: that batch is consumed again and makes its changes
+	// again.
+	lastChange map[breaker.Ref]int64
+	lastReset  map[breaker.Ref]int64
+
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	alerts      *prometheus.CounterVec
@@ -122,11 +138,13 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	}
 	const ns = "faultrouter"
 	b := &breakers{
-		set:       set,
-		surges:    surges,
-		held:      newHeldSet(),
-		closed:    map[breaker.Ref]bool{},
-		heldUntil: map[breaker.Ref]int64{},
+		set:        set,
+		surges:     surges,
+		held:       newHeldSet(),
+		closed:     map[breaker.Ref]bool{},
+		heldUntil:  map[breaker.Ref]int64{},
+		lastChange: map[breaker.Ref]int64{},
+		lastReset:  map[breaker.Ref]int64{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -234,7 +252,8 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	for i := range ts {
 		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
 	}
-	r.transitions(ts, b, now)
+	r.transitionEvents(ts, b)
+	r.share(ref, reason, true, b, now)
 	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindReset,
 		Reason: reason, Class: in.decision.Class, TaskID: in.review.TaskID, Instance: who, At: event.At(now)})
 }
@@ -247,7 +266,8 @@ func (r *Router) latch(ref breaker.Ref, reason, class, taskID string, b *batch, 
 	if r.brk.set.Latched(ref) {
 		return
 	}
-	r.transitions(r.brk.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), b, now)
+	r.transitionEvents(r.brk.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), b)
+	r.share(ref, reason, false, b, now)
 	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindLatch,
 		Reason: reason, Class: event.Class(class), TaskID: taskID, Instance: r.cfg.InstanceID, At: event.At(now)})
 }
@@ -290,17 +310,23 @@ func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decisi
 	switch c.Kind {
 	case event.BreakerKindLatch:
 		if !r.brk.set.Latched(ref) {
-			ts = r.brk.set.Trip(ref, fmt.Sprintf("latched by %s: %s", who, c.Reason), breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
+			reason := fmt.Sprintf("latched by %s: %s", who, c.Reason)
+			ts = r.brk.set.Trip(ref, reason, breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
+			r.share(ref, reason, false, b, now)
 			changed = true
 		}
 	default:
-		ts = r.brk.set.Reset(ref, fmt.Sprintf("%s reset the breaker: %s", who, c.Reason), now)
+		reason := fmt.Sprintf("%s reset the breaker: %s", who, c.Reason)
+		ts = r.brk.set.Reset(ref, reason, now)
 		for i := range ts {
 			ts[i].TaskID, ts[i].Class = c.TaskID, string(c.Class)
 		}
 		changed = len(ts) > 0
+		if changed {
+			r.share(ref, reason, true, b, now)
+		}
 	}
-	r.transitions(ts, b, now)
+	r.transitionEvents(ts, b)
 	return policy.BreakerCommandApplied(c, ref, changed, now)
 }
 
@@ -503,8 +529,17 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 	return nil
 }
 
-// transitions queues one BreakerEvent per transition.
+// transitions queues one BreakerEvent per transition of this instance's own
+// making, and shares the state each leaves on the breakers topic.
 func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
+	r.transitionEvents(ts, b)
+	for _, t := range ts {
+		r.share(t.Ref, t.Reason, false, b, now)
+	}
+}
+
+// transitionEvents queues one BreakerEvent per transition.
+func (r *Router) transitionEvents(ts []breaker.Transition, b *batch) {
 	for _, t := range ts {
 		if t.To == breaker.Closed {
 			r.brk.closed[t.Ref] = true
@@ -546,6 +581,7 @@ func (r *Router) beginBreakers() {
 	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
 	r.brk.savedPruned = r.brk.pruned
 	r.pruneHeld()
+	r.brk.pruneChanges(time.UnixMilli(nowMs))
 }
 
 // pruneHeld lets go of the retries held for partitions that moved away,
@@ -577,6 +613,7 @@ func (r *Router) pruneHeld() {
 // committed, and logs and counts its transitions and alerts: only committed
 // ones.
 func (r *Router) commitBreakers(b *batch) {
+	r.brk.adopting = nil
 	r.brk.set.Commit()
 	r.brk.surges.Commit()
 	r.brk.held.commit()
@@ -601,6 +638,10 @@ func (r *Router) commitBreakers(b *batch) {
 // rollbackBreakers undoes the breaker changes of a batch whose transaction
 // did not commit.
 func (r *Router) rollbackBreakers() {
+	if r.brk.adopting != nil {
+		r.brk.table.giveBack(r.brk.adopting)
+		r.brk.adopting = nil
+	}
 	r.brk.set.Rollback()
 	r.brk.surges.Rollback()
 	r.brk.held.rollback()

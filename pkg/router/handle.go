@@ -28,6 +28,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
 	r.beginBreakers()
+	r.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
 	committed := false
 	defer func() {
 		if committed {

@@ -37,6 +37,10 @@ import (
 // Topics are the full names of the topics the router reads and writes.
 type Topics struct {
 	Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State string
+	// Breakers is the compacted topic the instances share their breakers
+	// through (breakertable.go). Optional: without it each instance's
+	// breakers are its own and live in its memory only.
+	Breakers string
 }
 
 // Config configures a Router. Default returns the defaults; Validate names
@@ -312,6 +316,9 @@ func (r *Router) Run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+	if err := r.startBreakerTable(ctx); err != nil { // breakertable.go
+		return nil // ctx ended
 	}
 	backoff := 100 * time.Millisecond
 	for {

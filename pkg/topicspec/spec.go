@@ -22,7 +22,7 @@ import (
 
 // shorts are the short names of all topics, in the order of docs/design.md's topics
 // table. Each has a file <short>.yaml in package topics.
-var shorts = []string{"ingress", "decisions", "retry", "review", "audit", "deadletter", "alerts", "state"}
+var shorts = []string{"ingress", "decisions", "retry", "review", "audit", "deadletter", "alerts", "state", "breakers"}
 
 // coPartitioned are the topics that must have the same partition count: the
 // router reads ingress and decisions partition p together and restores the

@@ -1,0 +1,84 @@
+package event
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// BreakerState is the value of a record on the breakers topic: the shared
+// state of one breaker after a change an instance made, keyed by
+// BreakerStateKey. The topic is compacted, so it keeps the latest state of
+// every breaker; every router instance reads it whole before it reports
+// ready and follows it while it runs.
+type BreakerState struct {
+	// Scope is PROVIDER_MODEL, DOWNSTREAM or PROMPT_TEMPLATE.
+	Scope string `json:"scope"`
+	// Key is the breaker's key within its scope, e.g. "openai/gpt-4o".
+	Key string `json:"key"`
+	// State is CLOSED, OPEN or HALF_OPEN.
+	State string `json:"state"`
+	// Latched is true for a breaker held OPEN until a person resets it.
+	Latched bool `json:"latched"`
+	// Reset is true for the CLOSED state a person's reset left (`faultrouter
+	// breaker reset`, or a reviewer deciding a hallucination's item): the
+	// only change that closes a latched breaker.
+	Reset bool `json:"reset,omitempty"`
+	// OpenedAt is when the breaker opened; absent unless State is OPEN.
+	OpenedAt *Timestamp `json:"opened_at,omitempty"`
+	// Reason is why it changed (the transition's reason).
+	Reason string `json:"reason"`
+	// UpdatedAt is when it changed; a reader ignores a state older than the
+	// last change it made or applied to that breaker.
+	UpdatedAt Timestamp `json:"updated_at"`
+	// Instance is the router instance that changed it.
+	Instance string `json:"instance"`
+}
+
+// BreakerStateKey is the record key of a breaker's state: "<scope>/<key>".
+func BreakerStateKey(scope, key string) string { return scope + "/" + key }
+
+var breakerStates = []string{"CLOSED", "OPEN", "HALF_OPEN"}
+
+// Validate checks the fields a BreakerState must have.
+func (s *BreakerState) Validate() error {
+	switch {
+	case s.Scope == "":
+		return &FieldError{Field: "scope", Msg: "required, a non-empty string"}
+	case s.Key == "":
+		return &FieldError{Field: "key", Msg: "required, a non-empty string"}
+	case !slices.Contains(breakerStates, s.State):
+		return &FieldError{Field: "state", Msg: fmt.Sprintf("must be one of %v, got %q", breakerStates, s.State)}
+	case s.State == "OPEN" && (s.OpenedAt == nil || s.OpenedAt.IsZero()):
+		return &FieldError{Field: "opened_at", Msg: "required while state is OPEN"}
+	case s.Latched && s.State != "OPEN":
+		return &FieldError{Field: "latched", Msg: "true only while state is OPEN, got state " + s.State}
+	case s.Reset && s.State != "CLOSED":
+		return &FieldError{Field: "reset", Msg: "true only with state CLOSED, got state " + s.State}
+	case s.UpdatedAt.IsZero():
+		return &FieldError{Field: "updated_at", Msg: "required, an RFC 3339 time or integer milliseconds"}
+	}
+	return nil
+}
+
+// EncodeBreakerState encodes s as JSON.
+func EncodeBreakerState(s *BreakerState) ([]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(s)
+}
+
+// DecodeBreakerState decodes and validates one BreakerState. Fields it does
+// not know are ignored, so that a reader keeps working when a later version
+// adds some.
+func DecodeBreakerState(b []byte) (BreakerState, error) {
+	var s BreakerState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("breaker state: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("breaker state: %w", err)
+	}
+	return s, nil
+}
