@@ -45,15 +45,15 @@ func TestTopicsCommand(t *testing.T) {
 		t.Errorf("check on empty cluster: %q, %v", out, err)
 	}
 	out, err = run("apply")
-	if err != nil || strings.Count(out, "created ") != 8 || !strings.Contains(out, "created faultrouter.state\n") {
+	if err != nil || strings.Count(out, "created ") != 9 || !strings.Contains(out, "created faultrouter.state\n") {
 		t.Errorf("apply: %q, %v", out, err)
 	}
 	out, err = run("apply")
-	if err != nil || out != "all 8 topics exist\n" {
+	if err != nil || out != "all 9 topics exist\n" {
 		t.Errorf("second apply: %q, %v", out, err)
 	}
 	out, err = run("check")
-	if err != nil || out != "ok: 8 topics match topics/\n" {
+	if err != nil || out != "ok: 9 topics match topics/\n" {
 		t.Errorf("check: %q, %v", out, err)
 	}
 	out, err = run("check", "--partitions", "12")

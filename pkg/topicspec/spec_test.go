@@ -26,6 +26,7 @@ func TestLoadDefaults(t *testing.T) {
 		"deadletter": "ai.tasks.deadletter",
 		"alerts":     "ai.tasks.alerts",
 		"state":      "faultrouter.state",
+		"breakers":   "faultrouter.breakers",
 	}
 	if got := len(s.Specs()); got != len(want) {
 		t.Fatalf("Load returned %d topics, want %d", got, len(want))
