@@ -477,3 +477,50 @@ func TestSetIsBoundedWithAnOverflowBreaker(t *testing.T) {
 		t.Errorf("HoldUntil of a key beyond the bound is now, want the overflow breaker's cooldown")
 	}
 }
+
+// Guards Adopt, the breaker side of sharing breakers between instances: an
+// adopted OPEN keeps the time it opened on its writer (its cooldown ends
+// there, not a cooldown after the adoption) and keeps the instance's own
+// window; an adopted latch is not half-opened by the cooldown; an adopted
+// CLOSED clears the latch; a CLOSED state of a breaker never seen creates
+// none; and a unit of changes that rolls back undoes an adoption.
+func TestAdopt(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.5, Cooldown: 30 * time.Second, HalfOpenProbes: 1}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	pm := Ref{Scope: ProviderModel, Key: "acme/m1"}
+	if ts := s.Adopt(pm, Shared{State: Closed}, "adopted", t0); len(ts) != 0 || len(s.breakers) != 0 {
+		t.Fatalf("adopting CLOSED for a breaker never seen: %v, %d breakers; want nothing", ts, len(s.breakers))
+	}
+	ts := s.Adopt(pm, Shared{State: Open, OpenedAt: t0.Add(-20 * time.Second)}, "adopted from a: failing", t0)
+	if len(ts) != 1 || ts[0].From != Closed || ts[0].To != Open || ts[0].Reason != "adopted from a: failing" {
+		t.Fatalf("adopting OPEN: %+v, want one CLOSED -> OPEN", ts)
+	}
+	if got := s.Shared(pm); got.State != Open || !got.OpenedAt.Equal(t0.Add(-20*time.Second)) {
+		t.Fatalf("Shared after adopting OPEN: %+v", got)
+	}
+	if ok, _ := s.Allow([]Ref{pm}, t0.Add(9*time.Second)); ok {
+		t.Fatal("a retry was allowed into the adopted OPEN breaker before its writer's cooldown ended")
+	}
+	if ok, ts := s.Allow([]Ref{pm}, t0.Add(10*time.Second)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("at the writer's cooldown end: allowed %v, %v; want a probe through HALF_OPEN", ok, ts)
+	}
+
+	tpl := Ref{Scope: PromptTemplate, Key: "refund-v9"}
+	s.Begin()
+	s.Adopt(tpl, Shared{State: Open, Latched: true, OpenedAt: t0}, "adopted from a: latched", t0)
+	s.Rollback()
+	if s.State(tpl) != Closed {
+		t.Fatal("Rollback did not undo an adoption")
+	}
+	s.Adopt(tpl, Shared{State: Open, Latched: true, OpenedAt: t0}, "adopted from a: latched", t0)
+	if ts := s.Tick(t0.Add(time.Hour)); len(ts) != 0 || !s.Latched(tpl) {
+		t.Fatalf("an adopted latch half-opened on the cooldown: %v", ts)
+	}
+	if ts := s.Adopt(tpl, Shared{State: Closed}, "adopted from a: reset", t0.Add(time.Hour)); len(ts) != 1 || s.Latched(tpl) || s.State(tpl) != Closed {
+		t.Fatalf("adopting CLOSED left the latch: %v", ts)
+	}
+}

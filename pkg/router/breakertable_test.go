@@ -1,0 +1,148 @@
+package router
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// adoptRouter is a router with only what adopting shared breaker states
+// needs: the default policy's breakers, the codec, instance "b".
+func adoptRouter(t *testing.T) *Router {
+	t.Helper()
+	brk, err := newBreakers(policy.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := codec.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
+		brk: brk, codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func remote(state string, latched, reset bool, at time.Time) event.BreakerState {
+	s := event.BreakerState{Scope: "PROMPT_TEMPLATE", Key: "tpl", State: state, Latched: latched, Reset: reset,
+		Reason: "why", UpdatedAt: event.At(at), Instance: "a"}
+	if state == "OPEN" {
+		o := event.At(at)
+		s.OpenedAt = &o
+	}
+	return s
+}
+
+// Guards the rules that keep a latch until a person resets it, whatever
+// order the instances' states arrive in: a latch from another instance is
+// adopted (and announced on the alerts topic as adopted); a later CLOSED
+// that is not a reset (an instance that had not seen the latch closing on
+// its probes) does not undo it; a reset older than the latch does not
+// either; a newer reset does, and marks the breaker closed so that its held
+// retries are released; a latch older than that reset is not adopted again.
+func TestAdoptKeepsALatchUntilAReset(t *testing.T) {
+	r := adoptRouter(t)
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	b := newBatch()
+	apply := func(s event.BreakerState) {
+		r.adopt(ref, &s, b, t0.Add(time.Hour))
+	}
+
+	apply(remote("OPEN", true, false, t0))
+	if !r.brk.set.Latched(ref) {
+		t.Fatal("a latch from instance a was not adopted")
+	}
+	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != "OPEN" || !strings.HasPrefix(b.breakerEvents[0].Reason, "adopted from a: ") {
+		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", b.breakerEvents)
+	}
+	apply(remote("CLOSED", false, false, t0.Add(time.Minute)))
+	apply(remote("HALF_OPEN", false, false, t0.Add(2*time.Minute)))
+	apply(remote("CLOSED", false, true, t0.Add(-time.Minute)))
+	if !r.brk.set.Latched(ref) {
+		t.Fatal("a CLOSED that is not a reset, a HALF_OPEN, or a reset older than the latch undid the latch")
+	}
+	apply(remote("CLOSED", false, true, t0.Add(3*time.Minute)))
+	if r.brk.set.State(ref) != breaker.Closed || !r.brk.closed[ref] {
+		t.Fatalf("a reset newer than the latch left the breaker %s (closed for release: %v), want CLOSED", r.brk.set.State(ref), r.brk.closed[ref])
+	}
+	apply(remote("OPEN", true, false, t0.Add(time.Minute)))
+	if r.brk.set.State(ref) != breaker.Closed {
+		t.Fatal("a latch older than the reset applied was adopted again")
+	}
+	apply(remote("OPEN", true, false, t0.Add(4*time.Minute)))
+	if !r.brk.set.Latched(ref) {
+		t.Fatal("a latch newer than the reset was not adopted")
+	}
+}
+
+// Guards "last writer wins" for states that are not latches: a state older
+// than this instance's own last change of the breaker is not adopted; a
+// newer OPEN is, keeping the time it opened on its writer, so that the
+// retries held here wait for the end of the writer's cooldown.
+func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
+	r := adoptRouter(t)
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	b := newBatch()
+	r.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
+	if len(b.out) != 1 || b.out[0].Topic != "breakers" || string(b.out[0].Key) != "PROMPT_TEMPLATE/tpl" {
+		t.Fatalf("share queued %v, want one record on the breakers topic keyed PROMPT_TEMPLATE/tpl", b.out)
+	}
+	if s, err := event.DecodeBreakerState(b.out[0].Value); err != nil || s.State != "CLOSED" || s.Instance != "b" {
+		t.Fatalf("the shared state decodes to %+v, %v; want CLOSED by b", s, err)
+	}
+	old := remote("OPEN", false, false, t0.Add(5*time.Second))
+	r.adopt(ref, &old, b, t0.Add(11*time.Second))
+	if r.brk.set.State(ref) != breaker.Closed {
+		t.Fatal("an OPEN older than this instance's own last change was adopted")
+	}
+	newer := remote("OPEN", false, false, t0.Add(20*time.Second))
+	r.adopt(ref, &newer, b, t0.Add(21*time.Second))
+	if r.brk.set.State(ref) != breaker.Open {
+		t.Fatal("a newer OPEN was not adopted")
+	}
+	cooldown := time.Duration(policy.Default().Breakers.PromptTemplate.CooldownMs) * time.Millisecond
+	if got, want := r.brk.set.HoldUntil([]breaker.Ref{ref}, t0.Add(21*time.Second)), t0.Add(20*time.Second+cooldown); !got.Equal(want) {
+		t.Fatalf("a retry behind the adopted OPEN is held until %s, want the writer's cooldown end %s", got, want)
+	}
+}
+
+// Guards the reader's bookkeeping: before the initial read is done, this
+// instance's own states are kept (a restart restores them); after, they are
+// skipped and drop an older pending state of the same breaker; a batch that
+// did not commit gives its states back unless a newer one arrived.
+func TestBreakerTablePendingStates(t *testing.T) {
+	tb := newBreakerTable("breakers", "b", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	own := remote("OPEN", true, false, t0)
+	own.Instance = "b"
+	tb.put(own)
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	if p := tb.take(); p[ref].Instance != "b" {
+		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
+	}
+	tb.done = true
+	tb.put(remote("OPEN", false, false, t0))
+	tb.put(own)
+	if p := tb.take(); len(p) != 0 {
+		t.Fatalf("after the initial read, an own state did not drop the pending one: %v", p)
+	}
+	tb.put(remote("CLOSED", false, false, t0.Add(time.Second)))
+	given := tb.take()
+	tb.put(remote("HALF_OPEN", false, false, t0.Add(2*time.Second)))
+	tb.giveBack(given)
+	if p := tb.take(); p[ref].State != "HALF_OPEN" {
+		t.Fatalf("giveBack replaced a newer pending state: %v", p)
+	}
+	tb.giveBack(given)
+	if p := tb.take(); p[ref].State != "CLOSED" {
+		t.Fatalf("giveBack lost the state of a batch that did not commit: %v", p)
+	}
+}
