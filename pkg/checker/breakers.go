@@ -19,7 +19,12 @@ import (
 // audit stream, per instance process. A transition names its instance; a
 // retry record is tied to its instance by its producer ID (the instance's
 // transactional producer, also on its alert records). A process that
-// restarted (Options.Starts) begins with every breaker CLOSED.
+// restarted (Options.Starts) begins with every breaker CLOSED in memory and
+// takes the states of the breakers topic in its first batch, as transitions
+// whose reason begins "adopted from ", like those it takes from the other
+// instances while it runs: an adopted transition must follow a transition of
+// the same breaker to the same state on some instance (its writer), and the
+// cooldown of an adopted OPEN is its writer's.
 
 // transition is a TRANSITION record of the alerts topic.
 type transition struct {
@@ -40,6 +45,7 @@ type span struct {
 	from, to time.Time
 	process  int
 	latched  bool
+	adopted  bool // entered by adopting another instance's state
 }
 
 // process is the index of the process of instance that was running at t:
@@ -78,6 +84,18 @@ func (c *checker) breakers(ts []transition) {
 		}
 	}
 	timelines := map[breakerKey][]span{}
+	// own is, per breaker and state, the times transitions of an instance's
+	// own making entered it: what an adopted transition follows
+	own := map[breaker.Ref]map[string][]time.Time{}
+	for _, t := range ts {
+		if sc, err := breaker.ParseScope(t.e.Scope); err == nil && !adopted(t.e.Reason) {
+			ref := breaker.Ref{Scope: sc, Key: t.e.Key}
+			if own[ref] == nil {
+				own[ref] = map[string][]time.Time{}
+			}
+			own[ref][t.e.To] = append(own[ref][t.e.To], t.e.At.Time)
+		}
+	}
 	for _, t := range ts {
 		c.rep.Transitions++
 		e := t.e
@@ -108,7 +126,15 @@ func (c *checker) breakers(ts []transition) {
 		cfg := c.breakerConfig(sc)
 		latch := e.To == "OPEN" && strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION")
 		byCommand := e.To == "OPEN" && strings.HasPrefix(e.Reason, "latched by ")
+		isAdopted := adopted(e.Reason)
 		switch {
+		case isAdopted:
+			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) {
+				c.violate("breaker.cause", e.TaskID, "%s on instance %s adopted %s at %s, but no instance had made that change by then",
+					k.ref, e.Instance, e.To, stamp(at))
+			}
+			_, rest, _ := strings.Cut(strings.TrimPrefix(e.Reason, "adopted from "), ": ")
+			latch = e.To == "OPEN" && (strings.HasPrefix(rest, "MODEL_HALLUCINATION") || strings.HasPrefix(rest, "latched by "))
 		case byCommand:
 			// another instance's latch, applied from the LATCH command it wrote
 			if !c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}] {
@@ -127,7 +153,7 @@ func (c *checker) breakers(ts []transition) {
 		case e.To == "OPEN":
 			c.violate("breaker.cause", e.TaskID, "%s opened at %s without a triggering task", k.ref, stamp(at))
 		case e.To == "HALF_OPEN":
-			if prev.state == "OPEN" && !prev.latched && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
+			if prev.state == "OPEN" && !prev.latched && !prev.adopted && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
 				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %dms",
 					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.CooldownMs)
 			}
@@ -141,7 +167,7 @@ func (c *checker) breakers(ts []transition) {
 				c.violate("breaker.cause", e.TaskID, "%s closed at %s by task %s, which has no SUCCEEDED decision at that time", k.ref, stamp(at), e.TaskID)
 			}
 		}
-		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN"})
+		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN", adopted: isAdopted})
 	}
 	c.retriesVsBreakers(timelines)
 }
@@ -248,3 +274,8 @@ func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry
 	}
 	return false
 }
+
+// adopted reports whether a transition's reason says the instance took it
+// from another instance's change on the breakers topic (or its own, written
+// by an earlier process).
+func adopted(reason string) bool { return strings.HasPrefix(reason, "adopted from ") }

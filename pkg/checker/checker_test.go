@@ -250,3 +250,35 @@ func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
 		t.Fatalf("a correct router's outputs: %s", s.String())
 	}
 }
+
+// Guards the checker's model of shared breakers: a transition an instance
+// adopted from another's change on the breakers topic is accepted when some
+// instance made that change first (here a's latch, adopted by b), and
+// reported (breaker.cause) when none did; an adopted OPEN half-opens at its
+// writer's cooldown end, not a cooldown after the adoption.
+func TestAdoptedTransitions(t *testing.T) {
+	tr := func(inst, from, to, reason string, at time.Time) event.BreakerEvent {
+		return event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "acme/m1", Kind: "TRANSITION", From: from, To: to,
+			Reason: reason, Instance: inst, At: event.At(at)}
+	}
+	rep := run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+		correct(b, d, in, ev, "")
+		// a opens on a timeout of t-1 (its first decision); b adopts it 20 s
+		// later and half-opens with a, 30 s after a opened
+		open := tr("a", "CLOSED", "OPEN", "1 of 1 outcomes failed", d[0].DecidedAt.Time)
+		open.TaskID, open.Class = "t-1", d[0].Class
+		b.alert(open)
+		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Add(20*time.Second)))
+		b.alert(tr("b", "OPEN", "HALF_OPEN", "cooldown over; letting probes through", d[0].DecidedAt.Add(30*time.Second)))
+	})
+	if n := rep.ViolationsByCheck["breaker.cause"] + rep.ViolationsByCheck["breaker.cooldown"]; n != 0 {
+		t.Fatalf("an adoption that follows its writer: %v", rep.Violations)
+	}
+	rep = run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
+		correct(b, d, in, ev, "")
+		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Time))
+	})
+	if rep.ViolationsByCheck["breaker.cause"] != 1 {
+		t.Fatalf("an adoption of a change no instance made was not reported: %v", rep.Violations)
+	}
+}
