@@ -4,13 +4,12 @@
 // and reads no clock: every call takes the time, and every state change is
 // returned as a Transition for the caller to publish.
 //
-// A Set lives in the memory of one router instance. It is not persisted: after
-// a restart or a rebalance the breakers start CLOSED and are rebuilt from the
-// traffic that follows (an open breaker re-opens once min_requests failures
-// arrive again within the window). A breaker latched open by Trip (a
-// hallucination) is lost on restart the same way; the BreakerEvent on the
-// alerts topic stays the durable record. Begin, Commit and Rollback make the
-// changes of one batch a unit that can be undone when its transaction aborts.
+// A Set lives in the memory of one router instance. Its shared part (state,
+// latch, opening time: Shared) is what the router writes to the breakers
+// topic and what another instance, or a restarted one, takes over with
+// Adopt; the rolling windows are each instance's own. Begin, Commit and
+// Rollback make the changes of one batch a unit that can be undone when its
+// transaction aborts.
 package breaker
 
 import (
