@@ -12,8 +12,10 @@ import (
 // its partition saw the failures, fewer than min_requests on the others)
 // holds the due retries of that provider/model on the other two: the OPEN
 // state reaches them through the breakers topic within about a tick, and
-// they publish no retry into it. `breaker reset` then releases the held
-// retries on every instance, each exactly once. Real default policy
+// they publish no retry into it. When its cooldown ends, the three
+// instances together let half_open_probes (1) retry through, not one each.
+// `breaker reset` then releases the held retries on every instance, each
+// exactly once. Real default policy
 // (provider/model breaker: 20 requests, ratio 0.5, cooldown 30 s).
 func TestOpenBreakerHoldsRetriesOnEveryInstance(t *testing.T) {
 	e := newEnv(t)
@@ -33,15 +35,17 @@ func TestOpenBreakerHoldsRetriesOnEveryInstance(t *testing.T) {
 		line = strings.Replace(line, `"action":"answer_ticket"`, `"action":"`+action+`"`, 1)
 		return strings.Replace(line, `"prompt_template":"support-v3"`, `"prompt_template":"`+tpl+`"`, 1)
 	}
-	// 20 timeouts of acme/m1, all on partition 0: its owner opens the breaker
+	// 20 timeouts of acme/m1, all on partition 0: its owner opens the
+	// breaker (each of another action and template, which stay closed)
 	var in strings.Builder
-	for i, n := 0, 0; n < 20; i++ {
+	var failing []string
+	for i := 0; len(failing) < 20; i++ {
 		id := fmt.Sprintf("op-fail-%d", i)
 		if murmur2Partition(id, 3) != 0 {
 			continue
 		}
-		n++
-		in.WriteString(acme(taskEvent("f-"+id, id, 1, timeoutFields), "fail_action", "fail-v1"))
+		failing = append(failing, id)
+		in.WriteString(acme(taskEvent("f-"+id, id, 1, timeoutFields), fmt.Sprintf("fail_%d", i), fmt.Sprintf("fail-v%d", i)))
 	}
 	e.cli(in.String(), "produce", "--topic", "ingress")
 	opened := func(a []map[string]any) map[string]bool {
@@ -53,8 +57,17 @@ func TestOpenBreakerHoldsRetriesOnEveryInstance(t *testing.T) {
 		}
 		return by
 	}
-	if a := e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(opened(a)) >= 1 }); len(opened(a)) == 0 {
+	a := e.tailUntil("alerts", 30*time.Second, func(a []map[string]any) bool { return len(opened(a)) >= 1 })
+	if len(opened(a)) == 0 {
 		t.Fatalf("acme/m1 did not open on any instance: %v\n%s", a, logs())
+	}
+	openedAt := time.Now()
+	for _, x := range a {
+		if str(x, "key") == "acme/m1" && str(x, "to") == "OPEN" {
+			if at, err := time.Parse(time.RFC3339Nano, str(x, "at")); err == nil && at.Before(openedAt) {
+				openedAt = at
+			}
+		}
 	}
 	// a tick or so for the other instances to read it (not asserted: the
 	// retries below are)
@@ -98,6 +111,19 @@ func TestOpenBreakerHoldsRetriesOnEveryInstance(t *testing.T) {
 		t.Fatal(logs())
 	}
 
+	// the cooldown (30 s) ends: the instance that opened acme/m1 half-opens
+	// it and lets its one probe through; the other two, which adopted the
+	// OPEN, let that probe be the only one (not one per instance)
+	time.Sleep(time.Until(openedAt.Add(45 * time.Second)))
+	probes := 0
+	retries = e.tailNow("retry")
+	for _, id := range append(append([]string{}, failing...), tasks...) {
+		probes += len(byTask(retries, id))
+	}
+	if probes != 1 {
+		t.Errorf("%d retries of acme/m1 published while it was half-open, want 1 (half_open_probes), from one instance", probes)
+	}
+
 	// a person's reset closes acme/m1 on every instance; each held retry
 	// is published once, by the instance that owns its task
 	e.cli("", "breaker", "reset", "--scope", "PROVIDER_MODEL", "--key", "acme/m1", "--reason", "provider recovered", "--operator", "ops-lee")
@@ -111,7 +137,7 @@ func TestOpenBreakerHoldsRetriesOnEveryInstance(t *testing.T) {
 	}
 	e.tailUntil("retry", 60*time.Second, released)
 	retries = e.tail("retry", 2*time.Second)
-	for _, id := range tasks {
+	for _, id := range append(append([]string{}, failing...), tasks...) {
 		if n := len(byTask(retries, id)); n != 1 {
 			t.Errorf("task %s: %d retries after the reset, want 1", id, n)
 		}

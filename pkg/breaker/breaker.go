@@ -167,8 +167,12 @@ type breaker struct {
 	openedAt int64 // ms
 	probes   int32 // HALF_OPEN: probes let through
 	okProbes int32 // HALF_OPEN: successes seen
-	window   [buckets]slot
-	saved    uint64 // the unit of changes (Set.epoch) its state at Begin was saved in
+	// wait is, for a state adopted from another instance (Adopt), the time
+	// (ms) before which it neither half-opens nor lets a probe through: the
+	// instance that wrote the state probes alone meanwhile
+	wait   int64
+	window [buckets]slot
+	saved  uint64 // the unit of changes (Set.epoch) its state at Begin was saved in
 }
 
 // Set is the breakers of every scope. It is not safe for concurrent use.
@@ -362,6 +366,7 @@ func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, 
 		t.Class, t.TaskID = o.Class, o.TaskID
 	}
 	b.state = to
+	b.wait = 0
 	switch to {
 	case Open:
 		b.openedAt = now.UnixMilli()
@@ -376,7 +381,7 @@ func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, 
 
 // advance moves an OPEN breaker whose cooldown has passed to HALF_OPEN.
 func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
-	if b.state == Open && !b.latched && now.UnixMilli() >= b.openedAt+s.cfg[ref.Scope].Cooldown.Milliseconds() {
+	if b.state == Open && !b.latched && now.UnixMilli() >= max(b.openedAt+s.cfg[ref.Scope].Cooldown.Milliseconds(), b.wait) {
 		return []Transition{s.move(ref, b, HalfOpen, "cooldown over; letting probes through", now, nil)}
 	}
 	return nil
@@ -431,7 +436,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 		case Open:
 			ok = false
 		case HalfOpen:
-			if b.probes >= s.cfg[ref.Scope].HalfOpenProbes {
+			if b.probes >= s.cfg[ref.Scope].HalfOpenProbes || now.UnixMilli() < b.wait {
 				ok = false
 			}
 		case Closed:
@@ -466,7 +471,9 @@ func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 		var t time.Time
 		switch {
 		case b.state == Open && !b.latched:
-			t = time.UnixMilli(b.openedAt + cooldown)
+			t = time.UnixMilli(max(b.openedAt+cooldown, b.wait))
+		case b.state == HalfOpen && b.wait > now.UnixMilli():
+			t = time.UnixMilli(b.wait)
 		case b.state == Open, b.state == HalfOpen:
 			from := b.openedAt // latched
 			if !b.latched {
@@ -584,25 +591,40 @@ func (s *Set) Shared(ref Ref) Shared {
 // Adopt makes a breaker take the shared state another instance (or an
 // earlier process of this one) wrote, keeping its own window, and returns
 // the transition it causes (none when the state is the same). An OPEN
-// breaker keeps the time it opened there, so that its cooldown ends when the
-// writer's does; a HALF_OPEN one gets its own probes; a CLOSED one clears
-// its latch and window. A CLOSED state of a breaker never seen changes
-// nothing.
+// breaker keeps the time it opened there; a CLOSED one clears its latch and
+// window. A CLOSED state of a breaker never seen changes nothing.
+//
+// So that N instances do not send N times the probes, the writer probes
+// alone for a while: an adopted OPEN half-opens here only a cooldown after
+// the writer's cooldown ended (by then the writer's HALF_OPEN or CLOSED has
+// normally been adopted), and an adopted HALF_OPEN lets no probe through
+// for a cooldown. If the writer is gone, this instance probes then itself.
 func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transition {
 	if _, ok := s.breakers[s.lookup(ref)]; !ok && sh.State == Closed {
 		return nil
 	}
 	b, ref := s.get(ref, now)
 	var ts []Transition
-	if b.state != sh.State {
+	changed := b.state != sh.State
+	if changed {
 		ts = append(ts, s.move(ref, b, sh.State, reason, now, nil))
 	}
 	s.saveFound(ref, b)
-	if sh.State == Open {
+	cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
+	switch sh.State {
+	case Open:
 		b.latched = sh.Latched
 		if !sh.OpenedAt.IsZero() {
 			b.openedAt = sh.OpenedAt.UnixMilli()
 		}
+		if changed {
+			b.wait = b.openedAt + 2*cooldown
+		}
+	case HalfOpen:
+		if changed {
+			b.wait = now.UnixMilli() + cooldown
+		}
+	case Closed:
 	}
 	return ts
 }

@@ -481,7 +481,8 @@ func TestSetIsBoundedWithAnOverflowBreaker(t *testing.T) {
 // Guards Adopt, the breaker side of sharing breakers between instances: an
 // adopted OPEN keeps the time it opened on its writer (its cooldown ends
 // there, not a cooldown after the adoption) and keeps the instance's own
-// window; an adopted latch is not half-opened by the cooldown; an adopted
+// window; the writer probes alone for a cooldown (N instances do not send
+// N times the probes); an adopted latch is not half-opened by the cooldown; an adopted
 // CLOSED clears the latch; a CLOSED state of a breaker never seen creates
 // none; and a unit of changes that rolls back undoes an adoption.
 func TestAdopt(t *testing.T) {
@@ -502,11 +503,26 @@ func TestAdopt(t *testing.T) {
 	if got := s.Shared(pm); got.State != Open || !got.OpenedAt.Equal(t0.Add(-20*time.Second)) {
 		t.Fatalf("Shared after adopting OPEN: %+v", got)
 	}
-	if ok, _ := s.Allow([]Ref{pm}, t0.Add(9*time.Second)); ok {
-		t.Fatal("a retry was allowed into the adopted OPEN breaker before its writer's cooldown ended")
+	// the writer half-opens at t0+10s and probes alone for a cooldown
+	if ok, ts := s.Allow([]Ref{pm}, t0.Add(39*time.Second)); ok || len(ts) != 0 {
+		t.Fatalf("a cooldown after the writer's cooldown end: allowed %v, %v; want held, the writer probing alone", ok, ts)
 	}
-	if ok, ts := s.Allow([]Ref{pm}, t0.Add(10*time.Second)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
-		t.Fatalf("at the writer's cooldown end: allowed %v, %v; want a probe through HALF_OPEN", ok, ts)
+	if got := s.HoldUntil([]Ref{pm}, t0); !got.Equal(t0.Add(40 * time.Second)) {
+		t.Fatalf("a retry behind the adopted OPEN is asked again at %s, want t0+40s", got)
+	}
+	if ok, ts := s.Allow([]Ref{pm}, t0.Add(40*time.Second)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("the writer gone: allowed %v, %v; want this instance's own probe through HALF_OPEN", ok, ts)
+	}
+	// an adopted HALF_OPEN lets no probe through for a cooldown
+	dm := Ref{Scope: Downstream, Key: "refund"}
+	if ts := s.Adopt(dm, Shared{State: HalfOpen}, "adopted from a: cooldown over", t0); len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("adopting HALF_OPEN: %v", ts)
+	}
+	if ok, _ := s.Allow([]Ref{dm}, t0.Add(29*time.Second)); ok {
+		t.Fatal("an adopted HALF_OPEN let a probe through while its writer probes")
+	}
+	if ok, _ := s.Allow([]Ref{dm}, t0.Add(30*time.Second)); !ok {
+		t.Fatal("an adopted HALF_OPEN let no probe through a cooldown after it was adopted")
 	}
 
 	tpl := Ref{Scope: PromptTemplate, Key: "refund-v9"}

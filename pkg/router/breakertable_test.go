@@ -85,7 +85,7 @@ func TestAdoptKeepsALatchUntilAReset(t *testing.T) {
 // Guards "last writer wins" for states that are not latches: a state older
 // than this instance's own last change of the breaker is not adopted; a
 // newer OPEN is, keeping the time it opened on its writer, so that the
-// retries held here wait for the end of the writer's cooldown.
+// retries held here wait for the writer's cooldown and its probes.
 func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 	r := adoptRouter(t)
 	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
@@ -109,8 +109,8 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 		t.Fatal("a newer OPEN was not adopted")
 	}
 	cooldown := time.Duration(policy.Default().Breakers.PromptTemplate.CooldownMs) * time.Millisecond
-	if got, want := r.brk.set.HoldUntil([]breaker.Ref{ref}, t0.Add(21*time.Second)), t0.Add(20*time.Second+cooldown); !got.Equal(want) {
-		t.Fatalf("a retry behind the adopted OPEN is held until %s, want the writer's cooldown end %s", got, want)
+	if got, want := r.brk.set.HoldUntil([]breaker.Ref{ref}, t0.Add(21*time.Second)), t0.Add(20*time.Second+2*cooldown); !got.Equal(want) {
+		t.Fatalf("a retry behind the adopted OPEN is held until %s, want a cooldown after the writer's cooldown end, %s", got, want)
 	}
 }
 
