@@ -573,6 +573,10 @@ type Shared struct {
 	State    State
 	Latched  bool
 	OpenedAt time.Time // zero unless State is Open
+	// Elsewhere is true for a state another instance wrote: it probes
+	// alone for a while (Adopt). False for this instance's own state,
+	// written by an earlier process of it.
+	Elsewhere bool
 }
 
 // Shared returns the shared state of a breaker: CLOSED for one never seen.
@@ -599,6 +603,8 @@ func (s *Set) Shared(ref Ref) Shared {
 // the writer's cooldown ended (by then the writer's HALF_OPEN or CLOSED has
 // normally been adopted), and an adopted HALF_OPEN lets no probe through
 // for a cooldown. If the writer is gone, this instance probes then itself.
+// A state this instance wrote itself (Shared.Elsewhere false: restored
+// after a restart) waits for nothing but its own cooldown.
 func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transition {
 	if _, ok := s.breakers[s.lookup(ref)]; !ok && sh.State == Closed {
 		return nil
@@ -617,11 +623,11 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 		if !sh.OpenedAt.IsZero() {
 			b.openedAt = sh.OpenedAt.UnixMilli()
 		}
-		if changed {
+		if changed && sh.Elsewhere {
 			b.wait = b.openedAt + 2*cooldown
 		}
 	case HalfOpen:
-		if changed {
+		if changed && sh.Elsewhere {
 			b.wait = now.UnixMilli() + cooldown
 		}
 	case Closed:

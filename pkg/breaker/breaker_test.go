@@ -496,7 +496,7 @@ func TestAdopt(t *testing.T) {
 	if ts := s.Adopt(pm, Shared{State: Closed}, "adopted", t0); len(ts) != 0 || len(s.breakers) != 0 {
 		t.Fatalf("adopting CLOSED for a breaker never seen: %v, %d breakers; want nothing", ts, len(s.breakers))
 	}
-	ts := s.Adopt(pm, Shared{State: Open, OpenedAt: t0.Add(-20 * time.Second)}, "adopted from a: failing", t0)
+	ts := s.Adopt(pm, Shared{State: Open, OpenedAt: t0.Add(-20 * time.Second), Elsewhere: true}, "adopted from a: failing", t0)
 	if len(ts) != 1 || ts[0].From != Closed || ts[0].To != Open || ts[0].Reason != "adopted from a: failing" {
 		t.Fatalf("adopting OPEN: %+v, want one CLOSED -> OPEN", ts)
 	}
@@ -515,7 +515,7 @@ func TestAdopt(t *testing.T) {
 	}
 	// an adopted HALF_OPEN lets no probe through for a cooldown
 	dm := Ref{Scope: Downstream, Key: "refund"}
-	if ts := s.Adopt(dm, Shared{State: HalfOpen}, "adopted from a: cooldown over", t0); len(ts) != 1 || ts[0].To != HalfOpen {
+	if ts := s.Adopt(dm, Shared{State: HalfOpen, Elsewhere: true}, "adopted from a: cooldown over", t0); len(ts) != 1 || ts[0].To != HalfOpen {
 		t.Fatalf("adopting HALF_OPEN: %v", ts)
 	}
 	if ok, _ := s.Allow([]Ref{dm}, t0.Add(29*time.Second)); ok {
@@ -523,6 +523,12 @@ func TestAdopt(t *testing.T) {
 	}
 	if ok, _ := s.Allow([]Ref{dm}, t0.Add(30*time.Second)); !ok {
 		t.Fatal("an adopted HALF_OPEN let no probe through a cooldown after it was adopted")
+	}
+	// its own state, restored after a restart, half-opens at its own cooldown end
+	own := Ref{Scope: ProviderModel, Key: "acme/m2"}
+	s.Adopt(own, Shared{State: Open, OpenedAt: t0}, "adopted from b: failing", t0.Add(time.Second))
+	if ok, ts := s.Allow([]Ref{own}, t0.Add(30*time.Second)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("its own restored OPEN at its cooldown end: allowed %v, %v; want a probe through HALF_OPEN", ok, ts)
 	}
 
 	tpl := Ref{Scope: PromptTemplate, Key: "refund-v9"}

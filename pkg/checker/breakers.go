@@ -224,10 +224,14 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 				}
 				// held behind this breaker alone: due before it closed,
 				// published after, every other breaker of the retry closed
-				// in between (a retry held behind two breakers waits for both)
+				// in between (a retry held behind two breakers waits for
+				// both). Held by this process: the held set is in memory, so
+				// a retry an earlier process held comes out at the time it
+				// was moved to, not in due order with those held here.
 				var held []pub
 				for _, p := range in {
-					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && !heldElsewhere(timelines, k, p.x, p.at) {
+					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && c.process(k.instance, p.x.decided) == s.process &&
+						!heldElsewhere(timelines, k, p.x, p.at) {
 						held = append(held, p)
 					}
 				}

@@ -223,7 +223,7 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 	case latchedHere, at < r.brk.lastChange[ref]:
 		return
 	}
-	sh := breaker.Shared{Latched: s.Latched}
+	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != r.cfg.InstanceID}
 	sh.State, _ = parseState(s.State)
 	if s.OpenedAt != nil {
 		sh.OpenedAt = s.OpenedAt.Time
