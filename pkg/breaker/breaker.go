@@ -479,7 +479,7 @@ func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 			if !b.latched {
 				from += cooldown
 			}
-			step := min(max(cooldown/4, time.Second.Milliseconds()), 30*time.Second.Milliseconds())
+			step := recheck(cooldown)
 			t = time.UnixMilli(from + step*(max(now.UnixMilli()-from, 0)/step+1))
 		default:
 			continue
@@ -599,10 +599,11 @@ func (s *Set) Shared(ref Ref) Shared {
 // window. A CLOSED state of a breaker never seen changes nothing.
 //
 // So that N instances do not send N times the probes, the writer probes
-// alone for a while: an adopted OPEN half-opens here only a cooldown after
-// the writer's cooldown ended (by then the writer's HALF_OPEN or CLOSED has
-// normally been adopted), and an adopted HALF_OPEN lets no probe through
-// for a cooldown. If the writer is gone, this instance probes then itself.
+// alone for a while: an adopted OPEN half-opens here only one recheck step
+// (a quarter of the cooldown, 1 s to 30 s) after the writer's cooldown ended
+// (by then the writer's HALF_OPEN has normally been adopted, when the writer
+// holds retries of it), and an adopted HALF_OPEN lets no probe through for a
+// cooldown. If the writer is gone, this instance probes then itself.
 // A state this instance wrote itself (Shared.Elsewhere false: restored
 // after a restart) waits for nothing but its own cooldown.
 func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transition {
@@ -624,7 +625,7 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 			b.openedAt = sh.OpenedAt.UnixMilli()
 		}
 		if changed && sh.Elsewhere {
-			b.wait = b.openedAt + 2*cooldown
+			b.wait = b.openedAt + cooldown + recheck(cooldown)
 		}
 	case HalfOpen:
 		if changed && sh.Elsewhere {
@@ -633,4 +634,11 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 	case Closed:
 	}
 	return ts
+}
+
+// recheck is the step at which retries held behind a breaker that is
+// latched, or half-open with its probes out, are asked again: a quarter of
+// the cooldown (ms), between 1 s and 30 s.
+func recheck(cooldown int64) int64 {
+	return min(max(cooldown/4, time.Second.Milliseconds()), 30*time.Second.Milliseconds())
 }

@@ -503,14 +503,15 @@ func TestAdopt(t *testing.T) {
 	if got := s.Shared(pm); got.State != Open || !got.OpenedAt.Equal(t0.Add(-20*time.Second)) {
 		t.Fatalf("Shared after adopting OPEN: %+v", got)
 	}
-	// the writer half-opens at t0+10s and probes alone for a cooldown
-	if ok, ts := s.Allow([]Ref{pm}, t0.Add(39*time.Second)); ok || len(ts) != 0 {
-		t.Fatalf("a cooldown after the writer's cooldown end: allowed %v, %v; want held, the writer probing alone", ok, ts)
+	// the writer half-opens at t0+10s and probes alone for a recheck step
+	// (7.5 s)
+	if ok, ts := s.Allow([]Ref{pm}, t0.Add(17*time.Second)); ok || len(ts) != 0 {
+		t.Fatalf("a recheck step after the writer's cooldown end: allowed %v, %v; want held, the writer probing alone", ok, ts)
 	}
-	if got := s.HoldUntil([]Ref{pm}, t0); !got.Equal(t0.Add(40 * time.Second)) {
-		t.Fatalf("a retry behind the adopted OPEN is asked again at %s, want t0+40s", got)
+	if got := s.HoldUntil([]Ref{pm}, t0); !got.Equal(t0.Add(17500 * time.Millisecond)) {
+		t.Fatalf("a retry behind the adopted OPEN is asked again at %s, want t0+17.5s", got)
 	}
-	if ok, ts := s.Allow([]Ref{pm}, t0.Add(40*time.Second)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+	if ok, ts := s.Allow([]Ref{pm}, t0.Add(17500*time.Millisecond)); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
 		t.Fatalf("the writer gone: allowed %v, %v; want this instance's own probe through HALF_OPEN", ok, ts)
 	}
 	// an adopted HALF_OPEN lets no probe through for a cooldown
