@@ -341,6 +341,33 @@ func TestChartConsoleProxyModeLetsOnlyTheProxyIn(t *testing.T) {
 	}
 }
 
+// Guards the console's cookies behind a TLS ingress: with the Ingress's TLS
+// set, the console is told its public URL is https://<host> (Secure cookies
+// and HSTS); console.publicURL overrides it; without TLS nothing is said.
+func TestChartConsolePublicURL(t *testing.T) {
+	args := func(objs map[string][]map[string]any) []string {
+		var out []string
+		for _, a := range at(objs["Deployment"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	base := []string{"--set", "console.enabled=true", "--set", "console.existingSecret=s", "--set", "console.ingress.enabled=true",
+		"--set", "console.ingress.host=console.test"}
+	tls := append(base, "--set", "console.ingress.tls[0].secretName=console-tls", "--set", "console.ingress.tls[0].hosts[0]=console.test")
+	if a := args(render(t, tls...)); !slices.Contains(a, "--public-url=https://console.test") {
+		t.Errorf("TLS at the ingress: args %v lack --public-url=https://console.test", a)
+	}
+	if a := args(render(t, append(tls, "--set", "console.publicURL=https://ops.example.com/console")...)); !slices.Contains(a, "--public-url=https://ops.example.com/console") {
+		t.Errorf("console.publicURL: args %v", a)
+	}
+	for _, a := range args(render(t, base...)) {
+		if strings.HasPrefix(a, "--public-url") {
+			t.Errorf("no TLS at the ingress, yet %s", a)
+		}
+	}
+}
+
 // Guards the schema registry values: the URL and wire format reach the
 // router as FAULTROUTER_REGISTRY_URL and FAULTROUTER_WIRE_FORMAT, basic auth
 // from a Secret the chart creates (or an existing one), the CA from a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/ledger"
 	seeded "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
@@ -189,7 +192,10 @@ func TestCostTotalsMatchTheEvents(t *testing.T) {
 // changes nothing and disagrees with no recorded decision; a candidate that
 // raises network_timeout.max_retries from 2 to 4 changes exactly the third
 // timeout of the tasks whose three attempts all timed out (the test finds
-// them in the events), from DEADLETTER to RETRY, and no other decision.
+// them in the events), from DEADLETTER to RETRY, and no other decision; its
+// cost figures are the sums the test computes from the events (every
+// attempt replayed, observed; each added retry at the mean cost of the
+// timeouts of its provider/model, estimated).
 func TestWhatIfOnTheWorkload(t *testing.T) {
 	e := newEnv(t)
 	byTask, since := costWorkload(t, e, 300)
@@ -223,8 +229,10 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 		} `json:"matrix"`
 		Retries struct{ Added, Removed int } `json:"retries"`
 		Cost    struct {
-			AddedAttempts int     `json:"added_attempts"`
-			AddedUSD      float64 `json:"added_usd_estimated"`
+			AddedAttempts   int     `json:"added_attempts"`
+			AddedUSD        float64 `json:"added_usd_estimated"`
+			RemovedAttempts int     `json:"removed_attempts"`
+			ObservedUSD     float64 `json:"observed_usd"`
 		} `json:"cost"`
 	}
 	run := func(args ...string) report {
@@ -250,8 +258,29 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 			t.Errorf("changed cell %+v, want only NETWORK_TIMEOUT DEADLETTER -> RETRY, %d", c, len(want))
 		}
 	}
-	if r.Retries.Added != len(want) || r.Retries.Removed != 0 || r.Cost.AddedAttempts != len(want) || r.Cost.AddedUSD <= 0 {
-		t.Errorf("retries %+v, cost %+v; want %d added, 0 removed, an estimated cost", r.Retries, r.Cost, len(want))
+	// the cost: every attempt replayed, observed; each added retry at the
+	// mean cost of the NETWORK_TIMEOUT attempts of its provider/model
+	// (pkg/workload's timeouts on no write), estimated
+	sums, counts := map[string]int64{}, map[string]int64{}
+	modelOf := map[string]string{}
+	for _, evs := range byTask {
+		for _, ev := range evs {
+			modelOf[ev.TaskID] = ev.Provider + "/" + ev.Model
+			if ev.Error != nil && ev.Error.Type == "TimeoutError" && ev.Operation == nil {
+				sums[modelOf[ev.TaskID]] += micros(ev.Usage.CostUSD)
+				counts[modelOf[ev.TaskID]]++
+			}
+		}
+	}
+	var added float64
+	for _, task := range want {
+		m := modelOf[task]
+		added += float64(sums[m]) / float64(counts[m]) / 1e6
+	}
+	if r.Retries.Added != len(want) || r.Retries.Removed != 0 || r.Cost.AddedAttempts != len(want) || r.Cost.RemovedAttempts != 0 ||
+		math.Abs(r.Cost.AddedUSD-added) > 1e-6 || micros(r.Cost.ObservedUSD) != computeLedger(byTask).total {
+		t.Errorf("retries %+v, cost %+v; want %d added, 0 removed, %.6f estimated, %d micro-dollars observed",
+			r.Retries, r.Cost, len(want), added, computeLedger(byTask).total)
 	}
 
 	rows, err := csv.NewReader(strings.NewReader(e.cli("", "policy", "whatif", "--policy", candidate, "--since", sinceArg, "--format", "csv"))).ReadAll()
@@ -279,5 +308,101 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 	if off.Disagreements == 0 || off.Why["baseline_differs_from_running_policy"] != off.Disagreements {
 		t.Errorf("a baseline of max_retries 4 against the audit of 2: %d disagreements, why %v; want every one put down to the baseline",
 			off.Disagreements, off.Why)
+	}
+}
+
+// TestConsoleCostPageInTheBrowser guards the console's Cost page as a person
+// sees it in Chromium, on a seeded workload routed by a real router: the
+// spend, failed spend and cost prevented it shows are those `faultrouter
+// cost` prints for the same records, the charts are drawn (spend per hour
+// by class, cost prevented per hour) and the top models and templates are
+// listed. The page is screenshot (console-cost.png).
+func TestConsoleCostPageInTheBrowser(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	_, since := costWorkload(t, e, 150)
+	var want struct {
+		TotalUSD     float64 `json:"total_usd"`
+		FailedUSD    float64 `json:"failed_usd"`
+		PreventedUSD float64 `json:"prevented_usd"`
+	}
+	out := e.cli("", "cost", "--since", since.UTC().Format(time.RFC3339Nano), "--format", "json")
+	if err := json.Unmarshal([]byte(out), &want); err != nil {
+		t.Fatal(err)
+	}
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: vera, password_bcrypt: %q, roles: [viewer]}\n", e.hashPassword("s3cret-pw")))
+	run(t, ctx, c, "sign in to the Cost page",
+		chromedp.Navigate(c.url+"/cost"), chromedp.WaitVisible(css("#name")),
+		chromedp.SendKeys(css("#name"), "vera"), chromedp.SendKeys(css("#password"), "s3cret-pw"),
+		chromedp.Click(css("#signin")), chromedp.WaitVisible(css("#cost-totals")),
+		textUntil(c.url+"/cost", "#cost-total", ledger.Dollars(want.TotalUSD)),
+		shot(t, "console-cost.png"),
+	)
+	for sel, v := range map[string]float64{"#cost-total": want.TotalUSD, "#cost-failed": want.FailedUSD, "#cost-prevented": want.PreventedUSD} {
+		if got := text(t, ctx, c, sel); got != ledger.Dollars(v) {
+			t.Errorf("%s shows %q, faultrouter cost says %s", sel, got, ledger.Dollars(v))
+		}
+	}
+	count := func(sel string) int {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("`+sel+`").length`))
+		if err != nil {
+			t.Fatalf("counting %s: %v", sel, err)
+		}
+		return n
+	}
+	spend, prevented := count("#spend-chart rect.seg"), count("#prevented-chart rect.seg")
+	if spend == 0 || prevented == 0 {
+		t.Errorf("the charts draw %d spend and %d prevented segments, want some of each", spend, prevented)
+	}
+	if rows := text(t, ctx, c, "#cost-models tbody"); !strings.Contains(rows, "/") {
+		t.Errorf("no provider/model listed by failed spend: %q", rows)
+	}
+}
+
+// TestConsoleWhatifInTheBrowser guards the console's What-if page as an
+// operator uses it in Chromium, on a seeded workload routed by a real
+// router: a candidate raising network_timeout.max_retries to 4, pasted into
+// the page, shows 0 disagreements first, then exactly the changed decisions
+// the test computes from the events (the third timeouts, DEADLETTER ->
+// RETRY), with links to their timelines. The page is screenshot
+// (console-whatif.png).
+func TestConsoleWhatifInTheBrowser(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	byTask, _ := costWorkload(t, e, 300)
+	want := computeLedger(byTask).deadLettered
+	if len(want) == 0 {
+		t.Fatal("the workload holds no task whose three attempts timed out: the test would prove nothing")
+	}
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: olga, password_bcrypt: %q, roles: [operator]}\n", e.hashPassword("s3cret-pw")))
+	run(t, ctx, c, "sign in to the What-if page",
+		chromedp.Navigate(c.url+"/whatif"), chromedp.WaitVisible(css("#name")),
+		chromedp.SendKeys(css("#name"), "olga"), chromedp.SendKeys(css("#password"), "s3cret-pw"),
+		chromedp.Click(css("#signin")), chromedp.WaitVisible(css("#whatif-form")),
+	)
+	run(t, ctx, c, "replay the last hour through the candidate",
+		chromedp.SetValue(css("#policy"), "# give timeouts two more retries\nnetwork_timeout:\n  max_retries: 4\n"),
+		chromedp.SetValue(css("#hours"), "1"),
+		chromedp.Click(css("#whatif-run")),
+		chromedp.WaitVisible(css("#whatif-summary")),
+		shot(t, "console-whatif.png"),
+	)
+	if got := text(t, ctx, c, "#whatif-disagreements"); got != "0" {
+		t.Errorf("disagreements %q, want 0", got)
+	}
+	if got := text(t, ctx, c, "#whatif-changed"); got != fmt.Sprint(len(want)) {
+		t.Errorf("changed %q, want %d", got, len(want))
+	}
+	changed := text(t, ctx, c, "#whatif-matrix tr.changed")
+	if !strings.Contains(changed, "NETWORK_TIMEOUT") || !strings.Contains(changed, "DEADLETTER") || !strings.Contains(changed, "RETRY") {
+		t.Errorf("the changed cell reads %q, want NETWORK_TIMEOUT DEADLETTER -> RETRY", changed)
+	}
+	list := text(t, ctx, c, "#whatif-changes tbody")
+	for _, task := range want {
+		if !strings.Contains(list, task) {
+			t.Errorf("the changed decisions do not list %s:\n%s", task, list)
+		}
 	}
 }

@@ -104,8 +104,9 @@ func costReport(ctx context.Context, opts []kgo.Opt, audit string, rng replay.Ra
 		return ledger.Report{}, err
 	}
 	l := ledger.New(p)
-	undecodable := 0
+	undecodable, read := 0, 0
 	err = replay.Each(ctx, opts, []string{audit}, rng, idle, nil, func(rec *kgo.Record) error {
+		read++
 		r, err := c.DecodeRouted(rec.Value)
 		if err != nil {
 			undecodable++
@@ -114,6 +115,7 @@ func costReport(ctx context.Context, opts []kgo.Opt, audit string, rng replay.Ra
 		l.Add(r.Event, &r.Decision)
 		return nil
 	})
+	fmt.Fprintf(stderr, "cost: %d audit records in the range\n", read)
 	if undecodable > 0 {
 		fmt.Fprintf(stderr, "cost: %d audit record(s) did not decode and are not counted\n", undecodable)
 	}

@@ -18,7 +18,7 @@ import (
 // the stream against the default policy the demo ran with.
 func demoCost(ctx context.Context, seeds []kgo.Opt, cfg router.Config, began time.Time, candidate *policy.Policy, w io.Writer) error {
 	rng := replay.Range{Since: began, Until: time.Now().Add(time.Second)}
-	rep, err := costReport(ctx, seeds, cfg.Topics.Audit, rng, policy.Default(), 10*time.Second, w)
+	rep, err := costReport(ctx, seeds, cfg.Topics.Audit, rng, policy.Default(), 10*time.Second, io.Discard)
 	if err != nil {
 		return fmt.Errorf("demo: cost: %w", err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/checker"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 	"github.com/faultrouter/faultrouter/pkg/whatif"
@@ -106,45 +105,7 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 // runWhatif reads the range and replays it through both policies.
 func runWhatif(ctx context.Context, opts []kgo.Opt, names map[string]string, rng replay.Range, baseline, candidate *policy.Policy,
 	examples int, idle time.Duration, stderr io.Writer) (*whatif.Report, error) {
-	logs, err := whatifLogs(ctx, opts, names, rng, idle)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stderr, "policy whatif: %d task events, %d decisions-topic records in the range; %d audit records read\n",
-		len(logs.Ingress), len(logs.Decisions), len(logs.Audit))
-	replayWith := func(p *policy.Policy) ([]checker.Decided, error) {
-		return checker.Replay(logs, checker.Options{Policy: p, Ingress: names["ingress"], Decisions: names["decisions"]})
-	}
-	b, err := replayWith(baseline)
-	if err != nil {
-		return nil, err
-	}
-	c, err := replayWith(candidate)
-	if err != nil {
-		return nil, err
-	}
-	return whatif.Compare(b, c, whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: examples})
-}
-
-// whatifLogs reads the inputs of the range and the audit records from its
-// start to the committed end (an input's audit record is written after it).
-func whatifLogs(ctx context.Context, opts []kgo.Opt, names map[string]string, rng replay.Range, idle time.Duration) (checker.Logs, error) {
-	var logs checker.Logs
-	err := replay.Each(ctx, opts, []string{names["ingress"], names["decisions"]}, rng, idle, nil, func(rec *kgo.Record) error {
-		if rec.Topic == names["ingress"] {
-			logs.Ingress = append(logs.Ingress, rec)
-		} else {
-			logs.Decisions = append(logs.Decisions, rec)
-		}
-		return nil
-	})
-	if err != nil {
-		return logs, err
-	}
-	err = replay.Each(ctx, opts, []string{names["audit"]}, replay.Range{Since: rng.Since}, idle, nil, func(rec *kgo.Record) error {
-		logs.Audit = append(logs.Audit, rec)
-		return nil
-	})
-	logs.End = time.Now()
-	return logs, err
+	return whatif.Run(ctx, opts, whatif.Topics{Ingress: names["ingress"], Decisions: names["decisions"], Audit: names["audit"]},
+		whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: examples},
+		whatif.RunOptions{Idle: idle, Progress: stderr})
 }

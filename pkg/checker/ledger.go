@@ -9,7 +9,13 @@ import (
 
 // checkPrevented checks the cost prevented an audit record carries: the
 // policy's for the model's decision (none for a decision that is no stop).
+// An audit record of RoutedRecord version 1 (an earlier build's, during an
+// upgrade) carries none and is not checked; the ledger check still counts
+// its stops, computed with the policy.
 func (c *checker) checkPrevented(task string, in *input, got, want *event.Decision) {
+	if _, v, err := c.codec.WriterVersion(in.audit.rec.Value); err == nil && v < 2 {
+		return // written by a build before RoutedRecord version 2, which had no prevented
+	}
 	w := c.o.Policy.PreventedRecord(want)
 	g := got.Prevented
 	switch {

@@ -45,6 +45,7 @@ const (
 	HeaderRedriveCount        = "faultrouter.redrive.count"            // re-drives of this lineage, 1 for the first
 	HeaderRedriveReason       = "faultrouter.redrive.reason"           // the operator's --reason, if given
 	HeaderRedriveForced       = "faultrouter.redrive.forced"           // "true": --force overrode the unknown-outcome guard
+	HeaderRedriveOperator     = "faultrouter.redrive.operator"         // who re-drove it, when known (the console's signed-in person)
 )
 
 // maxErrorMessageHeaderBytes bounds the text headers the router writes.
@@ -105,6 +106,8 @@ type Redrive struct {
 	// unknown.
 	Reason string
 	Forced bool
+	// Operator is who re-drove the record, when known.
+	Operator string
 }
 
 // Source names the re-driven record: topic/partition@offset.
@@ -207,6 +210,8 @@ func ParseHeaders(hs []kgo.RecordHeader) Headers {
 			rd.Reason = v
 		case x.Key == HeaderRedriveForced:
 			rd.Forced = v == "true"
+		case x.Key == HeaderRedriveOperator:
+			rd.Operator = v
 		}
 	}
 	if rd.Count > 0 {
@@ -273,6 +278,9 @@ func (r *Redrive) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
 	}
 	if r.Forced {
 		add(HeaderRedriveForced, "true")
+	}
+	if r.Operator != "" {
+		add(HeaderRedriveOperator, Truncate(r.Operator, maxErrorMessageHeaderBytes))
 	}
 	return hs
 }

@@ -127,6 +127,7 @@ func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person)
 		return err
 	}
 	s.log.Info("console: breaker reset sent", "scope", scope.String(), "key", key, "operator", p.Name)
+	s.record(r.Context(), opAction{Action: "breaker_reset", User: p.Name, What: scope.String() + "/" + key, Why: reason})
 	http.Redirect(w, r, "/breakers?"+url.Values{"done": {"reset"}, "task": {scope.String() + "/" + key}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
 	return nil
 }

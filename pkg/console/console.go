@@ -230,8 +230,9 @@ type Server struct {
 	jobs   *jobs
 	met    *metrics
 	limit  *limiter
-	// bcrypt holds a slot per running password compare.
-	bcrypt chan struct{}
+	// bcrypt holds a slot per running password compare, timelines one per
+	// timeline being read.
+	bcrypt, timelines chan struct{}
 
 	usersNow atomic.Pointer[Users]
 	producer *kgo.Client
@@ -241,6 +242,8 @@ type Server struct {
 	signedOut map[string]time.Time // session ID -> when it was signed out
 	usersSum  [32]byte             // of the users file as last read
 	usedSets  map[string]time.Time // confirmed selections -> when
+
+	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
 
 // claim is a decision this replica sent and the view has not read back yet.
@@ -282,7 +285,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
 		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
-		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0))}
+		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
+		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets = map[string]time.Time{}, map[string]time.Time{}
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {

@@ -66,13 +66,7 @@ func (s *Server) deadLetters(f *dlFilter, limit int) ([]deadLetter, error) {
 		hi = "dl/" + timeKey(f.until.UnixMilli())
 	}
 	var out []deadLetter
-	err := s.view.each("dl/", false, func(k string, val []byte) bool {
-		if k < lo {
-			return true
-		}
-		if k >= hi {
-			return false
-		}
+	err := s.view.eachRange(lo, hi, false, func(k string, val []byte) bool {
 		var d deadLetter
 		if json.Unmarshal(val, &d) == nil && f.match(&d) {
 			out = append(out, d)
@@ -86,18 +80,32 @@ func (s *Server) deadLetters(f *dlFilter, limit int) ([]deadLetter, error) {
 type dlRow struct {
 	deadLetter
 	ID      string
-	Event   string // the decoded event, indented JSON; empty when it does not decode
+	Event   string // the decoded event, indented JSON (cut); empty when it does not decode
+	Preview []byte // the first bytes of the original
+	Size    int
 	Headers []kgo.RecordHeader
 }
 
 func (s *Server) dlRow(d *deadLetter) dlRow {
-	r := dlRow{deadLetter: *d, ID: d.id(), Headers: d.Headers}
+	r := dlRow{deadLetter: *d, ID: d.id(), Size: len(d.Value), Preview: d.Value[:min(len(d.Value), dlPreviewBytes)]}
+	for _, h := range d.Headers {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: cut(h.Key, dlHeaderBytes), Value: []byte(cut(string(h.Value), dlHeaderBytes))})
+	}
 	st := replay.Decode(s.codec, d.record(), "deadletter")
 	if st.Event != nil {
 		b, _ := json.MarshalIndent(st.Event, "", "  ")
-		r.Event = string(b)
+		r.Event = cut(string(b), dlEventBytes)
 	}
+	r.Value, r.Key, r.Message, r.TaskID = nil, nil, cut(r.Message, dlHeaderBytes), cut(r.TaskID, dlHeaderBytes)
 	return r
+}
+
+// cut shortens s to at most n bytes, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // record rebuilds the Kafka record of a dead letter.
@@ -182,29 +190,63 @@ func (s *Server) selection(r *http.Request, bound time.Time) ([]deadLetter, stri
 }
 
 func (s *Server) findDeadLetter(topic string, partition int32, offset int64) (*deadLetter, error) {
-	var found *deadLetter
-	err := s.view.each("dl/", false, func(_ string, val []byte) bool {
-		var d deadLetter
-		if json.Unmarshal(val, &d) == nil && d.Topic == topic && d.Partition == partition && d.Offset == offset {
-			found = &d
-			return false
-		}
-		return true
-	})
-	if err == nil && found == nil {
-		err = notFound(fmt.Sprintf("No dead letter at %s/%d@%d.", topic, partition, offset))
+	id := (&deadLetter{Topic: topic, Partition: partition, Offset: offset}).id()
+	var key string
+	b, closer, err := s.view.db.Get([]byte("dli/" + id))
+	if err == nil {
+		key = string(b)
+		closer.Close()
 	}
-	return found, err
+	var d deadLetter
+	if key != "" {
+		var ok bool
+		if ok, err = s.view.get(key, &d); err != nil {
+			return nil, err
+		} else if ok {
+			return &d, nil
+		}
+	}
+	return nil, notFound(fmt.Sprintf("No dead letter at %s/%d@%d.", topic, partition, offset))
 }
 
-// plan is the dry run of a selection.
-func (s *Server) plan(ds []deadLetter, reason string) ([]control.Redrive, error) {
+// Bounds of what the dead-letter page shows of one record; the original
+// bytes are a download (/deadletter/raw).
+const (
+	dlPreviewBytes = 512
+	dlEventBytes   = 8 << 10
+	dlHeaderBytes  = 1 << 10
+)
+
+// deadLetterRaw serves a dead letter's original bytes as a download.
+func (s *Server) deadLetterRaw(w http.ResponseWriter, r *http.Request, p *person) error {
+	parts := strings.Split(r.URL.Query().Get("id"), "/")
+	if len(parts) != 3 {
+		return badRequest("Which record? Give id=topic/partition/offset.")
+	}
+	part, err1 := strconv.Atoi(parts[1])
+	off, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return badRequest(fmt.Sprintf("Unknown record %q.", r.URL.Query().Get("id")))
+	}
+	d, err := s.findDeadLetter(parts[0], int32(part), off)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="deadletter-%d-%d.bin"`, part, off))
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(d.Value)
+	return nil
+}
+
+// plan is the dry run of a selection re-driven by operator.
+func (s *Server) plan(ds []deadLetter, reason, operator string) ([]control.Redrive, error) {
 	found := make([]replay.Found, len(ds))
 	for i := range ds {
 		rec := ds[i].record()
 		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, "deadletter")}
 	}
-	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason})
+	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason, Operator: operator})
 }
 
 // maxRedrive is the most dead letters one re-drive takes.
@@ -256,7 +298,7 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 			return err
 		}
 	}
-	plan, err := s.plan(ds, reason)
+	plan, err := s.plan(ds, reason, p.Name)
 	if err != nil {
 		return err
 	}
@@ -300,8 +342,16 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 		return err
 	}
 	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
+	var tasks []string
+	seen := map[string]bool{}
+	for _, x := range plan {
+		if x.Out != nil && x.Refused == nil && x.Step.TaskID != "" && !seen[x.Step.TaskID] {
+			seen[x.Step.TaskID] = true
+			tasks = append(tasks, x.Step.TaskID)
+		}
+	}
 	s.record(r.Context(), opAction{Action: "redrive", User: p.Name, What: fmt.Sprintf("job %s: %d records (%s)", j.ID, len(send), desc),
-		Why: reason, Set: set})
+		Why: reason, Set: set, Tasks: tasks})
 	http.Redirect(w, r, "/deadletter?"+url.Values{"done": {"job"}, "task": {j.ID}}.Encode(), http.StatusSeeOther)
 	return nil
 }

@@ -18,8 +18,8 @@ import (
 // Guards the dead-letter re-drive: a selection by filter is previewed with
 // its count and what the loop guard refuses, nothing is sent until the
 // preview is confirmed, and the job then re-drives exactly the
-// records the filter selected to ingress, with lineage headers and
-// the operator's reason, and records who ran it and why. A reviewer without
+// records the filter selected to ingress, with lineage headers naming the
+// operator and the reason, and records who ran it and why. A reviewer without
 // the operator role is refused.
 func TestRedriveByFilterPreviewThenJob(t *testing.T) {
 	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
@@ -95,8 +95,9 @@ func TestRedriveByFilterPreviewThenJob(t *testing.T) {
 		t.Fatalf("ingress after the job: %d records, want t-a and t-b", len(recs))
 	}
 	hs := codec.ParseHeaders(keys["t-a"].Headers)
-	if hs.Redrive == nil || hs.Redrive.Count != 1 || hs.Redrive.Reason != "decoder fixed" || hs.Redrive.SourceTopic != dl || string(keys["t-a"].Value) != "raw-t-a" {
-		t.Errorf("re-driven record: %+v value %q, want the original bytes, count 1, the reason and the source", hs.Redrive, keys["t-a"].Value)
+	if hs.Redrive == nil || hs.Redrive.Count != 1 || hs.Redrive.Reason != "decoder fixed" || hs.Redrive.SourceTopic != dl || string(keys["t-a"].Value) != "raw-t-a" ||
+		hs.Redrive.Operator != "olga" {
+		t.Errorf("re-driven record: %+v value %q, want the original bytes, count 1, the reason, the source and operator olga", hs.Redrive, keys["t-a"].Value)
 	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {

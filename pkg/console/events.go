@@ -31,9 +31,16 @@ type hub struct {
 
 func newHub() *hub { return &hub{subs: map[chan note]bool{}} }
 
+// maxStreams bounds the open live-update streams of one console.
+const maxStreams = 500
+
+// subscribe opens a stream; nil when maxStreams are open.
 func (h *hub) subscribe() chan note {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.subs) >= maxStreams {
+		return nil
+	}
 	c := make(chan note, 64)
 	if h.closed {
 		close(c)
@@ -84,6 +91,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p *person) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	c := s.hub.subscribe()
+	if c == nil {
+		w.Header().Set("Retry-After", "30")
+		http.Error(w, "too many live-update streams are open", http.StatusServiceUnavailable)
+		return
+	}
 	defer s.hub.unsubscribe(c)
 	// the stream outlives the server's WriteTimeout: each write extends it
 	rc := http.NewResponseController(w)
@@ -102,6 +114,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, p *person) {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			if !p.Proxy && s.checkSession(nil, r, false) == nil {
+				return // signed out, removed or expired: the stream ends with the session
+			}
 			extend()
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()

@@ -92,25 +92,47 @@ func digest(items []string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// action is an operator's action as a record on the console topic: who,
-// when, what and why.
+// opAction is an operator's action as a record on the console topic: who,
+// when, what and why, and the tasks it touched. A sign-out names its
+// session, a confirmed bulk decision or re-drive its selection.
 type opAction struct {
-	Kind   string    `json:"kind"` // "action"
-	Action string    `json:"action"`
-	User   string    `json:"user"`
-	At     time.Time `json:"at"`
-	What   string    `json:"what"`
-	Why    string    `json:"why,omitempty"`
-	Tasks  []string  `json:"tasks,omitempty"`
-	Set    string    `json:"set,omitempty"`
+	Kind    string    `json:"kind"` // "action"
+	Action  string    `json:"action"`
+	User    string    `json:"user"`
+	At      time.Time `json:"at"`
+	What    string    `json:"what,omitempty"`
+	Why     string    `json:"why,omitempty"`
+	Tasks   []string  `json:"tasks,omitempty"`
+	Set     string    `json:"set,omitempty"`
+	Session string    `json:"session,omitempty"`
+	// MoreTasks counts the tasks beyond maxActionTasks left out of Tasks.
+	MoreTasks int `json:"more_tasks,omitempty"`
 }
 
-// record writes an operator action to the console topic; a failure is
-// logged, the action stands.
-func (s *Server) record(ctx context.Context, a opAction) {
-	a.Kind, a.At = "action", time.Now()
-	b, _ := json.Marshal(a)
-	if err := s.produce(context.WithoutCancel(ctx), &kgo.Record{Topic: s.consoleTopic(), Key: []byte(a.User), Value: b}); err != nil {
-		s.log.Error("console: operator action not written to the console topic", "action", a.Action, "user", a.User, "err", err)
+// maxActionTasks bounds the task IDs one action record lists.
+const maxActionTasks = 1000
+
+func (s *Server) actionRecord(a *opAction) *kgo.Record {
+	a.Kind = "action"
+	if a.At.IsZero() {
+		a.At = time.Now()
 	}
+	if len(a.Tasks) > maxActionTasks {
+		a.MoreTasks, a.Tasks = len(a.Tasks)-maxActionTasks, a.Tasks[:maxActionTasks]
+	}
+	b, _ := json.Marshal(a)
+	return &kgo.Record{Topic: s.consoleTopic(), Key: []byte(a.User), Value: b}
+}
+
+// record writes an operator action to the console topic without waiting; a
+// failure is logged, the action stands.
+func (s *Server) record(_ context.Context, a opAction) {
+	if s.producer == nil {
+		return
+	}
+	s.producer.Produce(context.Background(), s.actionRecord(&a), func(_ *kgo.Record, err error) {
+		if err != nil {
+			s.log.Error("console: operator action not written to the console topic", "action", a.Action, "user", a.User, "err", err)
+		}
+	})
 }

@@ -76,9 +76,14 @@ func (s *Server) routeTable() []route {
 		{"GET", "/breakers", RoleSignedIn, s.breakersPage},
 		{"POST", "/breakers/reset", RoleOperator, s.breakerReset},
 		{"GET", "/deadletter", RoleSignedIn, s.deadLetterPage},
+		{"GET", "/deadletter/raw", RoleSignedIn, s.deadLetterRaw},
 		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
 		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
 		{"GET", "/alerts", RoleSignedIn, s.alertsPage},
+		{"GET", "/cost", RoleSignedIn, s.costPage},     // cost.go
+		{"GET", "/whatif", RoleSignedIn, s.whatifForm}, // whatif.go
+		{"POST", "/whatif", RoleOperator, s.whatifRun},
+		{"GET", "/operators", RoleSignedIn, s.operatorsPage},
 	}
 }
 
@@ -331,6 +336,9 @@ func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
 			s.limit.clear(userKey(name))
 			s.setSession(w, r, name)
 			s.log.Info("console: signed in", "user", name, "addr", addr)
+			if u := s.users().find(name); u != nil {
+				s.record(r.Context(), opAction{Action: "login", User: u.Name, What: "signed in from " + addr})
+			}
 			http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 			return
 		}
@@ -373,7 +381,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost", "whatif", "operators"}
 
 func parsePages() (pages, error) {
 	ps := pages{}

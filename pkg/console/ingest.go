@@ -1,7 +1,7 @@
 package console
 
 // ingest.go keeps the view up to date: one client reads every partition of
-// the review, decisions, audit, retry, alerts and dead-letter topics
+// the review, decisions, audit, retry, alerts, dead-letter and console topics
 // (read_committed) from the offsets stored in the view, applies each poll to
 // the view in one Pebble batch together with the new offsets, and tells the
 // open pages what changed. An empty view starts at the beginning of each
@@ -49,6 +49,8 @@ func (s *Server) ingest(ctx context.Context) error {
 		names[n] = short
 		topics = append(topics, n)
 	}
+	names[s.consoleTopic()] = "console"
+	topics = append(topics, s.consoleTopic())
 	stored, err := s.view.offsets()
 	if err != nil {
 		return fmt.Errorf("console: reading the view's offsets: %w", err)
@@ -182,8 +184,11 @@ func (s *Server) setErr(msg string) {
 
 // apply changes the view for one record and returns what to tell the pages.
 func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
-	if short == "deadletter" {
+	switch short {
+	case "deadletter":
 		return s.applyDeadLetter(b, rec)
+	case "console":
+		return s.applyAction(b, rec)
 	}
 	st := replay.Decode(s.codec, rec, short)
 	ts := rec.Timestamp
@@ -195,6 +200,9 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			return s.updateItem(b, task, func(it *reviewItem) { applyReview(it, v, ts) })
 		case "audit":
 			if err := s.trackRetry(b, task, v, ts); err != nil {
+				return nil, err
+			}
+			if err := s.accountCost(b, v, ts); err != nil { // cost.go
 				return nil, err
 			}
 			if !closes(&v.Decision) {
@@ -244,22 +252,53 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 	return nil, nil
 }
 
-// updateItem applies fn to the task's review item and keeps the open marker.
+// queueEntry is an open item in the queue index: what the queue filters
+// and counts by, without decoding the item.
+type queueEntry struct {
+	Owner string `json:"o"`
+	Class string `json:"c"`
+}
+
+func queueKey(it *reviewItem) string {
+	return "q/" + timeKey(it.dueAt().UnixMilli()) + "/" + it.TaskID
+}
+
+func closedKey(it *reviewItem) string {
+	return "cls/" + timeKey(it.ClosedAt.UnixMilli()) + "/" + it.TaskID
+}
+
+// updateItem applies fn to the task's review item and keeps the open
+// marker and the queue and closed indexes.
 func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note, error) {
 	var it reviewItem
 	if _, err := b.get("rev/"+task, &it); err != nil {
 		return nil, err
 	}
 	it.TaskID = task
+	was := it
 	fn(&it)
 	if err := b.put("rev/"+task, it); err != nil {
 		return nil, err
 	}
+	if was.open() {
+		if err := b.del(queueKey(&was)); err != nil {
+			return nil, err
+		}
+	} else if was.Closed != nil && !was.OpenedAt.IsZero() {
+		if err := b.del(closedKey(&was)); err != nil {
+			return nil, err
+		}
+	}
 	var err error
-	if it.open() {
-		err = b.b.Set([]byte("open/"+task), nil, nil)
-	} else {
-		err = b.del("open/" + task)
+	switch {
+	case it.open():
+		if err = b.b.Set([]byte("open/"+task), nil, nil); err == nil {
+			err = b.put(queueKey(&it), queueEntry{Owner: it.Owner, Class: it.Class})
+		}
+	default:
+		if err = b.del("open/" + task); err == nil && it.Closed != nil && !it.OpenedAt.IsZero() {
+			err = b.b.Set([]byte(closedKey(&it)), nil, nil)
+		}
 	}
 	return &note{Kind: "review", Item: &it}, err
 }
@@ -309,5 +348,8 @@ func (s *Server) applyDeadLetter(b *batch, rec *kgo.Record) (*note, error) {
 	if e := st.Event; e != nil {
 		d.Provider, d.Model, d.Template = e.Provider, e.Model, e.PromptTemplate
 	}
-	return &note{Kind: "deadletter"}, b.put(d.key(), d)
+	if err := b.put(d.key(), d); err != nil {
+		return nil, err
+	}
+	return &note{Kind: "deadletter"}, b.b.Set([]byte("dli/"+d.id()), []byte(d.key()), nil)
 }

@@ -223,6 +223,7 @@ func (s *Server) jobControl(w http.ResponseWriter, r *http.Request, p *person) e
 	if err := s.jobs.control(r.PathValue("id"), r.PathValue("op")); err != nil {
 		return err
 	}
+	s.record(r.Context(), opAction{Action: "job_" + r.PathValue("op"), User: p.Name, What: "re-drive job " + r.PathValue("id")})
 	http.Redirect(w, r, "/deadletter", http.StatusSeeOther)
 	return nil
 }

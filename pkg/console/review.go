@@ -26,10 +26,6 @@ type reviewFilter struct {
 	Owner, Class string
 }
 
-func (f reviewFilter) match(it *reviewItem) bool {
-	return (f.Owner == "" || it.Owner == f.Owner) && (f.Class == "" || it.Class == f.Class)
-}
-
 // row is one item as the queue shows it.
 type row struct {
 	*reviewItem
@@ -48,46 +44,79 @@ type ownerCount struct {
 	Open, Overdue int
 }
 
-// openItems returns the open items, overdue first then by due time.
-func (s *Server) openItems() ([]reviewItem, error) {
-	var keys []string
-	if err := s.view.each("open/", false, func(k string, _ []byte) bool {
-		keys = append(keys, strings.TrimPrefix(k, "open/"))
-		return true
-	}); err != nil {
-		return nil, err
+// queuePage is the number of items on one page of the queue.
+const queuePage = 100
+
+// queueScan walks the queue index in due order from the key from
+// (exclusive; "" for the start), calling fn with each open item's key,
+// task, due time and entry until fn returns false.
+func (s *Server) queueScan(from string, fn func(key, task string, due time.Time, e queueEntry) bool) error {
+	lo := "q/"
+	if from > lo {
+		lo = from + "\x00"
 	}
-	out := make([]reviewItem, 0, len(keys))
-	for _, task := range keys {
+	return s.view.eachRange(lo, "q0", false, func(k string, val []byte) bool {
+		rest := strings.TrimPrefix(k, "q/")
+		if len(rest) < 18 {
+			return true
+		}
+		ms, err := strconv.ParseUint(rest[:16], 16, 64)
+		var e queueEntry
+		if err != nil || json.Unmarshal(val, &e) != nil {
+			return true
+		}
+		return fn(k, rest[17:], time.UnixMilli(int64(ms)), e)
+	})
+}
+
+// openItems returns the open items of the filter by due time, at most
+// limit.
+func (s *Server) openItems(f reviewFilter, limit int) ([]reviewItem, error) {
+	var out []reviewItem
+	var ierr error
+	err := s.queueScan("", func(_, task string, _ time.Time, e queueEntry) bool {
+		if !f.matchEntry(e) {
+			return true
+		}
 		var it reviewItem
 		if ok, err := s.view.get("rev/"+task, &it); err != nil {
-			return nil, err
+			ierr = err
+			return false
 		} else if ok && it.open() {
 			out = append(out, it)
 		}
-	}
-	slices.SortFunc(out, func(a, b reviewItem) int {
-		if c := a.dueAt().Compare(b.dueAt()); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.TaskID, b.TaskID)
+		return len(out) < limit
 	})
-	return out, nil
+	if err == nil {
+		err = ierr
+	}
+	return out, err
+}
+
+func (f reviewFilter) matchEntry(e queueEntry) bool {
+	return (f.Owner == "" || e.Owner == f.Owner) && (f.Class == "" || e.Class == f.Class)
 }
 
 // recentlyClosed returns up to n closed items, newest first.
 func (s *Server) recentlyClosed(n int) ([]reviewItem, error) {
 	var out []reviewItem
-	err := s.view.each("rev/", false, func(_ string, val []byte) bool {
+	var ierr error
+	err := s.view.each("cls/", true, func(k string, _ []byte) bool {
+		rest := strings.TrimPrefix(k, "cls/")
+		if len(rest) < 18 {
+			return true
+		}
 		var it reviewItem
-		if json.Unmarshal(val, &it) == nil && !it.open() && it.Closed != nil && !it.OpenedAt.IsZero() {
+		if ok, err := s.view.get("rev/"+rest[17:], &it); err != nil {
+			ierr = err
+			return false
+		} else if ok && !it.open() && it.Closed != nil {
 			out = append(out, it)
 		}
-		return true
+		return len(out) < n
 	})
-	slices.SortFunc(out, func(a, b reviewItem) int { return b.ClosedAt.Compare(a.ClosedAt) })
-	if len(out) > n {
-		out = out[:n]
+	if err == nil {
+		err = ierr
 	}
 	return out, err
 }
@@ -105,29 +134,56 @@ func (s *Server) rowOf(it *reviewItem, p *person, now time.Time) row {
 }
 
 func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) error {
-	f := reviewFilter{Owner: r.URL.Query().Get("owner"), Class: r.URL.Query().Get("class")}
-	items, err := s.openItems()
-	if err != nil {
-		return err
+	q := r.URL.Query()
+	f := reviewFilter{Owner: q.Get("owner"), Class: q.Get("class")}
+	after := q.Get("after")
+	if !strings.HasPrefix(after, "q/") {
+		after = ""
 	}
 	now := time.Now()
 	counts := map[string]*ownerCount{}
 	classes := map[string]bool{}
-	var rows []row
-	for i := range items {
-		it := &items[i]
-		oc := counts[it.Owner]
+	var page []string
+	next, total := "", 0
+	err := s.queueScan("", func(k, task string, due time.Time, e queueEntry) bool {
+		oc := counts[e.Owner]
 		if oc == nil {
-			oc = &ownerCount{Owner: it.Owner}
-			counts[it.Owner] = oc
+			oc = &ownerCount{Owner: e.Owner}
+			counts[e.Owner] = oc
 		}
 		oc.Open++
-		if it.dueAt().Before(now) {
+		if due.Before(now) {
 			oc.Overdue++
 		}
-		classes[it.Class] = true
-		if f.match(it) {
-			rows = append(rows, s.rowOf(it, p, now))
+		classes[e.Class] = true
+		if f.matchEntry(e) {
+			total++
+			if k > after {
+				if len(page) < queuePage {
+					page = append(page, task)
+					next = k
+				} else if len(page) == queuePage {
+					page = append(page, "") // there is a next page
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if len(page) > queuePage {
+		page = page[:queuePage]
+	} else {
+		next = ""
+	}
+	rows := make([]row, 0, len(page))
+	for _, task := range page {
+		var it reviewItem
+		if ok, err := s.view.get("rev/"+task, &it); err != nil {
+			return err
+		} else if ok && it.open() {
+			rows = append(rows, s.rowOf(&it, p, now))
 		}
 	}
 	var owners []ownerCount
@@ -141,7 +197,7 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
 		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
-		"Reviewer": p.reviewer(),
+		"Reviewer": p.reviewer(), "Total": total, "Next": next, "First": after != "",
 	})
 	return nil
 }
@@ -279,6 +335,7 @@ func (s *Server) reviewDecide(w http.ResponseWriter, r *http.Request, p *person)
 	if err := s.decide(r, p, []string{task}, action == "approve", reason); err != nil {
 		return err
 	}
+	s.record(r.Context(), opAction{Action: action, User: p.Name, What: "task " + task, Why: reason, Tasks: []string{task}})
 	http.Redirect(w, r, "/review?"+url.Values{"done": {action}, "task": {task}}.Encode(), http.StatusSeeOther)
 	return nil
 }
@@ -299,7 +356,7 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	if set := r.PostFormValue("set"); set != "" {
 		return s.bulkConfirm(w, r, p, set, action, reason)
 	}
-	items, err := s.openItems()
+	items, err := s.openItems(f, 10*maxBulk)
 	if err != nil {
 		return err
 	}
@@ -308,9 +365,6 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	s.mu.Lock()
 	for i := range items {
 		it := &items[i]
-		if !f.match(it) {
-			continue
-		}
 		if s.checkDecidable(p, it, true, it.TaskID) != nil {
 			skipped++
 			continue

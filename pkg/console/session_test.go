@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,7 +45,8 @@ func logout(t *testing.T, c *client) {
 
 // Guards the end of a session: a copy of the session cookie stops working
 // once its owner signs out, on this replica and on another replica that
-// shares the secret (the sign-out is a record on the console topic); a
+// shares the secret (the sign-out is a record on the console topic), and
+// its open live-update stream ends; a
 // password change in the users file (read again on change) ends the
 // sessions signed in with the old password; an idle session ends after
 // SessionIdle while one in use goes on.
@@ -63,7 +65,8 @@ func TestSessionsEndEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Users: users, UsersFile: usersFile, UsersCheck: 50 * time.Millisecond, Secret: secret}
+	// a short write timeout: the live-update streams check their session at every keep-alive
+	cfg := Config{Users: users, UsersFile: usersFile, UsersCheck: 50 * time.Millisecond, Secret: secret, WriteTimeout: 400 * time.Millisecond}
 	one, _ := startConsole(t, opts, set, cfg)
 	two, _ := startConsole(t, opts, set, cfg)
 
@@ -73,12 +76,21 @@ func TestSessionsEndEverywhere(t *testing.T) {
 	if !signedInWith(t, one, stolen) || !signedInWith(t, two, stolen) {
 		t.Fatal("a copy of alice's cookie is not served on both replicas before she signs out")
 	}
+	stream := openStream(t, two, stolen)
+	defer stream.Body.Close()
 	logout(t, alice)
 	if signedInWith(t, one, stolen) {
 		t.Error("a copy of alice's cookie still works on the replica she signed out on")
 	}
 	if !eventually(func() bool { return !signedInWith(t, two, stolen) }) {
 		t.Error("a copy of alice's cookie still works on the other replica after she signed out")
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, stream.Body); ended <- err }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Error("the live-update stream of the copied cookie is still open after the sign-out")
 	}
 	// signing in again works, on both
 	alice2 := newClient(t, one)
@@ -121,4 +133,21 @@ func eventually(cond func() bool) bool {
 		}
 	}
 	return false
+}
+
+// openStream opens /events with the cookies.
+func openStream(t *testing.T, base string, cookies []*http.Cookie) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/events", nil)
+	for _, ck := range cookies {
+		req.AddCookie(ck)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/events: %d", resp.StatusCode)
+	}
+	return resp
 }

@@ -84,6 +84,13 @@ func (s *Server) decodeSession(v string) (session, error) {
 // sessionPerson checks the session cookie of r and returns its person,
 // renewing the cookie's last use on w; nil when there is no valid session.
 func (s *Server) sessionPerson(w http.ResponseWriter, r *http.Request) *person {
+	return s.checkSession(w, r, true)
+}
+
+// checkSession is sessionPerson; without idle, a session idle for longer
+// than SessionIdle still counts (an open live-update stream is checked
+// for the other ends of its session, not for use).
+func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, idle bool) *person {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
 		return nil
@@ -94,7 +101,7 @@ func (s *Server) sessionPerson(w http.ResponseWriter, r *http.Request) *person {
 	}
 	now := time.Now()
 	switch {
-	case now.Sub(ss.Issued) > sessionTTL, now.Sub(ss.Seen) > s.cfg.SessionIdle:
+	case now.Sub(ss.Issued) > sessionTTL, idle && now.Sub(ss.Seen) > s.cfg.SessionIdle:
 		return nil
 	case s.revoked(ss):
 		return nil
@@ -132,14 +139,6 @@ func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, ss session
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(left / time.Second)})
 }
 
-// signOut is the record of a sign-out on the console topic.
-type signOut struct {
-	Kind    string    `json:"kind"` // "logout"
-	User    string    `json:"user"`
-	Session string    `json:"session"`
-	At      time.Time `json:"at"`
-}
-
 // revoked reports whether the session was signed out.
 func (s *Server) revoked(ss session) bool {
 	s.mu.Lock()
@@ -164,8 +163,7 @@ func (s *Server) revoke(id string, at time.Time) {
 func (s *Server) logout(ctx context.Context, p *person) error {
 	now := time.Now()
 	s.revoke(p.Session, now)
-	b, _ := json.Marshal(signOut{Kind: "logout", User: p.Name, Session: p.Session, At: now})
-	if err := s.produce(ctx, &kgo.Record{Topic: s.consoleTopic(), Key: []byte(p.Name), Value: b}); err != nil {
+	if err := s.produce(ctx, s.actionRecord(&opAction{Action: "logout", User: p.Name, Session: p.Session, At: now})); err != nil {
 		s.log.Error("console: sign-out not written to the console topic", "user", p.Name, "err", err)
 		return &userError{Status: http.StatusServiceUnavailable, Msg: "Signed out on this replica, but the sign-out could not be written to Kafka: " +
 			"other replicas accept a copy of this session until it expires. Sign in and out again when Kafka is back."}
@@ -264,24 +262,36 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 		ready = nil
 	}
 	for {
-		fs := cl.PollFetches(ctx)
+		pctx, pcancel := ctx, context.CancelFunc(func() {})
+		if ready != nil {
+			// a partition whose last offsets hold no record to deliver (a
+			// transaction marker) would never report its end: five quiet
+			// seconds count as read
+			pctx, pcancel = context.WithTimeout(ctx, 5*time.Second)
+		}
+		fs := cl.PollFetches(pctx)
+		quiet := fs.NumRecords() == 0 && pctx.Err() != nil && ctx.Err() == nil
+		pcancel()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if quiet && ready != nil {
+			s.log.Warn("console: the console topic went quiet before its end offsets; serving", "topic", s.consoleTopic())
+			close(ready)
+			ready = nil
+			continue
 		}
 		fs.EachError(func(t string, p int32, err error) {
 			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(rec *kgo.Record) {
-			var so struct {
-				signOut
-				Set string `json:"set"`
-			}
-			if json.Unmarshal(rec.Value, &so) == nil {
-				if so.Kind == "logout" && so.Session != "" {
-					s.revoke(so.Session, so.At)
+			var a opAction
+			if json.Unmarshal(rec.Value, &a) == nil {
+				if a.Action == "logout" && a.Session != "" {
+					s.revoke(a.Session, a.At)
 				}
-				if so.Set != "" {
-					s.markSetUsed(so.Set, so.At)
+				if a.Set != "" {
+					s.markSetUsed(a.Set, a.At)
 				}
 			}
 			if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {

@@ -8,13 +8,20 @@ package console
 // Key layout:
 //
 //	off/<topic>/<partition>            -> next offset to read (8 bytes)
+//	meta/layout                        -> the version of this layout
 //	rev/<task_id>                      -> reviewItem (JSON)
 //	open/<task_id>                     -> marker: the item is open
+//	q/<due:16 hex>/<task_id>           -> queueEntry (JSON): an open item by due time
+//	cls/<closed:16 hex>/<task_id>      -> marker: a closed item by closing time
 //	brk/<scope>/<key>                  -> breakerView (JSON)
 //	dl/<time:16 hex>/<topic>/<partition>/<offset> -> deadLetter (JSON)
+//	dli/<topic>/<partition>/<offset>   -> the dl/ key of that dead letter
 //	alr/<time:16 hex>/<partition>/<offset> -> alert (JSON)
 //	due/<task_id>                      -> pendingRetry (JSON): an audited retry not yet published
 //	job/<id>                           -> job (JSON): a re-drive job and who ran it
+//	cost/<hour:16 hex>/<c|m|t>/<name>  -> costSums (JSON): the cost ledger of an hour by class, provider/model, template (cost.go)
+//	op/<time:16 hex>/<partition>/<offset> -> opAction (JSON): an operator action
+//	opt/<task_id>/<time>/<partition>/<offset> -> opAction of one task
 
 import (
 	"encoding/binary"
@@ -40,7 +47,42 @@ func openView(dir string, log *slog.Logger) (*view, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: open the view in %s: %w", dir, err)
 	}
-	return &view{db: db}, nil
+	v := &view{db: db}
+	if err := v.checkLayout(log); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// viewLayout is the version of the key layout; a view of another layout
+// (or of none) is emptied and rebuilt from the topics.
+const viewLayout = "2"
+
+func (v *view) checkLayout(log *slog.Logger) error {
+	b, closer, err := v.db.Get([]byte("meta/layout"))
+	if err == nil {
+		same := string(b) == viewLayout
+		closer.Close()
+		if same {
+			return nil
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	it, err := v.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	it.Close()
+	if !empty {
+		log.Info("console: the view has another key layout: emptied, it is rebuilt from the topics")
+		if err := v.db.DeleteRange([]byte{0}, []byte{0xff}, pebble.Sync); err != nil {
+			return err
+		}
+	}
+	return v.db.Set([]byte("meta/layout"), []byte(viewLayout), pebble.Sync)
 }
 
 func (v *view) close() error { return v.db.Close() }
@@ -68,6 +110,25 @@ func (v *view) each(prefix string, desc bool, fn func(key string, val []byte) bo
 	defer it.Close()
 	valid := it.First
 	next := it.Next
+	if desc {
+		valid, next = it.Last, it.Prev
+	}
+	for ok := valid(); ok; ok = next() {
+		if !fn(string(it.Key()), it.Value()) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// eachRange is each over the keys in [lo, hi).
+func (v *view) eachRange(lo, hi string, desc bool, fn func(key string, val []byte) bool) error {
+	it, err := v.db.NewIter(&pebble.IterOptions{LowerBound: []byte(lo), UpperBound: []byte(hi)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	valid, next := it.First, it.Next
 	if desc {
 		valid, next = it.Last, it.Prev
 	}

@@ -5,6 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Guards the view's batch reads: a key deleted earlier in the same batch is
@@ -55,6 +58,14 @@ func TestProgressIsReadSafelyWhileTheViewStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ensureConsoleTopic(ctx, kadm.NewClient(cl)); err != nil {
+			t.Fatal(err)
+		}
+		cl.Close()
 		stop := make(chan struct{})
 		done := make(chan struct{})
 		go func() {

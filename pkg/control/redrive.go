@@ -45,6 +45,9 @@ type RedriveOptions struct {
 	// Force also re-drives a write whose outcome is unknown; it needs a
 	// Reason.
 	Force bool
+	// Operator names who re-drives, carried as faultrouter.redrive.operator
+	// (the console's signed-in person); empty leaves the header out.
+	Operator string
 }
 
 // PlanRedrive builds the records that re-drive found to target: the original
@@ -100,7 +103,7 @@ func PlanRedrive(c *codec.Codec, found []replay.Found, target string, opt Redriv
 		}
 		r.Count++
 		lin := codec.Redrive{SourceTopic: rec.Topic, SourcePartition: rec.Partition, SourceOffset: rec.Offset,
-			Count: r.Count, Reason: opt.Reason, Forced: opt.Force}
+			Count: r.Count, Reason: opt.Reason, Forced: opt.Force, Operator: opt.Operator}
 		r.Out = &kgo.Record{Topic: target, Key: rec.Key, Value: value, Headers: replay.Lineage(keep, lin)}
 		out = append(out, r)
 	}

@@ -32,6 +32,10 @@ type ReadOptions struct {
 	Filter Filter
 	// ShortOf maps a full topic name to its short name (ingress, audit, ...).
 	ShortOf map[string]string
+	// Key, when set, reads of each topic only the partition the default
+	// partitioner (murmur2, as the Java client) puts records of this key in:
+	// one task's records when every topic is keyed by task ID.
+	Key []byte
 	// Idle gives up on partitions that deliver nothing for this long (a
 	// broker in trouble); 30 s when zero.
 	Idle time.Duration
@@ -56,6 +60,9 @@ func Read(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics []string, 
 	ranges, err := locate(ctx, opts, topics, o.Filter.Since, o.Filter.Until)
 	if err != nil {
 		return nil, err
+	}
+	if o.Key != nil {
+		ranges = keyPartitions(ranges, o.Key)
 	}
 	for _, t := range sortedKeys(ranges) {
 		for _, p := range sortedKeys(ranges[t]) {
@@ -147,4 +154,21 @@ func sortedKeys[K string | int32, V any](m map[K]V) []K {
 	}
 	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
 	return ks
+}
+
+// keyPartitions keeps of each topic the partition the default partitioner
+// puts key in.
+func keyPartitions(ranges scan.Ranges, key []byte) scan.Ranges {
+	out := scan.Ranges{}
+	for t, ps := range ranges {
+		n := len(ps)
+		if n == 0 {
+			continue
+		}
+		p := int32(kgo.StickyKeyPartitioner(nil).ForTopic(t).Partition(&kgo.Record{Key: key}, n))
+		if r, ok := ps[p]; ok {
+			out[t] = map[int32]scan.Range{p: r}
+		}
+	}
+	return out
 }

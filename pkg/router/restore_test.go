@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -531,5 +533,74 @@ func TestIndexRepairDoesNotUndoARestore(t *testing.T) {
 	}
 	if st := w.get(0, "due"); st == nil || st.Pending == nil {
 		t.Errorf("restored state %+v, want its pending retry", st)
+	}
+}
+
+// Guards what a partition's new assignment trusts of its local state: the
+// state of a partition this instance released is kept when the changelog
+// has not moved since the release mark, or has moved only with this
+// instance's own transactional writes (its batch in flight at the revoke:
+// an eager rebalance revokes every partition, and under load a transaction
+// is often open), and wiped once another instance's producer wrote to it.
+func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	w := rsStart(t)
+	w.r.cfg.Topics.State = "state"
+	w.r.cfg.ClientOpts = seeds
+	ctx := context.Background()
+	producer := func(txid string) *kgo.Client {
+		cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	write := func(cl *kgo.Client, n int) int64 {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for i := range n {
+			r, err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).First()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r.Offset
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		return last + 2 // past the commit marker
+	}
+	st := &task.State{TaskID: "kept", Attempts: 1, ExpiresAt: 5 * rsHour}
+	ours, theirs := producer("router-a"), producer("router-b")
+
+	// released at 3; only this instance's batch was written after it
+	end := write(ours, 3)
+	w.restore(map[int32]bool{0: true}, []*kgo.Record{w.rec(0, 0, "kept", st)})
+	if err := w.r.store.SetReleased(0, 3); err != nil {
+		t.Fatal(err)
+	}
+	end = write(ours, 2)
+	kept, err := w.r.trustOrWipe(ctx, ours, 0, end)
+	if err != nil || !kept || w.get(0, "kept") == nil {
+		t.Fatalf("changelog moved only by this instance: kept %v (%v), state %+v; want the local state kept", kept, err, w.get(0, "kept"))
+	}
+
+	// released again; then another instance wrote
+	if err := w.r.store.SetReleased(0, end); err != nil {
+		t.Fatal(err)
+	}
+	mark := end
+	end = write(theirs, 1)
+	kept, err = w.r.trustOrWipe(ctx, ours, 0, end)
+	if err != nil || kept || w.get(0, "kept") != nil {
+		t.Fatalf("changelog written by another instance since %d: kept %v (%v), state %+v; want it wiped", mark, kept, err, w.get(0, "kept"))
 	}
 }

@@ -1,5 +1,6 @@
 // Package whatif compares two replays of the same committed inputs, one
-// through a baseline policy and one through a candidate (checker.Replay),
+// through a baseline policy and one through a candidate (checker.Replay;
+// run.go reads the inputs of a time range and runs both),
 // and reports what the candidate would have changed: the decisions that
 // differ, a transition matrix per class, retries added and removed, routes,
 // review load per owner, the cost impact, and example tasks. It first checks
@@ -128,14 +129,23 @@ type Retries struct {
 
 // OwnerLoad is one review owner's items (REVIEW and QUARANTINE decisions)
 // under each policy, in all and per day of the range (a range shorter than a
-// day counts as one day).
+// day counts as one day), and how many of them a person answered within the
+// owner's SLA (each policy's own): an item is answered by the next review
+// decision of its task in the range, at the time that decision was really
+// made. Items nobody answered in the range count in Unanswered. A candidate
+// item that the baseline did not open was never shown to anyone: it stays
+// unanswered unless a review decision of the task follows.
 type OwnerLoad struct {
-	Owner           string  `json:"owner"`
-	SLAMs           int64   `json:"sla_ms"`
-	Baseline        int     `json:"baseline"`
-	Candidate       int     `json:"candidate"`
-	BaselinePerDay  float64 `json:"baseline_per_day"`
-	CandidatePerDay float64 `json:"candidate_per_day"`
+	Owner               string  `json:"owner"`
+	SLAMs               int64   `json:"sla_ms"`
+	Baseline            int     `json:"baseline"`
+	Candidate           int     `json:"candidate"`
+	BaselinePerDay      float64 `json:"baseline_per_day"`
+	CandidatePerDay     float64 `json:"candidate_per_day"`
+	BaselineWithinSLA   int     `json:"baseline_within_sla"`
+	CandidateWithinSLA  int     `json:"candidate_within_sla"`
+	BaselineUnanswered  int     `json:"baseline_unanswered"`
+	CandidateUnanswered int     `json:"candidate_unanswered"`
 }
 
 // Cost is the candidate's cost impact. Observed amounts are sums of reported
@@ -205,6 +215,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 	owners := map[string]*OwnerLoad{}
 	disagreeing, changedTasks := map[string]bool{}, map[string]bool{}
 	retries := map[string]int{} // candidate - baseline, per task
+	slaB, slaC := reviewClock{}, reviewClock{}
 	var tasks []string
 	seen := map[string]bool{}
 	var observed int64
@@ -255,6 +266,8 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 		if cd.Review != nil && cd.Route != event.RouteDrop {
 			load(owners, cd.Review.Owner, o.Candidate).Candidate++
 		}
+		slaB.step(b, bd, owners, o.Baseline, false)
+		slaC.step(c, cd, owners, o.Candidate, true)
 		if !Differs(bd, cd) {
 			continue
 		}
@@ -305,6 +318,8 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 	if !o.Since.IsZero() && o.Until.After(o.Since) {
 		days = max(1, o.Until.Sub(o.Since).Hours()/24)
 	}
+	slaB.finish(owners, o.Candidate, false)
+	slaC.finish(owners, o.Candidate, true)
 	for _, x := range owners {
 		x.BaselinePerDay, x.CandidatePerDay = float64(x.Baseline)/days, float64(x.Candidate)/days
 		r.Review = append(r.Review, *x)
@@ -412,4 +427,50 @@ func removedCost(base, cand []checker.Decided) (int, int64) {
 		}
 	}
 	return n, sum
+}
+
+// reviewClock follows one policy's open review items, per task, to count
+// the ones answered within their owner's SLA.
+type reviewClock map[string]openItem
+
+type openItem struct {
+	owner string
+	at    time.Time
+}
+
+// step follows one replayed input under one policy (its decision m): a
+// review decision that the policy did not drop answers the task's open item;
+// a REVIEW or QUARANTINE decision opens one.
+func (rc reviewClock) step(d *checker.Decided, m *event.Decision, owners map[string]*OwnerLoad, p *policy.Policy, candidate bool) {
+	if m.Route == "" || m.Route == event.RouteDrop {
+		return
+	}
+	if it, ok := rc[d.Task]; ok && d.Review != nil {
+		delete(rc, d.Task)
+		x := load(owners, it.owner, p)
+		if d.At.Sub(it.at) <= time.Duration(p.Owners[it.owner].SLAMs)*time.Millisecond {
+			if candidate {
+				x.CandidateWithinSLA++
+			} else {
+				x.BaselineWithinSLA++
+			}
+		}
+	}
+	if m.Review != nil && (m.Route == event.RouteReview || m.Route == event.RouteQuarantine) {
+		if _, ok := rc[d.Task]; !ok {
+			rc[d.Task] = openItem{owner: m.Review.Owner, at: d.At}
+		}
+	}
+}
+
+// finish counts the items still open at the end of the range.
+func (rc reviewClock) finish(owners map[string]*OwnerLoad, p *policy.Policy, candidate bool) {
+	for _, it := range rc {
+		x := load(owners, it.owner, p)
+		if candidate {
+			x.CandidateUnanswered++
+		} else {
+			x.BaselineUnanswered++
+		}
+	}
 }

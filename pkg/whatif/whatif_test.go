@@ -143,3 +143,28 @@ func TestBreakerOpenings(t *testing.T) {
 		t.Errorf("breaker openings %+v, want PROVIDER_MODEL/openai/gpt-4o 1 -> 0", r.Breakers)
 	}
 }
+
+// TestReviewLoadWithinSLA guards the review load's SLA counts: an item is
+// answered by the task's next review decision, at the time it was really
+// made; within SLA is judged by each policy's owner SLA (here the candidate
+// shortens ai_product's to 30 min, so the 1 h answer misses it), and an item
+// nobody answered in the range counts as unanswered.
+func TestReviewLoadWithinSLA(t *testing.T) {
+	answered := decided("c", "i/2@0", 0.04, event.ClassModelRefusal, event.RouteReview, 1)
+	decision := checker.Decided{Task: "c", Input: "d/2@0", At: t0.Add(time.Hour), Review: &event.ReviewDecision{TaskID: "c", Approve: true},
+		Audited: true, Recorded: event.Decision{Class: event.ClassModelRefusal, Route: event.RouteRetry, Rule: "MANUAL_OVERRIDE_SUCCESS"}}
+	decision.Model = decision.Recorded
+	open := decided("d", "i/3@0", 0.04, event.ClassModelRefusal, event.RouteReview, 1)
+	base := []checker.Decided{answered, decision, open}
+	cand := policy.Default()
+	cand.Owners[policy.OwnerAIProduct] = policy.Owner{SLAMs: 30 * 60_000}
+	r, err := Compare(base, base, Options{Baseline: policy.Default(), Candidate: cand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := OwnerLoad{Owner: policy.OwnerAIProduct, SLAMs: 30 * 60_000, Baseline: 2, Candidate: 2, BaselinePerDay: 2, CandidatePerDay: 2,
+		BaselineWithinSLA: 1, CandidateWithinSLA: 0, BaselineUnanswered: 1, CandidateUnanswered: 1}
+	if len(r.Review) != 1 || r.Review[0] != want {
+		t.Errorf("review load %+v\nwant %+v", r.Review, want)
+	}
+}

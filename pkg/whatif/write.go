@@ -86,10 +86,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "retries: baseline %d, candidate %d (%d added, %d removed)\n\n", r.Retries.Baseline, r.Retries.Candidate, r.Retries.Added, r.Retries.Removed)
 
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REVIEW OWNER\tSLA\tBASELINE\tCANDIDATE\tBASELINE/DAY\tCANDIDATE/DAY\t")
+	fmt.Fprintln(tw, "REVIEW OWNER\tSLA\tBASELINE\tCANDIDATE\tBASELINE/DAY\tCANDIDATE/DAY\tWITHIN SLA (BASELINE, CANDIDATE)\tUNANSWERED\t")
 	for _, x := range r.Review {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t\n", x.Owner, time.Duration(x.SLAMs)*time.Millisecond, x.Baseline, x.Candidate,
-			strconv.FormatFloat(x.BaselinePerDay, 'f', 1, 64), strconv.FormatFloat(x.CandidatePerDay, 'f', 1, 64))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d, %d\t%d, %d\t\n", x.Owner, time.Duration(x.SLAMs)*time.Millisecond, x.Baseline, x.Candidate,
+			strconv.FormatFloat(x.BaselinePerDay, 'f', 1, 64), strconv.FormatFloat(x.CandidatePerDay, 'f', 1, 64),
+			x.BaselineWithinSLA, x.CandidateWithinSLA, x.BaselineUnanswered, x.CandidateUnanswered)
 	}
 	tw.Flush()
 
@@ -112,8 +113,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		sign = "-"
 	}
 	fmt.Fprintf(w, "net:                           %s%s\n", sign, ledger.Dollars(abs(c.NetUSD)))
-	if len(r.Changes) > 0 {
-		fmt.Fprintf(w, "\na changed task's story: faultrouter replay --task %s --timeline\n", r.Changes[0].Task)
+	first := true
+	for _, c := range r.Matrix {
+		if !c.Changed || len(c.Examples) == 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nthe story of a changed task, per changed cell:")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s %s -> %s %s: faultrouter replay --task %s --timeline\n", c.Class, c.From, c.ToClass, c.To, c.Examples[0])
 	}
 	fmt.Fprintln(w, "\nlimits of a what-if:")
 	for _, l := range r.Limits {
