@@ -46,7 +46,8 @@ func logout(t *testing.T, c *client) {
 // Guards the end of a session: a copy of the session cookie stops working
 // once its owner signs out, on this replica and on another replica that
 // shares the secret (the sign-out is a record on the console topic), and
-// its open live-update stream ends; a
+// its open live-update stream ends; signing out everywhere ends every
+// session of the person on every replica; a
 // password change in the users file (read again on change) ends the
 // sessions signed in with the old password; an idle session ends after
 // SessionIdle while one in use goes on.
@@ -97,6 +98,24 @@ func TestSessionsEndEverywhere(t *testing.T) {
 	alice2.login("alice")
 	if !signedInWith(t, two, copyOf(alice2)) {
 		t.Error("a new sign-in after the sign-out is refused on the other replica")
+	}
+
+	// signing out everywhere ends every session of the person, on both
+	// replicas, and a later sign-in works
+	laptop, phone := newClient(t, one), newClient(t, two)
+	laptop.login("alice")
+	phone.login("alice")
+	onPhone := copyOf(phone)
+	if code, _ := laptop.do(http.MethodPost, "/logout", url.Values{"csrf": {laptop.token("/review")}, "all": {"1"}}); code != http.StatusSeeOther {
+		t.Fatalf("sign out everywhere: %d", code)
+	}
+	if !eventually(func() bool { return !signedInWith(t, one, onPhone) && !signedInWith(t, two, onPhone) }) {
+		t.Error("alice's other session still works after she signed out everywhere")
+	}
+	later := newClient(t, two)
+	later.login("alice")
+	if !signedInWith(t, one, copyOf(later)) {
+		t.Error("a sign-in after signing out everywhere is refused")
 	}
 
 	// a password change ends the old sessions
