@@ -367,3 +367,49 @@ func TestChartConsolePublicURL(t *testing.T) {
 		}
 	}
 }
+
+// Guards the schema registry values: the URL and wire format reach the
+// router as FAULTROUTER_REGISTRY_URL and FAULTROUTER_WIRE_FORMAT, basic auth
+// from a Secret the chart creates (or an existing one), the CA from a
+// Secret as --registry-tls-ca; the confluent wire format without a URL
+// refuses to render.
+func TestChartSchemaRegistry(t *testing.T) {
+	objs := render(t, "--set", "schemaRegistry.url=https://registry:8081", "--set", "schemaRegistry.wireFormat=confluent",
+		"--set", "schemaRegistry.user=fr", "--set", "schemaRegistry.password=pw", "--set", "schemaRegistry.caSecret=registry-ca",
+		"--set", "schemaRegistry.lookupOnly=true")
+	c := at(objs["StatefulSet"][0], "spec", "template", "spec", "containers", 0)
+	env := map[string]any{}
+	for _, e := range at(c, "env").([]any) {
+		env[at(e, "name").(string)] = e
+	}
+	if at(env["FAULTROUTER_REGISTRY_URL"], "value") != "https://registry:8081" || at(env["FAULTROUTER_WIRE_FORMAT"], "value") != "confluent" {
+		t.Errorf("registry env: %v %v", env["FAULTROUTER_REGISTRY_URL"], env["FAULTROUTER_WIRE_FORMAT"])
+	}
+	for _, k := range []string{"FAULTROUTER_REGISTRY_USER", "FAULTROUTER_REGISTRY_PASSWORD"} {
+		if at(env[k], "valueFrom", "secretKeyRef", "name") != "fr-faultrouter-registry" {
+			t.Errorf("%s does not come from the chart's registry Secret: %v", k, env[k])
+		}
+	}
+	var args []string
+	for _, a := range at(c, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	for _, want := range []string{"--registry-tls-ca=/etc/faultrouter-registry-tls/ca.crt", "--registry-lookup-only"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	found := false
+	for _, s := range objs["Secret"] {
+		if at(s, "metadata", "name") == "fr-faultrouter-registry" && at(s, "stringData", "registry-user") == "fr" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no registry Secret with the user: %v", objs["Secret"])
+	}
+	cmd := exec.Command(os.Getenv("HELM"), "template", "fr", "faultrouter", "--set", "schemaRegistry.wireFormat=confluent")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "schemaRegistry.url") {
+		t.Errorf("confluent without a URL rendered: %v %s", err, out)
+	}
+}

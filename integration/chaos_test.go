@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,4 +219,61 @@ func TestChaosBrokerRestart(t *testing.T) {
 		t.Fatalf("the router exited during the broker restart; logs:\n%s", r.logs.String())
 	}
 	logReport(t, rep, end, took)
+}
+
+// Guards a cheap rebalance: when a second instance joins a group under load,
+// the first keeps the local state of the partitions it keeps and restores
+// only what its own batch in flight at the revoke committed after it (an
+// eager rebalance revokes every partition, and a transaction is almost
+// always in flight under load), not those partitions from the changelog's
+// start; and every input is still routed exactly once. b restores the
+// partition that moved to it.
+func TestJoinUnderLoadRestoresOnlyWhatMoved(t *testing.T) {
+	e := newEnv(t)
+	s := stream{run: "join", tasks: 30_000, rate: 2500}
+	pol := quietBreakers(t)
+	a := e.startRouter("a", t.TempDir(), pol...)
+	var before float64
+	var b *router
+	rep, took := chaos(t, e, s, func(produced *atomic.Int64) {
+		time.Sleep(7 * time.Second) // about 17,000 task states on the changelog, all of a's
+		before = restoredRecords(t, a)
+		at := produced.Load()
+		began := time.Now()
+		b = e.startRouter("b", t.TempDir(), pol...)
+		t.Logf("b joined at %d produced records, ready after %s", at, time.Since(began).Round(time.Millisecond))
+	})
+	logReport(t, rep, txCounts{}, took)
+	restoredA, restoredB := restoredRecords(t, a)-before, restoredRecords(t, b)
+	t.Logf("records restored after b joined: a %.0f, b %.0f", restoredA, restoredB)
+	if restoredA > 1500 {
+		t.Errorf("a restored %.0f records when b joined, want at most a batch's worth for the partitions it kept (it restored them from the changelog's start); logs of a:\n%s",
+			restoredA, tailLines(a.logs.String(), 40))
+	}
+	if strings.Contains(a.logs.String(), "local state of the partition dropped") {
+		t.Errorf("a dropped the local state of a partition it kept; logs of a:\n%s", tailLines(a.logs.String(), 40))
+	}
+	if restoredB == 0 {
+		t.Errorf("b restored nothing: it was assigned no partition with state")
+	}
+}
+
+var restoredRe = regexp.MustCompile(`(?m)^faultrouter_restore_records_total (\S+)$`)
+
+// restoredRecords is a router's faultrouter_restore_records_total.
+func restoredRecords(t *testing.T, r *router) float64 {
+	t.Helper()
+	out, err := httpGet(r.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := restoredRe.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no faultrouter_restore_records_total in the metrics")
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

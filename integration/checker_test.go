@@ -43,6 +43,9 @@ type checkerConfig struct {
 	binary string
 	// noSettle checks once, without waiting for held retries to come out
 	noSettle bool
+	// schedule, when set, replaces the faults: it runs while the workload
+	// streams and returns the names of what it did
+	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
 }
 
 // checkerResult is what one run found, for the summary table.
@@ -162,7 +165,10 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	streamStart := time.Now()
 	go func() { done <- produceItems(ctx, e.prefix, w.items, 3, streamStart, &produced) }()
 	var faults []string
-	if cfg.faults {
+	switch {
+	case cfg.schedule != nil:
+		faults = cfg.schedule(c, streamStart, &produced)
+	case cfg.faults:
 		faults = c.inject(streamStart, &produced)
 	}
 	if err := <-done; err != nil {
@@ -292,11 +298,17 @@ type cluster struct {
 
 func (c *cluster) start(name string) *router {
 	c.t.Helper()
+	return c.startBin(name, c.bin)
+}
+
+// startBin starts instance name with another build of the router.
+func (c *cluster) startBin(name, bin string) *router {
+	c.t.Helper()
 	if c.dirs[name] == "" {
 		c.dirs[name] = c.t.TempDir()
 	}
 	c.starts[name] = append(c.starts[name], time.Now())
-	r := c.e.startRouterBin(c.bin, name, c.dirs[name])
+	r := c.e.startRouterBin(bin, name, c.dirs[name])
 	c.routers[name] = r
 	return r
 }

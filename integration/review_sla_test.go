@@ -3,6 +3,7 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +49,56 @@ func TestReviewPastOwnerSLAAlertsOnce(t *testing.T) {
 				t.Errorf("SLA alert %v: want class UNCLASSIFIED and the owner operations named", x)
 			}
 		}
+	}
+}
+
+// Guards the life of an open review item on the real broker, as a user meets
+// it on a time-compressed policy (default_sla_ms 3 s: a task's state lives
+// 6 s; ai_product's response SLA 20 s, longer than that TTL, as 72 h is
+// longer than the default 48 h). A reviewer's approval of a refusal 9 s
+// after it, past the task's TTL, is applied: a retry with the same task ID
+// reaches the retry topic (it was dropped as review.no_open_item). A second
+// refusal left open past the owner's SLA raises its overdue alert. A task
+// that completed meanwhile is forgotten: an exact redelivery of its event
+// after its TTL is routed again, not dropped.
+func TestReviewApprovedAfterTheTaskTTLIsRetried(t *testing.T) {
+	e := newEnv(t)
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("default_sla_ms: 3000\nowners:\n  ai_product:\n    sla_ms: 20000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := e.startRouter("a", t.TempDir(), "--policy", pol)
+	done := taskEvent("d-1", "t-done", 1, okFields)
+	e.cli(taskEvent("r-1", "t-late", 1, refusalFields)+taskEvent("r-2", "t-open", 1, refusalFields)+done, "produce", "--topic", "ingress")
+	e.tailUntil("review", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-late")) == 1 })
+
+	time.Sleep(9 * time.Second) // past the tasks' 6 s TTL, within the owner's 20 s SLA
+	e.cli(done, "produce", "--topic", "ingress")
+	e.cli("", "review", "decide", "--task", "t-late", "--approve", "--reason", "the question was fine", "--reviewer", "ana")
+
+	retries := e.tailUntil("retry", 60*time.Second, func(r []map[string]any) bool { return len(byTask(r, "t-late")) == 1 })
+	audit := e.tailUntil("audit", 30*time.Second, func(a []map[string]any) bool { return len(byTask(a, "t-done")) == 2 })
+	var rules []string
+	for _, x := range byTask(audit, "t-late") {
+		rules = append(rules, str(x, "decision.rule"))
+	}
+	if len(byTask(retries, "t-late")) != 1 || !slices.Contains(rules, "MANUAL_OVERRIDE_SUCCESS") {
+		t.Errorf("the approval after the task's TTL: %d retries of t-late and audit rules %v, want 1 retry by MANUAL_OVERRIDE_SUCCESS",
+			len(byTask(retries, "t-late")), rules)
+	}
+	if d := byTask(audit, "t-done"); len(d) != 2 || str(d[1], "decision.route") != "COMPLETE" || get(d[1], "decision.totals.attempts") != float64(1) {
+		t.Errorf("redelivery of the completed task after its TTL: %v, want routed afresh (COMPLETE, attempts 1)", d)
+	}
+
+	overdue := func(a []map[string]any) bool {
+		for _, x := range byTask(a, "t-open") {
+			if str(x, "kind") == "ALERT" && strings.Contains(str(x, "reason"), "SLA") {
+				return true
+			}
+		}
+		return false
+	}
+	if alerts := e.tailUntil("alerts", 60*time.Second, overdue); !overdue(alerts) {
+		t.Errorf("no overdue alert for the item open past ai_product's 20 s SLA; alerts %v\nlogs:\n%s", alerts, r.logs.String())
 	}
 }

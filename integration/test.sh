@@ -3,7 +3,8 @@
 # short fuzz runs of the decoders on top of their corpus, then the integration
 # tests against a real Apache Kafka broker that this script starts and stops,
 # among them the wire format as Java Avro and a Python worker (confluent-kafka,
-# fastavro) see it (integration/interop.sh prepares both).
+# fastavro) see it (integration/interop.sh prepares both), and the Confluent
+# wire format through a real schema registry (integration/registry.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -46,7 +47,22 @@ source integration/broker.sh
 if [[ ${FAULTROUTER_KAFKA_SASL_SSL:-1} == 1 ]]; then
 	export FAULTROUTER_REQUIRE_SASL=1
 fi
+
+echo "== Apicurio Registry for the Confluent wire format tests (integration/registry.sh; cached)"
+if integration/registry.sh java >/dev/null 2>&1; then
+	# its schemas in a journal topic on the test broker, as registries are run
+	export FAULTROUTER_REGISTRY_KAFKA=$FAULTROUTER_TEST_BROKERS
+	FAULTROUTER_TEST_REGISTRY=$(integration/registry.sh start)
+	export FAULTROUTER_TEST_REGISTRY FAULTROUTER_REQUIRE_REGISTRY=1
+	stop_broker=$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT\$/\1/")
+	trap "integration/registry.sh stop || true; $stop_broker" EXIT
+else
+	echo "no JDK 21 or newer found: the Schema Registry tests are SKIPPED (Apicurio Registry needs one)"
+fi
 go test -count=1 -v -timeout 30m ./integration/
+if [[ -n ${FAULTROUTER_TEST_REGISTRY:-} ]]; then
+	integration/registry.sh stop # its JVM has no part in the bench
+fi
 
 # make bench on a small backlog, only to prove that it works: its figures on a
 # shared CI machine mean nothing, and nothing is asserted on them. It builds and

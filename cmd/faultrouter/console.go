@@ -72,6 +72,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		maxRate    = fs.Int("max-redrive-rate", 500, "ceiling of a re-drive job's records per second; a higher rate is refused")
 		hash       = fs.Bool("hash-password", false, "read a password from stdin, print its bcrypt hash for the users file, and exit")
 	)
+	regFlags := addRegistryFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +101,9 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registerer = reg
+	if cfg.Schemas, err = regFlags.schemas(); err != nil {
+		return fmt.Errorf("console: %w", err)
+	}
 	if *usersFile != "" {
 		if cfg.Users, err = console.LoadUsers(*usersFile); err != nil {
 			return err

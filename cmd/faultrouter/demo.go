@@ -18,19 +18,25 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/logging"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"github.com/faultrouter/faultrouter/pkg/worker"
 )
 
-const demoSynopsis = `usage: faultrouter demo [--verbose] [--console [--listen 127.0.0.1:8080]]
+const demoSynopsis = `usage: faultrouter demo [--verbose] [--whatif CANDIDATE.yaml] [--console [--listen 127.0.0.1:8080]]
 
 Starts an embedded Kafka broker (franz-go kfake), the router on a temporary
 state directory, and a scripted stream of worker events covering every
 failure class; waits until every event is routed and every due retry is
 published or accounted for, then prints a summary per class and route, the
-records on each output topic, what became of each retry and the alerts.
-Needs no set-up.
+records on each output topic, what became of each retry and the alerts,
+and ends with the cost table of the stream (faultrouter cost). Needs no
+set-up.
+
+--whatif then replays the demo's stream through a candidate policy file
+against the default policy the demo ran with (faultrouter policy whatif) and
+prints what it would have changed.
 
 --console then opens the operator console on the same embedded broker, with
 the review queue the demo filled, and runs until interrupted; it prints the
@@ -41,9 +47,18 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	verbose := fs.Bool("verbose", false, "print the router's event log to stderr")
 	withConsole := fs.Bool("console", false, "then open the operator console on the embedded broker until interrupted")
 	listen := fs.String("listen", "127.0.0.1:8080", "with --console: the console's HTTP address")
+	whatifFile := fs.String("whatif", "", "then replay the stream through this candidate policy file and print what it would have changed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var candidate *policy.Policy
+	if *whatifFile != "" {
+		var err error
+		if candidate, err = policy.Load(*whatifFile); err != nil {
+			return err
+		}
+	}
+	began := time.Now().Add(-time.Second)
 	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -185,6 +200,9 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	printSummary(stdout, rows, counts, cfg.Topics)
 	rs.print(stdout, time.Now())
+	if err := demoCost(ctx, seeds, cfg, began, candidate, stdout); err != nil {
+		return err
+	}
 	if !*withConsole {
 		return nil
 	}

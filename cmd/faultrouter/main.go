@@ -45,7 +45,10 @@ Verbs:
   console   the operator console in the browser: review queue, timeline, breakers, dead letter, alerts
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
+            | policy whatif --policy FILE [--baseline FILE] --since T: a candidate policy on past traffic
+  cost      spend by class, model and template, failed vs succeeded, and cost prevented
   topics    topics apply | topics check
+  schemas   schemas register | schemas check --registry URL: the schemas of avro/ in a schema registry
   version   print the version
 
 Global flags (every verb that talks to Kafka):
@@ -55,6 +58,10 @@ Global flags (every verb that talks to Kafka):
                    (env FAULTROUTER_SASL_PASSWORD)
   --tls, --tls-ca FILE, --tls-cert FILE, --tls-key FILE
   --log-format text|json, --log-level debug|info|warn|error
+Schema registry flags (run, produce, review, tail, replay, console, schemas):
+  --registry-url URL (env FAULTROUTER_REGISTRY_URL), --registry-user, --registry-password
+  --registry-tls-ca FILE, --registry-tls-cert FILE, --registry-tls-key FILE
+  --wire-format single-object|confluent (run, produce, review; env FAULTROUTER_WIRE_FORMAT)
 
 Short topic names: ingress, decisions, retry, review, audit, deadletter, alerts.
 `
@@ -68,6 +75,10 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faultrouter:", err)
+		var unreachable errUnreachable
+		if errors.As(err, &unreachable) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
@@ -99,9 +110,16 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "taskid":
 		return taskidCommand(rest, stdout)
 	case "policy":
+		if len(rest) > 0 && rest[0] == "whatif" {
+			return whatifCommand(ctx, rest[1:], stdout, stderr)
+		}
 		return policyCommand(rest, stdin, stdout, stderr)
+	case "cost":
+		return costCommand(ctx, rest, stdout, stderr)
 	case "topics":
 		return topicsVerb(ctx, rest, stdout, stderr)
+	case "schemas":
+		return schemasCommand(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "faultrouter", version)
 		return nil

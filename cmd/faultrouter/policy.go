@@ -18,7 +18,8 @@ import (
 // policyUsage is the synopsis of the policy verb.
 const policyUsage = `usage: faultrouter policy check FILE
        faultrouter policy explain [--policy FILE] [--format text|json] < events.json
-       faultrouter policy default`
+       faultrouter policy default
+       faultrouter policy whatif --policy FILE [--baseline FILE] --since T [--until T] [--format table|json|csv]`
 
 // policyCommand runs `policy`:
 //
@@ -52,7 +53,7 @@ func policyCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 		fmt.Fprintln(stdout, policyUsage)
 		return nil
 	}
-	return fmt.Errorf("policy: unknown subcommand %q (allowed: check, explain, default); %s", args[0], policyUsage)
+	return fmt.Errorf("policy: unknown subcommand %q (allowed: check, explain, default, whatif); %s", args[0], policyUsage)
 }
 
 func policyCheck(args []string, stdout io.Writer) error {

@@ -11,8 +11,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 const produceSynopsis = `usage: faultrouter produce [--topic ingress|decisions] [--file F]
@@ -26,8 +28,13 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	fs, g := newFlagSet("produce", produceSynopsis, stderr)
 	topic := fs.String("topic", "ingress", "short topic name: ingress or decisions")
 	file := fs.String("file", "-", "file of JSON lines; - for stdin")
+	regFlags := addRegistryFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	wire, err := regFlags.wire()
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
 	}
 	if *topic != "ingress" && *topic != "decisions" {
 		return fmt.Errorf("produce: --topic %q: allowed ingress, decisions", *topic)
@@ -56,6 +63,11 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	name, err := set.Name(*topic)
 	if err != nil {
 		return err
+	}
+	if wire == registry.Confluent {
+		if err := frameRecords(ctx, regFlags, c, name, *topic == "decisions", recs); err != nil {
+			return fmt.Errorf("produce: nothing sent: %w", err)
+		}
 	}
 	opts, err := g.clientOpts(nil)
 	if err != nil {
@@ -111,4 +123,21 @@ func encodeLines(c *codec.Codec, r io.Reader, decisions bool) ([]*kgo.Record, er
 		return nil, err
 	}
 	return recs, nil
+}
+
+// frameRecords rewrites recs into the Confluent wire format, with the ID
+// of their schema under the topic's subject (registered if it is not).
+func frameRecords(ctx context.Context, f *registryFlags, c *codec.Codec, topic string, decisions bool, recs []*kgo.Record) error {
+	name := avro.TaskEvent
+	if decisions {
+		name = avro.ReviewDecision
+	}
+	frame, err := f.framer(ctx, c, topic, name)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		rec.Value = frame(topic, rec.Value)
+	}
+	return nil
 }

@@ -78,6 +78,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&f.progressEvery, "progress-every", 10000, "report progress on stderr every N records read")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "report progress on stderr at least this often")
 	fs.DurationVar(&f.idle, "idle", 30*time.Second, "give up on partitions that deliver nothing for this long (a broker in trouble); reading ends at the end offsets without waiting")
+	regFlags := addRegistryFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -123,6 +124,9 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	c, err := codec.New()
 	if err != nil {
 		return err
+	}
+	if c, err = regFlags.reading(c); err != nil {
+		return fmt.Errorf("replay: %w", err)
 	}
 	opts, err := g.clientOpts(nil)
 	if err != nil {

@@ -8,9 +8,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 const reviewSynopsis = `usage: faultrouter review decide --task ID (--approve | --reject) --reason TEXT [--reviewer NAME]
@@ -33,6 +35,7 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		reason   = fs.String("reason", "", "reason, shown to the end user on reject (required)")
 		reviewer = fs.String("reviewer", user, "reviewer name")
 	)
+	regFlags := addRegistryFlags(fs, true)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -57,7 +60,17 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	if err := control.Decide(ctx, opts, c, name, d); err != nil {
+	wire, err := regFlags.wire()
+	if err != nil {
+		return fmt.Errorf("review decide: %w", err)
+	}
+	var frame func(string, []byte) []byte
+	if wire == registry.Confluent {
+		if frame, err = regFlags.framer(ctx, c, name, avro.ReviewDecision); err != nil {
+			return fmt.Errorf("review decide: %w", err)
+		}
+	}
+	if err := control.DecideFramed(ctx, opts, c, name, frame, d); err != nil {
 		return fmt.Errorf("review decide: %w", err)
 	}
 	verdict := "rejected"

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
@@ -45,7 +46,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		rf          = fs.Int("replication-factor", 0, "replication factor when creating topics (default: topics/, 1; production: 3)")
 		maxBytes    = fs.Int("max-record-bytes", 512<<10, "largest input record value routed; larger ones are dead-lettered")
 		partCheck   = fs.Duration("partition-check", 30*time.Second, "how often the partition counts of ingress, decisions and state are read to detect partitions added at runtime")
+		regLookup   = fs.Bool("registry-lookup-only", false, "with --wire-format confluent: look up the output schemas in the registry instead of registering them at start (register them with `faultrouter schemas register`)")
 	)
+	regFlags := addRegistryFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,6 +63,18 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errors.New("run: --group must not be empty")
 	case *partCheck <= 0:
 		return fmt.Errorf("run: --partition-check must be a positive duration, got %s", *partCheck)
+	}
+	wire, err := regFlags.wire()
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	regCodec, err := codec.New()
+	if err != nil {
+		return err
+	}
+	schemaRegistry, err := regFlags.client(regCodec)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
 	}
 	log, err := g.logger(stderr)
 	if err != nil {
@@ -99,6 +114,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.PartitionCheck = *partCheck
 	cfg.Logger = log
 	cfg.Registerer = reg
+	cfg.Registry, cfg.WireFormat, cfg.LookupSchemasOnly = schemaRegistry, wire, *regLookup
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err

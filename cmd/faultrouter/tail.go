@@ -41,6 +41,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		format   = fs.String("format", "json", "output: json (one object a line) or text")
 		maxCount = fs.Int("max", 0, "exit after this many records; 0 for no limit")
 	)
+	regFlags := addRegistryFlags(fs, false)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +69,9 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	opts, err := g.clientOpts(nil)
 	if err != nil {
 		return err
+	}
+	if c, err = regFlags.reading(c); err != nil {
+		return fmt.Errorf("tail: %w", err)
 	}
 	p := &printer{c: c, w: stdout, text: *format == "text"}
 	count := 0
@@ -157,7 +161,7 @@ func tailToEnd(ctx context.Context, opts []kgo.Opt, topic string, fromBeginning 
 
 // printer writes one line per record.
 type printer struct {
-	c    *codec.Codec
+	c    *codec.Codec // reads the Confluent wire format too with --registry-url
 	w    io.Writer
 	text bool
 }

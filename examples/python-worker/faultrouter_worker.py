@@ -7,6 +7,12 @@ decisions topic. Every record is Avro in the single-object encoding: the
 marker C3 01, the 8-byte CRC-64-AVRO fingerprint of the writer schema's Parsing
 Canonical Form (little-endian), then the Avro binary body. The schemas are the
 files of faultrouter's avro/ directory.
+
+With a schema registry (Worker(..., registry_url=URL)), records are written
+with confluent-kafka's AvroSerializer instead, in the Confluent wire format
+(the byte 0, the 4-byte schema ID, the body), under the subjects
+<topic>-value, and read with its AvroDeserializer: run the router with
+--registry-url URL --wire-format confluent.
 """
 
 import io
@@ -41,7 +47,9 @@ class Schemas:
         for r in raw:
             self.parsed[full_name(r)] = parse_schema(r, named)
         self.headers = {}  # full name -> C3 01 + fingerprint, as on the wire
+        self.expanded = {}  # full name -> the schema with references inlined, for a registry
         for r in expand_schema(raw):  # references inlined: the fingerprint covers the whole schema
+            self.expanded[full_name(r)] = r
             canonical = to_parsing_canonical_form(parse_schema(r))
             # fastavro gives the fingerprint's bytes in wire order (little-endian), as hex.
             self.headers[full_name(r)] = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
@@ -70,6 +78,31 @@ def full_name(schema):
     return name if "." in name else f"{schema['namespace']}.{name}"
 
 
+class RegistrySerde:
+    """confluent-kafka's Avro serializer and deserializer against a schema registry."""
+
+    def __init__(self, url, schemas, **conf):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+        self.client = SchemaRegistryClient({"url": url, **conf})
+        # auto.register.schemas (the default): the schema is registered under <topic>-value if
+        # it is not yet; `faultrouter schemas register` registers them ahead of the workers
+        self.serializers = {n: AvroSerializer(self.client, json.dumps(schemas.expanded[n]))
+                            for n in (TASK_EVENT, REVIEW_DECISION)}
+        self.deserializer = AvroDeserializer(self.client)  # the writer's schema, by the record's ID
+
+    def encode(self, name, topic, record):
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        return self.serializers[name](record, SerializationContext(topic, MessageField.VALUE))
+
+    def decode(self, topic, value):
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        return self.deserializer(value, SerializationContext(topic, MessageField.VALUE))
+
+
 class Topics:
     """faultrouter's topic names, with the router's topic prefix."""
 
@@ -89,9 +122,13 @@ def now():
 class Worker:
     """Reports attempt outcomes and review decisions; reads retries and routed records."""
 
-    def __init__(self, brokers, avro_dir, topic_prefix="", source="python-worker", **config):
+    def __init__(self, brokers, avro_dir, topic_prefix="", source="python-worker", registry_url=None,
+                 registry_conf=None, **config):
         self.brokers = brokers
         self.schemas = Schemas(avro_dir)
+        # the Confluent wire format through a schema registry, else the single-object encoding
+        self.registry = RegistrySerde(registry_url, self.schemas, **(registry_conf or {})) if registry_url else None
+        self.framings = {}  # topic -> the wire formats of the records read from it
         self.topics = Topics(topic_prefix)
         self.source = source
         # librdkafka's default partitioner; idempotence: a retried send is written once.
@@ -116,13 +153,28 @@ class Worker:
                  "usage": {}, **event}
         if not event.get("task_id"):
             raise ValueError("task_id is required")
-        self._produce(self.topics.ingress, event["task_id"], self.schemas.encode(TASK_EVENT, event))
+        self._produce(self.topics.ingress, event["task_id"], self._encode(TASK_EVENT, self.topics.ingress, event))
         return event
 
     def decide(self, task_id, approve, reason, reviewer=None):
         """Sends a reviewer's decision on a task's open review item."""
         d = {"task_id": task_id, "approve": approve, "reason": reason, "reviewer": reviewer, "at": now()}
-        self._produce(self.topics.decisions, task_id, self.schemas.encode(REVIEW_DECISION, d))
+        self._produce(self.topics.decisions, task_id, self._encode(REVIEW_DECISION, self.topics.decisions, d))
+
+    def _encode(self, name, topic, record):
+        if self.registry:
+            return self.registry.encode(name, topic, record)
+        return self.schemas.encode(name, record)
+
+    def decode(self, topic, value):
+        """A record of either wire format: the Confluent one (byte 0) needs the registry."""
+        if value[:1] == b"\x00":
+            self.framings.setdefault(topic, set()).add("confluent")
+            if not self.registry:
+                raise ValueError(f"{topic}: a record in the Confluent wire format, and no registry_url")
+            return self.registry.decode(topic, value)
+        self.framings.setdefault(topic, set()).add("single-object")
+        return self.schemas.decode(value)[1]
 
     def flush(self, timeout=30):
         """Waits until every record sent is acknowledged; raises the first delivery error."""
@@ -145,8 +197,7 @@ class Worker:
                     continue
                 if msg.error():
                     raise KafkaException(msg.error())
-                _, record = self.schemas.decode(msg.value())
-                yield msg.key().decode(), record
+                yield msg.key().decode(), self.decode(topic, msg.value())
         finally:
             c.close()
 

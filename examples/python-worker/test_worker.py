@@ -2,7 +2,10 @@
 
 Needs a running router: FAULTROUTER_BROKERS (bootstrap servers) and, if the router uses one,
 FAULTROUTER_TOPIC_PREFIX; FAULTROUTER_AVRO_DIR defaults to ../../avro. make test runs this file
-from the Go integration test TestPythonWorker, which starts the router.
+from the Go integration test TestPythonWorker, which starts the router, and again from
+TestPythonWorkerRegistry with FAULTROUTER_REGISTRY_URL set: then every record goes through
+confluent-kafka's AvroSerializer and AvroDeserializer and that registry, against a router run
+with --wire-format confluent.
 
 Records are produced with confluent-kafka's default partitioner (librdkafka's, CRC32-based):
 the router does not depend on the producer hashing keys like the Java client.
@@ -27,7 +30,8 @@ def worker():
     if not brokers:
         pytest.fail("FAULTROUTER_BROKERS is not set: start a faultrouter router and point this test at its broker")
     avro_dir = os.environ.get("FAULTROUTER_AVRO_DIR", os.path.join(HERE, "..", "..", "avro"))
-    w = Worker(brokers, avro_dir, topic_prefix=os.environ.get("FAULTROUTER_TOPIC_PREFIX", ""), source="py-test")
+    w = Worker(brokers, avro_dir, topic_prefix=os.environ.get("FAULTROUTER_TOPIC_PREFIX", ""), source="py-test",
+               registry_url=os.environ.get("FAULTROUTER_REGISTRY_URL") or None)
     yield w
     w.producer.flush(10)
 
@@ -133,3 +137,10 @@ def test_fixable_validation_is_retried_with_feedback(worker):
     assert "CODE_2101" in (d["feedback"] or "")
     # the next attempt uses the model the router suggests for this kind of failure
     assert d["suggested_model"] and next_attempt(retry, status="OK")["model"] == d["suggested_model"]
+
+
+def test_wire_format_as_configured(worker):
+    # last: the router's records read by the tests above were all in the wire format asked for
+    want = {"confluent"} if worker.registry else {"single-object"}
+    for topic in (worker.topics.audit, worker.topics.retry, worker.topics.review):
+        assert worker.framings.get(topic) == want, (topic, worker.framings.get(topic))

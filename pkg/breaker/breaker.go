@@ -242,24 +242,75 @@ func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
 // MaxBreakers bounds the breakers a Set keeps: keys come from events
 // (provider/model, action, template), so a flood of distinct keys must not
 // grow memory without limit. At the bound, CLOSED breakers are forgotten
-// (those with an empty window first); OPEN and HALF_OPEN ones never are.
+// (those with an empty window first); OPEN and HALF_OPEN ones never are
+// (forgetting one would let retries into what it guards, and a latched one
+// waits for a person). When the bound is reached with none of them CLOSED,
+// a key without a breaker of its own is counted under its scope's overflow
+// breaker (OverflowKey): the keys beyond the bound share one breaker, which
+// holds all of their retries when it opens, until their own breakers have
+// room again. A Set holds at most MaxBreakers breakers and the overflow
+// breakers, one per scope.
 var MaxBreakers = 10_000
 
-func (s *Set) get(ref Ref, now time.Time) *breaker {
-	if b, ok := s.breakers[ref]; ok {
-		s.saveFound(ref, b)
-		return b
+// OverflowKey is the key of a scope's overflow breaker (MaxBreakers).
+const OverflowKey = "(overflow)"
+
+// Resolve returns the refs a retry guarded by refs is held behind: each
+// ref itself, or its scope's overflow breaker for a key counted there.
+func (s *Set) Resolve(refs []Ref) []Ref {
+	var out []Ref
+	for i, ref := range refs {
+		if r := s.lookup(ref); r != ref {
+			if out == nil {
+				out = append(make([]Ref, 0, len(refs)), refs[:i]...)
+			}
+			ref = r
+		}
+		if out != nil {
+			out = append(out, ref)
+		}
 	}
-	s.save(ref)
-	if len(s.breakers) >= MaxBreakers {
-		s.evict(now)
+	if out == nil {
+		return refs
 	}
-	b := &breaker{saved: s.epoch} // new in this unit: undo forgets it
-	s.breakers[ref] = b
-	return b
+	return out
 }
 
-// evict forgets CLOSED breakers: idle ones, or, if none is idle, all of them.
+// lookup returns the ref whose breaker guards ref: ref itself, unless ref
+// has no breaker of its own while the set is full and its scope's overflow
+// breaker exists.
+func (s *Set) lookup(ref Ref) Ref {
+	if _, ok := s.breakers[ref]; ok || len(s.breakers) < MaxBreakers {
+		return ref
+	}
+	if o := (Ref{Scope: ref.Scope, Key: OverflowKey}); s.breakers[o] != nil {
+		return o
+	}
+	return ref
+}
+
+// get returns the breaker of ref, and the ref it is kept under: ref itself,
+// or its scope's overflow breaker when the set is full of breakers it may
+// not forget.
+func (s *Set) get(ref Ref, now time.Time) (*breaker, Ref) {
+	if b, ok := s.breakers[ref]; ok {
+		s.saveFound(ref, b)
+		return b, ref
+	}
+	if len(s.breakers) >= MaxBreakers {
+		s.evict(now)
+		if len(s.breakers) >= MaxBreakers && ref.Key != OverflowKey {
+			return s.get(Ref{Scope: ref.Scope, Key: OverflowKey}, now)
+		}
+	}
+	s.save(ref)
+	b := &breaker{saved: s.epoch} // new in this unit: undo forgets it
+	s.breakers[ref] = b
+	return b, ref
+}
+
+// evict forgets CLOSED breakers: idle ones, or, if none is idle, all of them
+// but the overflow breakers.
 func (s *Set) evict(now time.Time) {
 	n := len(s.breakers)
 	for ref, b := range s.breakers {
@@ -272,7 +323,7 @@ func (s *Set) evict(now time.Time) {
 		return
 	}
 	for ref, b := range s.breakers {
-		if b.state == Closed {
+		if b.state == Closed && ref.Key != OverflowKey { // an overflow breaker counting failures stays
 			s.save(ref)
 			delete(s.breakers, ref)
 		}
@@ -335,7 +386,8 @@ func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
 // Record counts one outcome and returns the transitions it causes (none, or
 // a cooldown's OPEN -> HALF_OPEN followed by the outcome's own).
 func (s *Set) Record(o Outcome, now time.Time) []Transition {
-	b := s.get(o.Ref, now)
+	b, ref := s.get(o.Ref, now)
+	o.Ref = ref
 	ts := s.advance(o.Ref, b, now)
 	ms := now.UnixMilli()
 	s.count(o.Ref, b, ms, o.Failure)
@@ -369,6 +421,7 @@ func (s *Set) Record(o Outcome, now time.Time) []Transition {
 func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	var ts []Transition
 	ok := true
+	refs = s.Resolve(refs)
 	for _, ref := range refs {
 		b, found := s.breakers[ref]
 		if !found {
@@ -405,7 +458,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 // the latest over refs, and never before now.
 func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 	until := now
-	for _, ref := range refs {
+	for _, ref := range s.Resolve(refs) {
 		b, ok := s.breakers[ref]
 		if !ok {
 			continue
@@ -445,7 +498,7 @@ func (s *Set) Tick(now time.Time) []Transition {
 // Trip opens a breaker and latches it: it stays OPEN, whatever the cooldown,
 // until Reset. It returns no transition for a breaker already latched.
 func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transition {
-	b := s.get(ref, now)
+	b, ref := s.get(ref, now)
 	if b.latched {
 		return nil
 	}
@@ -461,6 +514,7 @@ func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transitio
 
 // Reset closes a breaker (a person's decision), clearing its window.
 func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
+	ref = s.lookup(ref)
 	b, ok := s.breakers[ref]
 	if !ok || b.state == Closed {
 		return nil
@@ -470,7 +524,7 @@ func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
 
 // State returns the state of a breaker; CLOSED for one never seen.
 func (s *Set) State(ref Ref) State {
-	if b, ok := s.breakers[ref]; ok {
+	if b, ok := s.breakers[s.lookup(ref)]; ok {
 		return b.state
 	}
 	return Closed
@@ -501,6 +555,6 @@ func (s *Set) sortedRefs() []Ref {
 
 // Latched reports whether a breaker is latched open (by Trip, until Reset).
 func (s *Set) Latched(ref Ref) bool {
-	b, ok := s.breakers[ref]
+	b, ok := s.breakers[s.lookup(ref)]
 	return ok && b.latched
 }

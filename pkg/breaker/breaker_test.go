@@ -418,3 +418,62 @@ func TestRollbackAfterRepeatedChanges(t *testing.T) {
 		t.Error("the surge of a rolled back unit did not fire again")
 	}
 }
+
+// Guards the bound of a Set over months of distinct keys: at MaxBreakers,
+// CLOSED breakers are forgotten, OPEN and latched ones never are, and when
+// the set is full of those, a new key is counted under its scope's overflow
+// breaker, which opens on the failures of the keys beyond the bound and
+// holds their retries (Allow, State, HoldUntil, Resolve), whatever their own
+// keys. The set never holds more than MaxBreakers plus one overflow breaker
+// per scope.
+func TestSetIsBoundedWithAnOverflowBreaker(t *testing.T) {
+	defer func(n int) { MaxBreakers = n }(MaxBreakers)
+	MaxBreakers = 50
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.5, Cooldown: time.Hour, HalfOpenProbes: 1}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	tmpl := func(i int) Ref { return Ref{Scope: PromptTemplate, Key: fmt.Sprintf("t-%d", i)} }
+	// 50 templates latched open by hallucinations: none may be forgotten
+	for i := range 50 {
+		s.Trip(tmpl(i), "hallucination", Outcome{Ref: tmpl(i)}, now)
+	}
+	// a flood of new keys failing: counted under the overflow breaker
+	var opened []Transition
+	for i := 50; i < 5_000; i++ {
+		for range 2 {
+			for _, tr := range s.Record(Outcome{Ref: tmpl(i), Failure: true}, now) {
+				if tr.To == Open {
+					opened = append(opened, tr)
+				}
+			}
+		}
+	}
+	if n := len(s.breakers); n > MaxBreakers+len(Scopes) {
+		t.Fatalf("%d breakers after 5,000 keys, want at most %d", n, MaxBreakers+len(Scopes))
+	}
+	for i := range 50 {
+		if !s.Latched(tmpl(i)) {
+			t.Fatalf("latched template %s was forgotten", tmpl(i).Key)
+		}
+	}
+	overflow := Ref{Scope: PromptTemplate, Key: OverflowKey}
+	if len(opened) != 1 || opened[0].Ref != overflow {
+		t.Fatalf("transitions to OPEN %v, want one, of %v", opened, overflow)
+	}
+	late := tmpl(4_999)
+	if s.State(late) != Open {
+		t.Errorf("a key beyond the bound: state %s, want its overflow breaker's OPEN", s.State(late))
+	}
+	if ok, _ := s.Allow([]Ref{late}, now); ok {
+		t.Errorf("a retry of a key beyond the bound was allowed while its overflow breaker is open")
+	}
+	if got := s.Resolve([]Ref{{Scope: ProviderModel, Key: "acme/m1"}, late}); got[1] != overflow {
+		t.Errorf("Resolve = %v, want the template held behind %v", got, overflow)
+	}
+	if !s.HoldUntil([]Ref{late}, now).After(now) {
+		t.Errorf("HoldUntil of a key beyond the bound is now, want the overflow breaker's cooldown")
+	}
+}

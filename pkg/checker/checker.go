@@ -122,6 +122,23 @@ type taskRun struct {
 // Check recomputes every output of logs with the policy and reports where
 // the router's outputs differ.
 func Check(logs Logs, o Options) (*Report, error) {
+	ck, err := newChecker(logs, o)
+	if err != nil {
+		return nil, err
+	}
+	ck.readInputs()
+	ck.readAudit()
+	ck.model()
+	ck.checkRouted()
+	ck.checkRetries()
+	ck.checkAlerts()
+	ck.checkLedger() // ledger.go
+	ck.finish()
+	return ck.rep, nil
+}
+
+// newChecker validates o, fills in its defaults and returns a checker of logs.
+func newChecker(logs Logs, o Options) (*checker, error) {
 	if o.Policy == nil || o.Ingress == "" || o.Decisions == "" {
 		return nil, errors.New("checker: Options: Policy, Ingress and Decisions are required")
 	}
@@ -138,20 +155,12 @@ func Check(logs Logs, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck := &checker{
+	return &checker{
 		o: o, codec: c, logs: logs, rep: &Report{ViolationsByCheck: map[string]int{}},
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
-	}
-	ck.readInputs()
-	ck.readAudit()
-	ck.model()
-	ck.checkRouted()
-	ck.checkRetries()
-	ck.checkAlerts()
-	ck.finish()
-	return ck.rep, nil
+	}, nil
 }
 
 // readInputs decodes every input record the way the router must.
@@ -422,6 +431,9 @@ func (c *checker) walk(tr *taskRun) {
 		c.actual(tr.id, outputOf("audit", in.audit, ""))
 		if diff := diffDecision(got, want); diff != "" {
 			c.violate("audit.decision", tr.id, "input %s (%s): %s", in.key, kindName(in.kind), diff)
+		}
+		if in.kind == inTask {
+			c.checkPrevented(tr.id, in, &got, &want) // ledger.go
 		}
 		if in.kind == inTask && in.audit.r.Event != nil && in.audit.r.Event.EventID != in.event.EventID {
 			c.violate("audit.event", tr.id, "audit of input %s carries event %s, want %s", in.key, in.audit.r.Event.EventID, in.event.EventID)

@@ -114,11 +114,18 @@ func run(t *testing.T, mutate func(b *logBuilder, decided []event.Decision, ins 
 
 func ptrTo[T any](v T) *T { return &v }
 
+// audited is the decision as a correct router writes it on the audit
+// record: with the cost a stop prevented.
+func audited(d event.Decision) event.Decision {
+	d.Prevented = policy.Default().PreventedRecord(&d)
+	return d
+}
+
 // correct writes the outputs a correct router writes.
 func correct(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []event.TaskEvent, skip string) {
 	for i, d := range decided {
 		if skip != "audit" || i != 0 {
-			b.routed("audit", ins[i], &evs[i], d)
+			b.routed("audit", ins[i], &evs[i], audited(d))
 		}
 		switch d.Route {
 		case event.RouteRetry:

@@ -19,7 +19,10 @@
 //     a decision of that class at that time, every hallucination latch has
 //     its alert, no retry is published into an open breaker, a half-open
 //     breaker lets at most its probes through, and the retries held behind a
-//     breaker come out in due order once it closes.
+//     breaker come out in due order once it closes;
+//   - the cost ledger: the spend, failed spend and cost prevented that
+//     `faultrouter cost` sums from the audit records equal the sums of the
+//     model's decisions, in total and per class.
 //
 // Time. The policy reads the router's clock (due times, the review SLA
 // clock). The model takes each decision's time from its audit record and

@@ -22,6 +22,8 @@ type Report struct {
 	Superseded, HeldReleased int
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
+	// Ledger are the cost ledger's sums of the model's decisions.
+	Ledger *LedgerSums `json:",omitempty"`
 	// Violations are the differences found, at most Options.MaxViolations;
 	// ViolationsByCheck counts all of them by check.
 	Violations        []Violation
@@ -161,6 +163,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
 		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
+	if r.Ledger != nil {
+		fmt.Fprintf(w, "ledger: %s\n", r.Ledger)
+	}
 	if r.OK() {
 		fmt.Fprintln(w, "every output matches the model")
 		return

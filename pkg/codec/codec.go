@@ -87,6 +87,9 @@ type Codec struct {
 	// stateWalk is set when state_index.go's walk of a TaskState agrees
 	// with the reader of stateWire
 	stateWalk bool
+	// schemas finds the writer schemas of records in the Confluent wire
+	// format (confluent.go); nil: such records do not decode
+	schemas SchemaSource
 }
 
 // writer is one accepted writer schema.
@@ -95,6 +98,7 @@ type writer struct {
 	version int
 	fp      uint64
 	codec   *goavro.Codec
+	json    string // the composed schema text
 }
 
 // New returns a Codec that writes the current schemas and accepts every
@@ -122,7 +126,7 @@ func NewWith(o Options) (*Codec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("codec: schema %s v%d (%s): %w", s.Name, s.Version, s.File, err)
 		}
-		w := &writer{name: s.Name, version: s.Version, fp: s.Fingerprint, codec: gc}
+		w := &writer{name: s.Name, version: s.Version, fp: s.Fingerprint, codec: gc, json: s.JSON}
 		legacy := ""
 		for _, fp := range []uint64{s.Fingerprint, s.Legacy} {
 			if fp == 0 {
@@ -209,6 +213,9 @@ func encode(dst []byte, w *writer, native map[string]any) ([]byte, error) {
 
 // writerOf checks the header of b and returns its writer schema.
 func (c *Codec) writerOf(b []byte) (*writer, error) {
+	if id, ok := ConfluentID(b); ok {
+		return nil, fmt.Errorf("%w: the Confluent wire format (registry schema ID %d), read only with a schema registry (--registry-url)", ErrNotSingleObject, id)
+	}
 	if len(b) < headerLen || b[0] != 0xC3 || b[1] != 0x01 {
 		return nil, fmt.Errorf("%w (%d bytes, want the marker c3 01 and an 8-byte fingerprint)", ErrNotSingleObject, len(b))
 	}
@@ -260,6 +267,10 @@ func (c *Codec) decodeAs(b []byte, name string) (map[string]any, *writer, error)
 // returns *event.TaskEvent, *event.Routed, *event.BreakerEvent or
 // *event.ReviewDecision. TaskEvents and ReviewDecisions are validated.
 func (c *Codec) Decode(b []byte) (any, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return nil, err
+	}
 	w, err := c.writerOf(b)
 	if err != nil {
 		return nil, err

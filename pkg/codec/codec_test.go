@@ -175,6 +175,7 @@ func crc64Avro(b []byte) uint64 {
 var wantFingerprints = map[string]string{
 	"faultrouter.TaskEvent/2":      "0acd1283716b068c",
 	"faultrouter.TaskEvent/1":      "bf21b217ff10014d",
+	"faultrouter.RoutedRecord/2":   "f84e37d3a98a65b5",
 	"faultrouter.RoutedRecord/1":   "ef4a753aed8bc68c",
 	"faultrouter.BreakerEvent/1":   "d6cf35eefb82a0f1",
 	"faultrouter.ReviewDecision/1": "93befd91180a8a1f",

@@ -21,11 +21,15 @@ var (
 	// record's contract, e.g. a TaskEvent without task_id. It wraps the
 	// *event.FieldError naming the field.
 	ErrInvalidRecord = errors.New("codec: invalid record")
+	// ErrUnresolvableSchema is returned when a writer schema from a schema
+	// registry does not resolve against the reader's schema by the Avro
+	// rules; it wraps the *SchemaMismatchError naming the field.
+	ErrUnresolvableSchema = errors.New("codec: writer schema does not resolve against the reader's")
 )
 
 // Kind returns the short name of err's sentinel for the dead-letter header
 // faultrouter.error.kind: not_single_object, unknown_schema, malformed,
-// wrong_schema or invalid_record; "" for nil and "error" for anything else.
+// wrong_schema, invalid_record or unresolvable_schema; "" for nil and "error" for anything else.
 func Kind(err error) string {
 	switch {
 	case err == nil:
@@ -40,6 +44,8 @@ func Kind(err error) string {
 		return "wrong_schema"
 	case errors.Is(err, ErrInvalidRecord):
 		return "invalid_record"
+	case errors.Is(err, ErrUnresolvableSchema):
+		return "unresolvable_schema"
 	}
 	return "error"
 }

@@ -71,6 +71,10 @@ func (c *Codec) encodeRoutedNative(dst []byte, r *event.Routed) ([]byte, error) 
 // validated on ingress and is not validated again; only its amounts and the
 // decision's totals are checked to be finite numbers.
 func (c *Codec) DecodeRouted(b []byte) (event.Routed, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.Routed{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.RoutedRecord)
 	if err != nil {
 		return event.Routed{}, err
@@ -126,6 +130,12 @@ func decisionNative(x *event.Decision) map[string]any {
 			"owner": rv.Owner, "sla_ms": rv.SLAMs, "priority": rv.Priority,
 		}}
 	}
+	m["prevented"] = nil
+	if p := x.Prevented; p != nil {
+		m["prevented"] = map[string]any{"faultrouter.Prevented": map[string]any{
+			"stop": p.Stop, "baseline_retries": p.BaselineRetries, "attempts": p.Attempts, "usd": p.USD,
+		}}
+	}
 	return m
 }
 
@@ -152,6 +162,12 @@ func decisionFrom(d *nat, m map[string]any) event.Decision {
 	if rv := d.optRecord(m, "review"); rv != nil {
 		x.Review = &event.Review{Owner: d.str(rv, "owner"), SLAMs: d.i64(rv, "sla_ms"), Priority: d.str(rv, "priority")}
 	}
+	if _, ok := m["prevented"]; ok { // a version 1 writer has no prevented
+		if p := d.optRecord(m, "prevented"); p != nil {
+			x.Prevented = &event.Prevented{Stop: d.str(p, "stop"), BaselineRetries: d.i32(p, "baseline_retries"),
+				Attempts: d.i32(p, "attempts"), USD: d.f64(p, "usd")}
+		}
+	}
 	return x
 }
 
@@ -173,6 +189,10 @@ func (c *Codec) EncodeBreakerEvent(dst []byte, e *event.BreakerEvent) ([]byte, e
 
 // DecodeBreakerEvent decodes a BreakerEvent.
 func (c *Codec) DecodeBreakerEvent(b []byte) (event.BreakerEvent, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.BreakerEvent{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.BreakerEvent)
 	if err != nil {
 		return event.BreakerEvent{}, err
@@ -205,6 +225,10 @@ func (c *Codec) EncodeReviewDecision(dst []byte, x *event.ReviewDecision) ([]byt
 
 // DecodeReviewDecision decodes and validates a ReviewDecision.
 func (c *Codec) DecodeReviewDecision(b []byte) (event.ReviewDecision, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.ReviewDecision{}, err
+	}
 	m, _, err := c.decodeAs(b, avro.ReviewDecision)
 	if err != nil {
 		return event.ReviewDecision{}, err
@@ -227,6 +251,11 @@ func (c *Codec) DecodeReviewDecision(b []byte) (event.ReviewDecision, error) {
 func finiteRouted(r *event.Routed) error {
 	if err := finite("decision.totals.cost_usd", r.Decision.Totals.CostUSD); err != nil {
 		return err
+	}
+	if p := r.Decision.Prevented; p != nil {
+		if err := finite("decision.prevented.usd", p.USD); err != nil {
+			return err
+		}
 	}
 	if e := r.Event; e != nil {
 		if err := finite("usage.cost_usd", e.Usage.CostUSD); err != nil {

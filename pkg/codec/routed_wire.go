@@ -120,6 +120,15 @@ func (w *routedWire) encode(dst []byte, r *event.Routed, eventBody []byte) ([]by
 	dst = appendOptString(dst, d.SuggestedModel)
 	dst = appendOptString(dst, d.UserMessage)
 	dst = binary.AppendVarint(dst, d.DecidedAt.Millis())
+	if p := d.Prevented; p != nil {
+		dst = append(dst, 2)
+		dst = appendString(dst, p.Stop)
+		dst = binary.AppendVarint(dst, int64(p.BaselineRetries))
+		dst = binary.AppendVarint(dst, int64(p.Attempts))
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.USD))
+	} else {
+		dst = append(dst, 0)
+	}
 	in := &r.Input
 	dst = appendString(dst, in.Topic)
 	dst = binary.AppendVarint(dst, int64(in.Partition))
@@ -179,6 +188,7 @@ func routedSamples() []event.Routed {
 			Totals:   event.Totals{Attempts: 3, Retries: -2, CostUSD: math.Inf(1), Tokens: 1 << 40, ElapsedMs: -5},
 			Review:   &event.Review{Owner: "security", SLAMs: 3600000, Priority: "high"},
 			Feedback: "fb", SuggestedModel: "sm", UserMessage: "um", DecidedAt: event.FromMillis(1_700_000_002_000),
+			Prevented: &event.Prevented{Stop: "budget", BaselineRetries: 3, Attempts: -2, USD: 1.25},
 		},
 		Input: event.Source{Topic: "ai.tasks.ingress", Partition: 5, Offset: 1 << 33, Timestamp: event.FromMillis(1_700_000_000_000)},
 	}

@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"math"
+	"os"
 	"reflect"
 	"testing"
 
@@ -112,5 +113,29 @@ func TestRoutedWireRejectsUnknownSymbols(t *testing.T) {
 		if _, err := c.encodeRoutedNative(nil, &event.Routed{Decision: d}); err == nil {
 			t.Errorf("goavro encoded decision %+v without an error", d)
 		}
+	}
+}
+
+// Guards WriterVersion: a RoutedRecord this build writes names version 2
+// (the one with decision.prevented); bytes of an earlier build's version 1
+// name version 1; bytes that are no single-object encoding are an error.
+func TestWriterVersion(t *testing.T) {
+	c := newCodec(t)
+	b, err := c.EncodeRouted(nil, &routedSamples()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, v, err := c.WriterVersion(b); err != nil || name != "faultrouter.RoutedRecord" || v != 2 {
+		t.Errorf("WriterVersion of a routed record written now: %s %d %v, want faultrouter.RoutedRecord 2", name, v, err)
+	}
+	old, err := os.ReadFile("testdata/legacy/routed_record.v1.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, v, err := c.WriterVersion(old); err != nil || name != "faultrouter.RoutedRecord" || v != 1 {
+		t.Errorf("WriterVersion of an earlier build's routed record: %s %d %v, want faultrouter.RoutedRecord 1", name, v, err)
+	}
+	if _, _, err := c.WriterVersion([]byte("{}")); err == nil {
+		t.Error("WriterVersion of JSON: no error")
 	}
 }

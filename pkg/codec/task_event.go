@@ -30,6 +30,10 @@ func (c *Codec) EncodeTaskEvent(dst []byte, e *event.TaskEvent) ([]byte, error) 
 // but is invalid (ErrInvalidRecord), the decoded event is returned with the
 // error, so that the caller can log its task_id.
 func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return event.TaskEvent{}, err
+	}
 	var e event.TaskEvent
 	if ok, err := c.decodeTaskEventWire(b, &e, false); ok {
 		return e, err
@@ -42,10 +46,13 @@ func (c *Codec) DecodeTaskEvent(b []byte) (event.TaskEvent, error) {
 // one copy of b's body instead of one allocation each. A string kept beyond
 // the event keeps that copy alive (at most b's size): clone what outlives it.
 func (c *Codec) DecodeTaskEventInto(b []byte, e *event.TaskEvent) error {
+	b, err := c.singleObject(b)
+	if err != nil {
+		return err
+	}
 	if ok, err := c.decodeTaskEventWire(b, e, true); ok {
 		return err
 	}
-	var err error
 	*e, err = c.decodeTaskEventGoavro(b)
 	return err
 }

@@ -62,6 +62,9 @@ var assets embed.FS
 type Config struct {
 	// Listen is the HTTP address, e.g. ":8080".
 	Listen string
+	// Schemas reads records in the Confluent wire format (a schema
+	// registry, package registry); nil: only the single-object encoding.
+	Schemas codec.SchemaSource
 	// StateDir is the Pebble directory of the view (a cache).
 	StateDir string
 	// Kafka are the franz-go options that reach the cluster.
@@ -241,6 +244,8 @@ type Server struct {
 	allOutBefore map[string]time.Time
 	usersSum     [32]byte             // of the users file as last read
 	usedSets     map[string]time.Time // confirmed selections -> when
+
+	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
 
 // claim is a decision this replica sent and the view has not read back yet.
@@ -263,6 +268,9 @@ func New(cfg Config) (*Server, error) {
 		if _, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey); err != nil {
 			return nil, fmt.Errorf("console: --http-tls-cert %s / --http-tls-key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
 		}
+	}
+	if cfg.Schemas != nil {
+		c = c.WithSchemas(cfg.Schemas)
 	}
 	ps, err := parsePages()
 	if err != nil {

@@ -25,6 +25,9 @@ var funcs = template.FuncMap{
 	"b64":     func(b []byte) string { return base64.StdEncoding.EncodeToString(b) },
 	"str":     func(b []byte) string { return string(b) },
 	"lines":   func(s string) []string { return strings.Split(s, "\n") },
+	"add":     func(a, b int) int { return a + b },
+	"ms":      func(n int64) string { return (time.Duration(n) * time.Millisecond).String() },
+	"mul":     func(a, b int) int { return a * b },
 	"query": func(kv ...string) template.URL {
 		v := url.Values{}
 		for i := 0; i+1 < len(kv); i += 2 {

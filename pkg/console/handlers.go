@@ -80,6 +80,9 @@ func (s *Server) routeTable() []route {
 		{"POST", "/deadletter/redrive", RoleOperator, s.redrivePost},
 		{"POST", "/deadletter/jobs/{id}/{op}", RoleOperator, s.jobControl},
 		{"GET", "/alerts", RoleSignedIn, s.alertsPage},
+		{"GET", "/cost", RoleSignedIn, s.costPage},     // cost.go
+		{"GET", "/whatif", RoleSignedIn, s.whatifForm}, // whatif.go
+		{"POST", "/whatif", RoleOperator, s.whatifRun},
 		{"GET", "/operators", RoleSignedIn, s.operatorsPage},
 	}
 }
@@ -378,7 +381,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "operators"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost", "whatif", "operators"}
 
 func parsePages() (pages, error) {
 	ps := pages{}

@@ -118,6 +118,31 @@ var zh = map[string]string{
 	"Older":                               "更早",
 	"No operator actions yet.":            "暂无操作记录。",
 	"Exactly these items are decided; items that arrive meanwhile are not.": "只决定以上这些条目；预览之后到达的条目不包含在内。",
+
+	// the Cost and What-if pages
+	"Spend":                                  "花费",
+	"Failed spend":                           "失败尝试的花费",
+	"Succeeded spend":                        "成功尝试的花费",
+	"Cost prevented":                         "避免的花费",
+	"Range":                                  "范围",
+	"Show":                                   "显示",
+	"attempts":                               "次尝试",
+	"failed attempts":                        "次失败尝试",
+	"tasks stopped":                          "个任务被及时停止",
+	"Spend per hour, by class":               "每小时花费（按类别）",
+	"Cost prevented per hour":                "每小时避免的花费",
+	"top of the scale":                       "刻度上限",
+	"Top models by failed spend":             "失败花费最多的模型",
+	"Top prompt templates by failed spend":   "失败花费最多的提示模板",
+	"Provider/model":                         "提供方/模型",
+	"Prompt template":                        "提示模板",
+	"No decided attempts in this range yet.": "此范围内尚无已决策的尝试。",
+	"What-if":                                "假设分析",
+	"Replay":                                 "回放",
+	"Changed decisions":                      "改变的决策",
+	"Review load per owner":                  "各负责人的审核量",
+	"Cost impact":                            "费用影响",
+	"Limits of a what-if":                    "假设分析的局限",
 }
 
 // lang picks en or zh from the Accept-Language header.

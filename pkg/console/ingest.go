@@ -203,6 +203,9 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			if err := s.trackRetry(b, task, v, ts); err != nil {
 				return nil, err
 			}
+			if err := s.accountCost(b, v, ts); err != nil { // cost.go
+				return nil, err
+			}
 			if !closes(&v.Decision) {
 				return nil, nil
 			}

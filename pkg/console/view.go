@@ -19,6 +19,7 @@ package console
 //	alr/<time:16 hex>/<partition>/<offset> -> alert (JSON)
 //	due/<task_id>                      -> pendingRetry (JSON): an audited retry not yet published
 //	job/<id>                           -> job (JSON): a re-drive job and who ran it
+//	cost/<hour:16 hex>/<c|m|t>/<name>  -> costSums (JSON): the cost ledger of an hour by class, provider/model, template (cost.go)
 //	op/<time:16 hex>/<partition>/<offset> -> opAction (JSON): an operator action
 //	opt/<task_id>/<time>/<partition>/<offset> -> opAction of one task
 

@@ -33,6 +33,12 @@ var (
 // Decide writes review decisions to the decisions topic, keyed by task ID (so
 // each lands on its task's partition), all or none acknowledged.
 func Decide(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topic string, ds ...event.ReviewDecision) error {
+	return DecideFramed(ctx, opts, c, topic, nil, ds...)
+}
+
+// DecideFramed is Decide with each encoded value passed through frame (nil:
+// as encoded), e.g. a schema registry's Framer for the Confluent wire format.
+func DecideFramed(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topic string, frame func(topic string, v []byte) []byte, ds ...event.ReviewDecision) error {
 	recs := make([]*kgo.Record, 0, len(ds))
 	for i := range ds {
 		d := &ds[i]
@@ -45,6 +51,9 @@ func Decide(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topic string, d
 		v, err := c.EncodeReviewDecision(nil, d)
 		if err != nil {
 			return fmt.Errorf("control: task %s: %w", d.TaskID, err)
+		}
+		if frame != nil {
+			v = frame(topic, v)
 		}
 		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(d.TaskID), Value: v})
 	}

@@ -21,6 +21,21 @@ type Decision struct {
 	UserMessage string `json:"user_message,omitempty"`
 	// DecidedAt is when the router decided.
 	DecidedAt Timestamp `json:"decided_at"`
+	// Prevented is set on the audit record of a decision that stopped a
+	// task: the cost a blind retry baseline would still have spent.
+	Prevented *Prevented `json:"prevented,omitempty"`
+}
+
+// Prevented is the cost one stop prevented, against a baseline that retries
+// every failure BaselineRetries times.
+type Prevented struct {
+	// Stop is refusal, dead_letter, budget or unknown_write.
+	Stop            string `json:"stop"`
+	BaselineRetries int32  `json:"baseline_retries"`
+	// Attempts are the attempts the baseline would still have made.
+	Attempts int32 `json:"attempts"`
+	// USD is Attempts x the task's mean attempt cost.
+	USD float64 `json:"usd"`
 }
 
 // RetryPlan says which retry this is and when it is due.

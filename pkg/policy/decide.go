@@ -134,7 +134,8 @@ func (p *Policy) review(e Escalation) *event.Review {
 
 // recordOperation remembers the event's operation. The first params_sha256
 // recorded for an op_id is the approved one and never changes; a resolved
-// operation (CONFIRMED or REJECTED) keeps its state.
+// operation (CONFIRMED or REJECTED) keeps its state, and one a reviewer
+// reconciled (task.OpReconciled) changes only with a receipt.
 func (p *Policy) recordOperation(op *event.Operation, st *task.State, v verdict) {
 	if op == nil || v.class == event.ClassParamsMismatch {
 		return
@@ -149,7 +150,12 @@ func (p *Policy) recordOperation(op *event.Operation, st *task.State, v verdict)
 	if known.ParamsSHA256 == "" {
 		known.SetParams(op.ParamsSHA256)
 	}
-	if known.State != event.OpConfirmed && known.State != event.OpRejected {
+	switch {
+	case known.State == event.OpConfirmed || known.State == event.OpRejected:
+		// resolved: keeps its state
+	case known.State == task.OpReconciled && op.State != event.OpConfirmed && op.State != event.OpRejected:
+		// closed by a person: only a receipt changes it
+	default:
 		known.State = op.State
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,5 +219,52 @@ func TestRetryAfterCeiling(t *testing.T) {
 		if st.Pending == nil || st.Pending.NotBefore != want.UnixMilli() {
 			t.Errorf("retry_after_ms %d: pending %+v, want not before %d", ra, st.Pending, want.UnixMilli())
 		}
+	}
+}
+
+// TestReviewReconcilesAnUnknownWrite guards a reviewer's decision on an
+// OUTCOME_UNKNOWN item as the held write's reconciliation: a reject closes
+// the write (RECONCILED: no longer unknown, a new submission of it is a
+// duplicate execution, a receipt still counts); an approve takes it as not
+// executed (PLANNED) and retries it, and the retry's unknown outcome is held
+// again.
+func TestReviewReconcilesAnUnknownWrite(t *testing.T) {
+	p := Default()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	write := func(id string, n int32, state event.OpState) *event.TaskEvent {
+		ev := timeoutEvent(id, n, now)
+		ev.Stage, ev.Action = event.StageBusiness, "refund"
+		ev.Operation = &event.Operation{OpID: "op-1", Kind: event.OpWrite, ParamsSHA256: "ab", State: state}
+		if state == event.OpConfirmed || state == event.OpRejected {
+			ev.Error = nil
+			ev.Status = event.StatusOK
+		}
+		return ev
+	}
+	unknown := func(st *task.State) bool { return st.Op("op-1").Unknown() }
+
+	var rej task.State
+	if d := p.Decide(write("w1", 1, event.OpUnknown), &rej, now); d.Class != event.ClassOutcomeUnknown || !unknown(&rej) {
+		t.Fatalf("unknown write: %+v", d)
+	}
+	d := p.DecideReview(&event.ReviewDecision{TaskID: "T-1", Reason: "the refund went out", At: event.At(now)}, &rej, now)
+	if d.Route != event.RouteComplete || rej.Op("op-1").State != task.OpReconciled || !strings.Contains(d.Reason, "op-1 closed by the reviewer") {
+		t.Fatalf("reject: %+v, operation %+v", d, rej.Op("op-1"))
+	}
+	if d := p.Decide(write("w2", 2, event.OpSubmitted), &rej, now); d.Class != event.ClassDuplicateExecution || rej.Op("op-1").State != task.OpReconciled {
+		t.Errorf("a new submission of the reconciled write: %s/%s (%s), operation %+v; want DUPLICATE_EXECUTION, still RECONCILED", d.Class, d.Route, d.Rule, rej.Op("op-1"))
+	}
+	if d := p.Decide(write("w3", 3, event.OpRejected), &rej, now); d.Rule != "outcome_unknown.rejected" || rej.Op("op-1").State != event.OpRejected {
+		t.Errorf("a receipt for the reconciled write: rule %s, operation %+v; want outcome_unknown.rejected, REJECTED", d.Rule, rej.Op("op-1"))
+	}
+
+	var app task.State
+	p.Decide(write("w1", 1, event.OpUnknown), &app, now)
+	d = p.DecideReview(&event.ReviewDecision{TaskID: "T-1", Approve: true, Reason: "never reached the bank", At: event.At(now)}, &app, now)
+	if d.Route != event.RouteRetry || app.Op("op-1").State != event.OpPlanned || unknown(&app) {
+		t.Fatalf("approve: %+v, operation %+v", d, app.Op("op-1"))
+	}
+	if d := p.Decide(write("w2", 2, event.OpUnknown), &app, now); d.Class != event.ClassOutcomeUnknown || !unknown(&app) {
+		t.Errorf("the retried write's unknown outcome: %s/%s, operation %+v; want OUTCOME_UNKNOWN, held again", d.Class, d.Route, app.Op("op-1"))
 	}
 }

@@ -32,15 +32,16 @@ func (p *Policy) paramsMismatch(ev *event.TaskEvent, st *task.State) (verdict, b
 }
 
 // heldOperationReceipt resolves an operation the router holds as SUBMITTED or
-// UNKNOWN. A receipt is evidence about the world, not an execution, so it
-// counts even when the task is terminal or in review.
+// UNKNOWN, or that a reviewer reconciled (task.OpReconciled). A receipt is
+// evidence about the world, not an execution, so it counts even when the
+// task is terminal or in review.
 func (p *Policy) heldOperationReceipt(ev *event.TaskEvent, st *task.State) (verdict, bool) {
 	op := ev.Operation
 	if op == nil {
 		return verdict{}, false
 	}
 	known := st.Op(op.OpID)
-	if known == nil || known.Kind != event.OpWrite || !held(known.State) {
+	if known == nil || known.Kind != event.OpWrite || !held(known.State) && known.State != task.OpReconciled {
 		return verdict{}, false
 	}
 	switch op.State {
@@ -75,12 +76,13 @@ func (p *Policy) confirmedOperationResubmitted(ev *event.TaskEvent, st *task.Sta
 	if op == nil || (op.State != event.OpSubmitted && op.State != event.OpUnknown) {
 		return verdict{}, false
 	}
-	if known := st.Op(op.OpID); known == nil || known.State != event.OpConfirmed {
+	known := st.Op(op.OpID)
+	if known == nil || known.State != event.OpConfirmed && known.State != task.OpReconciled {
 		return verdict{}, false
 	}
 	return verdict{
 		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: "duplicate_execution.operation_confirmed",
-		reason: fmt.Sprintf("operation %s was already CONFIRMED; submitting it again is a duplicate execution", op.OpID),
+		reason: fmt.Sprintf("operation %s was already %s; submitting it again is a duplicate execution", op.OpID, known.State),
 	}, true
 }
 

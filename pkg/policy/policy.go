@@ -38,6 +38,9 @@ type Policy struct {
 	Breakers Breakers `yaml:"breakers"`
 	// Surge alerts when one class rises for one prompt template or model.
 	Surge Surge `yaml:"surge"`
+	// CostPrevented states the blind baseline that cost prevented is
+	// measured against (prevented.go).
+	CostPrevented CostPrevented `yaml:"cost_prevented"`
 
 	// refusalSet is the compiled phrase list (see Validate).
 	refusalSet *phraseSet
@@ -377,6 +380,7 @@ func Default() *Policy {
 				event.ClassValidationFixable, event.ClassRateLimited},
 			Scopes: []string{SurgeScopePromptTemplate, SurgeScopeProviderModel},
 		},
+		CostPrevented: CostPrevented{BaselineRetries: 3},
 		ReviewLoop: ReviewLoop{
 			UserMessages: []string{
 				"Your submission has a problem: {reason}. Please correct it and submit again.",

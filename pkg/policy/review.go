@@ -28,6 +28,8 @@ const (
 //   - reject: route COMPLETE, rule MANUAL_REJECTED, the task is terminal, the
 //     item REJECTED, and UserMessage holds the end-user messages (English and
 //     Chinese by default, one a line) with the reviewer's reason.
+//   - an OUTCOME_UNKNOWN item is a reconciliation: the decision also records
+//     the outcome of the task's WRITE operations held as unknown (reconcile).
 //   - no open item (unknown task, or an item already approved, rejected or
 //     resolved by a receipt): route DROP, rule review.no_open_item, audited
 //     only; st is not changed.
@@ -48,20 +50,55 @@ func (p *Policy) DecideReview(rd *event.ReviewDecision, st *task.State, now time
 	if who == "" {
 		who = "a reviewer"
 	}
+	reconciled := ""
+	if d.Class == event.ClassOutcomeUnknown {
+		reconciled = reconcile(st, rd.Approve)
+	}
 	if rd.Approve {
 		d.Route, d.Rule = event.RouteRetry, RuleManualOverride
-		d.Reason = fmt.Sprintf("%s approved the %s item: %s; retry with the same task ID now", who, d.Class, rd.Reason)
+		d.Reason = fmt.Sprintf("%s approved the %s item: %s;%s retry with the same task ID now", who, d.Class, rd.Reason, reconciled)
 		d.Retry = p.retry(st, "", 0, now)
 		st.Review, st.LastRoute = task.ReviewApproved, event.RouteRetry
 	} else {
 		d.Route, d.Rule = event.RouteComplete, RuleManualRejected
-		d.Reason = fmt.Sprintf("%s rejected the %s item: %s; the task ends", who, d.Class, rd.Reason)
+		d.Reason = fmt.Sprintf("%s rejected the %s item: %s;%s the task ends", who, d.Class, rd.Reason, reconciled)
 		d.UserMessage = p.UserMessage(rd.Reason)
 		st.Review, st.LastRoute, st.Pending = task.ReviewRejected, event.RouteComplete, nil
 		st.Terminal, st.TerminalClass = true, d.Class
 	}
 	d.Totals = st.Totals()
 	return d
+}
+
+// reconcile records a reviewer's reconciliation of the task's WRITE
+// operations whose outcome is unknown, the subject of an OUTCOME_UNKNOWN
+// item, and returns what it recorded for the decision's reason:
+//
+//   - approve: the write did not take effect and may run again. It is
+//     PLANNED, so the retry's reports of it (SUBMITTED, UNKNOWN, CONFIRMED)
+//     are recorded as they come, and an unknown outcome is held again.
+//   - reject: the write is closed by a person: RECONCILED (task.OpReconciled).
+//     It never runs again (a new submission of it is a DUPLICATE_EXECUTION),
+//     and a receipt for it still counts, as for a held write.
+//
+// Either way the outcome is no longer unknown, so the task expires on its
+// TTL once decided.
+func reconcile(st *task.State, approve bool) string {
+	to, meaning := task.OpReconciled, "closed by the reviewer, never run again"
+	if approve {
+		to, meaning = event.OpPlanned, "taken as not executed"
+	}
+	var ids []string
+	for i := range st.Operations {
+		if op := &st.Operations[i]; op.Unknown() {
+			op.State = to
+			ids = append(ids, op.OpID)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" operation %s %s (%s);", strings.Join(ids, ", "), meaning, to)
 }
 
 // UserMessage is the end-user message of a task rejected for reason: the

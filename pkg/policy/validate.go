@@ -61,6 +61,10 @@ func (v *validator) check() {
 		v.positive("owners."+id+".sla_ms", p.Owners[id].SLAMs)
 	}
 
+	if b := p.CostPrevented.BaselineRetries; b < 0 || b > MaxBaselineRetries {
+		v.fail("cost_prevented.baseline_retries", "must be between 0 and %d, got %d", MaxBaselineRetries, b)
+	}
+
 	nt := &p.NetworkTimeout
 	v.errorMatch("network_timeout", &nt.ErrorMatch)
 	v.nonNegative("network_timeout.max_retries", int64(nt.MaxRetries))

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 var ErrBadTime = errors.New("replay: time is neither RFC 3339 nor a relative duration like -2h")
 
 // ParseTime reads a range bound: an RFC 3339 time, "now", or a duration
-// relative to now ("-2h", "-30m"; a duration without sign also counts back).
+// relative to now ("-2h", "-30m", "-7d" for whole days; a duration without
+// sign also counts back).
 func ParseTime(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "now" {
@@ -34,7 +36,13 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	d, err := time.ParseDuration(strings.TrimPrefix(s, "-"))
+	rel := strings.TrimPrefix(s, "-")
+	if days, ok := strings.CutSuffix(rel, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= 100*365 {
+			return now.AddDate(0, 0, -n), nil
+		}
+	}
+	d, err := time.ParseDuration(rel)
 	if err != nil || d < 0 {
 		return time.Time{}, fmt.Errorf("%w: %q", ErrBadTime, s)
 	}

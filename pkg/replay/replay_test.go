@@ -25,6 +25,8 @@ func TestParseTime(t *testing.T) {
 		{in: "now", want: now},
 		{in: "2026-11-29T02:00:00Z", want: time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)},
 		{in: "2026-11-29T03:00:00+01:00", want: time.Date(2026, 11, 29, 2, 0, 0, 0, time.UTC)},
+		{in: "-7d", want: now.AddDate(0, 0, -7)},
+		{in: "-1.5d", bad: true},
 		{in: "yesterday", bad: true},
 	} {
 		t.Run(tc.in, func(t *testing.T) {

@@ -83,8 +83,12 @@ type breakers struct {
 	// closed, a retry of that breaker coming due before then is held with
 	// them.
 	heldUntil map[breaker.Ref]int64
-	// closed and heldUntil as they were when the batch began (held keeps
-	// its own undo log)
+	// pruned is the count of rebalances (Router.rebalances) when the held
+	// retries of partitions this instance no longer owns were last let go
+	pruned uint64
+	// closed, heldUntil and pruned as they were when the batch began (held
+	// keeps its own undo log)
+	savedPruned    uint64
 	savedClosed    map[breaker.Ref]bool
 	savedHeldUntil map[breaker.Ref]int64
 	// refs is observe's scratch: the breakers of the event it observes
@@ -307,7 +311,7 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
-	refs := policy.BreakerRefs(ev)
+	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	// retries held before this one behind one of its breakers that is not
 	// closed, not yet asked again: it waits with them (and does not take a
 	// half-open breaker's probe from them)
@@ -356,7 +360,7 @@ func (r *Router) holdAhead(ev *event.TaskEvent, b *batch, now time.Time) {
 	}
 	due := st.Pending.NotBefore
 	at := time.UnixMilli(due)
-	refs := policy.BreakerRefs(ev)
+	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	behind := r.brk.heldBehind(refs, at)
 	refused := behind != 0
 	for _, ref := range refs {
@@ -523,7 +527,7 @@ func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
 		r.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
 		return
 	}
-	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: v})
+	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: r.framer.Frame(r.cfg.Topics.Alerts, v)})
 	b.breakerEvents = append(b.breakerEvents, *e)
 }
 
@@ -540,6 +544,33 @@ func (r *Router) beginBreakers() {
 	nowMs := r.cfg.Now().UnixMilli()
 	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
 	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
+	r.brk.savedPruned = r.brk.pruned
+	r.pruneHeld()
+}
+
+// pruneHeld lets go of the retries held for partitions that moved away,
+// once after each rebalance, when the assignment is restored. An eager
+// rebalance revokes every partition before it assigns them again, and the
+// owned set is empty in between: pruned then, the retries held for the
+// partitions that stay would come out at the times they were moved to
+// rather than in their due order when their breaker closes. The callbacks
+// count a rebalance (rebalances) before they change the owned set and clear
+// the ready flag before that, so a rebalance that changed them while they
+// were read shows in the count.
+func (r *Router) pruneHeld() {
+	rb := r.rebalances.Load()
+	if rb == r.brk.pruned || !r.Ready() {
+		return
+	}
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	if r.rebalances.Load() != rb {
+		return
+	}
+	r.brk.held.keepPartitions(owned)
+	r.brk.pruned = rb
 }
 
 // commitBreakers keeps the batch's breaker changes once its transaction has
@@ -577,6 +608,7 @@ func (r *Router) rollbackBreakers() {
 		r.brk.closed = r.brk.savedClosed
 	}
 	r.brk.heldUntil = r.brk.savedHeldUntil
+	r.brk.pruned = r.brk.savedPruned
 	r.brk.heldGauge.Set(float64(r.brk.held.len()))
 	r.breakerGauges()
 }

@@ -6,7 +6,12 @@ package router
 // (the event's sla_ms, else the policy's default_sla_ms). While one of its
 // WRITE operations is SUBMITTED or UNKNOWN the state never expires: only a
 // receipt, a person or a reconciliation resolves it, because an expired dedup
-// window must never let a lost-receipt write run again. While a retry is
+// window must never let a lost-receipt write run again. While a review item
+// is open the state never expires either: the item lives until a person
+// decides it (an owner's response SLA may be far longer than 2 x the task's
+// SLA, 72 h against 48 h by default), its overdue alert fires when the
+// owner's SLA passes, and the decision, however late, is applied; the state
+// then expires 2 x SLA after the decision. While a retry is
 // pending the state does not expire either: its expiry counts from the
 // retry's due time (a 429 may ask for a wait longer than 2 x SLA; the policy
 // caps that wait at rate_limited.max_retry_after_ms), so the retry is always
@@ -38,8 +43,9 @@ package router
 // older than 2 x SLA is routed again instead of dropped, and an event for a
 // task that ended long ago is decided on its own instead of being a
 // DUPLICATE_EXECUTION. That is the price of bounded state, and the reason
-// unresolved WRITE operations never expire. A review decision for an expired
-// task finds no open item: it is audited and changes nothing.
+// unresolved WRITE operations and open review items never expire. A review
+// decision for a task that expired after its item was decided finds no open
+// item: it is audited (review.no_open_item) and changes nothing.
 //
 // Expired entries of partitions another instance owns are left to that
 // instance (its tombstone reaches this store through the changelog when the
@@ -61,9 +67,11 @@ type expiredTask struct {
 
 // expired reports whether st is past its expiry at nowMs. A task with a
 // pending retry never is: the retry is published first (expiresAt counts
-// from its due time; this also covers a state stamped before that rule).
+// from its due time). Nor is a task with an open review item: the item lives
+// until a person decides it. Both checks also cover a state stamped with an
+// ExpiresAt before those rules.
 func expired(st *task.State, nowMs int64) bool {
-	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs && st.Pending == nil
+	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs && st.Pending == nil && st.Review != task.ReviewOpen
 }
 
 // forgetExpired drops from the batch the loaded states that have expired, so

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,10 +31,12 @@ type expWorld struct {
 	clock  atomic.Int64 // the router clock, Unix ms
 	prod   *kgo.Client
 
-	mu      sync.Mutex
-	audit   []event.Routed
-	retries []event.Routed
-	states  []*kgo.Record
+	mu        sync.Mutex
+	audit     []event.Routed
+	auditKeys []string // the key (task ID) of each audit record
+	retries   []event.Routed
+	states    []*kgo.Record
+	alerts    []event.BreakerEvent
 }
 
 func expStart(t *testing.T, clockMs int64) *expWorld {
@@ -91,7 +94,7 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 		t.Fatal(err)
 	}
 	cons, err := kgo.NewClient(append(w.seeds,
-		kgo.ConsumeTopics(w.topics.Audit, w.topics.State, w.topics.Retry),
+		kgo.ConsumeTopics(w.topics.Audit, w.topics.State, w.topics.Retry, w.topics.Alerts),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
@@ -112,6 +115,15 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 					w.states = append(w.states, rec)
 					return
 				}
+				if rec.Topic == w.topics.Alerts {
+					a, err := w.codec.DecodeBreakerEvent(rec.Value)
+					if err != nil {
+						t.Errorf("alert does not decode: %v", err)
+						return
+					}
+					w.alerts = append(w.alerts, a)
+					return
+				}
 				r, err := w.codec.DecodeRouted(rec.Value)
 				if err != nil {
 					t.Errorf("%s record does not decode: %v", rec.Topic, err)
@@ -122,6 +134,7 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 					return
 				}
 				w.audit = append(w.audit, r)
+				w.auditKeys = append(w.auditKeys, string(rec.Key))
 			})
 		}
 	}()
@@ -158,8 +171,8 @@ func (w *expWorld) auditOf(taskID string) []event.Decision {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ds []event.Decision
-	for _, r := range w.audit {
-		if r.Event != nil && r.Event.TaskID == taskID {
+	for i, r := range w.audit {
+		if w.auditKeys[i] == taskID {
 			ds = append(ds, r.Decision)
 		}
 	}
@@ -233,6 +246,14 @@ func expRefusal(eventID, taskID string) event.TaskEvent {
 	}
 }
 
+// expSucceeded is a successful attempt (complete, audit only) with the same
+// one-minute SLA.
+func expSucceeded(eventID, taskID string) event.TaskEvent {
+	ev := expRefusal(eventID, taskID)
+	ev.Output.Text = "Your ticket is answered."
+	return ev
+}
+
 // expUnknownWrite is a refund whose WRITE operation has an unknown outcome,
 // with the same one-minute SLA.
 func expUnknownWrite(eventID, taskID string) event.TaskEvent {
@@ -249,22 +270,24 @@ func expUnknownWrite(eventID, taskID string) event.TaskEvent {
 // after expiry starts a fresh task history (even an exact redelivery is
 // routed again, with totals from zero); and a task with an unresolved WRITE
 // operation (UNKNOWN) never expires, so its redelivery is still dropped.
+// The task that expires is a completed one: a task with an open review item
+// does not expire (TestOpenReviewItemOutlivesTheTaskTTL).
 func TestExpiryForgetsStateButNotUnknownWrites(t *testing.T) {
 	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
 	w := expStart(t, hourStart+60_000)
 
-	w.produce(expRefusal("r-1", "exp-refusal"), expUnknownWrite("w-1", "exp-write"))
-	if d := w.waitAudit("exp-refusal", 1)[0]; d.Class != event.ClassModelRefusal || d.Route != event.RouteReview {
-		t.Fatalf("first refusal: %s/%s, want MODEL_REFUSAL/REVIEW", d.Class, d.Route)
+	w.produce(expSucceeded("r-1", "exp-done"), expUnknownWrite("w-1", "exp-write"))
+	if d := w.waitAudit("exp-done", 1)[0]; d.Class != event.ClassSucceeded || d.Route != event.RouteComplete {
+		t.Fatalf("first event: %s/%s, want SUCCEEDED/COMPLETE", d.Class, d.Route)
 	}
 	if d := w.waitAudit("exp-write", 1)[0]; d.Class != event.ClassOutcomeUnknown {
 		t.Fatalf("unknown write: %s/%s, want OUTCOME_UNKNOWN", d.Class, d.Route)
 	}
 
 	// the changelog carries the expiry, so that a restore rebuilds the index
-	expWaitFor(30*time.Second, func() bool { return w.lastState("exp-refusal") != nil && w.lastState("exp-write") != nil })
-	if got := w.lastState("exp-refusal"); got == nil || got.ExpiresAt != hourStart+60_000+2*60_000 {
-		t.Errorf("changelog state of exp-refusal: %+v, want ExpiresAt = now + 2 x SLA = %d", got, hourStart+60_000+2*60_000)
+	expWaitFor(30*time.Second, func() bool { return w.lastState("exp-done") != nil && w.lastState("exp-write") != nil })
+	if got := w.lastState("exp-done"); got == nil || got.ExpiresAt != hourStart+60_000+2*60_000 {
+		t.Errorf("changelog state of exp-done: %+v, want ExpiresAt = now + 2 x SLA = %d", got, hourStart+60_000+2*60_000)
 	}
 	if got := w.lastState("exp-write"); got == nil || got.ExpiresAt != 0 {
 		t.Errorf("changelog state of exp-write: %+v, want ExpiresAt 0 (never, a WRITE is UNKNOWN)", got)
@@ -272,22 +295,22 @@ func TestExpiryForgetsStateButNotUnknownWrites(t *testing.T) {
 
 	// within 2 x SLA the state holds: a redelivery is dropped
 	w.clock.Add(100_000)
-	w.produce(expRefusal("r-1", "exp-refusal"))
-	if d := w.waitAudit("exp-refusal", 2)[1]; d.Route != event.RouteDrop {
+	w.produce(expSucceeded("r-1", "exp-done"))
+	if d := w.waitAudit("exp-done", 2)[1]; d.Route != event.RouteDrop {
 		t.Fatalf("redelivery within 2 x SLA: route %s, want DROP", d.Route)
 	}
 
-	// two hours on: the expiry bucket is over, the sweep forgets the refusal
+	// two hours on: the expiry bucket is over, the sweep forgets the task
 	w.clock.Add(2 * time.Hour.Milliseconds())
-	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-refusal") == 1 }) {
-		t.Fatalf("no changelog tombstone for the expired task (got %d)", w.tombstones("exp-refusal"))
+	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-done") == 1 }) {
+		t.Fatalf("no changelog tombstone for the expired task (got %d)", w.tombstones("exp-done"))
 	}
 
 	// an event after expiry starts fresh; the unknown write is still held
-	w.produce(expRefusal("r-1", "exp-refusal"), expUnknownWrite("w-1", "exp-write"))
-	d := w.waitAudit("exp-refusal", 3)[2]
-	if d.Class != event.ClassModelRefusal || d.Route != event.RouteReview || d.Totals.Attempts != 1 {
-		t.Errorf("event after expiry: %s/%s attempts %d, want a fresh MODEL_REFUSAL/REVIEW with attempts 1 (reason %q)",
+	w.produce(expSucceeded("r-1", "exp-done"), expUnknownWrite("w-1", "exp-write"))
+	d := w.waitAudit("exp-done", 3)[2]
+	if d.Class != event.ClassSucceeded || d.Route != event.RouteComplete || d.Totals.Attempts != 1 {
+		t.Errorf("event after expiry: %s/%s attempts %d, want a fresh SUCCEEDED/COMPLETE with attempts 1 (reason %q)",
 			d.Class, d.Route, d.Totals.Attempts, d.Reason)
 	}
 	if d := w.waitAudit("exp-write", 2)[1]; d.Route != event.RouteDrop {
@@ -305,14 +328,14 @@ func TestExpiryAppliesBeforeTheSweep(t *testing.T) {
 	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
 	w := expStart(t, hourStart+60_000)
 
-	w.produce(expRefusal("r-1", "exp-early"))
+	w.produce(expSucceeded("r-1", "exp-early"))
 	w.waitAudit("exp-early", 1)
 
 	w.clock.Add(10 * time.Minute.Milliseconds()) // past 2 x SLA, same hour bucket
-	w.produce(expRefusal("r-2", "exp-early"))
+	w.produce(expSucceeded("r-2", "exp-early"))
 	d := w.waitAudit("exp-early", 2)[1]
-	if d.Class != event.ClassModelRefusal || d.Route != event.RouteReview || d.Totals.Attempts != 1 {
-		t.Errorf("event after expiry, before the sweep: %s/%s attempts %d, want a fresh MODEL_REFUSAL/REVIEW with attempts 1 (not DUPLICATE_EXECUTION)",
+	if d.Class != event.ClassSucceeded || d.Route != event.RouteComplete || d.Totals.Attempts != 1 {
+		t.Errorf("event after expiry, before the sweep: %s/%s attempts %d, want a fresh SUCCEEDED/COMPLETE with attempts 1 (not DUPLICATE_EXECUTION)",
 			d.Class, d.Route, d.Totals.Attempts)
 	}
 	if n := w.tombstones("exp-early"); n != 0 {
@@ -374,36 +397,117 @@ func TestExpiryKeepsTaskWithPendingRetry(t *testing.T) {
 	}
 }
 
-// Guards one sweep over the time indexes: a task whose state has expired and
-// whose review item is past its owner's SLA in the same batch is decided
-// once. Expiry wins (the review item no longer exists, as for a review
-// decision after expiry), so the changelog's last record of the task is its
-// tombstone and a later event starts fresh. With separate sweeps the SLA
-// alert rewrote the state after the tombstone, and the changelog brought the
-// forgotten task back on restore.
-func TestSweepDecidesExpiredOverdueTaskOnce(t *testing.T) {
+// Guards the life of an open review item: it lives until a person decides
+// it, however long after the task's own TTL. A refusal goes to review by
+// ai_product (response SLA 72 h) while the task's sla_ms is 60 s (TTL
+// 2 min). 73 h on, the sweep has run (another task is routed): the task is
+// not forgotten and the item's overdue alert fires; the reviewer's approval,
+// three days late, is applied (a retry with the same task ID), and after
+// the decision the task expires on its own TTL again.
+func TestOpenReviewItemOutlivesTheTaskTTL(t *testing.T) {
 	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
 	w := expStart(t, hourStart+60_000)
 
-	// a refusal: review by ai_product (SLA 72 h); the task's own sla_ms is
-	// 60 s, so its state expires 2 min later
-	w.produce(expRefusal("r-1", "exp-overdue"))
-	if d := w.waitAudit("exp-overdue", 1)[0]; d.Route != event.RouteReview {
-		t.Fatalf("refusal: route %s, want REVIEW", d.Route)
+	w.produce(expRefusal("r-1", "exp-review"))
+	if d := w.waitAudit("exp-review", 1)[0]; d.Route != event.RouteReview || d.Review == nil || d.Review.Owner != "ai_product" {
+		t.Fatalf("refusal: %s/%s review %+v, want REVIEW by ai_product", d.Class, d.Route, d.Review)
+	}
+	expWaitFor(30*time.Second, func() bool { return w.lastState("exp-review") != nil })
+	if st := w.lastState("exp-review"); st == nil || st.ExpiresAt != 0 {
+		t.Errorf("changelog state with an open review item: %+v, want ExpiresAt 0 (never while open)", st)
 	}
 
-	// 73 h on, both the expiry and the review SLA have passed
+	// 73 h on: past the task's TTL and past the owner's SLA
 	w.clock.Add(73 * time.Hour.Milliseconds())
-	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-overdue") >= 1 }) {
-		t.Fatalf("no tombstone for the expired task")
-	}
-	w.produce(expRefusal("o-1", "exp-other")) // one more batch on the same clock
+	w.produce(expSucceeded("o-1", "exp-other")) // a batch on the late clock
 	w.waitAudit("exp-other", 1)
-	if st := w.lastState("exp-overdue"); st != nil {
-		t.Errorf("the changelog's last record of the expired task is a state (%+v), want its tombstone", st)
+	overdue := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, a := range w.alerts {
+			if a.TaskID == "exp-review" && a.Kind == event.BreakerKindAlert {
+				return true
+			}
+		}
+		return false
 	}
-	w.produce(expRefusal("r-2", "exp-overdue"))
-	if d := w.waitAudit("exp-overdue", 2)[1]; d.Totals.Attempts != 1 {
-		t.Errorf("event after expiry: attempts %d, want a fresh task (1)", d.Totals.Attempts)
+	if !expWaitFor(30*time.Second, overdue) {
+		t.Errorf("no overdue alert for the review item open 73 h (owner SLA 72 h)")
+	}
+	if n := w.tombstones("exp-review"); n != 0 {
+		t.Fatalf("the task with an open review item got %d tombstones after its TTL", n)
+	}
+
+	// the late approval is applied, not dropped as review.no_open_item
+	w.decide("exp-review", true)
+	d := w.waitAudit("exp-review", 2)[1]
+	if d.Rule != "MANUAL_OVERRIDE_SUCCESS" || d.Route != event.RouteRetry {
+		t.Fatalf("approval 73 h after the refusal: %s/%s rule %s (%s), want RETRY by MANUAL_OVERRIDE_SUCCESS", d.Class, d.Route, d.Rule, d.Reason)
+	}
+	if !expWaitFor(30*time.Second, func() bool { return len(w.retriesOf("exp-review")) == 1 }) {
+		t.Fatalf("the approved retry of exp-review was not published")
+	}
+
+	// decided, the task expires 2 x SLA after the decision
+	w.clock.Add(2 * time.Hour.Milliseconds())
+	w.produce(expSucceeded("o-2", "exp-other"))
+	if !expWaitFor(30*time.Second, func() bool { return w.tombstones("exp-review") == 1 }) {
+		t.Errorf("the decided task was not forgotten 2 h after its decision (tombstones %d)", w.tombstones("exp-review"))
+	}
+}
+
+// decide produces a reviewer's decision for the task's open item.
+func (w *expWorld) decide(taskID string, approve bool) {
+	w.t.Helper()
+	rd := event.ReviewDecision{TaskID: taskID, Approve: approve, Reason: "checked by hand", Reviewer: "alice",
+		At: event.At(time.UnixMilli(w.clock.Load()))}
+	v, err := w.codec.EncodeReviewDecision(nil, &rd)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: w.topics.Decisions, Key: []byte(taskID), Value: v}
+	if err := w.prod.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// Guards the end of an unknown write: a reviewer's decision on an
+// OUTCOME_UNKNOWN item reconciles the operation (a reject closes it,
+// RECONCILED; an approve takes it as not executed, PLANNED, and retries), so
+// the task is no longer held forever and expires 2 x SLA after the decision.
+func TestReconciledUnknownWriteExpires(t *testing.T) {
+	hourStart := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
+	w := expStart(t, hourStart+60_000)
+
+	w.produce(expUnknownWrite("w-1", "exp-rejected"), expUnknownWrite("w-1", "exp-approved"))
+	for _, id := range []string{"exp-rejected", "exp-approved"} {
+		if d := w.waitAudit(id, 1)[0]; d.Class != event.ClassOutcomeUnknown || d.Route != event.RouteReview {
+			t.Fatalf("%s: %s/%s, want OUTCOME_UNKNOWN/REVIEW", id, d.Class, d.Route)
+		}
+	}
+	w.clock.Add(30 * time.Minute.Milliseconds())
+	w.decide("exp-rejected", false)
+	w.decide("exp-approved", true)
+	if d := w.waitAudit("exp-rejected", 2)[1]; d.Rule != "MANUAL_REJECTED" || !strings.Contains(d.Reason, "op-exp-rejected closed by the reviewer, never run again (RECONCILED)") {
+		t.Errorf("reject of the unknown write: rule %s reason %q, want MANUAL_REJECTED naming the operation RECONCILED", d.Rule, d.Reason)
+	}
+	if d := w.waitAudit("exp-approved", 2)[1]; d.Route != event.RouteRetry || !strings.Contains(d.Reason, "op-exp-approved taken as not executed (PLANNED)") {
+		t.Errorf("approve of the unknown write: %s reason %q, want RETRY naming the operation PLANNED", d.Route, d.Reason)
+	}
+	if !expWaitFor(30*time.Second, func() bool { return len(w.retriesOf("exp-approved")) == 1 }) {
+		t.Fatalf("the approved retry of exp-approved was not published")
+	}
+	for _, id := range []string{"exp-rejected", "exp-approved"} {
+		if !expWaitFor(30*time.Second, func() bool { st := w.lastState(id); return st != nil && st.ExpiresAt != 0 }) {
+			t.Errorf("%s: changelog state %+v after reconciliation, want an ExpiresAt", id, w.lastState(id))
+		}
+	}
+
+	w.clock.Add(2 * time.Hour.Milliseconds())
+	w.produce(expSucceeded("o-1", "exp-other"))
+	for _, id := range []string{"exp-rejected", "exp-approved"} {
+		if !expWaitFor(30*time.Second, func() bool { return w.tombstones(id) == 1 }) {
+			t.Errorf("%s: not forgotten 2 h after its reconciliation (tombstones %d)", id, w.tombstones(id))
+		}
 	}
 }

@@ -41,7 +41,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	// consume and decode
 	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
-	r.decodeAll(b.recs, b.inputs)
+	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
+		return err
+	}
+	r.decodeAll(b.recs, b.norm, b.inputs)
 	r.metrics.consumed.Add(float64(len(b.inputs)))
 	r.observeLag(fetches) // lag.go
 
@@ -287,10 +290,14 @@ const parallelDecodeMin = 256
 // not change while a batch is handled (the codec, the size limits, the
 // refused inputs), and it is most of the CPU a batch spends before the
 // first decision.
-func (r *Router) decodeAll(recs []*kgo.Record, ins []input) {
+func (r *Router) decodeAll(recs []*kgo.Record, norm []normalized, ins []input) {
 	decode := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			r.decode(recs[i], &ins[i])
+			var n *normalized
+			if i < len(norm) && norm[i].done {
+				n = &norm[i]
+			}
+			r.decode(recs[i], n, &ins[i])
 			r.checkWritable(&ins[i]) // unwritable.go
 		}
 	}
@@ -352,7 +359,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
 		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 		if len(st.LastEventTruncated) == 0 { // a whole copy: its changelog record copies the input's body
-			b.lastBody[st.LastEvent] = in.rec.Value
+			b.lastBody[st.LastEvent] = in.value
 		}
 	}
 	if in.decision.Route != event.RouteDrop {
@@ -495,10 +502,14 @@ func (r *Router) persist(b *batch, now time.Time) error {
 }
 
 // expiresAt is when a task's state may be forgotten: 2 x SLA after its last
-// event on the router clock, or never while an operation's outcome is unknown.
-// A pending retry moves it to 2 x SLA after the retry's due time, so that the
-// retry is published before its task can expire (expiry.go).
+// event on the router clock, or never while an operation's outcome is unknown
+// or a review item is open. A pending retry moves it to 2 x SLA after the
+// retry's due time, so that the retry is published before its task can
+// expire (expiry.go).
 func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
+	if st.Review == task.ReviewOpen {
+		return 0
+	}
 	for _, op := range st.Operations {
 		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
 			return 0
@@ -545,6 +556,8 @@ type batch struct {
 	// lastBody is, for a state's last event that is a whole copy of an
 	// input of the batch, that input's value (codec.EncodeStateFrom)
 	lastBody map[*event.TaskEvent][]byte
+	// norm are the recs in the Confluent wire format, rewritten (registry.go)
+	norm []normalized
 }
 
 func newBatch() *batch {
@@ -595,6 +608,8 @@ func (b *batch) releaseRecords() {
 	b.out = b.out[:0]
 	clear(b.origin)
 	clear(b.lastBody) // input values too
+	clear(b.norm)
+	b.norm = b.norm[:0]
 }
 
 // routedIDs lists the tasks the batch routes (ids), with the partition

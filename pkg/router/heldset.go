@@ -274,8 +274,44 @@ func (h *heldSet) begin() { h.undo = map[string]*heldRetry{} }
 
 func (h *heldSet) commit() {
 	h.undo = nil
-	if len(h.ents) >= 4096 && h.n*4 < len(h.ents) {
+	if len(h.ents) >= 4096 && h.n*4 < len(h.ents) || len(h.refs) >= maxIdleRefs && h.liveRefs()*4 < len(h.refs) {
 		h.rebuild()
+	}
+}
+
+// maxIdleRefs bounds the interned breakers: keys come from events, so the
+// breakers retries were ever held behind are unbounded over months. Once
+// there are this many and fewer than a quarter hold a retry, the set is
+// rebuilt with only those that do.
+const maxIdleRefs = 1024
+
+// liveRefs is the number of interned breakers a retry is held behind.
+func (h *heldSet) liveRefs() int {
+	n := 0
+	for _, slots := range h.byRef {
+		if len(slots) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// keepPartitions lets go of the retries held for tasks of partitions not in
+// owned: their new owner holds them from its own store (their states keep
+// their moved due times), and a retry held here behind a breaker that stays
+// open would otherwise stay in memory for good.
+func (h *heldSet) keepPartitions(owned map[int32]bool) {
+	if h.n == 0 {
+		return
+	}
+	var drop []string
+	for _, r := range h.ents {
+		if r.id != "" && !owned[r.partition] {
+			drop = append(drop, r.id)
+		}
+	}
+	for _, id := range drop {
+		h.del(id)
 	}
 }
 
@@ -289,20 +325,23 @@ func (h *heldSet) rollback() {
 	h.undo = nil
 }
 
-// rebuild lays the set out again in memory sized to the retries it holds.
+// rebuild lays the set out again in memory sized to the retries it holds,
+// with only the breakers they are held behind interned.
 func (h *heldSet) rebuild() {
 	old, n := h.ents, h.n
+	refs := h.refs
 	h.ents, h.free, h.n = make([]heldRetry, 0, n), nil, 0
+	h.refs, h.byRef, h.refIdx = nil, nil, map[breaker.Ref]uint32{}
 	size := 16
 	for size*3 < n*4+4 {
 		size *= 2
 	}
 	h.resize(size) // no entries yet: an empty table
-	for i := range h.byRef {
-		h.byRef[i] = nil
-	}
 	for _, r := range old {
 		if r.id != "" {
+			for i := range r.refs[:r.n] {
+				r.refs[i] = h.intern(refs[r.refs[i]])
+			}
 			h.link(r)
 		}
 	}

@@ -181,3 +181,51 @@ func TestHeldSetRecordsEachBreakerOnce(t *testing.T) {
 		t.Fatalf("behind a, b after removal: %v", got)
 	}
 }
+
+// Guards the held set's bounds over months: the breakers interned for held
+// retries do not grow with every key ever held (keys come from events), and
+// the retries held for partitions this instance no longer owns are let go
+// (undone with the batch that let them go, if it does not commit).
+func TestHeldSetIsBounded(t *testing.T) {
+	h := newHeldSet()
+	for i := range 20_000 {
+		h.begin()
+		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: fmt.Sprintf("template-%d", i)}
+		h.put(fmt.Sprintf("task-%d", i), 0, []breaker.Ref{ref})
+		if i > 0 {
+			h.del(fmt.Sprintf("task-%d", i-1))
+		}
+		h.commit()
+	}
+	if len(h.refs) > 2*maxIdleRefs {
+		t.Errorf("%d breakers interned after 20,000 keys held one at a time, want at most %d", len(h.refs), 2*maxIdleRefs)
+	}
+	if r, ok := h.get("task-19999"); !ok || h.refs[r.refs[0]].Key != "template-19999" {
+		t.Errorf("the retry still held lost its breaker across the rebuild: %+v %v", r, ok)
+	}
+
+	keep := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+	h.begin()
+	for i := range 100 {
+		h.put(fmt.Sprintf("p-%d", i), int32(i%4), []breaker.Ref{keep})
+	}
+	h.commit()
+	h.begin()
+	h.keepPartitions(map[int32]bool{0: true, 1: true})
+	h.rollback()
+	if n := len(h.behind(map[breaker.Ref]bool{keep: true})); n != 100 {
+		t.Fatalf("after a rolled back keepPartitions %d retries held behind %v, want 100", n, keep)
+	}
+	h.begin()
+	h.keepPartitions(map[int32]bool{0: true, 1: true})
+	h.commit()
+	got := h.behind(map[breaker.Ref]bool{keep: true})
+	if len(got) != 50 {
+		t.Errorf("after keepPartitions(0, 1) %d retries held behind %v, want 50", len(got), keep)
+	}
+	for _, id := range got {
+		if r, _ := h.get(id); r.partition > 1 {
+			t.Errorf("retry %s of partition %d still held", id, r.partition)
+		}
+	}
+}

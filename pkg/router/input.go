@@ -25,7 +25,10 @@ const (
 
 // input is one consumed record, decoded.
 type input struct {
-	rec     *kgo.Record
+	rec *kgo.Record
+	// value is the record's value in the single-object encoding: rec.Value,
+	// or its rewrite from the Confluent wire format (registry.go)
+	value   []byte
 	kind    inputKind
 	event   event.TaskEvent
 	review  event.ReviewDecision
@@ -69,8 +72,8 @@ const (
 
 // decode turns a consumed record into an input, in place; what cannot be
 // routed becomes a poison input with an error kind.
-func (r *Router) decode(rec *kgo.Record, in *input) {
-	*in = input{rec: rec}
+func (r *Router) decode(rec *kgo.Record, n *normalized, in *input) {
+	*in = input{rec: rec, value: rec.Value}
 	poison := func(kind string, err error) {
 		in.kind, in.errKind, in.err = inputPoison, kind, err
 	}
@@ -82,9 +85,16 @@ func (r *Router) decode(rec *kgo.Record, in *input) {
 		poison(kindEmptyKey, errors.New("record has no key; the key must be the task_id"))
 		return
 	}
+	if n != nil {
+		if n.err != nil {
+			poison(codec.Kind(n.err), n.err)
+			return
+		}
+		in.value = n.value
+	}
 	var id string
 	if rec.Topic == r.cfg.Topics.Decisions {
-		v, err := r.codec.Decode(rec.Value)
+		v, err := r.codec.Decode(in.value)
 		if err != nil {
 			poison(codec.Kind(err), err)
 			return
@@ -105,7 +115,7 @@ func (r *Router) decode(rec *kgo.Record, in *input) {
 			return
 		}
 	} else {
-		if err := r.codec.DecodeTaskEventInto(rec.Value, &in.event); err != nil {
+		if err := r.codec.DecodeTaskEventInto(in.value, &in.event); err != nil {
 			in.event = event.TaskEvent{}
 			poison(codec.Kind(err), err)
 			return
@@ -138,16 +148,21 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 }
 
 // audit is the audit record of an input: its event (nil for poison), the
-// decision, and its topic-partition-offset.
+// decision, and its topic-partition-offset. The audit record of a decision
+// that stopped a task carries the cost it prevented (ledger.go).
 func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
-	return r.routed(b, r.cfg.Topics.Audit, in, ev, in.decision)
+	d := in.decision
+	if in.kind == inputTask && ev != nil {
+		d.Prevented = r.cfg.Policy.PreventedRecord(&d)
+	}
+	return r.routed(b, r.cfg.Topics.Audit, in, ev, d)
 }
 
 func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
 	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 	var raw []byte // the bytes ev was decoded from: its body is copied, not encoded again
 	if ev == &in.event {
-		raw = in.rec.Value
+		raw = in.value
 	}
 	rec := r.routedRecordFrom(b, topic, ev, raw, d, src, in.rec.Headers)
 	if ev == nil {
@@ -185,7 +200,7 @@ func (r *Router) routedRecordFrom(b *batch, topic string, ev *event.TaskEvent, r
 		v, _ = r.codec.EncodeRouted(nil, &rr)
 	}
 	rec := b.mem.record()
-	rec.Topic, rec.Value, rec.Timestamp = topic, v, d.DecidedAt.Time
+	rec.Topic, rec.Value, rec.Timestamp = topic, r.framer.Frame(topic, v), d.DecidedAt.Time
 	if ev != nil {
 		rec.Key = append(b.mem.bytes(len(ev.TaskID)), ev.TaskID...)
 	}
@@ -201,6 +216,9 @@ func routedSize(d *event.Decision, src *event.Source, raw []byte) int {
 	n := 160 + len(raw) + len(d.Rule) + len(d.Reason) + len(d.Feedback) + len(d.SuggestedModel) + len(d.UserMessage) + len(src.Topic)
 	if d.Review != nil {
 		n += len(d.Review.Owner) + len(d.Review.Priority)
+	}
+	if d.Prevented != nil {
+		n += 32 + len(d.Prevented.Stop)
 	}
 	return n
 }

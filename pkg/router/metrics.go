@@ -20,20 +20,24 @@ type metrics struct {
 	sessionRestarts  prometheus.Counter
 	batchSeconds     prometheus.Histogram
 	restoredRecords  prometheus.Counter
-	restoreSeconds   prometheus.Histogram
-	restoreRemaining prometheus.Gauge
-	ready            prometheus.Gauge
-	tasksStarted     prometheus.Counter
-	tasksFinished    *prometheus.CounterVec
-	taskSeconds      *prometheus.HistogramVec
-	costUSD          *prometheus.CounterVec
-	tokens           *prometheus.CounterVec
-	forwarded        *prometheus.CounterVec // forward.go
-	partitions       *prometheus.GaugeVec
-	partitionChanges *prometheus.CounterVec
-	consumerLag      *prometheus.GaugeVec // lag.go
-	lag              lag                  // the per-partition lags behind consumerLag
-	kprom            *kprom.Metrics
+	// restoreUnreadable counts the changelog records a restore stopped at
+	restoreUnreadable prometheus.Counter
+	restoreSeconds    prometheus.Histogram
+	restoreRemaining  prometheus.Gauge
+	ready             prometheus.Gauge
+	registryWaiting   prometheus.Gauge // registry.go
+	tasksStarted      prometheus.Counter
+	tasksFinished     *prometheus.CounterVec
+	taskSeconds       *prometheus.HistogramVec
+	costUSD           *prometheus.CounterVec
+	tokens            *prometheus.CounterVec
+	forwarded         *prometheus.CounterVec // forward.go
+	partitions        *prometheus.GaugeVec
+	partitionChanges  *prometheus.CounterVec
+	consumerLag       *prometheus.GaugeVec // lag.go
+	lag               lag                  // the per-partition lags behind consumerLag
+	ledger            *ledgerMetrics       // ledger.go
+	kprom             *kprom.Metrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,12 +63,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time from poll to committed state per batch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
 			Help: "Changelog records applied to the state store during restores."}),
+		restoreUnreadable: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_unreadable_records_total",
+			Help: "Changelog records a restore could not read and stopped at (the partition is not routed until this build can read them)."}),
 		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "restore_seconds",
 			Help: "Time to bring the state of an assignment up to the end of the changelog.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		restoreRemaining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "restore_remaining_records",
 			Help: "Changelog records left to restore (approximate, offsets)."}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
 			Help: "1 once the state is restored and the router is routing."}),
+		registryWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "registry_waiting",
+			Help: "1 while routing waits for a schema registry that does not answer (nothing is dead-lettered for it)."}),
 		consumerLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
 			Help: "Records not yet consumed on the partitions this instance owns, per input topic (approximate, see lag.go)."}, []string{"topic"}),
 	}
@@ -85,11 +93,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Partition count of ingress, decisions and state as last read."}, []string{"topic"})
 	m.partitionChanges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "partition_changes_total",
 		Help: "Partition count changes of ingress, decisions or state seen while running."}, []string{"topic"})
+	m.ledger = newLedgerMetrics(ns, reg)
 	if reg != nil {
 		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag, m.registryWaiting)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m
@@ -110,4 +119,5 @@ func (m *metrics) countTask(in *input) {
 	}
 	m.costUSD.WithLabelValues(class).Add(in.event.Usage.CostUSD)
 	m.tokens.WithLabelValues(class).Add(float64(in.event.Usage.Tokens))
+	m.ledger.account(&in.event, &in.decision)
 }

@@ -113,7 +113,7 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	r.beginBreakers()
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
-	r.decodeAll(b.recs, b.inputs)
+	r.decodeAll(b.recs, nil, b.inputs)
 	b.routedIDs()
 	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err

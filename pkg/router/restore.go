@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -53,8 +54,12 @@ var (
 // last transaction commits or aborts), so that nothing committed is missed.
 //
 // The local state of a partition is kept only if this instance released the
-// partition cleanly and the changelog has not moved since (trustOrWipe);
-// else it is wiped and the partition restored from the changelog's start.
+// partition cleanly and no other instance has written to its changelog
+// since (trustOrWipe): the changelog has not moved, or only with records of
+// this instance's own transactional producer (its batch in flight at the
+// release, committed or aborted after it), which the restore then applies
+// from the checkpoint. Else it is wiped and the partition restored from the
+// changelog's start.
 // Restoring from the checkpoint alone would keep state the changelog no
 // longer holds: while another instance owned the partition it may have
 // finished a task, and compaction may have dropped the task's records and
@@ -78,7 +83,7 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 	ranges := scan.Ranges{}
 	wiped := map[int32]bool{}
 	for _, p := range parts {
-		kept, err := r.trustOrWipe(p, ends[p])
+		kept, err := r.trustOrWipe(ctx, cl, p, ends[p])
 		if err != nil {
 			return err
 		}
@@ -183,8 +188,9 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // once the windows before are written). A task changed twice (a retry
 // decided, then published) must not leave the first state's due-index
 // entry behind, or stale entries pile up at the head of the due index. A
-// record that does not decode is logged and skipped: the task keeps the
-// state before it.
+// record that does not decode stops the restore (ErrUnreadableState):
+// nothing of its window is written and its partition's checkpoint stays
+// before it, so the partition is not routed on a state that lost the record.
 type restorer struct {
 	r     *Router
 	fresh map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
@@ -347,8 +353,9 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	if rec.Value != nil {
 		var err error
 		if x, err = rs.r.store.IndexEntries(rec.Value); err != nil {
-			rs.r.log.Error("changelog record does not decode; skipped", "task_id", string(key), "partition", p, "offset", rec.Offset, "err", err)
-			return nil
+			rs.r.metrics.restoreUnreadable.Inc()
+			return fmt.Errorf("%w: %s partition %d offset %d, task %q, %s: %v",
+				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
 	}
 	// the state before this window: none in a fresh partition, else the
@@ -543,13 +550,25 @@ func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string,
 // partition since, by anyone), and wipes it otherwise: after a restart
 // without a clean release, or when another instance owned p meanwhile. It
 // reports whether it kept the state.
-func (r *Router) trustOrWipe(p int32, end int64) (kept bool, err error) {
+func (r *Router) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
 	released, ok, err := r.store.TakeReleased(p)
 	if err != nil {
 		return false, err
 	}
 	if ok && released == end {
 		return true, nil
+	}
+	if ok && released < end {
+		ours, err := r.ownWritesOnly(ctx, cl, p, released, end)
+		if err != nil {
+			r.log.Warn("could not tell who wrote the changelog since this instance released the partition; restoring it from the changelog's start",
+				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end, "err", err)
+		}
+		if ours {
+			r.log.Info("the changelog moved since the release only with this instance's writes; local state kept",
+				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end)
+			return true, nil
+		}
 	}
 	had, err := r.store.WipePartition(p)
 	if err != nil {
@@ -562,8 +581,38 @@ func (r *Router) trustOrWipe(p int32, end int64) (kept bool, err error) {
 	return false, nil
 }
 
-// markReleased records, for each partition, the end offset of its changelog
-// as this instance lets it go. It is bounded: on failure no mark is written,
+// ownWritesOnly reports whether every committed record of changelog
+// partition p in [from, end) was written by this instance's transactional
+// producer: its transactional ID is stable, and so is the producer ID the
+// broker keeps for it. Such records are a batch that was in flight when
+// the partition was released (franz-go's revoke does not end a transaction
+// already being produced); an aborted one leaves none.
+func (r *Router) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
+	pid, _, err := cl.ProducerID(ctx)
+	if err != nil {
+		return false, err
+	}
+	ranges := scan.Ranges{}
+	ranges.Set(r.cfg.Topics.State, p, scan.Range{Start: from, End: end})
+	ours := true
+	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
+		for _, rec := range b.Records {
+			if rec.ProducerID != pid {
+				ours = false
+				return scan.Stop
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return ours, nil
+}
+
+// markReleased records, for each partition, the committed end of its
+// changelog as this instance lets it go (a batch of its own may still be in
+// flight: see trustOrWipe). It is bounded: on failure no mark is written,
 // and the partition is restored from the changelog's start when it comes
 // back.
 func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
@@ -575,21 +624,26 @@ func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32
 	adm := kadm.NewClient(cl)
 	stable, err := adm.ListCommittedOffsets(ctx, r.cfg.Topics.State)
 	if err == nil {
-		var hw kadm.ListedOffsets
-		if hw, err = adm.ListEndOffsets(ctx, r.cfg.Topics.State); err == nil {
-			for _, p := range parts {
-				s, ok1 := stable.Lookup(r.cfg.Topics.State, p)
-				h, ok2 := hw.Lookup(r.cfg.Topics.State, p)
-				if !ok1 || !ok2 || s.Err != nil || h.Err != nil || s.Offset != h.Offset {
-					continue // unknown, or a transaction still open: no mark
-				}
-				if err := r.store.SetReleased(p, s.Offset); err != nil {
-					r.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
-				}
+		for _, p := range parts {
+			s, ok := stable.Lookup(r.cfg.Topics.State, p)
+			if !ok || s.Err != nil {
+				continue // unknown: no mark
+			}
+			if err := r.store.SetReleased(p, s.Offset); err != nil {
+				r.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
 			}
 		}
 	}
 	if err != nil {
 		r.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
 	}
+}
+
+// writerSchema names the writer schema of an encoded state by the
+// fingerprint in its single-object header, for an error about the record.
+func writerSchema(v []byte) string {
+	if len(v) < 10 || v[0] != 0xC3 || v[1] != 0x01 {
+		return fmt.Sprintf("no Avro single-object header (first bytes % x)", v[:min(len(v), 10)])
+	}
+	return fmt.Sprintf("writer schema fingerprint %016x", binary.LittleEndian.Uint64(v[2:10]))
 }

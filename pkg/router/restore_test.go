@@ -1,7 +1,9 @@
 package router
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,8 +12,11 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -41,7 +46,7 @@ func rsStart(t *testing.T) *rsWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s}}
+	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s, metrics: newMetrics(nil)}}
 }
 
 // rec is a changelog record of st (a tombstone when st is nil).
@@ -429,5 +434,173 @@ func TestRestoreGroups(t *testing.T) {
 	}
 	if g := restoreGroups("state", nil, 60); len(g) != 0 {
 		t.Errorf("groups of nothing: %v", g)
+	}
+}
+
+// Guards the restore against records this build cannot read: a changelog
+// record that does not decode (a state of a build outside the schema window,
+// or bytes that are not a state) stops the restore with an error naming the
+// record and its writer schema, and is counted. Nothing of its window is
+// written and the checkpoint stays before it: the partition is not routed on
+// the state before the record, and the next restore meets the record again.
+func TestRestoreStopsAtAnUnreadableRecord(t *testing.T) {
+	w := rsStart(t)
+	newer := []byte{0xC3, 0x01, 0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01, 0x02, 0x04, 0x06}
+	rs := w.r.newRestorer(map[int32]bool{0: true})
+	err := rs.add([]*kgo.Record{
+		w.rec(0, 0, "before", &task.State{TaskID: "before", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}),
+		{Topic: "faultrouter.state", Key: []byte("newer"), Value: newer, Partition: 0, Offset: 1},
+		w.rec(0, 2, "after", &task.State{TaskID: "after", Attempts: 1, ExpiresAt: 5 * rsHour}),
+	}, map[int32]int64{0: 3})
+	if err == nil {
+		err = rs.close()
+	} else {
+		rs.close()
+	}
+	if !errors.Is(err, ErrUnreadableState) {
+		t.Fatalf("restore over an unreadable record: %v, want ErrUnreadableState", err)
+	}
+	for _, want := range []string{"faultrouter.state partition 0 offset 1", `task "newer"`, "writer schema fingerprint 0123456789abcdef"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	var m dto.Metric
+	if err := w.r.metrics.restoreUnreadable.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n != 1 {
+		t.Errorf("restore_unreadable_records_total = %v, want 1", n)
+	}
+	for _, id := range []string{"before", "after"} {
+		if st := w.get(0, id); st != nil {
+			t.Errorf("task %s restored from a window with an unreadable record: %+v", id, st)
+		}
+	}
+	if next, ok, err := w.r.store.Checkpoint(0); err != nil || (ok && next > 1) {
+		t.Errorf("checkpoint %d (%v, %v), want none or at most 1: the unreadable record must be read again", next, ok, err)
+	}
+}
+
+// Guards the sweep's index repair against a restore that runs meanwhile
+// (the assignment callbacks restore while the run loop routes a batch). A
+// visit reads a due-index entry; a restore wipes the partition before the
+// visit reads the entry's state, so the state is gone and the entry looks
+// stale; the restore then writes the state back with the same pending retry
+// and entry. The repair must not delete that entry: the retry would never
+// be published.
+func TestIndexRepairDoesNotUndoARestore(t *testing.T) {
+	w := rsStart(t)
+	st := &task.State{TaskID: "due", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}
+	w.restore(map[int32]bool{0: true}, []*kgo.Record{w.rec(0, 0, "due", st)})
+
+	var once bool
+	afterIndexScan = func(p int32) {
+		if once {
+			return
+		}
+		// a partition assigned again whose local state is not trusted: the
+		// callback takes the lock, counts the rebalance and wipes it
+		w.r.written.Lock()
+		w.r.rebalances.Add(1)
+		if _, err := w.r.store.WipePartition(p); err != nil {
+			t.Error(err)
+		}
+	}
+	beforeIndexRepair = func(p int32) {
+		if once {
+			return
+		}
+		once = true
+		// ... and restores the same state from the changelog
+		w.restore(map[int32]bool{p: true}, []*kgo.Record{w.rec(p, 0, "due", st)})
+		w.r.written.Unlock()
+	}
+	t.Cleanup(func() { afterIndexScan, beforeIndexRepair = nil, nil })
+
+	b := newBatch()
+	err := w.r.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
+		return inBatch || dueMatches(st, d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !once {
+		t.Fatal("the visit found no stale entry: the interleaving did not happen")
+	}
+	if got := w.index(store.DueIndex, 0); !slices.Equal(got, []string{"due@1000"}) {
+		t.Errorf("due index after the repair %v, want [due@1000]: the restored retry's entry was deleted", got)
+	}
+	if st := w.get(0, "due"); st == nil || st.Pending == nil {
+		t.Errorf("restored state %+v, want its pending retry", st)
+	}
+}
+
+// Guards what a partition's new assignment trusts of its local state: the
+// state of a partition this instance released is kept when the changelog
+// has not moved since the release mark, or has moved only with this
+// instance's own transactional writes (its batch in flight at the revoke:
+// an eager rebalance revokes every partition, and under load a transaction
+// is often open), and wiped once another instance's producer wrote to it.
+func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	w := rsStart(t)
+	w.r.cfg.Topics.State = "state"
+	w.r.cfg.ClientOpts = seeds
+	ctx := context.Background()
+	producer := func(txid string) *kgo.Client {
+		cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	write := func(cl *kgo.Client, n int) int64 {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for i := range n {
+			r, err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}).First()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r.Offset
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		return last + 2 // past the commit marker
+	}
+	st := &task.State{TaskID: "kept", Attempts: 1, ExpiresAt: 5 * rsHour}
+	ours, theirs := producer("router-a"), producer("router-b")
+
+	// released at 3; only this instance's batch was written after it
+	end := write(ours, 3)
+	w.restore(map[int32]bool{0: true}, []*kgo.Record{w.rec(0, 0, "kept", st)})
+	if err := w.r.store.SetReleased(0, 3); err != nil {
+		t.Fatal(err)
+	}
+	end = write(ours, 2)
+	kept, err := w.r.trustOrWipe(ctx, ours, 0, end)
+	if err != nil || !kept || w.get(0, "kept") == nil {
+		t.Fatalf("changelog moved only by this instance: kept %v (%v), state %+v; want the local state kept", kept, err, w.get(0, "kept"))
+	}
+
+	// released again; then another instance wrote
+	if err := w.r.store.SetReleased(0, end); err != nil {
+		t.Fatal(err)
+	}
+	mark := end
+	end = write(theirs, 1)
+	kept, err = w.r.trustOrWipe(ctx, ours, 0, end)
+	if err != nil || kept || w.get(0, "kept") != nil {
+		t.Fatalf("changelog written by another instance since %d: kept %v (%v), state %+v; want it wiped", mark, kept, err, w.get(0, "kept"))
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/registry"
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
 
@@ -84,6 +85,19 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the router clock. Default time.Now.
 	Now func() time.Time
+	// Registry reads input records in the Confluent wire format (a schema
+	// registry's); nil: only Avro's single-object encoding is read, and a
+	// record in the Confluent format is dead-lettered.
+	Registry *registry.Client
+	// WireFormat is the framing of the routed records and alerts the router
+	// writes; the state changelog is always in the single-object encoding.
+	// Default single-object; confluent needs Registry.
+	WireFormat registry.WireFormat
+	// LookupSchemasOnly, with the Confluent wire format, makes the router
+	// look up its output schemas in the registry instead of registering
+	// them at start (for registries that only an operator writes to:
+	// faultrouter schemas register). Default false.
+	LookupSchemasOnly bool
 	// PartitionCheck is how often the partition counts of ingress,
 	// decisions and state are read to detect partitions added at runtime.
 	// Default 30s.
@@ -105,6 +119,7 @@ func Default() Config {
 		Logger:             slog.Default(),
 		Now:                time.Now,
 		PartitionCheck:     30 * time.Second,
+		WireFormat:         registry.SingleObject,
 	}
 }
 
@@ -139,6 +154,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: SessionTimeout: must be >= 1s, got %s", c.SessionTimeout)
 	case c.PartitionCheck <= 0:
 		return fmt.Errorf("router: PartitionCheck: must be > 0, got %s", c.PartitionCheck)
+	case c.WireFormat != registry.SingleObject && c.WireFormat != registry.Confluent:
+		return fmt.Errorf("router: WireFormat: %q is not one of single-object, confluent", c.WireFormat)
+	case c.WireFormat == registry.Confluent && c.Registry == nil:
+		return errors.New("router: Registry: required with the confluent wire format (--registry-url)")
 	}
 	return nil
 }
@@ -189,6 +208,13 @@ type Router struct {
 	rebalances atomic.Uint64
 
 	ready atomic.Bool
+	// registryDown is set while a batch waits for the schema registry
+	// (registry.go): the router is not ready meanwhile
+	registryDown atomic.Bool
+
+	// framer writes the Confluent wire format (registry.go); nil for the
+	// single-object encoding. Set before the first session.
+	framer *registry.Framer
 }
 
 // New validates cfg, opens the state store and returns a Router.
@@ -230,6 +256,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.PartitionCheck == 0 {
 		cfg.PartitionCheck = d.PartitionCheck
 	}
+	if cfg.WireFormat == "" {
+		cfg.WireFormat = d.WireFormat
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -242,7 +271,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(cfg.StateDir, cfg.Logger)
+	st, err := store.OpenWith(cfg.StateDir, cfg.Logger, store.Options{ExpiryBucket: expiryBucket(cfg.Policy)})
 	if err != nil {
 		return nil, err
 	}
@@ -252,21 +281,38 @@ func New(cfg Config) (*Router, error) {
 		log:     log,
 		codec:   c,
 		store:   st,
-		metrics: newMetrics(cfg.Registerer),
+		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
 		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		refused: map[inputAt]refused{},
 	}, nil
 }
 
-// Ready reports whether the router has restored its state and is routing.
-func (r *Router) Ready() bool { return r.ready.Load() }
+// expiryBucket is the width of the store's expiry buckets for a policy: a
+// 24th of the default state TTL (2 x default_sla_ms), between a second and
+// an hour. The default policy's is an hour; a policy whose durations are
+// divided by a factor, to pass days of a task's life in minutes, gets
+// buckets as short, so that its tasks are forgotten on the same scale.
+func expiryBucket(p *policy.Policy) time.Duration {
+	d := time.Duration(2*p.DefaultSLAMs/24) * time.Millisecond
+	return min(max(d, time.Second), store.DefaultExpiryBucket)
+}
+
+// Ready reports whether the router has restored its state and is routing:
+// not while it waits for a schema registry that does not answer.
+func (r *Router) Ready() bool { return r.ready.Load() && !r.registryDown.Load() }
 
 // Run routes until ctx is done. A failed transactional session (fenced,
 // ambiguous commit, lost group) is closed and a new one is created, so the
 // producer is re-created after an ambiguous transaction error.
 func (r *Router) Run(ctx context.Context) error {
 	defer r.store.Close()
+	if err := r.prepareFramer(ctx); err != nil { // registry.go
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := r.runSession(ctx)
@@ -513,7 +559,7 @@ func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 
 func (r *Router) setReady(ready bool) {
 	r.ready.Store(ready)
-	if ready {
+	if ready && !r.registryDown.Load() {
 		r.metrics.ready.Set(1)
 	} else {
 		r.metrics.ready.Set(0)

@@ -10,9 +10,9 @@ package router
 //     are made due now, in their own due order (breakers.go, releaseHeld).
 //   - expiry: a task past its expiry that the batch's input does not touch
 //     is forgotten (a changelog tombstone in the batch's transaction). A
-//     forgotten task raises no retry and no SLA alert: its review item no
-//     longer exists, as for a review decision after expiry. A task with a
-//     pending retry never expires before the retry is published.
+//     task with a pending retry never expires before the retry is
+//     published, nor a task with an open review item before it is decided,
+//     so a forgotten task has no retry or SLA alert left to raise.
 //   - due retries: the task is loaded and touched; publishDue publishes it
 //     unless a breaker holds it.
 //   - overdue reviews: one alert per review item, the task touched to
@@ -62,7 +62,7 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 			return err
 		}
 		err = r.visit(b, store.DueIndex, p, nowMs, func(st *task.State, d store.Due, inBatch bool) bool {
-			if !inBatch && (st.Pending == nil || st.Pending.NotBefore != d.NotBefore || st.Pending.Due() != d.DueAt) {
+			if !inBatch && !dueMatches(st, d) {
 				return false
 			}
 			b.load(st, p)
@@ -92,15 +92,25 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 	return r.publishDue(b, now)
 }
 
+// dueMatches reports whether a due-index entry is the one of st's pending
+// retry.
+func dueMatches(st *task.State, d store.Due) bool {
+	return st.Pending != nil && st.Pending.NotBefore == d.NotBefore && st.Pending.Due() == d.DueAt
+}
+
 // visit reads the entries of index ix of partition p that have come due and
 // calls fn with each one's task state: the batch's (inBatch), else the
 // store's. fn reports whether the entry matches the state; an entry that
 // does not, of a state the batch did not load, is dropped from the index.
 // Tasks forgotten earlier in the sweep are skipped.
 func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(st *task.State, e store.Due, inBatch bool) bool) error {
+	rebalances := r.rebalances.Load()
 	entries, err := r.store.Scan(ix, p, nowMs, sweepLimit)
 	if err != nil {
 		return err
+	}
+	if afterIndexScan != nil {
+		afterIndexScan(p)
 	}
 	// the states the batch does not hold, read in one sorted pass
 	var ids []string
@@ -129,8 +139,40 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 			stale = append(stale, e)
 		}
 	}
+	return r.repair(ix, p, stale, rebalances)
+}
+
+// repair drops the stale entries a visit found, unless the store may have
+// been restored since the visit read it. The assignment callbacks restore
+// and wipe partitions while the run loop routes a batch: a visit that read
+// an entry, then found its state gone because a restore had just wiped the
+// partition, would delete the same entry the restore then wrote again with
+// the state, and the task's retry would never be published. So the repair
+// runs only under the lock the callbacks hold (taken only if free: a
+// callback may be waiting for this batch's transaction to end) and only if
+// no callback ran since the visit's scan; otherwise the entries stay for a
+// later sweep, which checks them again.
+func (r *Router) repair(ix store.Index, p int32, stale []store.Due, rebalances uint64) error {
+	if len(stale) == 0 {
+		return nil
+	}
+	if beforeIndexRepair != nil {
+		beforeIndexRepair(p)
+	}
+	if !r.written.TryLock() {
+		return nil
+	}
+	defer r.written.Unlock()
+	if r.rebalances.Load() != rebalances {
+		return nil
+	}
 	return r.store.DropStale(ix, p, stale)
 }
+
+// afterIndexScan and beforeIndexRepair, when set, run in a visit once its
+// index entries are read and before its stale entries are dropped: a test
+// runs a restore between them. Nil in production.
+var afterIndexScan, beforeIndexRepair func(p int32)
 
 // load makes a state the store holds part of the batch and touches it.
 func (b *batch) load(st *task.State, p int32) {

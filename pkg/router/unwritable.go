@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -191,6 +192,14 @@ func (r *Router) rememberRefused(failed map[*kgo.Record]error, origin map[*kgo.R
 			blame[k] = rec
 		}
 	}
+	// an input polled again by this instance is forgotten when its batch
+	// commits; one of a partition that has moved away never is: let those
+	// go, so that the map holds only inputs of partitions owned now
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	maps.DeleteFunc(r.refused, func(k inputAt, _ refused) bool { return !owned[k.partition] })
 	for _, rec := range blame {
 		in, err := origin[rec], failed[rec]
 		kind, _ := deterministicKind(err)

@@ -62,12 +62,12 @@ func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
 		add('d', st.Pending.NotBefore)
 	}
 	if st.ExpiresAt > 0 {
-		add('x', bucketOf(st.ExpiresAt))
+		add('x', st.ExpiresAt/b.s.bucketMs)
 	}
 	if overdueIndexed(st) {
 		add('o', st.ReviewDueAt)
 	}
-	return putEncoded(batchWriter{b.b}, p, old, st, v)
+	return putEncoded(batchWriter{b.b, b.s.bucketMs}, p, old, st, v)
 }
 
 // writer is where the writes of a state go: a Pebble batch, or a Bulk.
@@ -77,12 +77,19 @@ type writer interface {
 	Set(key, value []byte, _ *pebble.WriteOptions) error
 	Delete(key []byte, _ *pebble.WriteOptions) error
 	keyBuf(n int) []byte
+	// bucket is the expiry bucket holding time ms (Options.ExpiryBucket)
+	bucket(ms int64) int64
 }
 
 // batchWriter is a Pebble batch as a writer.
-type batchWriter struct{ *pebble.Batch }
+type batchWriter struct {
+	*pebble.Batch
+	bucketMs int64
+}
 
 func (batchWriter) keyBuf(n int) []byte { return make([]byte, 0, n) }
+
+func (w batchWriter) bucket(ms int64) int64 { return ms / w.bucketMs }
 
 // Entries names the entries a task state has in the store's indexes (due
 // retries, expiry, overdue review items): what a write of the task's next
@@ -130,7 +137,7 @@ func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []
 		}
 	}
 	if x.ExpiresAt > 0 {
-		if err := w.Set(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, bucketOf(x.ExpiresAt), id), nil, nil); err != nil {
+		if err := w.Set(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, w.bucket(x.ExpiresAt), id), nil, nil); err != nil {
 			return err
 		}
 	}
@@ -164,7 +171,9 @@ func EntriesOfIndex(x *codec.StateIndex) Entries {
 }
 
 // Delete removes a task and its index entries.
-func (b *Batch) Delete(p int32, old *task.State) error { return deleteTask(batchWriter{b.b}, p, old) }
+func (b *Batch) Delete(p int32, old *task.State) error {
+	return deleteTask(batchWriter{b.b, b.s.bucketMs}, p, old)
+}
 
 func deleteTask(w writer, p int32, old *task.State) error {
 	if old == nil {
@@ -192,7 +201,7 @@ func unindex[I taskID](w writer, p int32, id I, old *Entries) {
 		_ = w.Delete(appendDueKey(w.keyBuf(22+len(id)), p, old.NotBefore, old.Due, id), nil)
 	}
 	if old.ExpiresAt > 0 {
-		_ = w.Delete(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, bucketOf(old.ExpiresAt), id), nil)
+		_ = w.Delete(appendTimeKey(w.keyBuf(14+len(id)), 'x', p, w.bucket(old.ExpiresAt), id), nil)
 	}
 	if old.OverdueAt > 0 {
 		_ = w.Delete(appendTimeKey(w.keyBuf(14+len(id)), 'o', p, old.OverdueAt, id), nil)
@@ -223,9 +232,6 @@ func (b *Batch) Commit() error {
 
 // Discard releases the batch without applying it.
 func (b *Batch) Discard() { b.b.Close() }
-
-// bucketOf is the expiry bucket (an hour) holding time ms.
-func bucketOf(ms int64) int64 { return ms / 3_600_000 }
 
 // taskID is a task ID as a string, or as the bytes of a record's key.
 type taskID interface{ ~string | ~[]byte }

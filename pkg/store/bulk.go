@@ -116,6 +116,8 @@ func (b *Bulk) Delete(key []byte, _ *pebble.WriteOptions) error {
 
 // keyBuf is the writer method: an empty slice of the arena with room for n
 // bytes, which the keys it is appended to keep.
+func (b *Bulk) bucket(ms int64) int64 { return ms / b.s.bucketMs }
+
 func (b *Bulk) keyBuf(n int) []byte {
 	if cap(b.arena)-len(b.arena) < n {
 		b.arena = getChunk(n)

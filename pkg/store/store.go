@@ -24,7 +24,7 @@
 //	t/<partition:4><task_id>             -> task.State
 //	c/<partition:4>                      -> next changelog offset to restore from
 //	d/<partition:4><not_before:8><due:8><task_id> -> due index of pending retries
-//	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = hour of expiry)
+//	x/<partition:4><bucket:8><task_id>   -> expiry index (bucket = expiry / Options.ExpiryBucket)
 //	o/<partition:4><deadline:8><task_id> -> open review items by SLA deadline
 //	e/<partition:4>                      -> changelog end when the partition was released
 //	v                                    -> key layout version
@@ -54,7 +54,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -86,7 +88,25 @@ type Store struct {
 	mu     sync.Mutex
 	floors map[floorKey]floor
 	resets uint64 // how many times resetFloors ran
+
+	bucketMs int64 // the width of an expiry bucket (Options.ExpiryBucket)
 }
+
+// Options are the store's optional settings.
+type Options struct {
+	// ExpiryBucket is the width of the expiry index's buckets: a task is
+	// forgotten once the bucket holding its expiry is over, so at most one
+	// bucket after it expired (an event for it is decided on a fresh state
+	// from its expiry on, whether or not it was forgotten yet), and a
+	// state's expiry entry is rewritten only when its expiry moves to
+	// another bucket. Default (0) one hour. The width is part of the key
+	// layout: a store opened with another width is emptied and restored
+	// from the changelog.
+	ExpiryBucket time.Duration
+}
+
+// DefaultExpiryBucket is the expiry buckets' width when Options leave it 0.
+const DefaultExpiryBucket = time.Hour
 
 type floorKey struct {
 	prefix byte
@@ -126,8 +146,17 @@ func (s *Store) resetFloors() {
 	s.resets++ // a scan running may not raise a floor
 }
 
-// Open opens (or creates) the store in dir.
-func Open(dir string, log *slog.Logger) (*Store, error) {
+// Open opens (or creates) the store in dir, with the default Options.
+func Open(dir string, log *slog.Logger) (*Store, error) { return OpenWith(dir, log, Options{}) }
+
+// OpenWith opens (or creates) the store in dir.
+func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
+	if o.ExpiryBucket == 0 {
+		o.ExpiryBucket = DefaultExpiryBucket
+	}
+	if o.ExpiryBucket < time.Millisecond {
+		return nil, fmt.Errorf("store: ExpiryBucket %s: want at least 1ms", o.ExpiryBucket)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -162,7 +191,8 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
-	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c, floors: map[floorKey]floor{}}
+	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c, floors: map[floorKey]floor{},
+		bucketMs: o.ExpiryBucket.Milliseconds()}
 	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err
@@ -172,9 +202,19 @@ func Open(dir string, log *slog.Logger) (*Store, error) {
 
 // layoutVersion is the version of the key layout; a store of another
 // version is emptied on open (it is a cache: the changelog restores it).
+// An expiry bucket other than the default is part of it.
 const layoutVersion = "4"
 
+// layout is the store's key layout: its version and expiry bucket width.
+func (s *Store) layout() string {
+	if s.bucketMs == DefaultExpiryBucket.Milliseconds() {
+		return layoutVersion
+	}
+	return layoutVersion + "/x=" + strconv.FormatInt(s.bucketMs, 10) + "ms"
+}
+
 func (s *Store) upgrade() error {
+	layoutVersion := s.layout()
 	v, closer, err := s.db.Get([]byte("v"))
 	found := ""
 	if err == nil {
@@ -560,7 +600,7 @@ func (s *Store) dropTimes(prefix byte, p int32, stale []Due) error {
 // hour bucket lies wholly before nowMs (NotBefore holds the bucket). Only the
 // expired buckets of the partition are read, never the whole store.
 func (s *Store) Expired(p int32, nowMs int64, limit int) ([]Due, error) {
-	return s.scanTimes('x', p, bucketOf(nowMs)-1, limit)
+	return s.scanTimes('x', p, nowMs/s.bucketMs-1, limit)
 }
 
 // DropExpired deletes expiry-index entries of partition p that no longer

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -99,7 +100,7 @@ func TestExpiredListsOnlyExpiredBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 1 || es[0] != (Due{TaskID: "a", NotBefore: bucketOf(base + 10)}) {
+	if len(es) != 1 || es[0] != (Due{TaskID: "a", NotBefore: (base + 10) / s.bucketMs}) {
 		t.Errorf("Expired(2) with limit 1 = %v, want a in its bucket", es)
 	}
 	if es, err := s.Expired(1, base+hour, 10); err != nil || len(es) != 0 {
@@ -867,5 +868,43 @@ func TestBulksReuseMemoryOnlyOnceWritten(t *testing.T) {
 				t.Fatalf("partition %d: due entry %d is %+v, want %s at %d", p, i, d, want, i)
 			}
 		}
+	}
+}
+
+// Guards the expiry bucket's width: with a bucket of one second a task is
+// listed as expired once the second holding its expiry is over (what a
+// time-compressed policy needs), and the width is part of the key layout:
+// the same directory opened with the default width is emptied (its expiry
+// keys would be read in the wrong unit) and restored from the changelog.
+func TestExpiryBucketWidth(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenWith(dir, nil, Options{ExpiryBucket: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := int64(1_700_000_000_000)
+	b := s.NewBatch()
+	if err := b.Put(0, nil, &task.State{TaskID: "short", Attempts: 1}, base+1_500); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := s.Expired(0, base+1_900, 10); err != nil || len(es) != 0 {
+		t.Errorf("Expired within the expiry's second = %v, %v; want none", es, err)
+	}
+	if es, err := s.Expired(0, base+2_000, 10); err != nil || len(es) != 1 || es[0].TaskID != "short" {
+		t.Errorf("Expired once the expiry's second is over = %v, %v; want short", es, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st, err := s.Get(0, "short"); err != nil || st != nil {
+		t.Errorf("a store of another expiry bucket opened with the default: task %+v (%v), want it emptied", st, err)
 	}
 }

@@ -21,6 +21,14 @@ const (
 	ReviewResolved = "RESOLVED"
 )
 
+// OpReconciled is the state of a WRITE operation whose unknown outcome a
+// person reconciled by rejecting its OUTCOME_UNKNOWN review item: it is
+// never run again (a new submission of it is a duplicate execution), its
+// outcome is no longer unknown (the task expires again), and a receipt
+// for it (CONFIRMED or REJECTED) still counts as evidence. The task state
+// alone holds it; the operation states of events are event.OpState.
+const OpReconciled event.OpState = "RECONCILED"
+
 // State is everything the router remembers about one task. Times are Unix
 // milliseconds; occurred_at times come from the events, not the router clock.
 type State struct {

@@ -1,9 +1,9 @@
 // Package workload is the mix of worker reports that make bench routes and
 // the Go benchmarks measure: tasks of three attempts, each task of one shape
-// picked by weight, mostly transient network failures that a retry fixes,
-// then rate limits, fixable validation errors, refusals, credentials,
-// business rejections, writes whose receipt was lost and exact
-// redeliveries. The same seed, task and attempt give the same event.
+// picked by weight, mostly transient network failures that a retry fixes
+// (a few outlast the retries), then rate limits, fixable validation errors,
+// refusals, credentials, business rejections, writes whose receipt was lost
+// and exact redeliveries. The same seed, task and attempt give the same event.
 package workload
 
 import (
@@ -16,7 +16,8 @@ import (
 
 // A task of the workload is three attempts of one shape. The shapes and their
 // weights are a realistic mix of what workers report: mostly transient
-// network failures that a retry fixes, then rate limits, fixable validation
+// network failures that a retry fixes (and a few outages that outlast the
+// retries), then rate limits, fixable validation
 // errors, refusals, credentials, business rejections, writes whose receipt
 // was lost and exact redeliveries.
 type shape struct {
@@ -28,10 +29,14 @@ type shape struct {
 }
 
 var shapes = []shape{
-	{"timeout, timeout, ok", 40, func(e *event.TaskEvent, n int) bool {
+	{"timeout, timeout, ok", 36, func(e *event.TaskEvent, n int) bool {
 		if n < 3 {
 			timeout(e)
 		}
+		return false
+	}},
+	{"timeout, timeout, timeout (an outage outlasting the retries)", 4, func(e *event.TaskEvent, n int) bool {
+		timeout(e)
 		return false
 	}},
 	{"rate limited, ok, redelivered ok", 12, func(e *event.TaskEvent, n int) bool {

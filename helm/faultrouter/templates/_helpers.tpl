@@ -34,3 +34,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "faultrouter.consoleSecretName" -}}
 {{- default (printf "%s-console" (include "faultrouter.fullname" .)) .Values.console.existingSecret -}}
 {{- end -}}
+
+{{- define "faultrouter.registrySecretName" -}}
+{{- .Values.schemaRegistry.existingSecret | default (printf "%s-registry" (include "faultrouter.fullname" .)) -}}
+{{- end -}}
+
+{{- define "faultrouter.hasRegistrySecret" -}}
+{{- if or .Values.schemaRegistry.existingSecret .Values.schemaRegistry.user -}}true{{- end -}}
+{{- end -}}

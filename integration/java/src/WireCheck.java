@@ -83,6 +83,15 @@ public final class WireCheck {
 
   static void encode(File dir, Path out, String taskId, String eventId) throws IOException {
     Schema schema = load(dir).get("task_event.avsc");
+    GenericRecord e = timeoutEvent(schema, taskId, eventId, "java-avro");
+    ByteBuffer buf = new BinaryMessageEncoder<GenericRecord>(GenericData.get(), schema).encode(e);
+    byte[] b = new byte[buf.remaining()];
+    buf.get(b);
+    Files.write(out, b);
+  }
+
+  /** A TaskEvent of a network timeout on its first attempt; attributes.client names the writer. */
+  static GenericRecord timeoutEvent(Schema schema, String taskId, String eventId, String client) {
     GenericRecord error = new GenericData.Record(schema.getField("error").schema().getTypes().get(1));
     error.put("type", "TimeoutError");
     error.put("http_status", 504);
@@ -103,12 +112,9 @@ public final class WireCheck {
     e.put("status", new GenericData.EnumSymbol(schema.getField("status").schema(), "ERROR"));
     e.put("error", error);
     e.put("usage", usage);
-    e.put("attributes", Map.of("client", "java-avro"));
+    e.put("attributes", Map.of("client", client));
     // GenericData.Record leaves unset nullable fields null, as the schema's defaults say.
-    ByteBuffer buf = new BinaryMessageEncoder<GenericRecord>(GenericData.get(), schema).encode(e);
-    byte[] b = new byte[buf.remaining()];
-    buf.get(b);
-    Files.write(out, b);
+    return e;
   }
 
   static void decode(File dir, Path in) throws IOException {

@@ -1,0 +1,79 @@
+package checker
+
+import (
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// Decided is one task input as Replay decided it: the decision the router
+// recorded in its audit record and the one the policy computes.
+type Decided struct {
+	Task string
+	// Input names the input record: topic/partition@offset.
+	Input string
+	// At is when the router decided it (the audit record's decided_at).
+	At time.Time
+	// Event is the input's task event; nil for a review decision.
+	Event *event.TaskEvent
+	// Review is the input's review decision; nil for a task event.
+	Review *event.ReviewDecision
+	// Audited reports whether the input has an audit record; Recorded is
+	// its decision.
+	Audited  bool
+	Recorded event.Decision
+	// Model is the decision the policy computes, on the task's state carried
+	// from its earlier inputs of the logs; zero when the model could not go on
+	// with the task (an earlier input has no audit record).
+	Model event.Decision
+	// Diff names the first difference between Recorded and Model, "" when
+	// they agree.
+	Diff string
+}
+
+// Replay decides the task inputs of logs (Ingress, Decisions and Audit; the
+// other output topics are not read) with o.Policy, each task's inputs in the
+// order the router decided them and on the task state carried from its
+// earlier inputs, exactly as Check does. It returns every task event and
+// review decision, tasks in the order of their first input. Replaying the
+// same logs with two policies gives two lists of the same inputs in the same
+// order: a what-if.
+func Replay(logs Logs, o Options) ([]Decided, error) {
+	logs.Retry, logs.Review, logs.DeadLetter, logs.Alerts = nil, nil, nil, nil
+	o.MaxViolations = 1
+	ck, err := newChecker(logs, o)
+	if err != nil {
+		return nil, err
+	}
+	ck.readInputs()
+	ck.readAudit()
+	ck.model()
+	var out []Decided
+	for _, id := range ck.order {
+		tr := ck.tasks[id]
+		stopped := false
+		for _, in := range tr.inputs {
+			d := Decided{Task: id, Input: in.key.String()}
+			switch in.kind {
+			case inTask:
+				d.Event = &in.event
+			case inReview:
+				d.Review = &in.review
+			}
+			if in.audit == nil {
+				d.Diff = "no audit record: the model cannot go on with this task"
+				stopped = true
+			} else {
+				d.Audited, d.Recorded, d.At = true, in.audit.r.Decision, in.audit.at()
+				if stopped {
+					d.Diff = "an earlier input of the task has no audit record"
+				} else {
+					d.Model = in.decided
+					d.Diff = diffDecision(d.Recorded, d.Model)
+				}
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
