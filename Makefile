@@ -1,7 +1,7 @@
 # faultrouter: the README's commands.
 GO ?= go
 
-.PHONY: build demo test unit fuzz soak broker-start broker-stop lint bench
+.PHONY: build demo test unit fuzz soak soak-memory broker-start broker-stop lint bench
 
 build: ## build bin/faultrouter
 	$(GO) build -trimpath -o bin/faultrouter ./cmd/faultrouter
@@ -14,6 +14,9 @@ test: ## everything: gofmt, vet, unit tests, fuzz, integration tests on a real K
 
 soak: ## the reference-model checker under faults for DURATION (default 10m); SEED=n replays a seed
 	DURATION=$(DURATION) SEED=$(SEED) integration/soak.sh
+
+soak-memory: ## two routers for DURATION (default 10m) on a time-compressed policy; their memory must stay flat
+	DURATION=$(DURATION) integration/soak.sh memory
 
 unit: ## unit tests only (no broker)
 	$(GO) test ./...

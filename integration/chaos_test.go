@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -258,22 +256,12 @@ func TestJoinUnderLoadRestoresOnlyWhatMoved(t *testing.T) {
 	}
 }
 
-var restoredRe = regexp.MustCompile(`(?m)^faultrouter_restore_records_total (\S+)$`)
-
 // restoredRecords is a router's faultrouter_restore_records_total.
 func restoredRecords(t *testing.T, r *router) float64 {
 	t.Helper()
-	out, err := httpGet(r.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := restoredRe.FindStringSubmatch(out)
-	if m == nil {
+	v, ok := scrape(t, r.metrics, "faultrouter_restore_records_total")
+	if !ok {
 		t.Fatalf("no faultrouter_restore_records_total in the metrics")
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatal(err)
 	}
 	return v
 }

@@ -23,7 +23,8 @@ import (
 // then for real (re-driven to ingress with lineage, audited by the router).
 // Refused: a request without a session, one without a CSRF token, a viewer's
 // approval, a second decision on the same item; another reviewer's open page
-// shows the decision live. Each page is screenshot.
+// shows the decision live. The operator log lists alice's actions. Each page
+// is screenshot.
 func TestConsoleInTheBrowser(t *testing.T) {
 	ctx := browser(t)
 	e := newEnv(t)
@@ -260,6 +261,18 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	part := int32(get(got[0], "record.partition").(float64))
 	if a := e.tailUntil("audit", 60*time.Second, func(a []map[string]any) bool { return len(auditOf(a, e.prefix+"ai.tasks.ingress", part, off)) == 1 }); len(auditOf(a, e.prefix+"ai.tasks.ingress", part, off)) != 1 {
 		t.Errorf("the re-driven record has no audit record")
+	}
+
+	// The operator log holds what alice did, newest first.
+	run(t, ctx, c, "operator log",
+		textUntil(c.url+"/operators", "#operator-log", "redrive"),
+		shot(t, "console-operators.png"),
+	)
+	oplog := text(t, ctx, c, "#operator-log")
+	for _, want := range []string{"login", "approve", "reject", "breaker_reset", "redrive", "decoder fixed"} {
+		if !strings.Contains(oplog, want) {
+			t.Errorf("the operator log lacks %q: %s", want, oplog)
+		}
 	}
 
 	// The alerts feed, and the pages in Chinese for a browser that asks.

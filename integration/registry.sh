@@ -179,5 +179,5 @@ halt) halt ;;
 status) running ;;
 url) echo "$url" ;;
 java) findjava ;;
-*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

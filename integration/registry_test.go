@@ -404,7 +404,8 @@ func TestPythonWorkerRegistry(t *testing.T) {
 	python := interop(t, "FAULTROUTER_PYTHON", "python")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_worker.py")
+	// unbuffered, and a test stuck for 50 s prints where it is
+	cmd := exec.CommandContext(ctx, python, "-u", "-m", "pytest", "-q", "-o", "faulthandler_timeout=50", "-p", "no:cacheprovider", "test_worker.py")
 	cmd.Dir = "../examples/python-worker"
 	cmd.Env = append(e.cmdEnv(), "FAULTROUTER_AVRO_DIR=../../avro")
 	out, err := cmd.CombinedOutput()

@@ -7,6 +7,9 @@
 #
 #   make soak DURATION=30m            # rounds until 30 minutes have passed
 #   make soak SEED=123456 DURATION=1s # replay one round of a printed seed
+#   make soak-memory DURATION=1h      # two routers under a steady stream on a
+#                                     # time-compressed policy: memory sampled
+#                                     # 40 times, and it must stay flat
 #
 # JSON reports go to $FAULTROUTER_CHECKER_REPORTS (default: the temp dir).
 set -euo pipefail
@@ -14,6 +17,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 duration=${DURATION:-10m}
 source integration/broker.sh
+if [[ ${1:-} == memory ]]; then
+	export FAULTROUTER_MEMORY_SOAK_DURATION=$duration
+	go test -count=1 -v -timeout 0 -run '^TestMemorySoak$' ./integration/
+	exit
+fi
 export FAULTROUTER_SOAK_DURATION=$duration
 if [[ -n ${SEED:-} ]]; then
 	export FAULTROUTER_SEED=$SEED

@@ -26,6 +26,8 @@ echo "== fuzz the decoder for $fuzzexecs executions"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="${fuzzexecs}x" ./pkg/codec
 echo "== fuzz the restore's task state reader against the full decode for $fuzzexecs executions"
 go test -run='^$' -fuzz=FuzzStateIndex -fuzztime="${fuzzexecs}x" ./pkg/codec
+echo "== fuzz the reading of schema registry schemas and bodies for $fuzzexecs executions"
+go test -run='^$' -fuzz=FuzzForeign -fuzztime="${fuzzexecs}x" -fuzzminimizetime=100x ./pkg/codec
 
 echo "== helm chart"
 helm/check.sh

@@ -224,14 +224,12 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 				}
 				// held behind this breaker alone: due before it closed,
 				// published after, every other breaker of the retry closed
-				// in between (a retry held behind two breakers waits for
-				// both). Held by this process: the held set is in memory, so
-				// a retry an earlier process held comes out at the time it
-				// was moved to, not in due order with those held here.
+				// in between (a retry held behind two breakers waits for both),
+				// and decided by the process that publishes it
 				var held []pub
 				for _, p := range in {
-					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && c.process(k.instance, p.x.decided) == s.process &&
-						!heldElsewhere(timelines, k, p.x, p.at) {
+					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && !heldElsewhere(timelines, k, p.x, p.at) &&
+						c.decidedBy(p.x, k.instance, s.process) {
 						held = append(held, p)
 					}
 				}
@@ -249,6 +247,20 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 			}
 		}
 	}
+}
+
+// decidedBy reports whether retry x was decided by process proc of
+// instance. The held retries are in a process's memory: one that another
+// process decided (before a restart, or before its partition moved here)
+// and held, moving its time to when its breaker was worth asking again,
+// comes out at that time on the process that restored its state, not in
+// due order with the retries this process held (README, Breakers).
+func (c *checker) decidedBy(x *expectRetry, instance string, proc int) bool {
+	if x.input == nil || x.input.audit == nil {
+		return false
+	}
+	inst, ok := c.instances[x.input.audit.rec.ProducerID]
+	return ok && inst == instance && c.process(instance, x.decided) == proc
 }
 
 // breakerConfig is the policy's breaker configuration of a scope.

@@ -95,6 +95,11 @@ func (c *Codec) Foreign(text string) (*Foreign, error) {
 	if ws.kind != "record" {
 		return nil, fmt.Errorf("%w: the writer schema is a %s, not a record", ErrUnresolvableSchema, ws.kind)
 	}
+	if path := zeroWidthArray(ws, "", map[*schema]bool{}); path != "" {
+		// a few bytes of such an array decode into millions of items
+		return nil, fmt.Errorf("%w: %w", ErrUnresolvableSchema, &SchemaMismatchError{Path: path,
+			Msg: "an array of items that take no bytes, which faultrouter does not read"})
+	}
 	var reader *writer
 	for _, w := range []*writer{c.taskEvent, c.review, c.breaker, c.routed} {
 		if short(w.name) == short(ws.name) {

@@ -215,3 +215,45 @@ func TestWithSchemasDecodes(t *testing.T) {
 		t.Fatalf("without a registry: %v", err)
 	}
 }
+
+// FuzzForeign guards the reading of schemas a registry hands out, which
+// faultrouter does not control: any schema text and body are read or
+// refused with an error, never a panic, and a refused schema is
+// ErrUnresolvableSchema.
+func FuzzForeign(f *testing.F) {
+	cur, _ := avro.Current(avro.TaskEvent)
+	f.Add(cur.JSON, []byte{})
+	f.Add(`{"type":"record","name":"TaskEvent","fields":[{"name":"task_id","type":"string"},{"name":"x","type":{"type":"array","items":"TaskEvent"}}]}`, []byte{2, 'a', 0})
+	f.Add(`{"type":"record","name":"ReviewDecision","namespace":"faultrouter","fields":[]}`, []byte{0})
+	f.Add(`[`, []byte{1})
+	c, err := New()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text string, body []byte) {
+		fr, err := c.Foreign(text)
+		if err != nil {
+			if !errors.Is(err, ErrUnresolvableSchema) {
+				t.Fatalf("refused without ErrUnresolvableSchema: %v", err)
+			}
+			return
+		}
+		fr.SingleObject(nil, body)
+	})
+}
+
+// TestForeignRefusesZeroWidthArrays guards the router's memory against a
+// registry schema whose arrays hold items of no bytes: a few bytes of body
+// would decode into millions of items.
+func TestForeignRefusesZeroWidthArrays(t *testing.T) {
+	c := newCodec(t)
+	text := evolve(t, func(fs []any) []any {
+		return append(fs, map[string]any{"name": "pad", "default": []any{},
+			"type": map[string]any{"type": "array", "items": map[string]any{"type": "array", "items": "null"}}})
+	})
+	_, err := c.Foreign(text)
+	var me *SchemaMismatchError
+	if !errors.Is(err, ErrUnresolvableSchema) || !errors.As(err, &me) || me.Path != "pad[]" {
+		t.Fatalf("got %v, want an unresolvable schema naming pad[]", err)
+	}
+}

@@ -360,3 +360,58 @@ func defaultNative(s *schema, def any) (any, error) {
 	}
 	return nil, fmt.Errorf("unexpected type %s", s.kind)
 }
+
+// zeroWidth tells whether every value of s encodes in no bytes (null, an
+// empty fixed, a record of such fields).
+func (s *schema) zeroWidth(seen map[*schema]bool) bool {
+	switch s.kind {
+	case "null":
+		return true
+	case "fixed":
+		return s.size == 0
+	case "record":
+		if seen[s] {
+			return false
+		}
+		seen[s] = true
+		defer delete(seen, s)
+		for _, f := range s.fields {
+			if !f.typ.zeroWidth(seen) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// zeroWidthArray returns the path of the first array of zero-width items
+// in s, "" if there is none.
+func zeroWidthArray(s *schema, path string, seen map[*schema]bool) string {
+	if seen[s] {
+		return ""
+	}
+	seen[s] = true
+	switch s.kind {
+	case "array":
+		if s.items.zeroWidth(map[*schema]bool{}) {
+			return path
+		}
+		return zeroWidthArray(s.items, path+"[]", seen)
+	case "map":
+		return zeroWidthArray(s.items, path+"{}", seen)
+	case "union":
+		for _, b := range s.branches {
+			if p := zeroWidthArray(b, path, seen); p != "" {
+				return p
+			}
+		}
+	case "record":
+		for _, f := range s.fields {
+			if p := zeroWidthArray(f.typ, join(path, f.name), seen); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}

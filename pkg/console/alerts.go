@@ -28,18 +28,31 @@ func alertRow(a *alert) alertJSON {
 		Change: strings.Trim(a.From+"→"+a.To, "→"), Class: string(a.Class), TaskID: a.TaskID, Reason: a.Reason, Instance: a.Instance}
 }
 
+// alertsPage is the number of alerts on one page.
+const alertsPage = 200
+
 func (s *Server) alertsPage(w http.ResponseWriter, r *http.Request, p *person) error {
+	hi := "alr0"
+	if before := r.URL.Query().Get("before"); strings.HasPrefix(before, "alr/") {
+		hi = before
+	}
 	var rows []alertJSON
-	err := s.view.each("alr/", true, func(_ string, val []byte) bool {
+	last, next := "", ""
+	err := s.view.eachRange("alr/", hi, true, func(k string, val []byte) bool {
+		if len(rows) == alertsPage {
+			next = last // there is an older one
+			return false
+		}
 		var a alert
 		if json.Unmarshal(val, &a) == nil {
 			rows = append(rows, alertRow(&a))
 		}
-		return len(rows) < 200
+		last = k
+		return true
 	})
 	if err != nil {
 		return err
 	}
-	s.render(w, r, p, "alerts", http.StatusOK, "Alerts", "alerts", map[string]any{"Rows": rows})
+	s.render(w, r, p, "alerts", http.StatusOK, "Alerts", "alerts", map[string]any{"Rows": rows, "Next": next})
 	return nil
 }

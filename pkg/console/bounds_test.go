@@ -18,8 +18,9 @@ import (
 
 // Guards the bounds of the pages, which a viewer (or a worker writing
 // records) must not be able to blow up: the queue shows a page of items at a
-// time (with each owner's full counts and a link to the next page); a dead
-// letter's original bytes are not embedded in the page (a record of nearly 1 MB makes
+// time (with each owner's full counts and a link to the next page), the dead
+// letters 200 at a time; a dead letter's original bytes are not embedded in
+// the page (a record of nearly 1 MB makes
 // no 1 MB page) but served on demand as a download; a task's timeline reads
 // from a time bound (7 days by default, wider on request).
 func TestPagesAreBounded(t *testing.T) {
@@ -45,6 +46,10 @@ func TestPagesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		recs = append(recs, &kgo.Record{Topic: review, Key: []byte(task), Value: v})
+	}
+	for i := 0; i < 205; i++ {
+		recs = append(recs, &kgo.Record{Topic: dl, Key: []byte(fmt.Sprintf("dl-%03d", i)), Value: []byte("raw"), Headers: []kgo.RecordHeader{
+			{Key: codec.HeaderErrorStage, Value: []byte(codec.StageDecode)}, {Key: codec.HeaderErrorKind, Value: []byte("k")}}})
 	}
 	big := strings.Repeat("<script>alert(1)</script>", 900<<10/25) // 900 KiB: within the broker's default record limit
 	recs = append(recs, &kgo.Record{Topic: dl, Key: []byte("t-big"), Value: []byte(big), Headers: []kgo.RecordHeader{
@@ -74,13 +79,30 @@ func TestPagesAreBounded(t *testing.T) {
 		t.Errorf("the next page starts at %v, want items after the first page's", second)
 	}
 
-	body = waitFor(t, alice, "/deadletter", func(b string) bool { return strings.Contains(b, "t-big") })
-	if len(body) > 256<<10 {
-		t.Errorf("the dead-letter page is %d bytes with a 900 KiB record, want it bounded", len(body))
+	// 206 dead letters: a page of 200, then the next page with the rest
+	dl1 := waitFor(t, alice, "/deadletter", func(b string) bool { return strings.Contains(b, `id="next-page"`) })
+	if n := strings.Count(dl1, "<tr data-id="); n != 200 {
+		t.Errorf("the first dead-letter page shows %d records, want 200", n)
 	}
-	raw := regexp.MustCompile(`href="(/deadletter/raw\?[^"]+)"`).FindStringSubmatch(body)
+	nextDL := regexp.MustCompile(`id="next-page" href="([^"]+)"`).FindStringSubmatch(dl1)
+	_, dl2 := alice.do(http.MethodGet, strings.ReplaceAll(nextDL[1], "&amp;", "&"), nil)
+	if n := strings.Count(dl2, "<tr data-id="); n != 6 || strings.Contains(dl2, `id="next-page"`) {
+		t.Errorf("the second dead-letter page shows %d records (want 6) or links to a third", n)
+	}
+	var bigRow string
+	for _, page := range []string{dl1, dl2} {
+		if len(page) > 256<<10 {
+			t.Errorf("a dead-letter page is %d bytes with a 900 KiB record, want it bounded", len(page))
+		}
+		for _, row := range strings.Split(page, "<tr data-id=") {
+			if strings.Contains(row, "t-big") {
+				bigRow = row
+			}
+		}
+	}
+	raw := regexp.MustCompile(`href="(/deadletter/raw\?[^"]+)"`).FindStringSubmatch(bigRow)
 	if raw == nil {
-		t.Fatalf("no link to the original bytes")
+		t.Fatalf("no link to t-big's original bytes")
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+strings.ReplaceAll(raw[1], "&amp;", "&"), nil)
 	resp, err := alice.hc.Do(req)

@@ -240,8 +240,10 @@ type Server struct {
 	mu        sync.Mutex
 	claims    map[string]claim     // task ID -> decision sent by this replica
 	signedOut map[string]time.Time // session ID -> when it was signed out
-	usersSum  [32]byte             // of the users file as last read
-	usedSets  map[string]time.Time // confirmed selections -> when
+	// allOutBefore: person -> sessions signed in up to then are signed out
+	allOutBefore map[string]time.Time
+	usersSum     [32]byte             // of the users file as last read
+	usedSets     map[string]time.Time // confirmed selections -> when
 
 	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
@@ -287,7 +289,7 @@ func New(cfg Config) (*Server, error) {
 		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 		timelines: make(chan struct{}, timelineReads)}
-	s.signedOut, s.usedSets = map[string]time.Time{}, map[string]time.Time{}
+	s.signedOut, s.usedSets, s.allOutBefore = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {
 		if b, err := os.ReadFile(cfg.UsersFile); err == nil {

@@ -54,26 +54,47 @@ func (f *dlFilter) match(d *deadLetter) bool {
 		(f.Model == "" || d.Model == f.Model) && (f.Task == "" || d.TaskID == f.Task)
 }
 
-// deadLetters returns the matching records in time order, at most limit
-// (0: all).
-func (s *Server) deadLetters(f *dlFilter, limit int) ([]deadLetter, error) {
+// dlScanMax bounds the dead letters one page or one re-drive selection
+// looks through.
+const dlScanMax = 50_000
+
+// deadLetters returns the matching records in time order after the key
+// after (exclusive; "" from the filter's start), at most limit; next is
+// the key to go on from when it stopped before the end of the range (at
+// limit, or after looking through dlScanMax records).
+func (s *Server) deadLetters(f *dlFilter, limit int, after string) (out []deadLetter, next string, err error) {
 	lo := "dl/"
 	if !f.since.IsZero() {
 		lo = "dl/" + timeKey(f.since.UnixMilli())
+	}
+	if strings.HasPrefix(after, "dl/") && after >= lo {
+		lo = after + "\x00"
 	}
 	hi := "dl0"
 	if !f.until.IsZero() {
 		hi = "dl/" + timeKey(f.until.UnixMilli())
 	}
-	var out []deadLetter
-	err := s.view.eachRange(lo, hi, false, func(k string, val []byte) bool {
+	scanned, early := 0, false
+	err = s.view.eachRange(lo, hi, false, func(k string, val []byte) bool {
 		var d deadLetter
 		if json.Unmarshal(val, &d) == nil && f.match(&d) {
+			if len(out) == limit {
+				early = true // one more than the page: there is a next
+				return false
+			}
 			out = append(out, d)
 		}
-		return limit == 0 || len(out) < limit
+		next = k
+		if scanned++; scanned >= dlScanMax {
+			early = true
+			return false
+		}
+		return true
 	})
-	return out, err
+	if !early {
+		next = "" // the range is read to its end
+	}
+	return out, next, err
 }
 
 // dlRow is a dead letter as the page shows it.
@@ -120,14 +141,9 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request, p *perso
 	if err != nil {
 		return err
 	}
-	const limit = 200
-	ds, err := s.deadLetters(&f, limit+1)
+	ds, next, err := s.deadLetters(&f, dlPage, q.Get("after"))
 	if err != nil {
 		return err
-	}
-	more := len(ds) > limit
-	if more {
-		ds = ds[:limit]
 	}
 	rows := make([]dlRow, len(ds))
 	classes, kinds := map[string]bool{}, map[string]bool{}
@@ -136,7 +152,7 @@ func (s *Server) deadLetterPage(w http.ResponseWriter, r *http.Request, p *perso
 		classes[ds[i].Class], kinds[ds[i].ErrorKind] = true, true
 	}
 	s.render(w, r, p, "deadletter", http.StatusOK, "Dead letter", "deadletter", map[string]any{
-		"Rows": rows, "More": more, "Filter": f, "Operator": p.operator(), "Jobs": s.jobs.list(),
+		"Rows": rows, "Next": next, "Filter": f, "Operator": p.operator(), "Jobs": s.jobs.list(),
 		"Rate": s.cfg.RedriveRate, "MaxRedrives": s.cfg.MaxRedrives,
 	})
 	return nil
@@ -154,9 +170,10 @@ func (s *Server) selection(r *http.Request, bound time.Time) ([]deadLetter, stri
 		if f.until.IsZero() || f.until.After(bound) {
 			f.until = bound
 		}
-		ds, err := s.deadLetters(&f, maxRedrive+1)
-		if err == nil && len(ds) > maxRedrive {
-			err = badRequest(fmt.Sprintf("The filter selects more than %d dead letters: a re-drive takes at most %d. Narrow it (time range, class, model).", maxRedrive, maxRedrive))
+		ds, next, err := s.deadLetters(&f, maxRedrive, "")
+		if err == nil && next != "" {
+			err = badRequest(fmt.Sprintf("The filter selects more than %d dead letters, or its time range holds more than %d to look through: a re-drive takes at most %d. Narrow it (time range, class, model).",
+				maxRedrive, dlScanMax, maxRedrive))
 		}
 		desc := fmt.Sprintf("filter class=%s kind=%s model=%s task=%s since=%s until=%s", f.Class, f.Kind, f.Model, f.Task, f.Since, f.Until)
 		return ds, desc, err
@@ -209,9 +226,10 @@ func (s *Server) findDeadLetter(topic string, partition int32, offset int64) (*d
 	return nil, notFound(fmt.Sprintf("No dead letter at %s/%d@%d.", topic, partition, offset))
 }
 
-// Bounds of what the dead-letter page shows of one record; the original
-// bytes are a download (/deadletter/raw).
+// Bounds of the dead-letter page: records a page, and what it shows of one
+// record; the original bytes are a download (/deadletter/raw).
 const (
+	dlPage         = 200
 	dlPreviewBytes = 512
 	dlEventBytes   = 8 << 10
 	dlHeaderBytes  = 1 << 10

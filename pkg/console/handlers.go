@@ -103,7 +103,7 @@ func (s *Server) routes() http.Handler {
 func (s *Server) logoutPost(w http.ResponseWriter, r *http.Request, p *person) error {
 	s.clearSession(w, r)
 	if p.Session != "" {
-		if err := s.logout(r.Context(), p); err != nil {
+		if err := s.logout(r.Context(), p, r.PostFormValue("all") != ""); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -253,10 +254,16 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 }
 
 // queueEntry is an open item in the queue index: what the queue filters
-// and counts by, without decoding the item.
+// and counts by, without decoding the item. Stored as owner NUL class.
 type queueEntry struct {
-	Owner string `json:"o"`
-	Class string `json:"c"`
+	Owner, Class string
+}
+
+func (e queueEntry) bytes() []byte { return []byte(e.Owner + "\x00" + e.Class) }
+
+func parseQueueEntry(b []byte) queueEntry {
+	o, c, _ := strings.Cut(string(b), "\x00")
+	return queueEntry{Owner: o, Class: c}
 }
 
 func queueKey(it *reviewItem) string {
@@ -293,7 +300,7 @@ func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note,
 	switch {
 	case it.open():
 		if err = b.b.Set([]byte("open/"+task), nil, nil); err == nil {
-			err = b.put(queueKey(&it), queueEntry{Owner: it.Owner, Class: it.Class})
+			err = b.b.Set([]byte(queueKey(&it)), queueEntry{Owner: it.Owner, Class: it.Class}.bytes(), nil)
 		}
 	default:
 		if err = b.del("open/" + task); err == nil && it.Closed != nil && !it.OpenedAt.IsZero() {

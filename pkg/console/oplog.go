@@ -61,25 +61,26 @@ func (s *Server) operatorsPage(w http.ResponseWriter, r *http.Request, p *person
 		hi = before
 	}
 	var rows []opAction
-	next, scanned := "", 0
+	last, next, scanned := "", "", 0
 	err := s.view.eachRange("op/", hi, true, func(k string, val []byte) bool {
-		scanned++
 		var a opAction
 		if json.Unmarshal(val, &a) == nil && (user == "" || a.User == user) {
 			if len(rows) == opLogPage {
+				next = last // there is an older one
 				return false
 			}
 			rows = append(rows, a)
 		}
-		next = k
+		last = k
 		// a filter that matches rarely still reads a bounded number of keys
-		return scanned < 50*opLogPage
+		if scanned++; scanned >= 50*opLogPage {
+			next = last
+			return false
+		}
+		return true
 	})
 	if err != nil {
 		return err
-	}
-	if len(rows) < opLogPage && scanned < 50*opLogPage {
-		next = ""
 	}
 	s.render(w, r, p, "operators", http.StatusOK, "Operator log", "operators", map[string]any{"Rows": rows, "User": user, "Next": next})
 	return nil

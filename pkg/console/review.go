@@ -8,7 +8,6 @@ package console
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -61,11 +60,10 @@ func (s *Server) queueScan(from string, fn func(key, task string, due time.Time,
 			return true
 		}
 		ms, err := strconv.ParseUint(rest[:16], 16, 64)
-		var e queueEntry
-		if err != nil || json.Unmarshal(val, &e) != nil {
+		if err != nil {
 			return true
 		}
-		return fn(k, rest[17:], time.UnixMilli(int64(ms)), e)
+		return fn(k, rest[17:], time.UnixMilli(int64(ms)), parseQueueEntry(val))
 	})
 }
 

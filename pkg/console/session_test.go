@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -46,10 +47,12 @@ func logout(t *testing.T, c *client) {
 // Guards the end of a session: a copy of the session cookie stops working
 // once its owner signs out, on this replica and on another replica that
 // shares the secret (the sign-out is a record on the console topic), and
-// its open live-update stream ends; a
+// its open live-update stream ends; signing out everywhere ends every
+// session of the person on every replica; a
 // password change in the users file (read again on change) ends the
-// sessions signed in with the old password; an idle session ends after
-// SessionIdle while one in use goes on.
+// sessions signed in with the old password; a session ends 12 hours after
+// sign-in, and a cookie altered or signed with another secret is none; an
+// idle session ends after SessionIdle while one in use goes on.
 func TestSessionsEndEverywhere(t *testing.T) {
 	opts, set := testCluster(t)
 	secret := []byte(strings.Repeat("s", 32))
@@ -99,6 +102,24 @@ func TestSessionsEndEverywhere(t *testing.T) {
 		t.Error("a new sign-in after the sign-out is refused on the other replica")
 	}
 
+	// signing out everywhere ends every session of the person, on both
+	// replicas, and a later sign-in works
+	laptop, phone := newClient(t, one), newClient(t, two)
+	laptop.login("alice")
+	phone.login("alice")
+	onPhone := copyOf(phone)
+	if code, _ := laptop.do(http.MethodPost, "/logout", url.Values{"csrf": {laptop.token("/review")}, "all": {"1"}}); code != http.StatusSeeOther {
+		t.Fatalf("sign out everywhere: %d", code)
+	}
+	if !eventually(func() bool { return !signedInWith(t, one, onPhone) && !signedInWith(t, two, onPhone) }) {
+		t.Error("alice's other session still works after she signed out everywhere")
+	}
+	later := newClient(t, two)
+	later.login("alice")
+	if !signedInWith(t, one, copyOf(later)) {
+		t.Error("a sign-in after signing out everywhere is refused")
+	}
+
 	// a password change ends the old sessions
 	victor := newClient(t, two)
 	victor.login("victor")
@@ -106,6 +127,31 @@ func TestSessionsEndEverywhere(t *testing.T) {
 	writeUsers("new-pw")
 	if !eventually(func() bool { return !signedInWith(t, one, old) && !signedInWith(t, two, old) }) {
 		t.Error("victor's session of the old password still works after the users file changed")
+	}
+
+	// a session ends 12 hours after sign-in however much it is used, and a
+	// cookie altered in any part is no session
+	_, srv := startConsole(t, opts, set, Config{Users: testUsers(t), Secret: secret})
+	u := srv.users().find("alice")
+	now := time.Now()
+	fresh := session{Name: "alice", ID: "s1", Issued: now, Seen: now, PwFP: pwFingerprint(u)}
+	aged := fresh
+	aged.Issued = now.Add(-sessionTTL - time.Minute)
+	for _, tc := range []struct {
+		name  string
+		value string
+		ok    bool
+	}{
+		{"fresh", srv.encodeSession(fresh), true},
+		{"13 hours old, used a second ago", srv.encodeSession(aged), false},
+		{"signed with another secret", (&Server{secret: []byte(strings.Repeat("x", 32))}).encodeSession(fresh), false},
+		{"altered", altered(srv.encodeSession(fresh)), false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/review", nil)
+		r.AddCookie(&http.Cookie{Name: sessionCookie, Value: tc.value})
+		if got := srv.sessionPerson(nil, r) != nil; got != tc.ok {
+			t.Errorf("session %s: accepted %v, want %v", tc.name, got, tc.ok)
+		}
 	}
 
 	// idle sessions end; used ones go on
@@ -150,4 +196,14 @@ func openStream(t *testing.T, base string, cookies []*http.Cookie) *http.Respons
 		t.Fatalf("/events: %d", resp.StatusCode)
 	}
 	return resp
+}
+
+// altered changes one character in the middle of a cookie value.
+func altered(v string) string {
+	i := len(v) / 2
+	c := byte('A')
+	if v[i] == 'A' {
+		c = 'B'
+	}
+	return v[:i] + string(c) + v[i+1:]
 }

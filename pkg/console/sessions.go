@@ -10,7 +10,9 @@ package console
 //     hash changes (the file is read again when it changes, and on SIGHUP);
 //   - it ends when its owner signs out: the sign-out is a record on the
 //     console topic, which every replica reads, so a copy of the cookie
-//     stops working on every replica, not only where the person signed out.
+//     stops working on every replica, not only where the person signed out;
+//     signing out everywhere ends every session the person signed in
+//     before (the replicas' clocks are assumed in step).
 //
 // Replicas behind one address share FAULTROUTER_CONSOLE_SECRET and the
 // console topic.
@@ -139,12 +141,30 @@ func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, ss session
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(left / time.Second)})
 }
 
-// revoked reports whether the session was signed out.
+// revoked reports whether the session was signed out, itself or with
+// every session of its person.
 func (s *Server) revoked(ss session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.signedOut[ss.ID]
-	return ok
+	if _, ok := s.signedOut[ss.ID]; ok {
+		return true
+	}
+	before, ok := s.allOutBefore[ss.Name]
+	return ok && !ss.Issued.After(before)
+}
+
+// revokeAll ends every session of name signed in up to at.
+func (s *Server) revokeAll(name string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at.After(s.allOutBefore[name]) {
+		s.allOutBefore[name] = at
+	}
+	for k, t := range s.allOutBefore {
+		if time.Since(t) > sessionTTL+time.Hour {
+			delete(s.allOutBefore, k)
+		}
+	}
 }
 
 // revoke ends a session on this replica; expired ones are forgotten.
@@ -159,11 +179,17 @@ func (s *Server) revoke(id string, at time.Time) {
 	}
 }
 
-// logout ends p's session here and, through the console topic, everywhere.
-func (s *Server) logout(ctx context.Context, p *person) error {
+// logout ends p's session (with all, every session of p) here and,
+// through the console topic, on every replica.
+func (s *Server) logout(ctx context.Context, p *person, all bool) error {
 	now := time.Now()
+	a := opAction{Action: "logout", User: p.Name, Session: p.Session, At: now}
 	s.revoke(p.Session, now)
-	if err := s.produce(ctx, s.actionRecord(&opAction{Action: "logout", User: p.Name, Session: p.Session, At: now})); err != nil {
+	if all {
+		s.revokeAll(p.Name, now)
+		a.Action, a.What = "logout_all", "signed out every session"
+	}
+	if err := s.produce(ctx, s.actionRecord(&a)); err != nil {
 		s.log.Error("console: sign-out not written to the console topic", "user", p.Name, "err", err)
 		return &userError{Status: http.StatusServiceUnavailable, Msg: "Signed out on this replica, but the sign-out could not be written to Kafka: " +
 			"other replicas accept a copy of this session until it expires. Sign in and out again when Kafka is back."}
@@ -287,8 +313,11 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 		fs.EachRecord(func(rec *kgo.Record) {
 			var a opAction
 			if json.Unmarshal(rec.Value, &a) == nil {
-				if a.Action == "logout" && a.Session != "" {
+				if (a.Action == "logout" || a.Action == "logout_all") && a.Session != "" {
 					s.revoke(a.Session, a.At)
+				}
+				if a.Action == "logout_all" && a.User != "" {
+					s.revokeAll(a.User, a.At)
 				}
 				if a.Set != "" {
 					s.markSetUsed(a.Set, a.At)

@@ -11,7 +11,7 @@ package console
 //	meta/layout                        -> the version of this layout
 //	rev/<task_id>                      -> reviewItem (JSON)
 //	open/<task_id>                     -> marker: the item is open
-//	q/<due:16 hex>/<task_id>           -> queueEntry (JSON): an open item by due time
+//	q/<due:16 hex>/<task_id>           -> queueEntry (owner NUL class): an open item by due time
 //	cls/<closed:16 hex>/<task_id>      -> marker: a closed item by closing time
 //	brk/<scope>/<key>                  -> breakerView (JSON)
 //	dl/<time:16 hex>/<topic>/<partition>/<offset> -> deadLetter (JSON)

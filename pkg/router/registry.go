@@ -54,7 +54,7 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 			r.metrics.ready.Set(1)
 		}
 		waited := time.Since(since).Round(time.Millisecond)
-		r.log.Info("schema registry answers again; routing resumes", "registry", r.cfg.Registry.URL(), "waited", waited)
+		r.log.Info("schema registry answers again; routing resumes", "registry", redactURL(r.cfg.Registry.URL()), "waited", waited)
 		if b.norm != nil { // not when ctx ended the wait
 			r.alert(b, r.cfg.Now(), event.BreakerEvent{Scope: scopeRegistry, Key: redactURL(r.cfg.Registry.URL()), Kind: event.BreakerKindAlert,
 				Reason: fmt.Sprintf("the schema registry did not answer for %s from %s: routing waited for it and dead-lettered nothing for it",
@@ -77,9 +77,9 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 				r.metrics.ready.Set(0)
 				r.metrics.registryWaiting.Set(1)
 				r.log.Error("schema registry unavailable; routing waits for it and dead-letters nothing for it",
-					"registry", r.cfg.Registry.URL(), "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)
+					"registry", redactURL(r.cfg.Registry.URL()), "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 			} else {
-				r.log.Warn("schema registry still unavailable", "registry", r.cfg.Registry.URL(), "waiting", time.Since(since).Round(time.Second), "err", err)
+				r.log.Warn("schema registry still unavailable", "registry", redactURL(r.cfg.Registry.URL()), "waiting", time.Since(since).Round(time.Second), "err", err)
 			}
 			backoff = min(max(backoff*2, registryBackoffMin), registryBackoffMax)
 			select {
@@ -124,7 +124,7 @@ func (r *Router) prepareFramer(ctx context.Context) error {
 		f, err := r.cfg.Registry.Framer(ctx, topics, !r.cfg.LookupSchemasOnly)
 		if err == nil {
 			r.framer = f
-			r.log.Info("writing the Confluent wire format", "registry", r.cfg.Registry.URL())
+			r.log.Info("writing the Confluent wire format", "registry", redactURL(r.cfg.Registry.URL()))
 			return nil
 		}
 		if !errors.Is(err, registry.ErrUnavailable) {
@@ -132,7 +132,7 @@ func (r *Router) prepareFramer(ctx context.Context) error {
 		}
 		r.metrics.registryWaiting.Set(1)
 		backoff = min(max(backoff*2, registryBackoffMin), registryBackoffMax)
-		r.log.Error("schema registry unavailable; the router starts once it answers", "registry", r.cfg.Registry.URL(), "err", err, "backoff", backoff)
+		r.log.Error("schema registry unavailable; the router starts once it answers", "registry", redactURL(r.cfg.Registry.URL()), "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
