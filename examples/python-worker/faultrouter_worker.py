@@ -85,12 +85,18 @@ class RegistrySerde:
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
-        self.client = SchemaRegistryClient({"url": url, **conf})
+        # a registry that does not answer a request fails it after 10 s instead of hanging
+        self.client = SchemaRegistryClient({"url": url, "timeout": 10, **conf})
+        # subjects by TopicNameStrategy, <topic>-value, as faultrouter names them: without it,
+        # confluent-kafka 2.16 first asks the registry for the topic's "associated" subject, an
+        # API that registries other than Confluent's (Apicurio's) may not answer
+        topic_subjects = {"subject.name.strategy.type": "TOPIC"}
         # auto.register.schemas (the default): the schema is registered under <topic>-value if
         # it is not yet; `faultrouter schemas register` registers them ahead of the workers
-        self.serializers = {n: AvroSerializer(self.client, json.dumps(schemas.expanded[n]))
+        self.serializers = {n: AvroSerializer(self.client, json.dumps(schemas.expanded[n]), conf=topic_subjects)
                             for n in (TASK_EVENT, REVIEW_DECISION)}
-        self.deserializer = AvroDeserializer(self.client)  # the writer's schema, by the record's ID
+        # the writer's schema, by the record's ID
+        self.deserializer = AvroDeserializer(self.client, conf=topic_subjects)
 
     def encode(self, name, topic, record):
         from confluent_kafka.serialization import MessageField, SerializationContext
