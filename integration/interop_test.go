@@ -176,10 +176,19 @@ func TestJavaWireFormat(t *testing.T) {
 func TestPythonWorker(t *testing.T) {
 	e := newEnv(t)
 	r := e.startRouter("a", t.TempDir())
+	pythonWorkerSuite(t, e, r)
+}
+
+// pythonWorkerSuite runs the Python worker example's pytest suite against
+// router r of env e and checks, from the router's side, that nothing it sent
+// was dead-lettered or audited as invalid input. The suite runs unbuffered,
+// and a test stuck for 50 s prints where it is.
+func pythonWorkerSuite(t *testing.T, e *env, r *router) {
+	t.Helper()
 	python := interop(t, "FAULTROUTER_PYTHON", "python")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_worker.py")
+	cmd := exec.CommandContext(ctx, python, "-u", "-m", "pytest", "-q", "-o", "faulthandler_timeout=50", "-p", "no:cacheprovider", "test_worker.py")
 	cmd.Dir = "../examples/python-worker"
 	cmd.Env = append(e.cmdEnv(), "FAULTROUTER_AVRO_DIR=../../avro")
 	out, err := cmd.CombinedOutput()

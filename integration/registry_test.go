@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -401,29 +400,7 @@ func TestPythonWorkerRegistry(t *testing.T) {
 	e, _ := newRegistryEnv(t)
 	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")
 	r := e.startRouter("a", t.TempDir(), "--wire-format", "confluent")
-	python := interop(t, "FAULTROUTER_PYTHON", "python")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	// unbuffered, and a test stuck for 50 s prints where it is
-	cmd := exec.CommandContext(ctx, python, "-u", "-m", "pytest", "-q", "-o", "faulthandler_timeout=50", "-p", "no:cacheprovider", "test_worker.py")
-	cmd.Dir = "../examples/python-worker"
-	cmd.Env = append(e.cmdEnv(), "FAULTROUTER_AVRO_DIR=../../avro")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("pytest: %v; router logs:\n%s", err, r.logs.String())
-	}
-	if !regexp.MustCompile(`(?m)^\d+ passed in `).Match(out) {
-		t.Fatalf("pytest did not report every test passed")
-	}
-	if dl := e.tailNow("deadletter"); len(dl) != 0 {
-		t.Fatalf("dead-lettered: %v", dl)
-	}
-	for _, rec := range e.tailNow("audit") {
-		if str(rec, "decision.class") == "INVALID_INPUT" {
-			t.Errorf("invalid input from Python: %v", rec)
-		}
-	}
+	pythonWorkerSuite(t, e, r)
 }
 
 // Guards a Java worker on a schema registry: a KafkaProducer with Apicurio
