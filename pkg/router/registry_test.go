@@ -75,20 +75,7 @@ func TestConfluentOnKfake(t *testing.T) {
 	).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	var audit, dead []*kgo.Record
-	for len(audit) < 2 || len(dead) < 1 {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("timed out: %d audit and %d dead-letter records, want 2 and 1", len(audit), len(dead))
-		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Topic == topics.Audit {
-				audit = append(audit, r)
-			} else {
-				dead = append(dead, r)
-			}
-		})
-	}
+	audit, dead := collectAuditAndDead(ctx, t, cl, topics.Audit, 2, 1)
 	ss, _ := fake.GetSchema(registry.Subject(topics.Audit), 1)
 	auditID := ss.ID
 	id, ok := codec.ConfluentID(audit[0].Value)

@@ -169,20 +169,7 @@ func TestPoisonThenValidOnKfake(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var audit, dead []*kgo.Record
-	for len(audit) < 2 || len(dead) < 1 {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("timed out: %d audit and %d dead-letter records, want 2 and 1", len(audit), len(dead))
-		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Topic == topics.Audit {
-				audit = append(audit, r)
-			} else {
-				dead = append(dead, r)
-			}
-		})
-	}
+	audit, dead := collectAuditAndDead(ctx, t, cl, topics.Audit, 2, 1)
 
 	if len(dead) != 1 {
 		t.Fatalf("%d dead-letter records, want 1", len(dead))
@@ -270,4 +257,25 @@ func TestOutputRecordsCarryDecisionTime(t *testing.T) {
 			t.Errorf("%s record time %s, want the decision's %s", topic, ts.UTC().Format(time.RFC3339Nano), decided.Format(time.RFC3339Nano))
 		}
 	}
+}
+
+// collectAuditAndDead polls cl, which consumes the audit and dead-letter
+// topics, until it has at least nAudit records of audit and nDead of the
+// other, and returns them.
+func collectAuditAndDead(ctx context.Context, t *testing.T, cl *kgo.Client, audit string, nAudit, nDead int) (a, d []*kgo.Record) {
+	t.Helper()
+	for len(a) < nAudit || len(d) < nDead {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("timed out: %d audit and %d dead-letter records, want %d and %d", len(a), len(d), nAudit, nDead)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic == audit {
+				a = append(a, r)
+			} else {
+				d = append(d, r)
+			}
+		})
+	}
+	return a, d
 }
