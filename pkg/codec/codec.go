@@ -216,10 +216,10 @@ func (c *Codec) writerOf(b []byte) (*writer, error) {
 	if id, ok := ConfluentID(b); ok {
 		return nil, fmt.Errorf("%w: the Confluent wire format (registry schema ID %d), read only with a schema registry (--registry-url)", ErrNotSingleObject, id)
 	}
-	if len(b) < headerLen || b[0] != 0xC3 || b[1] != 0x01 {
+	fp, ok := SingleObjectFingerprint(b)
+	if !ok {
 		return nil, fmt.Errorf("%w (%d bytes, want the marker c3 01 and an 8-byte fingerprint)", ErrNotSingleObject, len(b))
 	}
-	fp := binary.LittleEndian.Uint64(b[2:headerLen])
 	w, ok := c.writers[fp]
 	if !ok {
 		return nil, fmt.Errorf("%w %016x", ErrUnknownSchema, fp)

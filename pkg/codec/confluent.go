@@ -30,6 +30,15 @@ func ConfluentID(b []byte) (id uint32, ok bool) {
 // IsSingleObject tells whether b starts with the single-object marker.
 func IsSingleObject(b []byte) bool { return len(b) >= 2 && b[0] == 0xC3 && b[1] == 0x01 }
 
+// SingleObjectFingerprint returns the writer schema's fingerprint in the
+// header of a single-object encoding; ok is false when b has no such header.
+func SingleObjectFingerprint(b []byte) (fp uint64, ok bool) {
+	if len(b) < headerLen || !IsSingleObject(b) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[2:headerLen]), true
+}
+
 // ToConfluent rewrites, in place, the single-object encoding v into the
 // Confluent wire format with the schema ID id, and returns it (5 bytes
 // shorter). A value that is not a single-object encoding is returned as it

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 	"github.com/faultrouter/faultrouter/pkg/store"
 )
@@ -642,8 +642,9 @@ func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32
 // writerSchema names the writer schema of an encoded state by the
 // fingerprint in its single-object header, for an error about the record.
 func writerSchema(v []byte) string {
-	if len(v) < 10 || v[0] != 0xC3 || v[1] != 0x01 {
+	fp, ok := codec.SingleObjectFingerprint(v)
+	if !ok {
 		return fmt.Sprintf("no Avro single-object header (first bytes % x)", v[:min(len(v), 10)])
 	}
-	return fmt.Sprintf("writer schema fingerprint %016x", binary.LittleEndian.Uint64(v[2:10]))
+	return fmt.Sprintf("writer schema fingerprint %016x", fp)
 }
