@@ -45,6 +45,13 @@ answers() {
 	curl -fsS -o /dev/null --max-time 2 "$url/subjects" 2>/dev/null
 }
 
+# ready tells whether the registry answers and its storage is ready (its
+# management port's readiness checks): with kafkasql storage the API answers
+# before the journal has been read back after a restart.
+ready() {
+	answers && curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$mport/health/ready" 2>/dev/null
+}
+
 # major prints the major Java version of the java binary $1 ("" if unknown).
 major() {
 	local home release
@@ -137,7 +144,7 @@ start() {
 			tail -n 40 "$logfile" >&2 || true
 			exit 1
 		fi
-		if answers; then
+		if ready; then
 			log "registry ready after $((i / 2)) s"
 			echo "$url"
 			return

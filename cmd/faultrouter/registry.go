@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -19,6 +20,7 @@ type registryFlags struct {
 	url, user, password    string
 	tlsCA, tlsCert, tlsKey string
 	wireFormat             string
+	reloadGrace            time.Duration
 }
 
 // addRegistryFlags registers the schema registry flags; withWire adds
@@ -32,6 +34,8 @@ func addRegistryFlags(fs *flag.FlagSet, withWire bool) *registryFlags {
 	fs.StringVar(&f.tlsCA, "registry-tls-ca", "", "PEM file of the CA that signed the schema registry's certificate (https URLs)")
 	fs.StringVar(&f.tlsCert, "registry-tls-cert", "", "PEM client certificate for mutual TLS with the schema registry")
 	fs.StringVar(&f.tlsKey, "registry-tls-key", "", "PEM client key for mutual TLS with the schema registry")
+	fs.DurationVar(&f.reloadGrace, "registry-reload-grace", 60*time.Second,
+		"for this long after the schema registry last failed to answer, a schema ID it says it does not know is asked again instead of dead-lettering the record: a registry that has just restarted may answer before it has reloaded its schemas (0 believes every not-found)")
 	if withWire {
 		fs.StringVar(&f.wireFormat, "wire-format", envOr("FAULTROUTER_WIRE_FORMAT", string(registry.SingleObject)),
 			"framing of the records written: single-object (Avro's single-object encoding) or confluent (schema registry ID; needs --registry-url) (env FAULTROUTER_WIRE_FORMAT)")
@@ -59,7 +63,13 @@ func (f *registryFlags) client(c *codec.Codec) (*registry.Client, error) {
 	if f.url == "" {
 		return nil, nil
 	}
-	cfg := registry.Config{URL: f.url, Username: f.user, Password: f.password}
+	if f.reloadGrace < 0 {
+		return nil, fmt.Errorf("--registry-reload-grace: must be >= 0, got %s", f.reloadGrace)
+	}
+	cfg := registry.Config{URL: f.url, Username: f.user, Password: f.password, ReloadGrace: f.reloadGrace}
+	if f.reloadGrace == 0 {
+		cfg.ReloadGrace = -1
+	}
 	if f.tlsCA != "" || f.tlsCert != "" || f.tlsKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if f.tlsCA != "" {

@@ -39,10 +39,14 @@ func (r *Client) inlineReferences(ctx context.Context, s sr.Schema) (string, err
 				return fmt.Errorf("%w: more than %d references", codec.ErrUnresolvableSchema, maxReferences)
 			}
 			ss, err := r.cl.SchemaByVersion(ctx, ref.Subject, ref.Version)
+			if notFound(err) && r.reloading() {
+				return fmt.Errorf("%w: reference %s (subject %s version %d): not found while the registry may still be reloading; asking again", ErrUnavailable, ref.Name, ref.Subject, ref.Version)
+			}
 			if notFound(err) {
 				return fmt.Errorf("%w: reference %s (subject %s version %d): the registry does not know it", codec.ErrUnresolvableSchema, ref.Name, ref.Subject, ref.Version)
 			}
 			if err != nil {
+				r.troubled()
 				return unavailable(err)
 			}
 			var def any

@@ -78,6 +78,16 @@ type Config struct {
 	// remembered as unknown, so that a flood of records with a bad ID costs
 	// one request per ID and period. Default 30s.
 	NotFoundTTL time.Duration
+	// ReloadGrace is how long after the registry last failed to answer a
+	// "not found" for a schema ID is not believed: a registry that has just
+	// restarted answers before it has reloaded its schemas (Apicurio's
+	// kafkasql storage replays its journal topic; a Confluent follower
+	// catches up with its _schemas topic), and a record whose ID the
+	// producer got from it moments ago is not the record's fault. Within
+	// the grace such an answer is ErrUnavailable: routing waits and asks
+	// again. Outside it, and before any outage, an unknown ID is the
+	// record's (codec.ErrUnknownSchema). Default 60s; negative turns it off.
+	ReloadGrace time.Duration
 }
 
 // Validate names the first bad field.
@@ -95,6 +105,9 @@ func (c *Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("registry: Timeout: must be >= 0, got %s", c.Timeout)
 	}
+	if c.NotFoundTTL < 0 {
+		return fmt.Errorf("registry: NotFoundTTL: must be >= 0, got %s", c.NotFoundTTL)
+	}
 	return nil
 }
 
@@ -107,6 +120,7 @@ type Client struct {
 	mu      sync.Mutex
 	schemas map[uint32]*entry // writer schemas by ID
 	unknown int               // entries of schemas without a Foreign
+	trouble time.Time         // when the registry last failed to answer, for ReloadGrace
 }
 
 // entry is a schema ID's outcome: its Foreign, or the record error every
@@ -127,6 +141,9 @@ func New(cfg Config, c *codec.Codec) (*Client, error) {
 	}
 	if cfg.NotFoundTTL == 0 {
 		cfg.NotFoundTTL = 30 * time.Second
+	}
+	if cfg.ReloadGrace == 0 {
+		cfg.ReloadGrace = 60 * time.Second
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.TLS != nil {
@@ -196,9 +213,13 @@ func (r *Client) writerSchema(ctx context.Context, id uint32) (*codec.Foreign, e
 		if err != nil {
 			e.err = fmt.Errorf("registry schema ID %d: %w", id, err)
 		}
+	case notFound(err) && r.reloading():
+		return nil, fmt.Errorf("%w: registry schema ID %d: not found, within %s of the registry's last failure to answer (it may still be reloading its schemas); asking again",
+			ErrUnavailable, id, r.cfg.ReloadGrace)
 	case notFound(err):
 		e.err = fmt.Errorf("%w: registry schema ID %d: the registry does not know it", codec.ErrUnknownSchema, id)
 	default:
+		r.troubled()
 		return nil, unavailable(err)
 	}
 	r.mu.Lock()
@@ -217,6 +238,21 @@ func (r *Client) writerSchema(ctx context.Context, id uint32) (*codec.Foreign, e
 	r.schemas[id] = e
 	r.mu.Unlock()
 	return e.f, e.err
+}
+
+// troubled records that the registry failed to answer just now.
+func (r *Client) troubled() {
+	r.mu.Lock()
+	r.trouble = time.Now()
+	r.mu.Unlock()
+}
+
+// reloading tells whether a "not found" falls within ReloadGrace of the
+// registry's last failure to answer.
+func (r *Client) reloading() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cfg.ReloadGrace > 0 && !r.trouble.IsZero() && time.Since(r.trouble) < r.cfg.ReloadGrace
 }
 
 // maxUnknown bounds the IDs remembered as bad (unknown or unresolvable).

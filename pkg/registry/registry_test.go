@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -94,6 +95,61 @@ func TestNormalizeFaults(t *testing.T) {
 	so := []byte{0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8}
 	if v, err := r.Normalize(context.Background(), nil, so); err != nil || string(v) != string(so) {
 		t.Fatal("a single-object record needs no registry")
+	}
+}
+
+// TestNotFoundAfterAnOutageIsAskedAgain guards a registry that restarts:
+// it answers before it has reloaded its schemas, and says "not found" for
+// an ID a producer got from it moments before. Within ReloadGrace of its
+// last failure to answer that is not the record's fault (ErrUnavailable:
+// routing waits and asks again); the ID is read once the registry has it.
+// Without an outage, or with the grace turned off, an unknown ID is the
+// record's (unknown_schema). (srfake, unit level only.)
+func TestNotFoundAfterAnOutageIsAskedAgain(t *testing.T) {
+	fake := srfake.New()
+	defer fake.Close()
+	down := true
+	fake.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		if down {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+		}
+		return down
+	})
+	cur, _ := avro.Current(avro.TaskEvent)
+	_, c := newClient(t, Config{URL: fake.URL()})
+	e := sampleEvent()
+	so, err := c.EncodeTaskEvent(nil, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := codec.ToConfluent(append([]byte(nil), so...), 700)
+
+	r, _ := newClient(t, Config{URL: fake.URL()})
+	if _, err := r.Normalize(context.Background(), nil, rec); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("registry down: got %v", err)
+	}
+	down = false // up, its schemas not loaded yet
+	_, err = r.Normalize(context.Background(), nil, rec)
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, codec.ErrUnknownSchema) {
+		t.Fatalf("not found just after an outage: got %v, want ErrUnavailable", err)
+	}
+	fake.SeedSchema("ingress-value", 1, 700, sr.Schema{Schema: cur.JSON}) // reloaded
+	v, err := r.Normalize(context.Background(), nil, rec)
+	if err != nil || string(v) != string(so) {
+		t.Fatalf("after the reload: %v", err)
+	}
+
+	unknown := codec.ToConfluent(append([]byte(nil), so...), 701)
+	for name, cfg := range map[string]Config{"no outage": {URL: fake.URL()}, "grace off": {URL: fake.URL(), ReloadGrace: -1}} {
+		r, _ := newClient(t, cfg)
+		if name == "grace off" {
+			down = true
+			r.Normalize(context.Background(), nil, unknown)
+			down = false
+		}
+		if _, err := r.Normalize(context.Background(), nil, unknown); !errors.Is(err, codec.ErrUnknownSchema) {
+			t.Fatalf("%s: unknown ID: got %v, want unknown_schema", name, err)
+		}
 	}
 }
 
