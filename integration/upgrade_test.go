@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -116,7 +117,8 @@ func TestUpgradeAndRollback(t *testing.T) {
 // decision on an OUTCOME_UNKNOWN item as the held write's reconciliation
 // (its reason says so), and after an approval a receipt for the write
 // (CONFIRMED or REJECTED) is the outcome of the write run again rather than
-// the receipt of a held write.
+// the receipt of a held write, and after a rejection the write is held as
+// RECONCILED rather than SUBMITTED.
 func releaseChange(check, detail string) bool {
 	if check != "audit.decision" && check != "review.decision" {
 		return false
@@ -127,5 +129,15 @@ func releaseChange(check, detail string) bool {
 	// outcome, no longer the receipt of a held write
 	confirmed := strings.Contains(detail, "rule outcome_unknown.confirmed") && strings.Contains(detail, "want SUCCEEDED/COMPLETE rule succeeded.complete")
 	rejected := strings.Contains(detail, "rule outcome_unknown.rejected") && strings.Contains(detail, "want BUSINESS_REJECTED/REVIEW rule business_rejected.operation_rejected")
-	return reconciled || confirmed || rejected
+	// after a rejection the write is held as RECONCILED, no longer as
+	// SUBMITTED: a later receipt's reason names the state it was held in
+	heldAs := false
+	if m := reasonWant.FindStringSubmatch(detail); m != nil {
+		heldAs = m[1] != m[2] && strings.ReplaceAll(m[1], "held as SUBMITTED", "held as RECONCILED") == m[2]
+	}
+	return reconciled || confirmed || rejected || heldAs
 }
+
+// reasonWant splits a checker's detail on a decision's reason into the
+// router's reason and the model's.
+var reasonWant = regexp.MustCompile(`reason "(.*)", want "(.*)"$`)
