@@ -125,6 +125,12 @@ type Config struct {
 	// MaxRedriveRate is the ceiling of a re-drive job's rate, records per
 	// second (default 500).
 	MaxRedriveRate int
+	// ClaimTTL is how long a claim on a review item holds before it ends by
+	// itself (DefaultClaimTTL when zero, at most MaxClaimTTL).
+	ClaimTTL time.Duration
+	// Webhooks notify each owner's channel of new high-priority items and
+	// of items past their SLA (notify.go); none when nil.
+	Webhooks *Webhooks
 	// Log is the logger (slog.Default() when nil).
 	Log *slog.Logger
 }
@@ -178,6 +184,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.ClaimTTL == 0 {
+		c.ClaimTTL = DefaultClaimTTL
+	}
+	if c.ClaimTTL < time.Second || c.ClaimTTL > MaxClaimTTL {
+		return fmt.Errorf("console: ClaimTTL (--claim-ttl) %s: allowed 1s to %s", c.ClaimTTL, MaxClaimTTL)
 	}
 	if c.LoginFailuresPerUser <= 0 {
 		c.LoginFailuresPerUser = 5
@@ -238,18 +250,21 @@ type Server struct {
 	producer *kgo.Client
 
 	mu        sync.Mutex
-	claims    map[string]claim     // task ID -> decision sent by this replica
-	signedOut map[string]time.Time // session ID -> when it was signed out
+	sent      map[string]sentDecision // task ID -> decision sent by this replica
+	signedOut map[string]time.Time    // session ID -> when it was signed out
 	// allOutBefore: person -> sessions signed in up to then are signed out
 	allOutBefore map[string]time.Time
 	usersSum     [32]byte             // of the users file as last read
 	usedSets     map[string]time.Time // confirmed selections -> when
+	claims       map[string]claim     // task ID -> who holds its item (claims.go)
+	claimsPruned time.Time
+	consoleNext  map[int32]int64 // console topic: the next offset to apply
 
 	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
 
-// claim is a decision this replica sent and the view has not read back yet.
-type claim struct {
+// sentDecision is a decision this replica sent and the view has not read back yet.
+type sentDecision struct {
 	By      string
 	Approve bool
 	At      time.Time
@@ -286,10 +301,11 @@ func New(cfg Config) (*Server, error) {
 		rand.Read(secret)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
-		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
+		pages: ps, sent: map[string]sentDecision{}, met: newMetrics(cfg.Registerer),
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets, s.allOutBefore = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
+	s.claims, s.consoleNext = map[string]claim{}, map[int32]int64{}
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {
 		if b, err := os.ReadFile(cfg.UsersFile); err == nil {

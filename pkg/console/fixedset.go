@@ -105,6 +105,10 @@ type opAction struct {
 	Tasks   []string  `json:"tasks,omitempty"`
 	Set     string    `json:"set,omitempty"`
 	Session string    `json:"session,omitempty"`
+	// Holder and Until: who holds a claimed or assigned review item, and
+	// until when (claims.go).
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until,omitzero"`
 	// MoreTasks counts the tasks beyond maxActionTasks left out of Tasks.
 	MoreTasks int `json:"more_tasks,omitempty"`
 }

@@ -1,0 +1,4 @@
+package console
+
+// Webhooks is the owners' notification config.
+type Webhooks struct{}
