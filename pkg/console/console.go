@@ -185,6 +185,13 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	if c.Webhooks != nil {
+		w := *c.Webhooks // the defaults go into this console's copy
+		if err := w.Validate(); err != nil {
+			return err
+		}
+		c.Webhooks = &w
+	}
 	if c.ClaimTTL == 0 {
 		c.ClaimTTL = DefaultClaimTTL
 	}
@@ -368,6 +375,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.watchUsers(ictx)
+	if s.cfg.Webhooks != nil {
+		go newNotifier(s, s.cfg.Webhooks).run(ictx)
+	}
 	ingested := make(chan struct{})
 	go func() {
 		defer close(ingested)

@@ -109,6 +109,10 @@ type opAction struct {
 	// until when (claims.go).
 	Holder string    `json:"holder,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
+	// Notice and Item: a webhook delivery's kind and the opening of the
+	// item it was about (notify.go).
+	Notice string    `json:"notice,omitempty"`
+	Item   time.Time `json:"item,omitzero"`
 	// MoreTasks counts the tasks beyond maxActionTasks left out of Tasks.
 	MoreTasks int `json:"more_tasks,omitempty"`
 }

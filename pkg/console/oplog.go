@@ -25,6 +25,9 @@ func (s *Server) applyAction(b *batch, rec *kgo.Record) (*note, error) {
 	if err := json.Unmarshal(rec.Value, &a); err != nil || a.Kind != "action" {
 		return nil, err
 	}
+	if err := applyNotice(b, &a); err != nil {
+		return nil, err
+	}
 	at := fmt.Sprintf("%s/%08x/%016x", timeKey(a.At.UnixMilli()), rec.Partition, rec.Offset)
 	if err := b.put("op/"+at, a); err != nil {
 		return nil, err

@@ -72,6 +72,22 @@ func (s *Server) queueScan(from string, fn func(key, task string, due time.Time,
 	})
 }
 
+// queueScanRange walks the open items due from lo to hi (queue keys), in
+// due order, until fn returns false.
+func (s *Server) queueScanRange(lo, hi string, fn func(task string, due time.Time) bool) error {
+	return s.view.eachRange(lo, hi, false, func(k string, _ []byte) bool {
+		rest := strings.TrimPrefix(k, "q/")
+		if len(rest) < 18 {
+			return true
+		}
+		ms, err := strconv.ParseUint(rest[:16], 16, 64)
+		if err != nil {
+			return true
+		}
+		return fn(rest[17:], time.UnixMilli(int64(ms)))
+	})
+}
+
 // openItems returns the open items of the filter by due time, at most
 // limit.
 func (s *Server) openItems(f reviewFilter, limit int) ([]reviewItem, error) {
