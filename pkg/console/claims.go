@@ -79,6 +79,7 @@ func (s *Server) applyClaim(a *opAction) {
 			delete(s.claims, task)
 		}
 	}
+	defer s.publishItem(task) // open pages show the holder
 	if len(s.claims) > 1000 && a.At.Sub(s.claimsPruned) > time.Minute {
 		s.claimsPruned = a.At
 		for k, c := range s.claims {
@@ -86,6 +87,14 @@ func (s *Server) applyClaim(a *opAction) {
 				delete(s.claims, k)
 			}
 		}
+	}
+}
+
+// publishItem tells the open pages about the task's item.
+func (s *Server) publishItem(task string) {
+	var it reviewItem
+	if ok, _ := s.view.get("rev/"+task, &it); ok {
+		s.hub.publish(note{Kind: "review", Item: &it})
 	}
 }
 
@@ -175,7 +184,6 @@ func (s *Server) changeClaim(w http.ResponseWriter, r *http.Request, p *person, 
 		return conflict(fmt.Sprintf("The claim of task %s did not hold; reload and try again.", task))
 	}
 	s.log.Info("console: claim", "task_id", task, "op", op, "holder", a.Holder, "by", p.Name)
-	s.hub.publish(note{Kind: "review", Item: &it})
 	http.Redirect(w, r, "/review?"+url.Values{"done": {op}, "task": {task}}.Encode(), http.StatusSeeOther)
 	return nil
 }

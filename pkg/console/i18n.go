@@ -26,6 +26,7 @@ var zh = map[string]string{
 	"reject":                         "驳回",
 	"then type the reason and press": "然后输入理由并按",
 	"a reject shows the end-user message to confirm": "驳回会先显示发给最终用户的消息以供确认",
+	"sends":               "发送",
 	"cancel":              "取消",
 	"claimed by you":      "由您认领",
 	"held by":             "认领人",
