@@ -157,23 +157,36 @@
       ": type the reason, then Enter" + (action === "reject" ? " (the end-user message is shown before it is sent)" : "") + "; Esc cancels.");
   }
 
+  // a key handled on keydown types nothing: its keypress is swallowed too
+  // (some input sources send the character as an event of its own)
+  var swallow = false;
+  document.addEventListener("keypress", function (e) {
+    if (swallow) { e.preventDefault(); swallow = false; }
+  }, true);
   document.addEventListener("keydown", function (e) {
-    if (e.ctrlKey || e.metaKey || e.altKey) { return; }
+    swallow = false;
+    if (onKey(e)) { swallow = true; }
+  });
+
+  // onKey handles a key, true when it did (and prevented its default)
+  function onKey(e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) { return false; }
     var t = e.target;
     if (t && t.name === "reason" && t.form && t.form.classList.contains("decision")) {
-      if (e.key === "Escape") { e.preventDefault(); cancel(); return; }
+      if (e.key === "Escape") { e.preventDefault(); cancel(); return true; }
       if (e.key === "Enter") {
         e.preventDefault();
         var action = pending(t.form);
-        if (!action) { say("Press a (approve) or r (reject) first, or click a button."); return; }
-        if (t.value.trim() === "") { say("A reason is required."); return; }
+        if (!action) { say("Press a (approve) or r (reject) first, or click a button."); return true; }
+        if (t.value.trim() === "") { say("A reason is required."); return true; }
         t.form.querySelector("button[name=action][value=" + action + "]").click();
+        return true;
       }
-      return;
+      return false;
     }
-    if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA" || t.isContentEditable)) { return; }
-    if (e.key === "Enter" && t && (t.tagName === "A" || t.tagName === "BUTTON")) { return; }
-    if (rows.length === 0) { return; }
+    if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA" || t.isContentEditable)) { return false; }
+    if (e.key === "Enter" && t && (t.tagName === "A" || t.tagName === "BUTTON")) { return false; }
+    if (rows.length === 0) { return false; }
     switch (e.key) {
       case "j": select(cur + 1); break;
       case "k": select(cur - 1); break;
@@ -188,8 +201,9 @@
       case "a": start_("approve"); break;
       case "r": start_("reject"); break;
       case "Escape": cancel(); break;
-      default: return;
+      default: return false;
     }
     e.preventDefault();
-  });
+    return true;
+  }
 })();
