@@ -137,6 +137,10 @@ func TestClaimsAreSharedAndExpire(t *testing.T) {
 		}
 	}
 
+	// olga is offered the reviewers of the item's owner only
+	if _, body := olga.do(http.MethodGet, "/review", nil); !strings.Contains(queueRow(body, "t-1"), "<option>alice</option><option>bob</option></select>") {
+		t.Errorf("olga's assign choices for t-1 (ai_product) are not alice and bob only:\n%s", queueRow(body, "t-1"))
+	}
 	// olga assigns t-1 (claimed by alice) to bob: bob may decide, alice not
 	if code, msg := post(olga, "/review/assign", url.Values{"task": {"t-1"}, "to": {"bob"}}); code != http.StatusSeeOther {
 		t.Fatalf("olga assigns t-1 to bob: %d %s", code, msg)

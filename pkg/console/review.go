@@ -40,6 +40,8 @@ type row struct {
 	Claim               *claim
 	Mine                bool
 	CanClaim, CanAssign bool
+	// Assignees are the reviewers an operator may assign the item to.
+	Assignees []string
 }
 
 // ownerCount is one owner's open and overdue items.
@@ -225,18 +227,27 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	if err != nil {
 		return err
 	}
-	var reviewers []string
-	if u := s.users(); p.operator() && u != nil {
-		for _, u := range u.Users {
-			if slices.Contains(u.Roles, RoleReviewer) {
-				reviewers = append(reviewers, u.Name)
+	if p.operator() { // whom each item may be assigned to
+		var reviewers []person
+		if u := s.users(); u != nil {
+			for _, u := range u.Users {
+				if slices.Contains(u.Roles, RoleReviewer) {
+					reviewers = append(reviewers, person{Name: u.Name, Roles: u.Roles, Owners: u.Owners})
+				}
+			}
+		}
+		for i := range rows {
+			for _, q := range reviewers {
+				if q.canDecide(rows[i].Owner) {
+					rows[i].Assignees = append(rows[i].Assignees, q.Name)
+				}
 			}
 		}
 	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
 		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
 		"Reviewer": p.reviewer(), "Total": total, "Next": next, "First": after != "",
-		"Progress": progress, "Reviewers": reviewers, "ClaimTTL": s.cfg.ClaimTTL,
+		"Progress": progress,
 	})
 	return nil
 }
