@@ -22,8 +22,8 @@ import (
 // router: the queue shows its keyboard hints; j/k move the selection; c
 // claims the selected item, and another reviewer's page shows who holds it
 // while the server refuses that reviewer's decision and claim; a, the
-// reason and Enter approve the selected item and the queue comes back with
-// the next item selected; r, the reason and Enter show the end-user message,
+// reason and Enter ask to confirm, and a second Enter approves the selected
+// item; the queue comes back with the next item selected; r, the reason and Enter show the end-user message,
 // and Enter sends the rejection; a keyboard decision with a wrong CSRF token
 // is refused (nothing decided); the progress table counts the day's
 // decisions; an operator assigns an item; the owner's webhook (a local
@@ -158,8 +158,14 @@ func TestConsoleReviewersDayInTheBrowser(t *testing.T) {
 	if got := eval(ctx, `document.activeElement.name + "@" + document.activeElement.closest("tr").dataset.task`); got != "reason@t-k1" {
 		t.Errorf("after a the focus is on %q, want t-k1's reason", got)
 	}
-	run(t, ctx, c, "type the reason", chromedp.KeyEvent("the answer is right"), shot(t, "console-keyboard.png"))
-	run(t, ctx, c, "Enter approves", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("#flash")))
+	run(t, ctx, c, "type the reason, Enter", chromedp.KeyEvent("the answer is right"), chromedp.KeyEvent(kb.Enter), shot(t, "console-keyboard.png"))
+	if got := text(t, ctx, c, "#keys-msg"); !strings.Contains(got, "Press Enter again to approve t-k1") {
+		t.Errorf("after the first Enter the page says %q, want it to ask for a second", got)
+	}
+	if _, page := bob.get("/review"); !strings.Contains(queueRowHTML(page, "t-k1"), "<b>alice</b>") || strings.Contains(queueRowHTML(page, "t-k1"), "decided") {
+		t.Error("t-k1 is decided after one Enter: an approval must be confirmed")
+	}
+	run(t, ctx, c, "Enter again approves", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("#flash")))
 	if got := text(t, ctx, c, "#flash"); !strings.Contains(got, "Approval of t-k1 sent") {
 		t.Errorf("after Enter the page says %q", got)
 	}
@@ -181,7 +187,7 @@ func TestConsoleReviewersDayInTheBrowser(t *testing.T) {
 	// the keyboard goes through the forms: a wrong CSRF token is refused
 	selectTask(ctx, "t-k3")
 	eval(ctx, `document.querySelector('`+row("t-k3")+` form.decision input[name=csrf]').value = "00"; ""`)
-	run(t, ctx, c, "a with a wrong token", chromedp.KeyEvent("a"), chromedp.KeyEvent("forged"), chromedp.KeyEvent(kb.Enter),
+	run(t, ctx, c, "a with a wrong token", chromedp.KeyEvent("a"), chromedp.KeyEvent("forged"), chromedp.KeyEvent(kb.Enter), chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(css("#error")))
 	if got := text(t, ctx, c, "#error"); !strings.Contains(got, "CSRF") {
 		t.Errorf("a keyboard approval with a wrong token says %q, want a CSRF refusal", got)

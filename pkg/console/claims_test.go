@@ -45,7 +45,7 @@ var tagRe = regexp.MustCompile(`<[^>]*>`)
 // Guards claims: a reviewer claims an item and every replica (through the
 // console topic) shows who holds it; while the claim holds, another
 // reviewer's claim, decision and release are refused with the holder's
-// name, a viewer (role) and a reviewer of another owner are refused; two
+// name (a bulk decision skips the item), a viewer (role) and a reviewer of another owner are refused; two
 // reviewers who claim the same item at once on two replicas get one claim
 // and one refusal, and both replicas agree on the holder; an operator
 // assigns an item over a claim to a reviewer of its owner (and not to
@@ -106,6 +106,13 @@ func TestClaimsAreSharedAndExpire(t *testing.T) {
 		if code, msg := post(c.who, c.path, c.form); code != c.status || !strings.Contains(msg, c.msg) {
 			t.Errorf("%s: %d %q, want %d saying %q", c.name, code, msg, c.status, c.msg)
 		}
+	}
+
+	// bob's bulk decision over ai_product skips t-1, held by alice
+	if code, body := bob.do(http.MethodPost, "/review/bulk", url.Values{"csrf": {bob.token("/review")}, "owner": {"ai_product"},
+		"action": {"approve"}, "reason": {"all fine"}}); code != http.StatusOK || !strings.Contains(body, `name="task" value="t-3"`) ||
+		strings.Contains(body, `name="task" value="t-1"`) || !strings.Contains(body, "1 skipped") {
+		t.Errorf("bob's bulk preview while alice holds t-1: %d, want t-3 only and 1 skipped:\n%s", code, pageError(body))
 	}
 
 	// alice and bob claim t-3 at once on two replicas: the topic decides

@@ -423,7 +423,7 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	}
 	s.mu.Unlock()
 	if len(tasks) == 0 {
-		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already or belong to other owners).", p.Name, skipped))
+		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already, belong to other owners or are held by someone else).", p.Name, skipped))
 	}
 	if len(tasks) > maxBulk {
 		return badRequest(fmt.Sprintf("%d items: a bulk decision takes at most %d. Narrow the filter (owner, class).", len(tasks), maxBulk))

@@ -82,8 +82,9 @@
 
 // Keyboard review on the queue: j/k move, Enter opens the task, c claims,
 // a/r start an approval or a rejection: the reason field of the row takes
-// the focus and Enter sends it (a rejection first shows the end-user
-// message, where Enter sends and Esc goes back). Every key submits the
+// the focus; Enter asks to confirm an approval and Enter again sends it; a
+// rejection first shows the end-user message, where Enter sends and Esc
+// goes back. Every key submits the
 // page's own forms, with their CSRF token; the server decides as for a
 // click. After a decision the queue comes back with the next item selected.
 (function () {
@@ -134,6 +135,7 @@
     var f = rows[cur] && rows[cur].querySelector("form.decision");
     if (f) {
       f.removeAttribute("data-action");
+      f.removeAttribute("data-confirm");
       f.classList.remove("pending");
     }
     if (document.activeElement) { document.activeElement.blur(); }
@@ -150,6 +152,7 @@
       return;
     }
     f.setAttribute("data-action", action);
+    f.removeAttribute("data-confirm");
     f.classList.add("pending");
     var input = f.querySelector("input[name=reason]");
     input.focus();
@@ -179,6 +182,14 @@
         var action = pending(t.form);
         if (!action) { say("Press a (approve) or r (reject) first, or click a button."); return true; }
         if (t.value.trim() === "") { say("A reason is required."); return true; }
+        // an approval cannot be taken back: the first Enter asks, the
+        // second sends (a rejection is confirmed on its own page)
+        if (action === "approve" && t.form.getAttribute("data-confirm") !== t.value) {
+          t.form.setAttribute("data-confirm", t.value);
+          say("Press Enter again to approve " + t.form.querySelector("input[name=task]").value +
+            " with the reason \u201c" + t.value.trim() + "\u201d; it cannot be taken back. Esc cancels.");
+          return true;
+        }
         t.form.querySelector("button[name=action][value=" + action + "]").click();
         return true;
       }
@@ -196,7 +207,13 @@
         break;
       case "c":
         var claim = rows[cur].querySelector("form.claim button.claim");
-        if (claim) { claim.click(); } else { say("You may not claim " + rows[cur].getAttribute("data-task") + "."); }
+        if (claim) {
+          claim.click();
+        } else if (rows[cur].querySelector("form.claim button.release")) {
+          say("You hold " + rows[cur].getAttribute("data-task") + " already; its Release button gives it back.");
+        } else {
+          say("You may not claim " + rows[cur].getAttribute("data-task") + ".");
+        }
         break;
       case "a": start_("approve"); break;
       case "r": start_("reject"); break;
