@@ -59,7 +59,8 @@ may not decide it); an operator assigns one. A claim ends by itself after
 --webhooks FILE (YAML: owners: {OWNER: URL}, "*" for the rest; http or
 https only) posts new high-priority items and items past their SLA to each
 owner's webhook as Slack-compatible JSON, retried with backoff; every
-delivery is in the operator log. Give it to one replica.`
+delivery is in the operator log. Replicas with the same file send each
+notice once.`
 
 func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("console", consoleSynopsis, stderr)

@@ -47,6 +47,9 @@ const (
 	actClaim   = "claim"
 	actAssign  = "assign"
 	actRelease = "release"
+	// actLease is not an operator action: a replica takes the sending of a
+	// webhook notice (notify.go), by the claims' rule.
+	actLease = "notify_lease"
 )
 
 // DefaultClaimTTL and MaxClaimTTL bound Config.ClaimTTL.
@@ -65,6 +68,17 @@ func (s *Server) applyClaim(a *opAction) {
 	task := a.Tasks[0]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if a.Action == actLease { // notify.go: which replica sends a notice
+		if cur := s.leases[task]; !cur.live(a.At) || cur.Holder == a.Holder {
+			s.leases[task] = claim{Holder: a.Holder, By: a.User, At: a.At, Until: a.Until}
+		}
+		for k, c := range s.leases {
+			if !c.live(a.At) {
+				delete(s.leases, k)
+			}
+		}
+		return
+	}
 	cur := s.claims[task]
 	switch a.Action {
 	case actClaim:

@@ -33,6 +33,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -264,6 +265,8 @@ type Server struct {
 	usersSum     [32]byte             // of the users file as last read
 	usedSets     map[string]time.Time // confirmed selections -> when
 	claims       map[string]claim     // task ID -> who holds its item (claims.go)
+	leases       map[string]claim     // notice key -> the replica sending it (notify.go)
+	instance     string               // this replica, for the leases
 	claimsPruned time.Time
 	consoleNext  map[int32]int64 // console topic: the next offset to apply
 
@@ -312,7 +315,10 @@ func New(cfg Config) (*Server, error) {
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets, s.allOutBefore = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
-	s.claims, s.consoleNext = map[string]claim{}, map[int32]int64{}
+	s.claims, s.leases, s.consoleNext = map[string]claim{}, map[string]claim{}, map[int32]int64{}
+	inst := make([]byte, 8)
+	rand.Read(inst)
+	s.instance = hex.EncodeToString(inst)
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {
 		if b, err := os.ReadFile(cfg.UsersFile); err == nil {

@@ -18,7 +18,9 @@ package console
 // topic: it shows in the operator log and on the task's timeline, and it
 // marks the notice sent, so a restarted console (or a rebuilt view) does not
 // send it again. faultrouter_console_webhook_deliveries_total counts the
-// outcomes. Run webhooks on one replica: replicas do not share the sending.
+// outcomes. Replicas with the same webhooks send each notice once: before
+// sending, a replica takes the notice's lease on the console topic (as a
+// claim, the first record wins), and only the holder sends.
 
 import (
 	"bytes"
@@ -257,7 +259,7 @@ func (n *notifier) queue(ctx context.Context, kind string, it *reviewItem, now t
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for k, at := range n.inflight {
-		if now.Sub(at) > 10*time.Minute+time.Duration(n.cfg.Attempts)*(n.cfg.Timeout+time.Minute) {
+		if now.Sub(at) > n.leaseTTL() {
 			delete(n.inflight, k)
 		}
 	}
@@ -290,8 +292,12 @@ func (n *notifier) send(ctx context.Context, q chan notice) {
 	}
 }
 
-// deliver tries a notice up to Attempts times and records the outcome.
+// deliver tries a notice up to Attempts times and records the outcome,
+// unless another replica took it.
 func (n *notifier) deliver(ctx context.Context, nt *notice) {
+	if !n.lease(ctx, nt) {
+		return
+	}
 	body := slackBody(nt, n.s.cfg.PublicURL)
 	wait := n.cfg.Backoff
 	var err error
@@ -328,6 +334,39 @@ func (n *notifier) deliver(ctx context.Context, nt *notice) {
 		n.s.log.Info("console: webhook delivered", "task_id", task, "owner", nt.Owner, "host", hostOf(nt.URL), "notice", nt.Kind, "attempts", tries)
 	}
 	n.s.record(ctx, a)
+}
+
+// lease takes the sending of a notice for this replica: a lease record on
+// the console topic, read back; replicas with the same webhooks agree, by
+// the topic's order, on the one that sends. A lease ends by itself after
+// the longest a delivery can take, so a notice whose sender died is sent by
+// another replica then.
+func (n *notifier) lease(ctx context.Context, nt *notice) bool {
+	s := n.s
+	key := nt.key()
+	holder := "notifier " + s.instance
+	a := opAction{Action: actLease, User: "console", Holder: holder, Tasks: []string{key}, At: time.Now(), Until: time.Now().Add(n.leaseTTL())}
+	if err := s.writeAndReadBack(ctx, &a); err != nil {
+		s.log.Warn("console: webhook: the notice's lease was not written; it is tried at a later scan", "task_id", nt.Item.TaskID, "err", err)
+		n.mu.Lock()
+		delete(n.inflight, key)
+		n.mu.Unlock()
+		return false
+	}
+	s.mu.Lock()
+	c := s.leases[key]
+	s.mu.Unlock()
+	return c.Holder == holder
+}
+
+// leaseTTL is the longest one delivery may take, with a minute to spare.
+func (n *notifier) leaseTTL() time.Duration {
+	backoff, total := n.cfg.Backoff, time.Minute
+	for i := 0; i < n.cfg.Attempts; i++ {
+		total += n.cfg.Timeout + backoff
+		backoff = min(2*backoff, time.Minute)
+	}
+	return total
 }
 
 // post sends one attempt; retry says whether another may help.

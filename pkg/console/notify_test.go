@@ -114,7 +114,8 @@ func produceReview(t *testing.T, opts []kgo.Opt, review, task, owner, priority s
 // by the timeout, and recorded as failed, while the console keeps serving
 // and other owners' notices go out; a redirect to another host is not
 // followed; an item past its SLA is notified; items of normal priority
-// within their SLA are not; a restarted console does not send again.
+// within their SLA are not; of two replicas with the same webhooks only one
+// sends each notice; a restarted console does not send again.
 func TestWebhooksDeliverRetryAndRecord(t *testing.T) {
 	opts, set := testCluster(t) // t-1, t-2, t-3: normal priority, within SLA
 	review, _ := set.Name("review")
@@ -141,9 +142,12 @@ func TestWebhooksDeliverRetryAndRecord(t *testing.T) {
 	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
 	hooks := &Webhooks{Owners: map[string]string{"ai_product": flaky.URL + "/hook", "security": hung.URL, "operations": redirecting.URL, "late_owner": late.URL},
 		Timeout: 300 * time.Millisecond, Attempts: 3, Backoff: 50 * time.Millisecond, Check: 100 * time.Millisecond}
-	reg := prometheus.NewRegistry()
+	// two replicas with the same webhooks: each notice is sent once
+	reg, reg2 := prometheus.NewRegistry(), prometheus.NewRegistry()
 	cfg := Config{Users: users, Webhooks: hooks, Registerer: reg, PublicURL: "https://console.example.com"}
 	base, _ := startConsole(t, opts, set, cfg)
+	cfg.Registerer = reg2
+	startConsole(t, opts, set, cfg)
 	produceReview(t, opts, review, "t-hot<!channel>", "ai_product", "high", time.Hour)
 	produceReview(t, opts, review, "t-sec", "security", "high", time.Hour)
 	produceReview(t, opts, review, "t-ops", "operations", "high", time.Hour)
@@ -207,11 +211,12 @@ func TestWebhooksDeliverRetryAndRecord(t *testing.T) {
 	if _, tl := olga.do(http.MethodGet, "/task?id=t-sec", nil); !strings.Contains(tl, "failed after 3 attempt(s)") {
 		t.Error("t-sec's timeline does not show the failed delivery")
 	}
-	if d, f := counterOf(t, reg, "faultrouter_console_webhook_deliveries_total"), counterOf(t, reg, "faultrouter_console_webhook_attempts_total"); d != 4 || f != 2+3+1+1 {
+	counter := func(name string) float64 { return counterOf(t, reg, name) + counterOf(t, reg2, name) }
+	if d, f := counter("faultrouter_console_webhook_deliveries_total"), counter("faultrouter_console_webhook_attempts_total"); d != 4 || f != 2+3+1+1 {
 		t.Errorf("deliveries %v (want 4 outcomes), attempts %v (want 7)", d, f)
 	}
 
-	// a second console on the same topics reads the deliveries back and
+	// a third console on the same topics reads the deliveries back and
 	// sends nothing again; t-1..t-3 (normal priority, within SLA) never
 	base2, _ := startConsole(t, opts, set, Config{Users: users, Webhooks: hooks})
 	olga2 := newClient(t, base2)

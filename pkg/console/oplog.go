@@ -22,7 +22,7 @@ const opLogPage = 100
 // applyAction stores an operator action of the console topic.
 func (s *Server) applyAction(b *batch, rec *kgo.Record) (*note, error) {
 	var a opAction
-	if err := json.Unmarshal(rec.Value, &a); err != nil || a.Kind != "action" {
+	if err := json.Unmarshal(rec.Value, &a); err != nil || a.Kind != "action" || a.Action == actLease {
 		return nil, err
 	}
 	if err := applyNotice(b, &a); err != nil {

@@ -322,7 +322,7 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 				if a.Set != "" {
 					s.markSetUsed(a.Set, a.At)
 				}
-				if a.Kind == "action" && (a.Action == actClaim || a.Action == actAssign || a.Action == actRelease) {
+				if a.Kind == "action" && (a.Action == actClaim || a.Action == actAssign || a.Action == actRelease || a.Action == actLease) {
 					s.applyClaim(&a)
 				}
 			}
