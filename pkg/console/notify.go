@@ -383,7 +383,11 @@ func (n *notifier) post(ctx context.Context, u string, body []byte) (retry bool,
 		if errors.Is(err, errOtherHost) {
 			return false, errors.New("the webhook redirected to another host: refused")
 		}
-		return true, fmt.Errorf("the webhook did not answer: %s", strings.ReplaceAll(err.Error(), u, hostOf(u)))
+		var ue *url.Error // its text names the URL, whose path is a secret
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return true, fmt.Errorf("the webhook did not answer: %v", err)
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
