@@ -20,6 +20,11 @@
 // and retry topics: retries the router audited, whose due time has passed,
 // and which it has not published.
 //
+// Reviewers claim items and operators assign them (claims.go: records on
+// the console topic, shared by the replicas); the queue is worked from the
+// keyboard (static/console.js); owners' webhooks hear of new high-priority
+// items and items past their SLA (notify.go).
+//
 // People sign in with a users file (bcrypt) or behind a trusted reverse
 // proxy (auth.go); every state-changing request carries a CSRF token. Pages
 // are server-rendered (html/template), in English or Chinese by the
