@@ -299,6 +299,26 @@ func (s *Server) consoleRead(partition int32, offset int64) {
 	}
 }
 
+// fillAssignees lists, for each row, the reviewers of the users file who
+// may decide it: whom an operator may assign it to.
+func (s *Server) fillAssignees(rows []row) {
+	var reviewers []person
+	if u := s.users(); u != nil {
+		for _, u := range u.Users {
+			if slices.Contains(u.Roles, RoleReviewer) {
+				reviewers = append(reviewers, person{Name: u.Name, Roles: u.Roles, Owners: u.Owners})
+			}
+		}
+	}
+	for i := range rows {
+		for _, q := range reviewers {
+			if q.canDecide(rows[i].Owner) {
+				rows[i].Assignees = append(rows[i].Assignees, q.Name)
+			}
+		}
+	}
+}
+
 // reviewerProgress is one reviewer's day.
 type reviewerProgress struct {
 	Name                        string

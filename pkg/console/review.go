@@ -227,22 +227,8 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	if err != nil {
 		return err
 	}
-	if p.operator() { // whom each item may be assigned to
-		var reviewers []person
-		if u := s.users(); u != nil {
-			for _, u := range u.Users {
-				if slices.Contains(u.Roles, RoleReviewer) {
-					reviewers = append(reviewers, person{Name: u.Name, Roles: u.Roles, Owners: u.Owners})
-				}
-			}
-		}
-		for i := range rows {
-			for _, q := range reviewers {
-				if q.canDecide(rows[i].Owner) {
-					rows[i].Assignees = append(rows[i].Assignees, q.Name)
-				}
-			}
-		}
+	if p.operator() {
+		s.fillAssignees(rows)
 	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
 		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
