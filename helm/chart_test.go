@@ -413,3 +413,55 @@ func TestChartSchemaRegistry(t *testing.T) {
 		t.Errorf("confluent without a URL rendered: %v %s", err, out)
 	}
 }
+
+// Guards the console's reviewer settings in the chart: --claim-ttl from
+// console.claimTTL; console.webhooks goes into the console Secret (its URLs
+// are secrets), is mounted beside the users file and passed as --webhooks;
+// with an existing Secret only when it says it holds one; no webhooks, no
+// flag.
+func TestChartConsoleClaimsAndWebhooks(t *testing.T) {
+	args := func(objs map[string][]map[string]any) []string {
+		var out []string
+		for _, a := range at(objs["Deployment"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	users := []string{"--set", "console.enabled=true", "--set-string", "console.users=users: []"}
+	objs := render(t, users...)
+	if a := args(objs); !slices.Contains(a, "--claim-ttl=30m") || slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--webhooks") }) {
+		t.Errorf("defaults: args %v, want --claim-ttl=30m and no --webhooks", a)
+	}
+	hooks := "owners: {security: 'https://hooks.example.com/T1/B2/x'}\n"
+	objs = render(t, append(users, "--set", "console.claimTTL=1h", "--set-string", "console.webhooks="+hooks)...)
+	if a := args(objs); !slices.Contains(a, "--claim-ttl=1h") || !slices.Contains(a, "--webhooks=/etc/faultrouter-console/webhooks.yaml") {
+		t.Errorf("with webhooks: args %v", a)
+	}
+	var secret map[string]any
+	for _, s := range objs["Secret"] {
+		if at(s, "metadata", "name") == "fr-faultrouter-console" {
+			secret = s
+		}
+	}
+	if at(secret, "stringData", "webhooks.yaml") != hooks {
+		t.Errorf("the console Secret %v lacks the webhooks file", at(secret, "stringData"))
+	}
+	mounted := false
+	for _, v := range at(objs["Deployment"][0], "spec", "template", "spec", "volumes").([]any) {
+		if at(v, "name") == "users" {
+			for _, it := range at(v, "secret", "items").([]any) {
+				mounted = mounted || at(it, "key") == "webhooks.yaml"
+			}
+		}
+	}
+	if !mounted {
+		t.Error("the webhooks file is not mounted from the console Secret")
+	}
+	existing := []string{"--set", "console.enabled=true", "--set", "console.existingSecret=console-users"}
+	if a := args(render(t, existing...)); slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, "--webhooks") }) {
+		t.Errorf("an existing Secret without webhooksInExistingSecret: args %v pass --webhooks", a)
+	}
+	if a := args(render(t, append(existing, "--set", "console.webhooksInExistingSecret=true")...)); !slices.Contains(a, "--webhooks=/etc/faultrouter-console/webhooks.yaml") {
+		t.Errorf("webhooksInExistingSecret: args %v", a)
+	}
+}

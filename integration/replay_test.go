@@ -101,7 +101,8 @@ func TestReplayTimeRangeReadsOnlyTheRange(t *testing.T) {
 // task retried twice and dead-lettered across ingress, audit, retry and dead
 // letter in time order with decisions and reasons; a dry run prints the
 // re-drive and sends nothing; the re-drive sends exactly the selected record,
-// once, with lineage headers.
+// once, with lineage headers naming the operator (--operator, else the
+// account running the CLI, as the console names its signed-in person).
 func TestReplayTimelineAndRedrive(t *testing.T) {
 	e := newEnv(t)
 	e.startRouter("a", t.TempDir())
@@ -156,7 +157,9 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 		t.Fatalf("dry run: %v\n%s", err, stderr)
 	}
 	dry := parseLines(t, out)
-	if len(dry) != 1 || get(dry[0], "dry_run") != true || str(dry[0], "event.event_id") != "net-3" || !strings.Contains(stderr, "nothing sent") {
+	// without --operator, the operator is the account running the CLI
+	if len(dry) != 1 || get(dry[0], "dry_run") != true || str(dry[0], "event.event_id") != "net-3" || !strings.Contains(stderr, "nothing sent") ||
+		str(dry[0], "operator") == "" {
 		t.Fatalf("dry run printed %v\nstderr:\n%s", dry, stderr)
 	}
 	if n := len(ingressOf()); n != 3 {
@@ -165,7 +168,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 
 	dl, _ := e.replayJSON("--topic", "deadletter", "--task", "t-net")
 	src := dl[0]["record"].(map[string]any)
-	_, stderr, err = e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress")
+	_, stderr, err = e.tryCLI("", "replay", "--topic", "deadletter", "--task", "t-net", "--redrive-to", "ingress", "--operator", "carol")
 	if err != nil || !strings.Contains(stderr, "re-drove 1 record(s)") {
 		t.Fatalf("re-drive: %v\n%s", err, stderr)
 	}
@@ -177,7 +180,7 @@ func TestReplayTimelineAndRedrive(t *testing.T) {
 	re := ing[3]
 	lin, _ := get(re, "record.redrive").(map[string]any)
 	if str(re, "event_id") != "net-3" || lin["count"] != "1" || lin["source.topic"] != src["topic"] ||
-		lin["source.partition"] != strconv.Itoa(int(src["partition"].(float64))) || lin["source.offset"] != strconv.Itoa(int(src["offset"].(float64))) {
+		lin["source.partition"] != strconv.Itoa(int(src["partition"].(float64))) || lin["source.offset"] != strconv.Itoa(int(src["offset"].(float64))) || lin["operator"] != "carol" {
 		t.Fatalf("re-driven record %v, want event net-3 with lineage of %v", re, src)
 	}
 	for _, r := range ing[:3] {

@@ -21,6 +21,7 @@ import (
 
 const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header --trusted-proxies CIDRS]
        [--http-tls-cert FILE --http-tls-key FILE] [--public-url URL] [--policy FILE] [--metrics-addr ADDR]
+       [--claim-ttl DUR] [--webhooks FILE]
 
 The operator console: review queue (approve, reject, bulk), task timeline,
 breakers (reset), dead letter (browse, re-drive as a job) and a live feed of
@@ -49,7 +50,17 @@ every replica.
 
 Over HTTPS, --http-tls-cert/--http-tls-key (TLS at the console) or
 --public-url https://... (TLS at an ingress in front) make the cookies
-Secure and add Strict-Transport-Security.`
+Secure and add Strict-Transport-Security.
+
+A reviewer claims a review item to work on it (others see who holds it and
+may not decide it); an operator assigns one. A claim ends by itself after
+--claim-ttl; claims go to the console topic, so every replica agrees.
+
+--webhooks FILE (YAML: owners: {OWNER: URL}, "*" for the rest; http or
+https only) posts new high-priority items and items past their SLA to each
+owner's webhook as Slack-compatible JSON, retried with backoff; every
+delivery is in the operator log. Replicas with the same file send each
+notice once.`
 
 func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("console", consoleSynopsis, stderr)
@@ -70,6 +81,8 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		maxRedr    = fs.Int("max-redrives", 3, "loop guard: refuse records already re-driven this many times")
 		rate       = fs.Int("redrive-rate", 50, "default records per second of a re-drive job")
 		maxRate    = fs.Int("max-redrive-rate", 500, "ceiling of a re-drive job's records per second; a higher rate is refused")
+		claimTTL   = fs.Duration("claim-ttl", console.DefaultClaimTTL, "a claim on a review item ends by itself after this long (1s to 12h)")
+		webhooks   = fs.String("webhooks", "", "owners' webhooks file (YAML): notify new high-priority items and items past their SLA")
 		hash       = fs.Bool("hash-password", false, "read a password from stdin, print its bcrypt hash for the users file, and exit")
 	)
 	regFlags := addRegistryFlags(fs, false)
@@ -94,7 +107,8 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL, UsersFile: *usersFile, SessionIdle: *idle, ConsoleTopic: *topic,
-		MaxRedrives: *maxRedr, RedriveRate: *rate, MaxRedriveRate: *maxRate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET"))}
+		MaxRedrives: *maxRedr, RedriveRate: *rate, MaxRedriveRate: *maxRate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET")),
+		ClaimTTL: *claimTTL}
 	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
 		return err
 	}
@@ -106,6 +120,11 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	if *usersFile != "" {
 		if cfg.Users, err = console.LoadUsers(*usersFile); err != nil {
+			return err
+		}
+	}
+	if *webhooks != "" {
+		if cfg.Webhooks, err = console.LoadWebhooks(*webhooks); err != nil {
 			return err
 		}
 	}

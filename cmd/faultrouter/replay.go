@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/user"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +23,7 @@ import (
 
 const replaySynopsis = `usage: faultrouter replay --topic NAME [--since T] [--until T] [filters] [--format json|table]
        faultrouter replay --task ID --timeline [--since T] [--until T]
-       faultrouter replay --topic deadletter|review [filters] --redrive-to ingress [--dry-run] [--max-redrives N] [--reason TEXT [--force]]
+       faultrouter replay --topic deadletter|review [filters] --redrive-to ingress [--dry-run] [--max-redrives N] [--operator NAME] [--reason TEXT [--force]]
 
 Incident analysis over committed records (read_committed).
 
@@ -37,8 +39,9 @@ decision and reason.
 --redrive-to ingress re-produces the original events of the selected
 dead-letter or review records (raw dead-lettered input as its original bytes)
 with lineage headers faultrouter.redrive.source.{topic,partition,offset},
-faultrouter.redrive.count and faultrouter.redrive.reason (--reason), all in one
-transaction. The router takes a re-driven event as an operator's
+faultrouter.redrive.count, faultrouter.redrive.reason (--reason) and
+faultrouter.redrive.operator (--operator, by default $USER), all in one
+transaction: the same lineage the console writes for its signed-in person. The router takes a re-driven event as an operator's
 instruction: it reopens the task (a fresh retry budget) and decides the event
 afresh, and the audit record names the re-drive. --dry-run prints what would
 be sent and sends nothing. A record
@@ -49,7 +52,7 @@ running it again may execute it twice.`
 
 type replayFlags struct {
 	topic, since, until, format, redriveTo string
-	reason                                 string
+	reason, operator                       string
 	timeline, dryRun, force                bool
 	maxRedrives, progressEvery             int
 	progressInterval, idle                 time.Duration
@@ -74,6 +77,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.BoolVar(&f.dryRun, "dry-run", false, "with --redrive-to: print what would be sent and send nothing")
 	fs.BoolVar(&f.force, "force", false, "with --redrive-to and --reason: also re-drive writes whose outcome is unknown (OUTCOME_UNKNOWN; WRITE operations SUBMITTED or UNKNOWN)")
 	fs.StringVar(&f.reason, "reason", "", "with --redrive-to: why, carried on the re-driven records (faultrouter.redrive.reason); required with --force")
+	fs.StringVar(&f.operator, "operator", accountName(), "with --redrive-to: who re-drives, carried on the re-driven records (faultrouter.redrive.operator); default $USER, else the OS account")
 	fs.IntVar(&f.maxRedrives, "max-redrives", 3, "loop guard: refuse records already re-driven this many times")
 	fs.IntVar(&f.progressEvery, "progress-every", 10000, "report progress on stderr every N records read")
 	fs.DurationVar(&f.progressInterval, "progress-interval", 5*time.Second, "report progress on stderr at least this often")
@@ -174,6 +178,8 @@ func (f *replayFlags) validate() error {
 		return errors.New("replay: --dry-run goes with --redrive-to")
 	case (f.force || f.reason != "") && f.redriveTo == "":
 		return errors.New("replay: --force and --reason go with --redrive-to")
+	case f.redriveTo != "" && strings.TrimSpace(f.operator) == "":
+		return errors.New("replay: --redrive-to needs --operator NAME ($USER is empty and the OS account has no name): the re-driven records name who sent them")
 	case f.force && strings.TrimSpace(f.reason) == "":
 		return errors.New("replay: --force needs --reason TEXT: say why a write whose outcome is unknown may run again")
 	case f.maxRedrives < 1:
@@ -189,6 +195,17 @@ func (f *replayFlags) validate() error {
 		return fmt.Errorf("replay: --format %q: allowed json, table", f.format)
 	}
 	return nil
+}
+
+// accountName is $USER, else the name of the process's OS account, else "".
+func accountName() string {
+	if n := strings.TrimSpace(os.Getenv("USER")); n != "" {
+		return n
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
 }
 
 func optTime(s string, now time.Time) (time.Time, error) {
@@ -235,7 +252,8 @@ func printTable(w io.Writer, steps []replay.Step) error {
 // redrive re-produces the original events of the found records to target in
 // one transaction, or prints them on a dry run.
 func redrive(ctx context.Context, opts []kgo.Opt, c *codec.Codec, recs []replay.Found, target string, f *replayFlags, stdout, stderr io.Writer) error {
-	plan, err := control.PlanRedrive(c, recs, target, control.RedriveOptions{MaxRedrives: f.maxRedrives, Reason: f.reason, Force: f.force})
+	plan, err := control.PlanRedrive(c, recs, target, control.RedriveOptions{MaxRedrives: f.maxRedrives, Reason: f.reason, Force: f.force,
+		Operator: strings.TrimSpace(f.operator)})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
@@ -257,7 +275,7 @@ func redrive(ctx context.Context, opts []kgo.Opt, c *codec.Codec, recs []replay.
 		}
 		rec := r.Source
 		line := map[string]any{"dry_run": f.dryRun, "topic": target, "key": string(rec.Key), "redrive_count": r.Count,
-			"source": map[string]any{"topic": rec.Topic, "partition": rec.Partition, "offset": rec.Offset}}
+			"source": map[string]any{"topic": rec.Topic, "partition": rec.Partition, "offset": rec.Offset}, "operator": strings.TrimSpace(f.operator)}
 		if f.reason != "" {
 			line["reason"] = f.reason
 		}

@@ -20,6 +20,11 @@
 // and retry topics: retries the router audited, whose due time has passed,
 // and which it has not published.
 //
+// Reviewers claim items and operators assign them (claims.go: records on
+// the console topic, shared by the replicas); the queue is worked from the
+// keyboard (static/console.js); owners' webhooks hear of new high-priority
+// items and items past their SLA (notify.go).
+//
 // People sign in with a users file (bcrypt) or behind a trusted reverse
 // proxy (auth.go); every state-changing request carries a CSRF token. Pages
 // are server-rendered (html/template), in English or Chinese by the
@@ -33,6 +38,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -125,6 +131,12 @@ type Config struct {
 	// MaxRedriveRate is the ceiling of a re-drive job's rate, records per
 	// second (default 500).
 	MaxRedriveRate int
+	// ClaimTTL is how long a claim on a review item holds before it ends by
+	// itself (DefaultClaimTTL when zero, at most MaxClaimTTL).
+	ClaimTTL time.Duration
+	// Webhooks notify each owner's channel of new high-priority items and
+	// of items past their SLA (notify.go); none when nil.
+	Webhooks *Webhooks
 	// Log is the logger (slog.Default() when nil).
 	Log *slog.Logger
 }
@@ -178,6 +190,19 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.Webhooks != nil {
+		w := *c.Webhooks // the defaults go into this console's copy
+		if err := w.Validate(); err != nil {
+			return err
+		}
+		c.Webhooks = &w
+	}
+	if c.ClaimTTL == 0 {
+		c.ClaimTTL = DefaultClaimTTL
+	}
+	if c.ClaimTTL < time.Second || c.ClaimTTL > MaxClaimTTL {
+		return fmt.Errorf("console: ClaimTTL (--claim-ttl) %s: allowed 1s to %s", c.ClaimTTL, MaxClaimTTL)
 	}
 	if c.LoginFailuresPerUser <= 0 {
 		c.LoginFailuresPerUser = 5
@@ -238,18 +263,23 @@ type Server struct {
 	producer *kgo.Client
 
 	mu        sync.Mutex
-	claims    map[string]claim     // task ID -> decision sent by this replica
-	signedOut map[string]time.Time // session ID -> when it was signed out
+	sent      map[string]sentDecision // task ID -> decision sent by this replica
+	signedOut map[string]time.Time    // session ID -> when it was signed out
 	// allOutBefore: person -> sessions signed in up to then are signed out
 	allOutBefore map[string]time.Time
 	usersSum     [32]byte             // of the users file as last read
 	usedSets     map[string]time.Time // confirmed selections -> when
+	claims       map[string]claim     // task ID -> who holds its item (claims.go)
+	leases       map[string]claim     // notice key -> the replica sending it (notify.go)
+	instance     string               // this replica, for the leases
+	claimsPruned time.Time
+	consoleNext  map[int32]int64 // console topic: the next offset to apply
 
 	whatifBusy sync.Mutex // whatif.go: one what-if at a time
 }
 
-// claim is a decision this replica sent and the view has not read back yet.
-type claim struct {
+// sentDecision is a decision this replica sent and the view has not read back yet.
+type sentDecision struct {
 	By      string
 	Approve bool
 	At      time.Time
@@ -286,10 +316,14 @@ func New(cfg Config) (*Server, error) {
 		rand.Read(secret)
 	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "console"), codec: c, view: v, hub: newHub(), secret: secret,
-		pages: ps, claims: map[string]claim{}, met: newMetrics(cfg.Registerer),
+		pages: ps, sent: map[string]sentDecision{}, met: newMetrics(cfg.Registerer),
 		limit: newLimiter(cfg.LoginWindow), bcrypt: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
 		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets, s.allOutBefore = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
+	s.claims, s.leases, s.consoleNext = map[string]claim{}, map[string]claim{}, map[int32]int64{}
+	inst := make([]byte, 8)
+	rand.Read(inst)
+	s.instance = hex.EncodeToString(inst)
 	s.usersNow.Store(cfg.Users)
 	if cfg.UsersFile != "" {
 		if b, err := os.ReadFile(cfg.UsersFile); err == nil {
@@ -352,6 +386,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	go s.watchUsers(ictx)
+	if s.cfg.Webhooks != nil {
+		go newNotifier(s, s.cfg.Webhooks).run(ictx)
+	}
 	ingested := make(chan struct{})
 	go func() {
 		defer close(ingested)

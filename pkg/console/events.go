@@ -154,8 +154,11 @@ func (s *Server) itemState(it *reviewItem) map[string]any {
 		d := it.decided()
 		m["state"], m["by"], m["approve"] = "decided", d.Reviewer, d.Approve
 	}
-	if c, ok := s.claimOf(it); ok && it.open() {
+	if c, ok := s.sentOf(it); ok && it.open() {
 		m["state"], m["by"], m["approve"] = "decided", c.By, c.Approve
+	}
+	if c, ok := s.claimOn(it, time.Now()); ok && m["state"] == "open" {
+		claimNote(m, c)
 	}
 	return m
 }

@@ -105,6 +105,14 @@ type opAction struct {
 	Tasks   []string  `json:"tasks,omitempty"`
 	Set     string    `json:"set,omitempty"`
 	Session string    `json:"session,omitempty"`
+	// Holder and Until: who holds a claimed or assigned review item, and
+	// until when (claims.go).
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until,omitzero"`
+	// Notice and Item: a webhook delivery's kind and the opening of the
+	// item it was about (notify.go).
+	Notice string    `json:"notice,omitempty"`
+	Item   time.Time `json:"item,omitzero"`
 	// MoreTasks counts the tasks beyond maxActionTasks left out of Tasks.
 	MoreTasks int `json:"more_tasks,omitempty"`
 }

@@ -74,6 +74,12 @@ func flashOf(q url.Values) string {
 		return fmt.Sprintf("Reset of %s sent to %s partitions of the decisions topic.", task, n)
 	case "job":
 		return fmt.Sprintf("Re-drive job %s started.", task)
+	case "claim":
+		return fmt.Sprintf("You hold %s now; others see it claimed until the claim ends.", task)
+	case "release":
+		return fmt.Sprintf("Claim on %s released.", task)
+	case "assign":
+		return fmt.Sprintf("%s assigned.", task)
 	}
 	return ""
 }

@@ -72,6 +72,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/review", RoleSignedIn, s.reviewPage},
 		{"POST", "/review/decide", RoleReviewer, s.reviewDecide},
 		{"POST", "/review/bulk", RoleReviewer, s.reviewBulk},
+		{"POST", "/review/claim", RoleReviewer, s.reviewClaim}, // claims.go
+		{"POST", "/review/assign", RoleOperator, s.reviewAssign},
 		{"GET", "/task", RoleSignedIn, s.timelinePage},
 		{"GET", "/breakers", RoleSignedIn, s.breakersPage},
 		{"POST", "/breakers/reset", RoleOperator, s.breakerReset},

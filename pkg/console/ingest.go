@@ -20,6 +20,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/replay"
 )
 
@@ -198,6 +199,11 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 		task := st.TaskID
 		switch short {
 		case "review":
+			if s.cfg.Webhooks != nil && v.Decision.Review != nil && v.Decision.Review.Priority == policy.PriorityHigh {
+				if err := b.b.Set([]byte("nq/"+task), nil, nil); err != nil { // notify.go
+					return nil, err
+				}
+			}
 			return s.updateItem(b, task, func(it *reviewItem) { applyReview(it, v, ts) })
 		case "audit":
 			if err := s.trackRetry(b, task, v, ts); err != nil {

@@ -7,6 +7,9 @@ type metrics struct {
 	proxyRefused  prometheus.Counter
 	loginFailures *prometheus.CounterVec
 	loginThrottle prometheus.Counter
+	// notify.go
+	webhook         *prometheus.CounterVec
+	webhookAttempts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,9 +23,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loginThrottle: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
 			Name: "login_throttled_total",
 			Help: "Sign-ins refused with 429 because the name or the address failed too often."}),
+		webhook: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "webhook_deliveries_total",
+			Help: "Webhook notices by outcome: delivered, failed (after every attempt, or refused), deferred (the owner's queue was full; sent at a later scan)."}, []string{"result"}),
+		webhookAttempts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "webhook_attempts_total", Help: "Webhook requests sent, first tries and retries."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxyRefused, m.loginFailures, m.loginThrottle)
+		reg.MustRegister(m.proxyRefused, m.loginFailures, m.loginThrottle, m.webhook, m.webhookAttempts)
 	}
 	return m
 }

@@ -22,7 +22,10 @@ const opLogPage = 100
 // applyAction stores an operator action of the console topic.
 func (s *Server) applyAction(b *batch, rec *kgo.Record) (*note, error) {
 	var a opAction
-	if err := json.Unmarshal(rec.Value, &a); err != nil || a.Kind != "action" {
+	if err := json.Unmarshal(rec.Value, &a); err != nil || a.Kind != "action" || a.Action == actLease {
+		return nil, err
+	}
+	if err := applyNotice(b, &a); err != nil {
 		return nil, err
 	}
 	at := fmt.Sprintf("%s/%08x/%016x", timeKey(a.At.UnixMilli()), rec.Partition, rec.Offset)

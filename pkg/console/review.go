@@ -35,6 +35,13 @@ type row struct {
 	// audited the decision yet.
 	DecidedBy string
 	Approved  bool
+	// Claim is the live claim on the item; Mine when p holds it. Someone
+	// else's claim takes CanDecide away.
+	Claim               *claim
+	Mine                bool
+	CanClaim, CanAssign bool
+	// Assignees are the reviewers an operator may assign the item to.
+	Assignees []string
 }
 
 // ownerCount is one owner's open and overdue items.
@@ -64,6 +71,22 @@ func (s *Server) queueScan(from string, fn func(key, task string, due time.Time,
 			return true
 		}
 		return fn(k, rest[17:], time.UnixMilli(int64(ms)), parseQueueEntry(val))
+	})
+}
+
+// queueScanRange walks the open items due from lo to hi (queue keys), in
+// due order, until fn returns false.
+func (s *Server) queueScanRange(lo, hi string, fn func(task string, due time.Time) bool) error {
+	return s.view.eachRange(lo, hi, false, func(k string, _ []byte) bool {
+		rest := strings.TrimPrefix(k, "q/")
+		if len(rest) < 18 {
+			return true
+		}
+		ms, err := strconv.ParseUint(rest[:16], 16, 64)
+		if err != nil {
+			return true
+		}
+		return fn(rest[17:], time.UnixMilli(int64(ms)))
 	})
 }
 
@@ -122,12 +145,19 @@ func (s *Server) recentlyClosed(n int) ([]reviewItem, error) {
 func (s *Server) rowOf(it *reviewItem, p *person, now time.Time) row {
 	r := row{reviewItem: it, Due: it.dueAt(), CanDecide: p.canDecide(it.Owner)}
 	r.Overdue = r.Due.Before(now)
-	if c, ok := s.claimOf(it); ok {
+	if c, ok := s.sentOf(it); ok {
 		r.DecidedBy, r.Approved = c.By, c.Approve
 	}
 	if d := it.decided(); d != nil {
 		r.DecidedBy, r.Approved = d.Reviewer, d.Approve
 	}
+	if c, ok := s.claimOn(it, now); ok && r.DecidedBy == "" {
+		r.Claim = &c
+		r.Mine = c.Holder == p.Name
+		r.CanDecide = r.CanDecide && r.Mine
+	}
+	r.CanClaim = p.reviewer() && p.canDecide(it.Owner) && r.DecidedBy == "" && (r.Claim == nil || r.Mine)
+	r.CanAssign = p.operator() && r.DecidedBy == ""
 	return r
 }
 
@@ -193,21 +223,29 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	if err != nil {
 		return err
 	}
+	progress, err := s.progressOf(now)
+	if err != nil {
+		return err
+	}
+	if p.operator() {
+		s.fillAssignees(rows)
+	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
 		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
 		"Reviewer": p.reviewer(), "Total": total, "Next": next, "First": after != "",
+		"Progress": progress,
 	})
 	return nil
 }
 
-// claimOf returns the decision this replica sent for the item's current
+// sentOf returns the decision this replica sent for the item's current
 // opening, if the view has not read it back yet.
-func (s *Server) claimOf(it *reviewItem) (claim, bool) {
+func (s *Server) sentOf(it *reviewItem) (sentDecision, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.claims[it.TaskID]
+	c, ok := s.sent[it.TaskID]
 	if !ok || c.At.Before(it.OpenedAt) {
-		return claim{}, false
+		return sentDecision{}, false
 	}
 	return c, true
 }
@@ -230,7 +268,7 @@ func (s *Server) checkDecidable(p *person, it *reviewItem, found bool, task stri
 		return conflict(fmt.Sprintf("Refused: %s already decided task %s at %s (%s); the router has not closed the item yet. A second decision would be ignored.",
 			d.Reviewer, task, d.At.UTC().Format(time.RFC3339), verdict(d.Approve)))
 	}
-	if c, ok := s.claims[task]; ok && !c.At.Before(it.OpenedAt) {
+	if c, ok := s.sent[task]; ok && !c.At.Before(it.OpenedAt) {
 		return conflict(fmt.Sprintf("Refused: %s already decided task %s at %s (%s); the router has not closed the item yet. A second decision would be ignored.",
 			c.By, task, c.At.UTC().Format(time.RFC3339), verdict(c.Approve)))
 	}
@@ -240,7 +278,7 @@ func (s *Server) checkDecidable(p *person, it *reviewItem, found bool, task stri
 	if !p.canDecide(it.Owner) {
 		return forbidden(fmt.Sprintf("Refused: task %s belongs to owner %s; %s reviews for %s.", task, it.Owner, p.Name, strings.Join(p.Owners, ", ")))
 	}
-	return nil
+	return s.heldByOther(p, it, time.Now(), "decide")
 }
 
 func verdict(approve bool) string {
@@ -270,21 +308,21 @@ func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool
 			return err
 		}
 	}
-	for task, c := range s.claims { // the view has long read these back
+	for task, c := range s.sent { // the view has long read these back
 		if now.Sub(c.At) > 24*time.Hour {
-			delete(s.claims, task)
+			delete(s.sent, task)
 		}
 	}
 	ds := make([]event.ReviewDecision, len(tasks))
 	for i, task := range tasks {
-		s.claims[task] = claim{By: p.Name, Approve: approve, At: now}
+		s.sent[task] = sentDecision{By: p.Name, Approve: approve, At: now}
 		ds[i] = event.ReviewDecision{TaskID: task, Approve: approve, Reason: reason, Reviewer: p.Name, At: event.At(now)}
 	}
 	s.mu.Unlock()
 	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), ds...); err != nil {
 		s.mu.Lock()
 		for _, task := range tasks {
-			delete(s.claims, task)
+			delete(s.sent, task)
 		}
 		s.mu.Unlock()
 		return fmt.Errorf("writing the decision: %w", err)
@@ -371,7 +409,7 @@ func (s *Server) reviewBulk(w http.ResponseWriter, r *http.Request, p *person) e
 	}
 	s.mu.Unlock()
 	if len(tasks) == 0 {
-		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already or belong to other owners).", p.Name, skipped))
+		return badRequest(fmt.Sprintf("No item of this filter can be decided by %s now (%d open items are decided already, belong to other owners or are held by someone else).", p.Name, skipped))
 	}
 	if len(tasks) > maxBulk {
 		return badRequest(fmt.Sprintf("%d items: a bulk decision takes at most %d. Narrow the filter (owner, class).", len(tasks), maxBulk))

@@ -322,7 +322,11 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 				if a.Set != "" {
 					s.markSetUsed(a.Set, a.At)
 				}
+				if a.Kind == "action" && (a.Action == actClaim || a.Action == actAssign || a.Action == actRelease || a.Action == actLease) {
+					s.applyClaim(&a)
+				}
 			}
+			s.consoleRead(rec.Partition, rec.Offset)
 			if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {
 				delete(todo, rec.Partition)
 			}

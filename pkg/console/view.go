@@ -22,6 +22,8 @@ package console
 //	cost/<hour:16 hex>/<c|m|t>/<name>  -> costSums (JSON): the cost ledger of an hour by class, provider/model, template (cost.go)
 //	op/<time:16 hex>/<partition>/<offset> -> opAction (JSON): an operator action
 //	opt/<task_id>/<time>/<partition>/<offset> -> opAction of one task
+//	nq/<task_id>                       -> marker: a high-priority item opened, to notify (notify.go)
+//	ntf/<notice>/<task_id>/<opened:16 hex> -> marker: the webhook notice of that opening was sent
 
 import (
 	"encoding/binary"
@@ -98,6 +100,16 @@ func (v *view) get(key string, out any) (bool, error) {
 	}
 	defer closer.Close()
 	return true, json.Unmarshal(b, out)
+}
+
+// has reports whether key is in the view.
+func (v *view) has(key string) bool {
+	_, closer, err := v.db.Get([]byte(key))
+	if err != nil {
+		return false
+	}
+	closer.Close()
+	return true
 }
 
 // each calls fn with the key and value of every key under prefix, in key

@@ -19,6 +19,16 @@
       }
       return;
     }
+    var holder = row.querySelector(".holder");
+    if (holder && d.state === "open") {
+      var me = document.getElementById("me");
+      var mine = me && d.holder === me.textContent;
+      holder.textContent = !d.holder ? "" : (mine ? "claimed by you" : "held by " + d.holder) +
+        (d.assigned_by ? " (assigned by " + d.assigned_by + ")" : "") + " until " + d.until;
+      if (d.holder && !mine) {
+        row.querySelectorAll("form.decision button, form.claim button").forEach(function (b) { b.disabled = true; });
+      }
+    }
     var state = row.querySelector(".state");
     if (d.state === "decided" || d.state === "closed") {
       row.classList.add("decided");
@@ -68,4 +78,149 @@
     var n = document.getElementById("new-deadletters");
     if (n) { n.classList.remove("hidden"); }
   });
+})();
+
+// Keyboard review on the queue: j/k move, Enter opens the task, c claims,
+// a/r start an approval or a rejection: the reason field of the row takes
+// the focus; Enter asks to confirm an approval and Enter again sends it; a
+// rejection first shows the end-user message, where Enter sends and Esc
+// goes back. Every key submits the
+// page's own forms, with their CSRF token; the server decides as for a
+// click. After a decision the queue comes back with the next item selected.
+(function () {
+  "use strict";
+  var queue = document.getElementById("queue");
+  var send = document.getElementById("send-reject");
+  if (send) {
+    document.addEventListener("keydown", function (e) {
+      if (e.key === "Escape") { location.href = "/review"; }
+    });
+  }
+  if (!queue) { return; }
+  var rows = Array.prototype.slice.call(queue.querySelectorAll("tbody tr[data-task]"));
+  var msg = document.getElementById("keys-msg");
+  var cur = -1;
+
+  function say(text) { if (msg) { msg.textContent = text; } }
+
+  function select(i) {
+    if (rows.length === 0) { return; }
+    i = Math.max(0, Math.min(rows.length - 1, i));
+    if (cur >= 0) { rows[cur].classList.remove("current"); }
+    cur = i;
+    rows[cur].classList.add("current");
+    rows[cur].scrollIntoView({ block: "nearest" });
+    say("");
+  }
+
+  // after a decision or a claim the page names the task: select the next
+  // open item after it (or the claimed one itself)
+  var q = new URLSearchParams(location.search);
+  var start = 0;
+  var done = q.get("done"), task = q.get("task");
+  if (task) {
+    for (var i = 0; i < rows.length; i++) {
+      if (rows[i].getAttribute("data-task") === task) {
+        start = (done === "approve" || done === "reject") ? i + 1 : i;
+        break;
+      }
+    }
+    while (start < rows.length - 1 && rows[start].classList.contains("decided")) { start++; }
+  }
+  select(start);
+
+  function pending(form) { return form && form.getAttribute("data-action"); }
+
+  function cancel() {
+    var f = rows[cur] && rows[cur].querySelector("form.decision");
+    if (f) {
+      f.removeAttribute("data-action");
+      f.removeAttribute("data-confirm");
+      f.classList.remove("pending");
+    }
+    if (document.activeElement) { document.activeElement.blur(); }
+    say("");
+  }
+
+  function start_(action) {
+    var row = rows[cur];
+    var f = row.querySelector("form.decision");
+    if (!f) {
+      var holder = row.querySelector(".holder");
+      say("You may not decide " + row.getAttribute("data-task") + " here" +
+        (holder && holder.textContent.trim() ? ": " + holder.textContent.trim() : "") + ".");
+      return;
+    }
+    f.setAttribute("data-action", action);
+    f.removeAttribute("data-confirm");
+    f.classList.add("pending");
+    var input = f.querySelector("input[name=reason]");
+    input.focus();
+    say((action === "approve" ? "Approve " : "Reject ") + row.getAttribute("data-task") +
+      ": type the reason, then Enter" + (action === "reject" ? " (the end-user message is shown before it is sent)" : "") + "; Esc cancels.");
+  }
+
+  // a key handled on keydown types nothing: its keypress is swallowed too
+  // (some input sources send the character as an event of its own)
+  var swallow = false;
+  document.addEventListener("keypress", function (e) {
+    if (swallow) { e.preventDefault(); swallow = false; }
+  }, true);
+  document.addEventListener("keydown", function (e) {
+    swallow = false;
+    if (onKey(e)) { swallow = true; }
+  });
+
+  // onKey handles a key, true when it did (and prevented its default)
+  function onKey(e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) { return false; }
+    var t = e.target;
+    if (t && t.name === "reason" && t.form && t.form.classList.contains("decision")) {
+      if (e.key === "Escape") { e.preventDefault(); cancel(); return true; }
+      if (e.key === "Enter") {
+        e.preventDefault();
+        var action = pending(t.form);
+        if (!action) { say("Press a (approve) or r (reject) first, or click a button."); return true; }
+        if (t.value.trim() === "") { say("A reason is required."); return true; }
+        // an approval cannot be taken back: the first Enter asks, the
+        // second sends (a rejection is confirmed on its own page)
+        if (action === "approve" && t.form.getAttribute("data-confirm") !== t.value) {
+          t.form.setAttribute("data-confirm", t.value);
+          say("Press Enter again to approve " + t.form.querySelector("input[name=task]").value +
+            " with the reason \u201c" + t.value.trim() + "\u201d; it cannot be taken back. Esc cancels.");
+          return true;
+        }
+        t.form.querySelector("button[name=action][value=" + action + "]").click();
+        return true;
+      }
+      return false;
+    }
+    if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA" || t.isContentEditable)) { return false; }
+    if (e.key === "Enter" && t && (t.tagName === "A" || t.tagName === "BUTTON")) { return false; }
+    if (rows.length === 0) { return false; }
+    switch (e.key) {
+      case "j": select(cur + 1); break;
+      case "k": select(cur - 1); break;
+      case "Enter":
+        var link = rows[cur].querySelector("td a");
+        if (link) { link.click(); }
+        break;
+      case "c":
+        var claim = rows[cur].querySelector("form.claim button.claim");
+        if (claim) {
+          claim.click();
+        } else if (rows[cur].querySelector("form.claim button.release")) {
+          say("You hold " + rows[cur].getAttribute("data-task") + " already; its Release button gives it back.");
+        } else {
+          say("You may not claim " + rows[cur].getAttribute("data-task") + ".");
+        }
+        break;
+      case "a": start_("approve"); break;
+      case "r": start_("reject"); break;
+      case "Escape": cancel(); break;
+      default: return false;
+    }
+    e.preventDefault();
+    return true;
+  }
 })();
