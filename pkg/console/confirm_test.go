@@ -148,23 +148,9 @@ func TestRedriveConfirmRunsThePreviewedSetOnce(t *testing.T) {
 
 func produceItem(t *testing.T, opts []kgo.Opt, set interface{ Name(string) (string, error) }, task, owner string) {
 	t.Helper()
-	c, _ := codec.New()
 	review, _ := set.Name("review")
-	v, err := c.EncodeRouted(nil, &event.Routed{
-		Event: &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError},
-		Decision: event.Decision{Class: event.ClassModelRefusal, Route: event.RouteReview, Rule: "test", Reason: "refused",
-			Review: &event.Review{Owner: owner, SLAMs: 60_000}, DecidedAt: event.At(time.Now())}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: review, Key: []byte(task), Value: v}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceDecision(t, opts, review, task, event.Decision{Class: event.ClassModelRefusal, Route: event.RouteReview, Rule: "test", Reason: "refused",
+		Review: &event.Review{Owner: owner, SLAMs: 60_000}})
 }
 
 func waitQueue(t *testing.T, c *client, tasks ...string) {

@@ -87,11 +87,19 @@ func (rc *receiver) got() []string {
 // and an SLA.
 func produceReview(t *testing.T, opts []kgo.Opt, review, task, owner, priority string, sla time.Duration) {
 	t.Helper()
+	produceDecision(t, opts, review, task, event.Decision{Class: event.ClassBudgetExhausted, Route: event.RouteReview, Rule: "test", Reason: "over budget <b>&</b>",
+		Review: &event.Review{Owner: owner, SLAMs: sla.Milliseconds(), Priority: priority}})
+}
+
+// produceDecision writes a routed record of task with decision d, decided
+// now, to topic.
+func produceDecision(t *testing.T, opts []kgo.Opt, topic, task string, d event.Decision) {
+	t.Helper()
 	c, _ := codec.New()
+	d.DecidedAt = event.At(time.Now())
 	v, err := c.EncodeRouted(nil, &event.Routed{
-		Event: &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError},
-		Decision: event.Decision{Class: event.ClassBudgetExhausted, Route: event.RouteReview, Rule: "test", Reason: "over budget <b>&</b>",
-			Review: &event.Review{Owner: owner, SLAMs: sla.Milliseconds(), Priority: priority}, DecidedAt: event.At(time.Now())}})
+		Event:    &event.TaskEvent{EventID: "e-" + task, TaskID: task, Attempt: 1, OccurredAt: event.At(time.Now()), Source: "test", Action: "refund", Status: event.StatusError},
+		Decision: d})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +108,7 @@ func produceReview(t *testing.T, opts []kgo.Opt, review, task, owner, priority s
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: review, Key: []byte(task), Value: v}).FirstErr(); err != nil {
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Key: []byte(task), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -62,31 +62,36 @@ func (s *Server) queueScan(from string, fn func(key, task string, due time.Time,
 		lo = from + "\x00"
 	}
 	return s.view.eachRange(lo, "q0", false, func(k string, val []byte) bool {
-		rest := strings.TrimPrefix(k, "q/")
-		if len(rest) < 18 {
+		task, due, ok := parseQueueKey(k)
+		if !ok {
 			return true
 		}
-		ms, err := strconv.ParseUint(rest[:16], 16, 64)
-		if err != nil {
-			return true
-		}
-		return fn(k, rest[17:], time.UnixMilli(int64(ms)), parseQueueEntry(val))
+		return fn(k, task, due, parseQueueEntry(val))
 	})
+}
+
+// parseQueueKey reads a queue key, q/<due ms, 16 hex digits>/<task>.
+func parseQueueKey(k string) (task string, due time.Time, ok bool) {
+	rest := strings.TrimPrefix(k, "q/")
+	if len(rest) < 18 {
+		return "", time.Time{}, false
+	}
+	ms, err := strconv.ParseUint(rest[:16], 16, 64)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return rest[17:], time.UnixMilli(int64(ms)), true
 }
 
 // queueScanRange walks the open items due from lo to hi (queue keys), in
 // due order, until fn returns false.
 func (s *Server) queueScanRange(lo, hi string, fn func(task string, due time.Time) bool) error {
 	return s.view.eachRange(lo, hi, false, func(k string, _ []byte) bool {
-		rest := strings.TrimPrefix(k, "q/")
-		if len(rest) < 18 {
+		task, due, ok := parseQueueKey(k)
+		if !ok {
 			return true
 		}
-		ms, err := strconv.ParseUint(rest[:16], 16, 64)
-		if err != nil {
-			return true
-		}
-		return fn(rest[17:], time.UnixMilli(int64(ms)))
+		return fn(task, due)
 	})
 }
 
