@@ -13,11 +13,13 @@ import (
 
 // passthrough is the ceiling the router is measured against: a transactional
 // consumer-producer that does no work. It consumes the backlog in a consumer
-// group with read_committed and, in one transaction per poll (the router's
-// poll size), copies each record to three output topics (as the router writes
-// an audit record, a state record and often a routed record per input) and
-// commits the consumed offsets. It returns the records copied per second, from
-// the partition assignment to the commit of the last record.
+// group with read_committed and, in one transaction per poll, copies each
+// record to three output topics (as the router writes an audit record, a
+// state record and often a routed record per input) and commits the consumed
+// offsets. A poll takes up to perPoll records (the router's poll size), or,
+// with perPoll 0, whatever the client has buffered: one fetch response per
+// broker, franz-go's default fetch bounds. It returns the records copied per
+// second, from the partition assignment to the commit of the last record.
 func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]string, group string, n, perPoll int) (float64, error) {
 	var assignedAt atomic.Int64
 	opts := append([]kgo.Opt{}, seeds...)
@@ -43,7 +45,12 @@ func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]stri
 	}
 	done := 0
 	for done < n {
-		fetches := sess.PollRecords(ctx, perPoll)
+		var fetches kgo.Fetches
+		if perPoll > 0 {
+			fetches = sess.PollRecords(ctx, perPoll)
+		} else {
+			fetches = sess.PollFetches(ctx)
+		}
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("passthrough: copied %d of %d: %w", done, n, err)
 		}

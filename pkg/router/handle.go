@@ -21,15 +21,15 @@ import (
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
 // updates the Pebble cache once the transaction has committed, in the
 // background while the next batch is polled, decoded and routed
-// (statesBefore, waitWritten).
-func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) error {
+// (statesBefore, waitWritten). It reports whether the batch's transaction
+// committed.
+func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) (committed bool, err error) {
 	b.reset()
 	now := r.cfg.Now()
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
 	r.beginBreakers()
 	r.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
-	committed := false
 	defer func() {
 		if committed {
 			r.commitBreakers(b)
@@ -43,7 +43,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
-		return err
+		return false, err
 	}
 	r.decodeAll(b.recs, b.norm, b.inputs)
 	r.metrics.consumed.Add(float64(len(b.inputs)))
@@ -61,10 +61,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	b.routedIDs()
 	ids, err := r.statesBefore(prev, b)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := r.store.Load(ids, b.partition, b.states); err != nil {
-		return err
+		return false, err
 	}
 	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
 
@@ -108,7 +108,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	if len(b.inputs) > 0 {
 		if err := begin(); err != nil {
-			return err
+			return false, err
 		}
 	}
 
@@ -124,30 +124,30 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	// the batch before is in the store before its time indexes are read
 	if err := r.waitWritten(); err != nil {
-		return err
+		return false, err
 	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
 	// this instance owns, from one sweep over their time indexes
 	if err := r.sweep(b, now); err != nil {
-		return err
+		return false, err
 	}
 	r.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
 		committed = true // nothing to write: keep what the passing of time changed
-		return nil
+		return true, nil
 	}
 	r.changelog(b, now)
 
 	// produce the rest and commit: one transaction
 	if !open {
 		if err := begin(); err != nil {
-			return err
+			return false, err
 		}
 	}
 	produce()
 	try := kgo.TryCommit
 	if err := sess.Client().Flush(ctx); err != nil {
-		return fmt.Errorf("router: flush: %w", err)
+		return false, fmt.Errorf("router: flush: %w", err)
 	}
 	if prodErr != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
@@ -158,7 +158,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(sess.Client())), try)
 	if err != nil {
 		r.metrics.txAborted.Inc()
-		return fmt.Errorf("router: end transaction: %w", err)
+		return false, fmt.Errorf("router: end transaction: %w", err)
 	}
 	if !ok {
 		r.metrics.txAborted.Inc()
@@ -166,7 +166,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		if prodErr != nil {
 			r.pause(ctx) // unwritable.go: no hot loop against a broker in trouble
 		}
-		return nil
+		return false, nil
 	}
 	r.metrics.txCommitted.Inc()
 	r.observeCommitted(fetches) // lag.go
@@ -218,7 +218,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		}
 	}
 	b.releaseRecords()
-	return nil
+	return true, nil
 }
 
 // statesBefore puts in b.states the states of b's tasks that prev, the
