@@ -72,6 +72,20 @@ type config struct {
 	peer        bool
 	peerRouted  int
 	peerWarmup  int
+	// batchRecords and batchLatency override the router's MaxBatchRecords
+	// and MaxBatchLatency when not 0
+	batchRecords int
+	batchLatency time.Duration
+}
+
+// tune applies the --max-batch-* flags to a router's config.
+func (c config) tune(rc *router.Config) {
+	if c.batchRecords > 0 {
+		rc.MaxBatchRecords = max(c.batchRecords, rc.MaxPollRecords)
+	}
+	if c.batchLatency > 0 {
+		rc.MaxBatchLatency = c.batchLatency
+	}
 }
 
 func main() {
@@ -90,6 +104,8 @@ func main() {
 	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
 	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
 	flag.IntVar(&c.peerWarmup, "peer-warmup", 30_000, "backlog records the peer's JVM is warmed up on, untimed, before its measured run")
+	flag.IntVar(&c.batchRecords, "max-batch-records", 0, "the router's MaxBatchRecords (its batch bound under a backlog); 0: its default")
+	flag.DurationVar(&c.batchLatency, "max-batch-latency", 0, "the router's MaxBatchLatency (its batch's latency bound under a backlog); 0: its default")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -112,7 +128,10 @@ type result struct {
 	// RawUncappedPerSec polls whatever its client has buffered.
 	RawPerSec         float64 `json:"raw_events_per_s"`
 	RawUncappedPerSec float64 `json:"raw_uncapped_events_per_s"`
-	RouterPerSec      float64 `json:"router_events_per_s"`
+	// RawBatch and RawUncappedBatch are their mean records per transaction.
+	RawBatch         float64 `json:"raw_mean_batch_records"`
+	RawUncappedBatch float64 `json:"raw_uncapped_mean_batch_records"`
+	RouterPerSec     float64 `json:"router_events_per_s"`
 	// RouterRatio is against the faster of the two passthroughs;
 	// RouterOverCapped against the one with the router's poll size.
 	RouterRatio      float64 `json:"router_over_raw"`
@@ -216,11 +235,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 
 	step(out, "raw transactional passthrough, %d records a poll", res.PollRecords)
-	if res.RawPerSec, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
+	if res.RawPerSec, res.RawBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
 		return err
 	}
 	step(out, "raw transactional passthrough, uncapped (polls whatever is buffered)")
-	if res.RawUncappedPerSec, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw-uncapped", n, 0); err != nil {
+	if res.RawUncappedPerSec, res.RawUncappedBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw-uncapped", n, 0); err != nil {
 		return err
 	}
 
@@ -238,7 +257,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir)
+	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir, c.tune)
 	if err != nil {
 		stopProfile()
 		return err
@@ -327,7 +346,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty)
+	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty, c.tune)
 	stopProfile()
 	if err != nil {
 		return err
@@ -392,6 +411,7 @@ func printTable(out io.Writer, r *result) {
 		fmt.Sprintf("%.2f", r.RawPerSec/max(r.RawPerSec, r.RawUncappedPerSec)))
 	row("raw transactional passthrough, uncapped poll", fmt.Sprintf("%.0f events/s", r.RawUncappedPerSec),
 		fmt.Sprintf("%.2f", r.RawUncappedPerSec/max(r.RawPerSec, r.RawUncappedPerSec)))
+	row("  its mean records per transaction", fmt.Sprintf("%.0f records", r.RawUncappedBatch), "")
 	row("router, default policy (ratio: over the faster raw)", fmt.Sprintf("%.0f events/s", r.RouterPerSec), fmt.Sprintf("%.2f", r.RouterRatio))
 	row("  router over the raw passthrough with its poll size", "", fmt.Sprintf("%.2f", r.RouterOverCapped))
 	row("router, mean time per batch (poll to committed state)", fmt.Sprintf("%.1f ms", r.CommitMs), "")
