@@ -202,8 +202,8 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			r.logDecision(in)
 			continue
 		}
-		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
-		r.metrics.countTask(in)
+		b.tally.add(r.metrics.routed, string(in.decision.Class), string(in.decision.Route), 1)
+		r.metrics.countTask(&b.tally, in)
 		switch {
 		case in.kind == inputPoison:
 			r.metrics.poison.WithLabelValues(in.errKind).Inc()
@@ -212,6 +212,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		}
 		r.logDecision(in)
 	}
+	b.tally.flush(r.metrics)
 	for _, rec := range b.out {
 		if rec.Topic == r.cfg.Topics.Retry {
 			r.metrics.retriesPublished.Inc()
@@ -559,6 +560,9 @@ type batch struct {
 	lastBody map[*event.TaskEvent][]byte
 	// norm are the recs in the Confluent wire format, rewritten (registry.go)
 	norm []normalized
+	// tally sums the metrics of the batch's inputs, added once it
+	// committed (metrics.go)
+	tally tally
 }
 
 func newBatch() *batch {

@@ -118,22 +118,62 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// countTask updates the per-task and usage metrics of one routed input.
-func (m *metrics) countTask(in *input) {
+// countTask adds the per-task and usage metrics of one routed input to t,
+// the batch's tally.
+func (m *metrics) countTask(t *tally, in *input) {
 	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
 		return
 	}
 	class := string(in.decision.Class)
 	if in.started {
-		m.tasksStarted.Inc()
+		t.started++
 	}
 	if in.finished {
-		m.tasksFinished.WithLabelValues(class, string(in.decision.Route)).Inc()
+		t.add(m.tasksFinished, class, string(in.decision.Route), 1)
 		m.taskSeconds.WithLabelValues(class).Observe(float64(max(in.taskMs, 0)) / 1000)
 	}
-	m.costUSD.WithLabelValues(class).Add(in.event.Usage.CostUSD)
-	m.tokens.WithLabelValues(class).Add(float64(in.event.Usage.Tokens))
-	m.ledger.account(&in.event, &in.decision)
+	t.add(m.costUSD, class, "", in.event.Usage.CostUSD)
+	t.add(m.tokens, class, "", float64(in.event.Usage.Tokens))
+	m.ledger.account(t, &in.event, &in.decision)
+}
+
+// tally sums a batch's counter updates by series, so that each series is
+// updated once per batch instead of once per input: looking a series up by
+// its label values and adding to it cost more per input than deciding a
+// retry. Used by the handle goroutine only.
+type tally struct {
+	adds    map[series]float64
+	started int
+}
+
+// series is one counter series: its family and one or two label values
+// (b is "" for a one-label family).
+type series struct {
+	vec  *prometheus.CounterVec
+	a, b string
+}
+
+// add adds v to the series vec{a, b}; b "" for a family of one label. An
+// add of 0 still creates the series, as Add(0) does.
+func (t *tally) add(vec *prometheus.CounterVec, a, b string, v float64) {
+	if t.adds == nil {
+		t.adds = map[series]float64{}
+	}
+	t.adds[series{vec, a, b}] += v
+}
+
+// flush adds the tally to the counters and empties it.
+func (t *tally) flush(m *metrics) {
+	for s, v := range t.adds {
+		if s.b == "" {
+			s.vec.WithLabelValues(s.a).Add(v)
+		} else {
+			s.vec.WithLabelValues(s.a, s.b).Add(v)
+		}
+	}
+	clear(t.adds)
+	m.tasksStarted.Add(float64(t.started))
+	t.started = 0
 }
 
 // observeBatch records a committed batch's size and the limit of the next
