@@ -438,7 +438,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
 		fetches := sess.PollRecords(pollCtx, limit.records)
 		cancel()
-		fetches = r.topUp(ctx, sess, fetches, limit, sizer.grown(limit))
+		fetches = r.topUp(ctx, sess, fetches, limit, sizer.grown(limit), start)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -498,11 +498,16 @@ const topUpWait = 5 * time.Millisecond
 //
 // Under a backlog (grown: the limit is above the light-load one) it polls
 // again and again, each time for at most topUpWait, until the batch
-// reaches its limit or a poll returns nothing: one fetch response per
-// broker is one poll, and a grown batch is several.
-func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, limit batchLimit, grown bool) kgo.Fetches {
+// reaches its limit, a poll returns nothing or a quarter of
+// MaxBatchLatency has passed since the batch's first poll (start): one
+// fetch response per broker is one poll, and a grown batch is several, but
+// records that trickle in must not hold a batch in its polls.
+func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, limit batchLimit, grown bool, start time.Time) kgo.Fetches {
 	n, size := fetchSize(fetches)
 	for n > 0 && n < limit.records && size < limit.bytes && !fetches.IsClientClosed() {
+		if grown && time.Since(start) > r.cfg.MaxBatchLatency/4 {
+			break
+		}
 		pctx, cancel := context.WithTimeout(ctx, topUpWait)
 		more := sess.PollRecords(pctx, limit.records-n)
 		cancel()
