@@ -116,9 +116,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
-		for _, rec := range b.out[n:] {
-			b.origin[rec] = b.inputs[i].rec
-		}
+		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 		produce()
 	}
@@ -152,7 +150,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if prodErr != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
 		try = kgo.TryAbort
-		r.rememberRefused(failed, b.origin) // unwritable.go: dead-lettered when polled again
+		r.rememberRefused(failed, b.origins()) // unwritable.go: dead-lettered when polled again
 	}
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(sess.Client())), try)
@@ -530,19 +528,21 @@ func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
 
 // batch is the reusable working set of one poll.
 type batch struct {
-	recs        []*kgo.Record // the records polled, in order
-	inputs      []input
-	ids         []string
-	states      map[string]*task.State
-	old         map[string]*task.State // index entries the store holds, per task
-	olds        []task.State           // what old points to: remember's block
-	partOf      map[string]int32
-	touched     []string
-	rebalances  uint64 // Router.rebalances before the batch's commit
-	isTouched   map[string]bool
-	encoded     map[string][]byte // the changelog value of each touched state
-	out         []*kgo.Record
-	origin      map[*kgo.Record]*kgo.Record // the input each routed record came from
+	recs       []*kgo.Record // the records polled, in order
+	inputs     []input
+	ids        []string
+	states     map[string]*task.State
+	old        map[string]*task.State // index entries the store holds, per task
+	olds       []task.State           // what old points to: remember's block
+	partOf     map[string]int32
+	touched    []string
+	rebalances uint64 // Router.rebalances before the batch's commit
+	isTouched  map[string]bool
+	encoded    map[string][]byte // the changelog value of each touched state
+	out        []*kgo.Record
+	// outOf is, for each input, the span of out its routing queued
+	// (origins)
+	outOf       [][2]int32
 	checkpoints map[int32]int64
 	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
 	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
@@ -572,7 +572,6 @@ func newBatch() *batch {
 		partOf:      map[string]int32{},
 		isTouched:   map[string]bool{},
 		encoded:     map[string][]byte{},
-		origin:      map[*kgo.Record]*kgo.Record{},
 		checkpoints: map[int32]int64{},
 		forgotten:   map[string]bool{},
 		lastBody:    map[*event.TaskEvent][]byte{},
@@ -611,7 +610,7 @@ func (b *batch) releaseRecords() {
 	b.inputs = b.inputs[:0]
 	clear(b.out)
 	b.out = b.out[:0]
-	clear(b.origin)
+	b.outOf = b.outOf[:0]
 	clear(b.lastBody) // input values too
 	clear(b.norm)
 	b.norm = b.norm[:0]
@@ -668,6 +667,18 @@ func (b *batch) remember(st *task.State) {
 		old.Pending = &p
 	}
 	b.old[st.TaskID] = old
+}
+
+// origins maps each record the batch's inputs queued to its input, for a
+// batch whose produce failed (unwritable.go): built only then.
+func (b *batch) origins() map[*kgo.Record]*kgo.Record {
+	m := make(map[*kgo.Record]*kgo.Record, len(b.out))
+	for i, sp := range b.outOf {
+		for _, rec := range b.out[sp[0]:sp[1]] {
+			m[rec] = b.inputs[i].rec
+		}
+	}
+	return m
 }
 
 func (b *batch) touch(id string, p int32) {
