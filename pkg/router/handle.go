@@ -41,6 +41,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 
 	// consume and decode
 	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
+	if cap(b.inputs) > 4*max(len(b.recs), parallelDecodeMin) {
+		b.inputs = nil // a backlog drain's batches were larger: let their inputs go
+	}
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
 		return false, err

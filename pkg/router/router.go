@@ -74,11 +74,15 @@ type Config struct {
 	MaxPollBytes int
 	// MaxBatchRecords bounds one batch under a backlog: a batch that filled
 	// its limit and left records behind doubles the next one's, up to
-	// this (batchsize.go). At least MaxPollRecords. Default 50,000.
+	// this (batchsize.go). It is the memory bound of a batch: a router
+	// holds two batches (one is written to Pebble while the next is
+	// routed), each about 4 KiB a record in flight, and the garbage
+	// collector's headroom doubles that. At least MaxPollRecords. Default
+	// 10,000.
 	MaxBatchRecords int
 	// MaxBatchBytes bounds the keys and values of one batch under a
-	// backlog: the memory bound of a batch. At least MaxPollBytes. Default
-	// 32 MiB.
+	// backlog (a batch may pass it by one fetch). At least MaxPollBytes.
+	// Default 16 MiB.
 	MaxBatchBytes int
 	// MaxBatchLatency bounds the time from a batch's poll to its commit
 	// under a backlog: a batch grows only as far as the last one's rate
@@ -129,8 +133,8 @@ func Default() Config {
 		MaxRecordBytes:     512 << 10,
 		MaxPollRecords:     5000,
 		MaxPollBytes:       16 << 20,
-		MaxBatchRecords:    50_000,
-		MaxBatchBytes:      32 << 20,
+		MaxBatchRecords:    10_000,
+		MaxBatchBytes:      16 << 20,
 		MaxBatchLatency:    500 * time.Millisecond,
 		Tick:               200 * time.Millisecond,
 		TransactionTimeout: 30 * time.Second,
