@@ -78,7 +78,7 @@ type Config struct {
 	// holds two batches (one is written to Pebble while the next is
 	// routed), each about 4 KiB a record in flight, and the garbage
 	// collector's headroom doubles that. At least MaxPollRecords. Default
-	// 10,000.
+	// 8000.
 	MaxBatchRecords int
 	// MaxBatchBytes bounds the keys and values of one batch under a
 	// backlog (a batch may pass it by one fetch). At least MaxPollBytes.
@@ -133,7 +133,7 @@ func Default() Config {
 		MaxRecordBytes:     512 << 10,
 		MaxPollRecords:     5000,
 		MaxPollBytes:       16 << 20,
-		MaxBatchRecords:    10_000,
+		MaxBatchRecords:    8000,
 		MaxBatchBytes:      16 << 20,
 		MaxBatchLatency:    500 * time.Millisecond,
 		Tick:               200 * time.Millisecond,
