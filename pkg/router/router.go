@@ -7,7 +7,8 @@
 // only after that transaction commits, and restored from the changelog topic on
 // start and on every partition assignment.
 //
-// One transaction per poll: the commit interval, the time from one commit to
+// One transaction per batch (a poll and its top-up; under a backlog several
+// polls, batchsize.go): the commit interval, the time from one commit to
 // the next, is one batch's work and the poll that starts the next batch. A
 // record that arrives while a batch is routed is routed in the next one, so
 // its latency to a committed audit record is the rest of one commit interval
