@@ -6,7 +6,9 @@
 //     router.New and the default policy exactly as `faultrouter run` builds
 //     it, and copied by a raw transactional passthrough (one transaction per
 //     poll, three output records per input, nothing else) from the same
-//     backlog; the ratio router/raw is the headline;
+//     backlog, twice: polling the router's light-load poll size, and
+//     polling whatever its client has buffered; the ratio router/raw,
+//     against the faster of the two, is the headline;
 //   - latency: events produced at a steady rate (half the measured router
 //     maximum, and 500 events/s), from each input record's timestamp to its
 //     committed audit record, p50/p99/p99.9, next to the router's commit
@@ -18,8 +20,9 @@
 //     state directory, against a plain read_committed read of the same
 //     topic;
 //   - the Kafka Streams peer (bench/streams-peer): the application a user
-//     would write instead, with exactly_once_v2, one thread and a RocksDB
-//     store with a changelog, run on the same backlog under a fresh
+//     would write instead, with exactly_once_v2, a stream thread per core,
+//     the router's commit interval and a RocksDB store with a changelog
+//     behind its record cache, run on the same backlog under a fresh
 //     application id right after the router's run; the ratio router/peer;
 //   - memory: the resident set of a `faultrouter run` process holding
 //     --rss-tasks live task states.
@@ -69,12 +72,26 @@ type config struct {
 	peer        bool
 	peerRouted  int
 	peerWarmup  int
+	// batchRecords and batchLatency override the router's MaxBatchRecords
+	// and MaxBatchLatency when not 0
+	batchRecords int
+	batchLatency time.Duration
+}
+
+// tune applies the --max-batch-* flags to a router's config.
+func (c config) tune(rc *router.Config) {
+	if c.batchRecords > 0 {
+		rc.MaxBatchRecords = max(c.batchRecords, rc.MaxPollRecords)
+	}
+	if c.batchLatency > 0 {
+		rc.MaxBatchLatency = c.batchLatency
+	}
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.brokers, "brokers", "", "bootstrap brokers; default: start integration/kafka.sh (FAULTROUTER_KAFKA_DIR, FAULTROUTER_KAFKA_PORT)")
-	flag.IntVar(&c.tasks, "tasks", 50_000, "tasks in the backlog (three attempts each)")
+	flag.IntVar(&c.tasks, "tasks", 100_000, "tasks in the backlog (three attempts each)")
 	flag.DurationVar(&c.latencyDur, "latency", 10*time.Second, "duration of each steady-rate latency run")
 	flag.Float64Var(&c.lowRate, "low-rate", 500, "the light-traffic latency run's rate, events/s")
 	flag.IntVar(&c.rssTasks, "rss-tasks", 1_000_000, "live tasks for the memory measurement; 0 skips it")
@@ -87,6 +104,8 @@ func main() {
 	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
 	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
 	flag.IntVar(&c.peerWarmup, "peer-warmup", 30_000, "backlog records the peer's JVM is warmed up on, untimed, before its measured run")
+	flag.IntVar(&c.batchRecords, "max-batch-records", 0, "the router's MaxBatchRecords (its batch bound under a backlog); 0: its default")
+	flag.DurationVar(&c.batchLatency, "max-batch-latency", 0, "the router's MaxBatchLatency (its batch's latency bound under a backlog); 0: its default")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -98,24 +117,40 @@ func main() {
 
 // result is everything one run measured.
 type result struct {
-	Date          string         `json:"date"`
-	Cores         int            `json:"cores"`
-	GoVersion     string         `json:"go"`
-	Brokers       string         `json:"brokers"`
-	BacklogEvents int            `json:"backlog_events"`
-	Tasks         int            `json:"tasks"`
-	PollRecords   int            `json:"poll_records"`
-	RawPerSec     float64        `json:"raw_events_per_s"`
-	RouterPerSec  float64        `json:"router_events_per_s"`
-	RouterRatio   float64        `json:"router_over_raw"`
-	Classes       map[string]int `json:"classes"`
-	LatencyHalf   latencyResult  `json:"latency_half_load"`
-	LatencyLow    latencyResult  `json:"latency_low_rate"`
-	CommitMs      float64        `json:"mean_batch_ms"`
-	Restore       restoreResult  `json:"restore"`
-	Peer          *peerResult    `json:"streams_peer,omitempty"`
-	PeerSkipped   string         `json:"streams_peer_skipped,omitempty"`
-	RSS           *rssResult     `json:"rss,omitempty"`
+	Date          string `json:"date"`
+	Cores         int    `json:"cores"`
+	GoVersion     string `json:"go"`
+	Brokers       string `json:"brokers"`
+	BacklogEvents int    `json:"backlog_events"`
+	Tasks         int    `json:"tasks"`
+	PollRecords   int    `json:"poll_records"`
+	// RawPerSec is the raw passthrough with the router's poll size;
+	// RawUncappedPerSec polls whatever its client has buffered.
+	RawPerSec         float64 `json:"raw_events_per_s"`
+	RawUncappedPerSec float64 `json:"raw_uncapped_events_per_s"`
+	// RawBatch and RawUncappedBatch are their mean records per transaction.
+	RawBatch         float64 `json:"raw_mean_batch_records"`
+	RawUncappedBatch float64 `json:"raw_uncapped_mean_batch_records"`
+	RouterPerSec     float64 `json:"router_events_per_s"`
+	// RouterRatio is against the faster of the two passthroughs;
+	// RouterOverCapped against the one with the router's poll size.
+	RouterRatio      float64 `json:"router_over_raw"`
+	RouterOverCapped float64 `json:"router_over_raw_capped"`
+	// RouterBatch is the mean records per committed transaction of the
+	// router's backlog run.
+	RouterBatch float64        `json:"router_mean_batch_records"`
+	Classes     map[string]int `json:"classes"`
+	LatencyHalf latencyResult  `json:"latency_half_load"`
+	LatencyLow  latencyResult  `json:"latency_low_rate"`
+	CommitMs    float64        `json:"mean_batch_ms"`
+	// BacklogCommitMs is the router's commit interval in its backlog run:
+	// the run's time over its transactions (the Kafka Streams peer's
+	// commit.interval.ms)
+	BacklogCommitMs float64       `json:"backlog_commit_interval_ms"`
+	Restore         restoreResult `json:"restore"`
+	Peer            *peerResult   `json:"streams_peer,omitempty"`
+	PeerSkipped     string        `json:"streams_peer_skipped,omitempty"`
+	RSS             *rssResult    `json:"rss,omitempty"`
 }
 
 type latencyResult struct {
@@ -199,8 +234,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 
-	step(out, "raw transactional passthrough")
-	if res.RawPerSec, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
+	step(out, "raw transactional passthrough, %d records a poll", res.PollRecords)
+	if res.RawPerSec, res.RawBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
+		return err
+	}
+	step(out, "raw transactional passthrough, uncapped (polls whatever is buffered)")
+	if res.RawUncappedPerSec, res.RawUncappedBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw-uncapped", n, 0); err != nil {
 		return err
 	}
 
@@ -218,7 +257,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir)
+	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir, c.tune)
 	if err != nil {
 		stopProfile()
 		return err
@@ -234,11 +273,14 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	res.RouterPerSec = float64(n) / took.Seconds()
-	res.RouterRatio = res.RouterPerSec / res.RawPerSec
+	res.RouterRatio = res.RouterPerSec / max(res.RawPerSec, res.RawUncappedPerSec)
+	res.RouterOverCapped = res.RouterPerSec / res.RawPerSec
 	res.Classes = rt.routedByClass()
 	batches := rt.counter("faultrouter_transactions_committed_total")
 	if batches > 0 {
 		res.CommitMs = rt.counter("faultrouter_batch_seconds") / batches * 1000
+		res.RouterBatch = rt.counter("faultrouter_records_consumed_total") / batches
+		res.BacklogCommitMs = ms(took) / batches
 	}
 
 	// the Kafka Streams peer on the same backlog, right after the router's
@@ -304,7 +346,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty)
+	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty, c.tune)
 	stopProfile()
 	if err != nil {
 		return err
@@ -361,13 +403,19 @@ func step(out io.Writer, format string, args ...any) {
 
 func printTable(out io.Writer, r *result) {
 	fmt.Fprintf(out, "\nfaultrouter bench, %s, %d cores, %s, broker %s\n", r.Date, r.Cores, r.GoVersion, r.Brokers)
-	fmt.Fprintf(out, "backlog: %d events (%d tasks x 3 attempts); poll up to %d records\n\n", r.BacklogEvents, r.Tasks, r.PollRecords)
+	fmt.Fprintf(out, "backlog: %d events (%d tasks x 3 attempts); the router polls up to %d records, more under a backlog\n\n", r.BacklogEvents, r.Tasks, r.PollRecords)
 	row := func(what, figure, ratio string) { fmt.Fprintf(out, "| %-58s | %-24s | %-12s |\n", what, figure, ratio) }
 	row("measure", "figure", "ratio")
 	fmt.Fprintf(out, "|%s|%s|%s|\n", strings.Repeat("-", 60), strings.Repeat("-", 26), strings.Repeat("-", 14))
-	row("raw transactional passthrough (3 records out per input)", fmt.Sprintf("%.0f events/s", r.RawPerSec), "1")
-	row("router, default policy", fmt.Sprintf("%.0f events/s", r.RouterPerSec), fmt.Sprintf("%.2f", r.RouterRatio))
+	row(fmt.Sprintf("raw transactional passthrough, %d records a poll", r.PollRecords), fmt.Sprintf("%.0f events/s", r.RawPerSec),
+		fmt.Sprintf("%.2f", r.RawPerSec/max(r.RawPerSec, r.RawUncappedPerSec)))
+	row("raw transactional passthrough, uncapped poll", fmt.Sprintf("%.0f events/s", r.RawUncappedPerSec),
+		fmt.Sprintf("%.2f", r.RawUncappedPerSec/max(r.RawPerSec, r.RawUncappedPerSec)))
+	row("  its mean records per transaction", fmt.Sprintf("%.0f records", r.RawUncappedBatch), "")
+	row("router, default policy (ratio: over the faster raw)", fmt.Sprintf("%.0f events/s", r.RouterPerSec), fmt.Sprintf("%.2f", r.RouterRatio))
+	row("  router over the raw passthrough with its poll size", "", fmt.Sprintf("%.2f", r.RouterOverCapped))
 	row("router, mean time per batch (poll to committed state)", fmt.Sprintf("%.1f ms", r.CommitMs), "")
+	row("router, mean records per transaction; commit interval", fmt.Sprintf("%.0f records", r.RouterBatch), fmt.Sprintf("%.1f ms", r.BacklogCommitMs))
 	for _, l := range []struct {
 		name string
 		l    latencyResult

@@ -13,12 +13,15 @@ import (
 
 // passthrough is the ceiling the router is measured against: a transactional
 // consumer-producer that does no work. It consumes the backlog in a consumer
-// group with read_committed and, in one transaction per poll (the router's
-// poll size), copies each record to three output topics (as the router writes
-// an audit record, a state record and often a routed record per input) and
-// commits the consumed offsets. It returns the records copied per second, from
-// the partition assignment to the commit of the last record.
-func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]string, group string, n, perPoll int) (float64, error) {
+// group with read_committed and, in one transaction per poll, copies each
+// record to three output topics (as the router writes an audit record, a
+// state record and often a routed record per input) and commits the consumed
+// offsets. A poll takes up to perPoll records (the router's poll size), or,
+// with perPoll 0, whatever the client has buffered: one fetch response per
+// broker, franz-go's default fetch bounds. It returns the records copied per
+// second, from the partition assignment to the commit of the last record,
+// and the mean records per transaction.
+func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]string, group string, n, perPoll int) (perSec, perTxn float64, err error) {
 	var assignedAt atomic.Int64
 	opts := append([]kgo.Opt{}, seeds...)
 	opts = append(opts,
@@ -35,26 +38,31 @@ func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]stri
 	)
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer sess.Close()
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
-		return 0, fmt.Errorf("passthrough: init producer: %w", err)
+		return 0, 0, fmt.Errorf("passthrough: init producer: %w", err)
 	}
-	done := 0
+	done, txns := 0, 0
 	for done < n {
-		fetches := sess.PollRecords(ctx, perPoll)
+		var fetches kgo.Fetches
+		if perPoll > 0 {
+			fetches = sess.PollRecords(ctx, perPoll)
+		} else {
+			fetches = sess.PollFetches(ctx)
+		}
 		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("passthrough: copied %d of %d: %w", done, n, err)
+			return 0, 0, fmt.Errorf("passthrough: copied %d of %d: %w", done, n, err)
 		}
 		if fetches.IsClientClosed() {
-			return 0, errors.New("passthrough: client closed")
+			return 0, 0, errors.New("passthrough: client closed")
 		}
 		if fetches.NumRecords() == 0 {
 			continue
 		}
 		if err := sess.Begin(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		var (
 			mu      sync.Mutex
@@ -73,19 +81,20 @@ func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]stri
 			}
 		})
 		if err := sess.Client().Flush(ctx); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if prodErr != nil {
-			return 0, fmt.Errorf("passthrough: produce: %w", prodErr)
+			return 0, 0, fmt.Errorf("passthrough: produce: %w", prodErr)
 		}
 		committed, err := sess.End(ctx, kgo.TryCommit)
 		if err != nil {
-			return 0, fmt.Errorf("passthrough: end transaction: %w", err)
+			return 0, 0, fmt.Errorf("passthrough: end transaction: %w", err)
 		}
 		if committed {
 			done += fetches.NumRecords()
+			txns++
 		}
 
 	}
-	return float64(n) / time.Since(time.Unix(0, assignedAt.Load())).Seconds(), nil
+	return float64(n) / time.Since(time.Unix(0, assignedAt.Load())).Seconds(), float64(done) / float64(txns), nil
 }

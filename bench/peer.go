@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -46,13 +47,15 @@ func runPeer(ctx context.Context, c config, out io.Writer, res *result, seeds []
 		res.PeerSkipped = why
 		step(out, "Kafka Streams peer skipped: %s (it needs mvn, java and javac; --peer=false skips it)", why)
 	default:
-		step(out, "Kafka Streams peer: exactly_once_v2, one thread, RocksDB store with a changelog, same backlog")
+		commitMs := max(1, int(res.BacklogCommitMs+0.5))
+		step(out, "Kafka Streams peer: exactly_once_v2, %d stream threads, commit interval %d ms (the router's), RocksDB store behind its record cache, same backlog",
+			runtime.NumCPU(), commitMs)
 		stateDir, err := tempDir(c.workDir, "streams-peer")
 		if err != nil {
 			return err
 		}
 		p, err := streamsPeer(ctx, seeds, c.brokers, topic, ends, outs, appID, stateDir,
-			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, min(c.peerWarmup, n))
+			filepath.Join(c.workDir, "streams-peer.log"), c.peerRouted, min(c.peerWarmup, n), commitMs)
 		if err != nil {
 			return err
 		}
@@ -84,9 +87,13 @@ func peerMissing() string {
 // application's first RUNNING state until its committed offsets reach ends,
 // polled every 50 ms as the router's routed count is. Before that, the peer
 // warms its JVM up on the first warmup records of the backlog under another
-// application id (not timed). The peer's output goes to log.
+// application id (not timed). The peer's output goes to log. It runs tuned
+// as its users would tune it: a stream thread per core, a commit every
+// commitMs (the router's commit interval on the backlog), a record cache as
+// large as the router's Pebble block cache, and the router's poll bound
+// under a backlog.
 func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, ends map[int32]int64, outs [2]string,
-	appID, stateDir, log string, routedPercent, warmup int) (peerResult, error) {
+	appID, stateDir, log string, routedPercent, warmup, commitMs int) (peerResult, error) {
 	rc := router.Default()
 	build := exec.CommandContext(ctx, filepath.Join("bench", "streams-peer", "build.sh"))
 	build.Stderr = os.Stderr
@@ -112,8 +119,10 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 		// fetch bounds, the producer batch bound of its output topics (the
 		// broker's default message limit, as the passthrough's) and its 10 ms
 		// request retry backoff
-		fmt.Sprintf("--max-poll-records=%d", rc.MaxPollRecords), fmt.Sprintf("--fetch-max-bytes=%d", rc.MaxPollBytes),
+		fmt.Sprintf("--max-poll-records=%d", rc.MaxBatchRecords), fmt.Sprintf("--fetch-max-bytes=%d", rc.MaxPollBytes),
 		fmt.Sprintf("--batch-bytes=%d", 1<<20), "--retry-backoff-ms=10",
+		fmt.Sprintf("--threads=%d", runtime.NumCPU()), fmt.Sprintf("--commit-interval-ms=%d", commitMs),
+		fmt.Sprintf("--cache-bytes=%d", 64<<20),
 		fmt.Sprintf("--warmup-records=%d", warmup),
 		"--ends="+strings.Join(endList, ","))
 	cmd.Stderr = logf

@@ -31,10 +31,14 @@ type runningRouter struct {
 
 // startRouter builds a router with the default policy on topics and a state
 // directory, starts it and waits until it is ready (state restored, partitions
-// assigned). It returns the time from Run to ready.
-func startRouter(ctx context.Context, seeds []kgo.Opt, topics router.Topics, group, stateDir string) (*runningRouter, time.Duration, error) {
+// assigned). It returns the time from Run to ready. tune, when not nil,
+// adjusts the router's config (the bench's --max-batch-* flags).
+func startRouter(ctx context.Context, seeds []kgo.Opt, topics router.Topics, group, stateDir string, tune func(*router.Config)) (*runningRouter, time.Duration, error) {
 	reg := prometheus.NewRegistry()
 	cfg := router.Default()
+	if tune != nil {
+		tune(&cfg)
+	}
 	cfg.ClientOpts = seeds
 	cfg.Topics = topics
 	cfg.StateDir = stateDir

@@ -51,13 +51,16 @@ func (a *arena) record() *kgo.Record {
 // reset makes the arena's memory free again. A batch that needed more than
 // one block lets them go; the next gets one block the size of all of them
 // and half as much again, so that batches of about the same size reuse it.
+// A block more than four times what the batch used is let go too: the
+// batches of a backlog drain are larger than those after it (batchsize.go),
+// and a router that caught up should not keep their memory.
 func (a *arena) reset() {
-	if a.blocks > 1 {
-		a.buf = make([]byte, 0, a.used+a.used/2)
+	if a.blocks > 1 || cap(a.buf) > 4*max(a.used, arenaBlock) {
+		a.buf = make([]byte, 0, max(arenaBlock, a.used+a.used/2))
 	}
 	a.buf = a.buf[:0]
-	if a.recBlocks > 1 {
-		a.recs = make([]kgo.Record, 0, a.usedRecs+a.usedRecs/2)
+	if a.recBlocks > 1 || cap(a.recs) > 4*max(a.usedRecs, 1024) {
+		a.recs = make([]kgo.Record, 0, max(1024, a.usedRecs+a.usedRecs/2))
 	}
 	clear(a.recs)
 	a.recs = a.recs[:0]

@@ -23,7 +23,7 @@ import (
 func BenchmarkBatching(b *testing.B) {
 	const n = 3000
 	rate := func(b *testing.B, perPoll int) float64 {
-		reg, topics, seeds := newTestRouterWith(b, func(c *Config) { c.MaxPollRecords = perPoll })
+		reg, topics, seeds := newTestRouterWith(b, func(c *Config) { c.MaxPollRecords, c.MaxBatchRecords = perPoll, perPoll })
 		recs := benchEvents(b, topics.Ingress, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

@@ -21,15 +21,15 @@ import (
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
 // updates the Pebble cache once the transaction has committed, in the
 // background while the next batch is polled, decoded and routed
-// (statesBefore, waitWritten).
-func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) error {
+// (statesBefore, waitWritten). It reports whether the batch's transaction
+// committed.
+func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, b *batch) (committed bool, err error) {
 	b.reset()
 	now := r.cfg.Now()
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
 	r.beginBreakers()
 	r.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
-	committed := false
 	defer func() {
 		if committed {
 			r.commitBreakers(b)
@@ -41,9 +41,12 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 
 	// consume and decode
 	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
+	if cap(b.inputs) > 4*max(len(b.recs), parallelDecodeMin) {
+		b.inputs = nil // a backlog drain's batches were larger: let their inputs go
+	}
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
-		return err
+		return false, err
 	}
 	r.decodeAll(b.recs, b.norm, b.inputs)
 	r.metrics.consumed.Add(float64(len(b.inputs)))
@@ -61,10 +64,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	b.routedIDs()
 	ids, err := r.statesBefore(prev, b)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := r.store.Load(ids, b.partition, b.states); err != nil {
-		return err
+		return false, err
 	}
 	r.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
 
@@ -108,7 +111,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	if len(b.inputs) > 0 {
 		if err := begin(); err != nil {
-			return err
+			return false, err
 		}
 	}
 
@@ -116,49 +119,47 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
-		for _, rec := range b.out[n:] {
-			b.origin[rec] = b.inputs[i].rec
-		}
+		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 		produce()
 	}
 	// the batch before is in the store before its time indexes are read
 	if err := r.waitWritten(); err != nil {
-		return err
+		return false, err
 	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
 	// this instance owns, from one sweep over their time indexes
 	if err := r.sweep(b, now); err != nil {
-		return err
+		return false, err
 	}
 	r.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
 		committed = true // nothing to write: keep what the passing of time changed
-		return nil
+		return true, nil
 	}
 	r.changelog(b, now)
 
 	// produce the rest and commit: one transaction
 	if !open {
 		if err := begin(); err != nil {
-			return err
+			return false, err
 		}
 	}
 	produce()
 	try := kgo.TryCommit
 	if err := sess.Client().Flush(ctx); err != nil {
-		return fmt.Errorf("router: flush: %w", err)
+		return false, fmt.Errorf("router: flush: %w", err)
 	}
 	if prodErr != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", prodErr)
 		try = kgo.TryAbort
-		r.rememberRefused(failed, b.origin) // unwritable.go: dead-lettered when polled again
+		r.rememberRefused(failed, b.origins()) // unwritable.go: dead-lettered when polled again
 	}
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	ok, err := sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(sess.Client())), try)
 	if err != nil {
 		r.metrics.txAborted.Inc()
-		return fmt.Errorf("router: end transaction: %w", err)
+		return false, fmt.Errorf("router: end transaction: %w", err)
 	}
 	if !ok {
 		r.metrics.txAborted.Inc()
@@ -166,7 +167,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		if prodErr != nil {
 			r.pause(ctx) // unwritable.go: no hot loop against a broker in trouble
 		}
-		return nil
+		return false, nil
 	}
 	r.metrics.txCommitted.Inc()
 	r.observeCommitted(fetches) // lag.go
@@ -202,8 +203,8 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			r.logDecision(in)
 			continue
 		}
-		r.metrics.routed.WithLabelValues(string(in.decision.Class), string(in.decision.Route)).Inc()
-		r.metrics.countTask(in)
+		b.tally.add(r.metrics.routed, string(in.decision.Class), string(in.decision.Route), 1)
+		r.metrics.countTask(&b.tally, in)
 		switch {
 		case in.kind == inputPoison:
 			r.metrics.poison.WithLabelValues(in.errKind).Inc()
@@ -212,13 +213,14 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		}
 		r.logDecision(in)
 	}
+	b.tally.flush(r.metrics)
 	for _, rec := range b.out {
 		if rec.Topic == r.cfg.Topics.Retry {
 			r.metrics.retriesPublished.Inc()
 		}
 	}
 	b.releaseRecords()
-	return nil
+	return true, nil
 }
 
 // statesBefore puts in b.states the states of b's tasks that prev, the
@@ -529,19 +531,21 @@ func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
 
 // batch is the reusable working set of one poll.
 type batch struct {
-	recs        []*kgo.Record // the records polled, in order
-	inputs      []input
-	ids         []string
-	states      map[string]*task.State
-	old         map[string]*task.State // index entries the store holds, per task
-	olds        []task.State           // what old points to: remember's block
-	partOf      map[string]int32
-	touched     []string
-	rebalances  uint64 // Router.rebalances before the batch's commit
-	isTouched   map[string]bool
-	encoded     map[string][]byte // the changelog value of each touched state
-	out         []*kgo.Record
-	origin      map[*kgo.Record]*kgo.Record // the input each routed record came from
+	recs       []*kgo.Record // the records polled, in order
+	inputs     []input
+	ids        []string
+	states     map[string]*task.State
+	old        map[string]*task.State // index entries the store holds, per task
+	olds       []task.State           // what old points to: remember's block
+	partOf     map[string]int32
+	touched    []string
+	rebalances uint64 // Router.rebalances before the batch's commit
+	isTouched  map[string]bool
+	encoded    map[string][]byte // the changelog value of each touched state
+	out        []*kgo.Record
+	// outOf is, for each input, the span of out its routing queued
+	// (origins)
+	outOf       [][2]int32
 	checkpoints map[int32]int64
 	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
 	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
@@ -559,6 +563,9 @@ type batch struct {
 	lastBody map[*event.TaskEvent][]byte
 	// norm are the recs in the Confluent wire format, rewritten (registry.go)
 	norm []normalized
+	// tally sums the metrics of the batch's inputs, added once it
+	// committed (metrics.go)
+	tally tally
 }
 
 func newBatch() *batch {
@@ -568,7 +575,6 @@ func newBatch() *batch {
 		partOf:      map[string]int32{},
 		isTouched:   map[string]bool{},
 		encoded:     map[string][]byte{},
-		origin:      map[*kgo.Record]*kgo.Record{},
 		checkpoints: map[int32]int64{},
 		forgotten:   map[string]bool{},
 		lastBody:    map[*event.TaskEvent][]byte{},
@@ -607,7 +613,7 @@ func (b *batch) releaseRecords() {
 	b.inputs = b.inputs[:0]
 	clear(b.out)
 	b.out = b.out[:0]
-	clear(b.origin)
+	b.outOf = b.outOf[:0]
 	clear(b.lastBody) // input values too
 	clear(b.norm)
 	b.norm = b.norm[:0]
@@ -664,6 +670,18 @@ func (b *batch) remember(st *task.State) {
 		old.Pending = &p
 	}
 	b.old[st.TaskID] = old
+}
+
+// origins maps each record the batch's inputs queued to its input, for a
+// batch whose produce failed (unwritable.go): built only then.
+func (b *batch) origins() map[*kgo.Record]*kgo.Record {
+	m := make(map[*kgo.Record]*kgo.Record, len(b.out))
+	for i, sp := range b.outOf {
+		for _, rec := range b.out[sp[0]:sp[1]] {
+			m[rec] = b.inputs[i].rec
+		}
+	}
+	return m
 }
 
 func (b *batch) touch(id string, p int32) {

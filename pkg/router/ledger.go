@@ -74,8 +74,9 @@ func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
 	return m
 }
 
-// account adds one committed decision of a task event to the ledger.
-func (m *ledgerMetrics) account(ev *event.TaskEvent, d *event.Decision) {
+// account adds one committed decision of a task event to the ledger's
+// series in t, the batch's tally.
+func (m *ledgerMetrics) account(t *tally, ev *event.TaskEvent, d *event.Decision) {
 	if !ledger.Counts(ev, d) {
 		return
 	}
@@ -86,19 +87,19 @@ func (m *ledgerMetrics) account(ev *event.TaskEvent, d *event.Decision) {
 	}
 	cost := ev.Usage.CostUSD
 	model, tmpl := m.models.label(ledger.ModelKey(ev)), m.templates.label(ev.PromptTemplate)
-	m.spend.WithLabelValues(class, route).Add(cost)
-	m.tokens.WithLabelValues(class, route).Add(float64(ev.Usage.Tokens))
-	m.elapsed.WithLabelValues(class, route).Add(float64(ev.Usage.ElapsedMs) / 1000)
-	m.byModel.WithLabelValues(model, outcome).Add(cost)
-	m.byTemplate.WithLabelValues(tmpl, outcome).Add(cost)
+	t.add(m.spend, class, route, cost)
+	t.add(m.tokens, class, route, float64(ev.Usage.Tokens))
+	t.add(m.elapsed, class, route, float64(ev.Usage.ElapsedMs)/1000)
+	t.add(m.byModel, model, outcome, cost)
+	t.add(m.byTemplate, tmpl, outcome, cost)
 	if d.Review != nil {
-		m.byOwner.WithLabelValues(d.Review.Owner).Add(cost)
+		t.add(m.byOwner, d.Review.Owner, "", cost)
 	}
 	if pr, ok := m.policy.PreventedBy(d); ok {
-		m.prevented.WithLabelValues(class, string(pr.Stop)).Add(pr.USD)
-		m.preventedTries.WithLabelValues(class, string(pr.Stop)).Add(float64(pr.Attempts))
-		m.preventedByKey.WithLabelValues("provider_model", model).Add(pr.USD)
-		m.preventedByKey.WithLabelValues("prompt_template", tmpl).Add(pr.USD)
+		t.add(m.prevented, class, string(pr.Stop), pr.USD)
+		t.add(m.preventedTries, class, string(pr.Stop), float64(pr.Attempts))
+		t.add(m.preventedByKey, "provider_model", model, pr.USD)
+		t.add(m.preventedByKey, "prompt_template", tmpl, pr.USD)
 	}
 }
 

@@ -19,7 +19,13 @@ type metrics struct {
 	txAborted        prometheus.Counter
 	sessionRestarts  prometheus.Counter
 	batchSeconds     prometheus.Histogram
-	restoredRecords  prometheus.Counter
+	// batchRecords and batchBytes are the size of each committed batch;
+	// batchLimit* the limit of the next one (batchsize.go)
+	batchRecords      prometheus.Histogram
+	batchBytes        prometheus.Histogram
+	batchLimitRecords prometheus.Gauge
+	batchLimitBytes   prometheus.Gauge
+	restoredRecords   prometheus.Counter
 	// restoreUnreadable counts the changelog records a restore stopped at
 	restoreUnreadable prometheus.Counter
 	restoreSeconds    prometheus.Histogram
@@ -61,6 +67,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Transactional sessions re-created after an error."}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_seconds",
 			Help: "Time from poll to committed state per batch.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_records",
+			Help: "Input records per committed batch (one transaction).", Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		batchBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_bytes",
+			Help: "Bytes of the input keys and values per committed batch.", Buckets: prometheus.ExponentialBuckets(1024, 4, 10)}),
+		batchLimitRecords: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_limit_records",
+			Help: "Input records the next batch may take: MaxPollRecords when caught up, up to MaxBatchRecords under a backlog."}),
+		batchLimitBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_limit_bytes",
+			Help: "Bytes of input keys and values the next batch may take (it may pass them by one fetch)."}),
 		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
 			Help: "Changelog records applied to the state store during restores."}),
 		restoreUnreadable: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_unreadable_records_total",
@@ -98,26 +112,75 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag, m.registryWaiting)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.batchRecords, m.batchBytes, m.batchLimitRecords, m.batchLimitBytes, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag, m.registryWaiting)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m
 }
 
-// countTask updates the per-task and usage metrics of one routed input.
-func (m *metrics) countTask(in *input) {
+// countTask adds the per-task and usage metrics of one routed input to t,
+// the batch's tally.
+func (m *metrics) countTask(t *tally, in *input) {
 	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
 		return
 	}
 	class := string(in.decision.Class)
 	if in.started {
-		m.tasksStarted.Inc()
+		t.started++
 	}
 	if in.finished {
-		m.tasksFinished.WithLabelValues(class, string(in.decision.Route)).Inc()
+		t.add(m.tasksFinished, class, string(in.decision.Route), 1)
 		m.taskSeconds.WithLabelValues(class).Observe(float64(max(in.taskMs, 0)) / 1000)
 	}
-	m.costUSD.WithLabelValues(class).Add(in.event.Usage.CostUSD)
-	m.tokens.WithLabelValues(class).Add(float64(in.event.Usage.Tokens))
-	m.ledger.account(&in.event, &in.decision)
+	t.add(m.costUSD, class, "", in.event.Usage.CostUSD)
+	t.add(m.tokens, class, "", float64(in.event.Usage.Tokens))
+	m.ledger.account(t, &in.event, &in.decision)
+}
+
+// tally sums a batch's counter updates by series, so that each series is
+// updated once per batch instead of once per input: looking a series up by
+// its label values and adding to it cost more per input than deciding a
+// retry. Used by the handle goroutine only.
+type tally struct {
+	adds    map[series]float64
+	started int
+}
+
+// series is one counter series: its family and one or two label values
+// (b is "" for a one-label family).
+type series struct {
+	vec  *prometheus.CounterVec
+	a, b string
+}
+
+// add adds v to the series vec{a, b}; b "" for a family of one label. An
+// add of 0 still creates the series, as Add(0) does.
+func (t *tally) add(vec *prometheus.CounterVec, a, b string, v float64) {
+	if t.adds == nil {
+		t.adds = map[series]float64{}
+	}
+	t.adds[series{vec, a, b}] += v
+}
+
+// flush adds the tally to the counters and empties it.
+func (t *tally) flush(m *metrics) {
+	for s, v := range t.adds {
+		if s.b == "" {
+			s.vec.WithLabelValues(s.a).Add(v)
+		} else {
+			s.vec.WithLabelValues(s.a, s.b).Add(v)
+		}
+	}
+	clear(t.adds)
+	m.tasksStarted.Add(float64(t.started))
+	t.started = 0
+}
+
+// observeBatch records a committed batch's size and the limit of the next
+// one (batchsize.go).
+func (m *metrics) observeBatch(seen batchSeen, next batchLimit) {
+	m.batchRecords.Observe(float64(seen.records))
+	m.batchBytes.Observe(float64(seen.bytes))
+	m.batchLimitRecords.Set(float64(next.records))
+	m.batchLimitBytes.Set(float64(next.bytes))
 }

@@ -122,9 +122,7 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
-		for _, rec := range b.out[n:] {
-			b.origin[rec] = b.inputs[i].rec
-		}
+		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.observe(&b.inputs[i], b, now)
 	}
 	if err := r.sweep(b, now); err != nil {

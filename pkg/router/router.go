@@ -7,7 +7,8 @@
 // only after that transaction commits, and restored from the changelog topic on
 // start and on every partition assignment.
 //
-// One transaction per poll: the commit interval, the time from one commit to
+// One transaction per batch (a poll and its top-up; under a backlog several
+// polls, batchsize.go): the commit interval, the time from one commit to
 // the next, is one batch's work and the poll that starts the next batch. A
 // record that arrives while a batch is routed is routed in the next one, so
 // its latency to a committed audit record is the rest of one commit interval
@@ -65,13 +66,29 @@ type Config struct {
 	// dead-letter topic. It must stay below the dead-letter topic's
 	// max.message.bytes. Default 512 KiB.
 	MaxRecordBytes int
-	// MaxPollRecords bounds one batch (one transaction). Larger batches
-	// spread the fixed cost of a transaction (its offset commit and end
-	// markers) over more records. Default 5000.
+	// MaxPollRecords bounds one batch (one transaction) at light load.
+	// Larger batches spread the fixed cost of a transaction (its offset
+	// commit and end markers) over more records. Default 5000.
 	MaxPollRecords int
-	// MaxPollBytes bounds the bytes of one fetch from the brokers, and so the
-	// memory a batch holds. Default 16 MiB.
+	// MaxPollBytes bounds the bytes of one fetch from the brokers, and the
+	// keys and values of a batch at light load. Default 16 MiB.
 	MaxPollBytes int
+	// MaxBatchRecords bounds one batch under a backlog: a batch that filled
+	// its limit and left records behind doubles the next one's, up to
+	// this (batchsize.go). It is the memory bound of a batch: a router
+	// holds two batches (one is written to Pebble while the next is
+	// routed), each about 4 KiB a record in flight, and the garbage
+	// collector's headroom doubles that. At least MaxPollRecords. Default
+	// 8000.
+	MaxBatchRecords int
+	// MaxBatchBytes bounds the keys and values of one batch under a
+	// backlog (a batch may pass it by one fetch). At least MaxPollBytes.
+	// Default 16 MiB.
+	MaxBatchBytes int
+	// MaxBatchLatency bounds the time from a batch's poll to its commit
+	// under a backlog: a batch grows only as far as the last one's rate
+	// routes within it. Default 500ms.
+	MaxBatchLatency time.Duration
 	// Tick is how often due retries are looked for when no input arrives.
 	// Default 200ms.
 	Tick time.Duration
@@ -117,6 +134,9 @@ func Default() Config {
 		MaxRecordBytes:     512 << 10,
 		MaxPollRecords:     5000,
 		MaxPollBytes:       16 << 20,
+		MaxBatchRecords:    8000,
+		MaxBatchBytes:      16 << 20,
+		MaxBatchLatency:    500 * time.Millisecond,
 		Tick:               200 * time.Millisecond,
 		TransactionTimeout: 30 * time.Second,
 		SessionTimeout:     10 * time.Second,
@@ -150,6 +170,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: MaxPollRecords: must be > 0, got %d", c.MaxPollRecords)
 	case c.MaxPollBytes < c.MaxRecordBytes:
 		return fmt.Errorf("router: MaxPollBytes: must be >= MaxRecordBytes (%d), got %d", c.MaxRecordBytes, c.MaxPollBytes)
+	case c.MaxBatchRecords < c.MaxPollRecords:
+		return fmt.Errorf("router: MaxBatchRecords: must be >= MaxPollRecords (%d), got %d", c.MaxPollRecords, c.MaxBatchRecords)
+	case c.MaxBatchBytes < c.MaxPollBytes:
+		return fmt.Errorf("router: MaxBatchBytes: must be >= MaxPollBytes (%d), got %d", c.MaxPollBytes, c.MaxBatchBytes)
+	case c.MaxBatchLatency <= 0:
+		return fmt.Errorf("router: MaxBatchLatency: must be > 0, got %s", c.MaxBatchLatency)
 	case c.Tick <= 0:
 		return fmt.Errorf("router: Tick: must be > 0, got %s", c.Tick)
 	case c.TransactionTimeout < time.Second:
@@ -241,6 +267,15 @@ func New(cfg Config) (*Router, error) {
 	}
 	if cfg.MaxPollBytes == 0 {
 		cfg.MaxPollBytes = d.MaxPollBytes
+	}
+	if cfg.MaxBatchRecords == 0 {
+		cfg.MaxBatchRecords = max(d.MaxBatchRecords, cfg.MaxPollRecords)
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = max(d.MaxBatchBytes, cfg.MaxPollBytes)
+	}
+	if cfg.MaxBatchLatency == 0 {
+		cfg.MaxBatchLatency = d.MaxBatchLatency
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = d.Tick
@@ -366,7 +401,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.RetryBackoffFn(retryBackoff),
 		// a batch's output (audit, state and routed records) is buffered
 		// whole before the flush that ends its transaction
-		kgo.MaxBufferedRecords(max(10_000, 4*r.cfg.MaxPollRecords)),
+		kgo.MaxBufferedRecords(max(10_000, 4*r.cfg.MaxBatchRecords)),
 		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			r.onAssigned(ctx, cl, assigned, restoreFailed)
 		}),
@@ -400,12 +435,15 @@ func (r *Router) runSession(ctx context.Context) error {
 	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
 	r.writing = nil                         // the last session's batches are written (waitWritten, deferred above)
 	bs := [2]*batch{newBatch(), newBatch()} // one is written to the store while the other is handled
+	sizer := newBatchSizer(&r.cfg)          // batchsize.go
+	limit := sizer.base
 	for n := 0; ; n++ {
 		b := bs[n%2]
+		start := time.Now()
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
-		fetches := sess.PollRecords(pollCtx, r.cfg.MaxPollRecords)
+		fetches := sess.PollRecords(pollCtx, limit.records)
 		cancel()
-		fetches = r.topUp(ctx, sess, fetches)
+		fetches = r.topUp(ctx, sess, fetches, limit, sizer.grown(limit), start)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -425,8 +463,15 @@ func (r *Router) runSession(ctx context.Context) error {
 				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if err := r.handle(ctx, sess, fetches, b); err != nil {
+		committed, err := r.handle(ctx, sess, fetches, b)
+		if err != nil {
 			return err
+		}
+		if committed {
+			seen := batchSeen{lag: fetchLag(fetches), took: time.Since(start)}
+			seen.records, seen.bytes = fetchSize(fetches)
+			limit = sizer.next(limit, seen)
+			r.metrics.observeBatch(seen, limit)
 		}
 	}
 }
@@ -455,14 +500,30 @@ const topUpWait = 5 * time.Millisecond
 // and the rest waited a whole batch more. The poll that drained the buffered
 // response has sent the next fetch, which returns at once with what arrived
 // since: the second poll waits for it, at most topUpWait.
-func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches) kgo.Fetches {
-	n := fetches.NumRecords()
-	if n == 0 || n >= r.cfg.MaxPollRecords || fetches.IsClientClosed() {
-		return fetches
+//
+// Under a backlog (grown: the limit is above the light-load one) it polls
+// again and again, each time for at most topUpWait, until the batch
+// reaches its limit, a poll returns nothing or a quarter of
+// MaxBatchLatency has passed since the batch's first poll (start): one
+// fetch response per broker is one poll, and a grown batch is several, but
+// records that trickle in must not hold a batch in its polls.
+func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, limit batchLimit, grown bool, start time.Time) kgo.Fetches {
+	n, size := fetchSize(fetches)
+	for n > 0 && n < limit.records && size < limit.bytes && !fetches.IsClientClosed() {
+		if grown && time.Since(start) > r.cfg.MaxBatchLatency/4 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, topUpWait)
+		more := sess.PollRecords(pctx, limit.records-n)
+		cancel()
+		m, b := fetchSize(more)
+		fetches = append(fetches, more...)
+		if m == 0 || !grown {
+			break
+		}
+		n, size = n+m, size+b
 	}
-	ctx, cancel := context.WithTimeout(ctx, topUpWait)
-	defer cancel()
-	return append(fetches, sess.PollRecords(ctx, r.cfg.MaxPollRecords-n)...)
+	return fetches
 }
 
 // retryBackoff is how long the session's client waits before retrying a

@@ -26,8 +26,10 @@ import org.apache.kafka.streams.state.Stores;
 /**
  * The Kafka Streams peer of faultrouter's benchmark: the application a user
  * would write instead of adopting the router, doing comparable state work on
- * the same backlog. One stream thread, exactly_once_v2, and a persistent
- * (RocksDB) key-value store with a changelog topic. For each input record it
+ * the same backlog, tuned as its users would tune it: exactly_once_v2, one
+ * stream thread per core (--threads), the commit interval of the router
+ * (--commit-interval-ms) and a persistent (RocksDB) key-value store with a
+ * changelog topic behind Streams' record cache (--cache-bytes). For each input record it
  * gets the task's state by the record key, updates it (attempts, routed
  * count, first and last timestamps) and puts it back (through Streams' record
  * cache, so one changelog record per task per commit),
@@ -49,6 +51,7 @@ import org.apache.kafka.streams.state.Stores;
  * --input=TOPIC --audit=TOPIC --routed=TOPIC --state-dir=DIR
  * --routed-percent=45 --max-poll-records=N --fetch-max-bytes=N
  * --batch-bytes=N --retry-backoff-ms=N --ends=P:OFFSET,... [--warmup-records=N]
+ * [--threads=N] [--commit-interval-ms=N] [--cache-bytes=N]
  *
  * <p>It prints "running" when the application first reaches RUNNING. When its
  * standard input ends (or on SIGTERM) it closes the application, prints
@@ -146,7 +149,11 @@ public final class StreamsPeer {
 		p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
 		p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, need(a, "bootstrap"));
 		p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-		p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+		// what a user tunes: a stream thread per core, the commit interval
+		// (exactly_once_v2 defaults to 100 ms) and the record cache's size
+		p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.parseInt(a.getOrDefault("threads", "1")));
+		p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(a.getOrDefault("commit-interval-ms", "100")));
+		p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, Long.parseLong(a.getOrDefault("cache-bytes", String.valueOf(10L << 20))));
 		p.put(StreamsConfig.STATE_DIR_CONFIG, need(a, "state-dir"));
 		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.MAX_POLL_RECORDS_CONFIG), need(a, "max-poll-records"));
 		p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
