@@ -46,6 +46,16 @@ const (
 	HeaderRedriveReason       = "faultrouter.redrive.reason"           // the operator's --reason, if given
 	HeaderRedriveForced       = "faultrouter.redrive.forced"           // "true": --force overrode the unknown-outcome guard
 	HeaderRedriveOperator     = "faultrouter.redrive.operator"         // who re-drove it, when known (the console's signed-in person)
+
+	// HeaderBreakerInstance names, on a record of the breakers topic, the
+	// router instance that wrote it; on a latch item's tombstone it is the
+	// only sign of its writer.
+	HeaderBreakerInstance = "faultrouter.breaker.instance"
+	// HeaderBreakerAdoptedFrom is, on a TRANSITION of the alerts topic that
+	// an instance took from the breakers topic rather than made itself, the
+	// instance whose change it adopted (its own ID for a state an earlier
+	// process of it wrote).
+	HeaderBreakerAdoptedFrom = "faultrouter.breaker.adopted_from"
 )
 
 // maxErrorMessageHeaderBytes bounds the text headers the router writes.

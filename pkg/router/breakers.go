@@ -109,6 +109,9 @@ type breakers struct {
 	// again.
 	lastChange map[breaker.Ref]int64
 	lastReset  map[breaker.Ref]int64
+	// items are the open review items of the hallucinations that latched a
+	// template (latchitems.go)
+	items *latchItems
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -145,6 +148,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		heldUntil:  map[breaker.Ref]int64{},
 		lastChange: map[breaker.Ref]int64{},
 		lastReset:  map[breaker.Ref]int64{},
+		items:      newLatchItems(),
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -209,6 +213,7 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
 			r.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, b, now)
+			r.shareItem(ref, ev.TaskID, true, b, now)
 		}
 	case event.ClassBudgetExhausted:
 		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
@@ -230,10 +235,12 @@ func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Clas
 }
 
 // reviewed closes the prompt template breaker a hallucination latched open
-// once a person decided its review item (approved or rejected): that is the
-// person's reset. A decision for an item already closed changes nothing.
-// The reset reaches every instance as a RESET command on every decisions
-// partition.
+// once a person decided its review item (approved or rejected) and no other
+// item of a hallucination of that template is open (latchitems.go): that is
+// the person's reset. While others are, the template stays latched (the
+// console says so on each item). A decision for an item
+// already closed changes nothing. The reset reaches every instance as a
+// RESET command on every decisions partition.
 func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	st := b.states[in.review.TaskID]
 	if st == nil {
@@ -241,6 +248,15 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	}
 	ref, ok := policy.ReviewResetsTemplate(&in.decision, st.LastEvent)
 	if !ok {
+		return
+	}
+	r.shareItem(ref, in.review.TaskID, false, b, now)
+	if !r.brk.set.Latched(ref) {
+		return // reset by hand since: nothing holds it any more
+	}
+	if others := r.brk.items.holding(ref, in.review.TaskID); len(others) > 0 {
+		r.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
+			"prompt_template", ref.Key, "open_items", len(others))
 		return
 	}
 	who := in.review.Reviewer
@@ -324,6 +340,10 @@ func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decisi
 		changed = len(ts) > 0
 		if changed {
 			r.share(ref, reason, true, b, now)
+		}
+		// the reset releases the latch items open when it was made
+		for _, id := range r.brk.items.openedBy(ref, c.At.UnixMilli()) {
+			r.shareItem(ref, id, false, b, now)
 		}
 	}
 	r.transitionEvents(ts, b)
@@ -574,6 +594,7 @@ func (r *Router) beginBreakers() {
 	r.brk.set.Begin()
 	r.brk.surges.Begin()
 	r.brk.held.begin()
+	r.brk.items.begin()
 	r.brk.savedClosed = maps.Clone(r.brk.closed)
 	// a time that has passed holds no more retries: forget it
 	nowMs := r.cfg.Now().UnixMilli()
@@ -617,6 +638,7 @@ func (r *Router) commitBreakers(b *batch) {
 	r.brk.set.Commit()
 	r.brk.surges.Commit()
 	r.brk.held.commit()
+	r.brk.items.commit()
 	for i := range b.breakerEvents {
 		e := &b.breakerEvents[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
@@ -645,6 +667,7 @@ func (r *Router) rollbackBreakers() {
 	r.brk.set.Rollback()
 	r.brk.surges.Rollback()
 	r.brk.held.rollback()
+	r.brk.items.rollback()
 	if r.brk.savedClosed != nil {
 		r.brk.closed = r.brk.savedClosed
 	}
