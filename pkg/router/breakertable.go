@@ -47,9 +47,9 @@ type breakerTable struct {
 	pending map[breaker.Ref]event.BreakerState
 	// items are the latch items (latchitems.go) not applied yet, by record
 	// key, the latest of each: nil for one decided
-	items   map[string]*latchItem
-	done    bool          // the initial read reached the end (under mu)
-	loaded  chan struct{} // closed then
+	items  map[string]*latchItem
+	done   bool          // the initial read reached the end (under mu)
+	loaded chan struct{} // closed then
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
