@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -107,6 +108,13 @@ type checker struct {
 	instances map[int64]string
 	// latchCommands are the LATCH commands applied: task, time
 	latchCommands map[decisionKey]bool
+	// latchItems are, per prompt template, the review items of the
+	// hallucinations that latched it: a template stays latched until every
+	// one is decided (breakers.go)
+	latchItems map[string][]latchItem
+	// resetCommands are the times (At) of the RESET commands applied, per
+	// breaker: a reset releases the items open then
+	resetCommands map[breaker.Ref][]time.Time
 }
 
 // taskRun is the model's walk of one task.
@@ -160,6 +168,7 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
+		latchItems: map[string][]latchItem{}, resetCommands: map[breaker.Ref][]time.Time{},
 	}, nil
 }
 
@@ -338,6 +347,8 @@ func (c *checker) untasked(in *input) {
 			want = policy.BreakerCommandApplied(&in.command, ref, true, at)
 			if in.command.Kind == event.BreakerKindLatch {
 				c.latchCommands[decisionKey{in.command.TaskID, at.UnixMilli()}] = true
+			} else {
+				c.resetCommands[ref] = append(c.resetCommands[ref], in.command.At.Time)
 			}
 		}
 	}
@@ -464,6 +475,23 @@ func (c *checker) walk(tr *taskRun) {
 		case event.RouteDeadLetter:
 			c.dead[in.key] = in
 			c.expected(tr.id, outputOfDecision("deadletter", in.key, want))
+		}
+		switch {
+		case in.kind == inTask:
+			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok && want.Route != event.RouteDrop {
+				c.latchItems[ref.Key] = append(c.latchItems[ref.Key], latchItem{task: tr.id, opened: at})
+			}
+		case in.kind == inReview:
+			if ref, ok := policy.ReviewResetsTemplate(&want, ev); ok {
+				if items := c.latchItems[ref.Key]; len(items) > 0 {
+					for i := len(items) - 1; i >= 0; i-- {
+						if items[i].task == tr.id && items[i].decided.IsZero() {
+							items[i].decided = at
+							break
+						}
+					}
+				}
+			}
 		}
 		if in.kind == inTask && want.Route != event.RouteDrop {
 			switch want.Class {

@@ -56,6 +56,9 @@ const (
 	// instance whose change it adopted (its own ID for a state an earlier
 	// process of it wrote).
 	HeaderBreakerAdoptedFrom = "faultrouter.breaker.adopted_from"
+	// HeaderBreakerLatched is "true" on a TRANSITION to OPEN that latched
+	// the breaker: it stays OPEN until a person resets it.
+	HeaderBreakerLatched = "faultrouter.breaker.latched"
 )
 
 // maxErrorMessageHeaderBytes bounds the text headers the router writes.
@@ -343,4 +346,32 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// BreakerHeaders are the faultrouter.breaker.* headers of a record on the
+// alerts or breakers topic.
+type BreakerHeaders struct {
+	// Instance is the writer of a breakers topic record (HeaderBreakerInstance).
+	Instance string
+	// AdoptedFrom is, on a TRANSITION, the instance whose change on the
+	// breakers topic it was adopted from; empty for one the writer made.
+	AdoptedFrom string
+	// Latched is true on a TRANSITION to OPEN that latched the breaker.
+	Latched bool
+}
+
+// ParseBreakerHeaders reads the faultrouter.breaker.* headers of a record.
+func ParseBreakerHeaders(hs []kgo.RecordHeader) BreakerHeaders {
+	var h BreakerHeaders
+	for _, x := range hs {
+		switch x.Key {
+		case HeaderBreakerInstance:
+			h.Instance = string(x.Value)
+		case HeaderBreakerAdoptedFrom:
+			h.AdoptedFrom = string(x.Value)
+		case HeaderBreakerLatched:
+			h.Latched = string(x.Value) == "true"
+		}
+	}
+	return h
 }

@@ -60,6 +60,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -560,13 +561,29 @@ func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 
 // transitionEvents queues one BreakerEvent per transition.
 func (r *Router) transitionEvents(ts []breaker.Transition, b *batch) {
+	r.transitionEventsFrom(ts, b, "")
+}
+
+// transitionEventsFrom queues one BreakerEvent per transition; adoptedFrom,
+// when not empty, is the instance whose change on the breakers topic they
+// were adopted from (a faultrouter.breaker.adopted_from header).
+func (r *Router) transitionEventsFrom(ts []breaker.Transition, b *batch, adoptedFrom string) {
 	for _, t := range ts {
+		n := len(b.out)
 		if t.To == breaker.Closed {
 			r.brk.closed[t.Ref] = true
 		}
 		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
+		for _, rec := range b.out[n:] {
+			if adoptedFrom != "" {
+				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(adoptedFrom)})
+			}
+			if t.To == breaker.Open && r.brk.set.Latched(t.Ref) {
+				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte("true")})
+			}
+		}
 	}
 }
 

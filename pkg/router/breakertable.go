@@ -176,10 +176,8 @@ func (t *breakerTable) putItem(rec *kgo.Record) {
 		it = &latchItem{ref: breaker.Ref{Scope: sc, Key: x.Key}, task: x.TaskID, openedAt: x.OpenedAt.UnixMilli()}
 		writer = x.Instance
 	}
-	for _, h := range rec.Headers {
-		if h.Key == codec.HeaderBreakerInstance {
-			writer = string(h.Value)
-		}
+	if h := codec.ParseBreakerHeaders(rec.Headers); h.Instance != "" {
+		writer = h.Instance
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -296,7 +294,7 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 	}
 	ts := r.brk.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
 	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], at)
-	r.transitionEvents(ts, b)
+	r.transitionEventsFrom(ts, b, who)
 }
 
 // parseState returns the breaker.State named s.
