@@ -358,7 +358,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
-		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
+		// co-partitioned: partition p of ingress and decisions together, also
+		// while their counts differ (balancer.go); "range" for older members
+		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
