@@ -41,7 +41,7 @@ func assign(t *testing.T, bal kgo.GroupBalancer, n int, ingress, decisions int32
 // range assignor's.
 func TestCopartitionedAssignment(t *testing.T) {
 	for _, tc := range []struct {
-		members             int
+		members            int
 		ingress, decisions int32
 	}{{3, 4, 3}, {3, 3, 4}, {2, 6, 3}, {4, 3, 3}, {3, 6, 6}, {1, 5, 3}} {
 		t.Run(fmt.Sprintf("%d members, ingress %d, decisions %d", tc.members, tc.ingress, tc.decisions), func(t *testing.T) {
