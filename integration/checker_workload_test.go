@@ -406,7 +406,8 @@ func (w *workload) finalResets(at time.Duration) []workItem {
 // topic's partition count (a reset goes to each).
 func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
-		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute)}
+		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute),
+		kgo.MetadataMaxAge(2 * time.Second)} // partitions added while it streams are written to soon
 	cl, err := kgo.NewClient(opts...) // keys hashed like the Java client, as workers do
 	if err != nil {
 		return err

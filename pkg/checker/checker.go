@@ -54,6 +54,7 @@ const (
 	inReview                   // a ReviewDecision on decisions
 	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
 	inPoison                   // a record the router must dead-letter
+	inForward                  // a task event or review decision the router forwarded to its task's partition
 )
 
 // inputKey names an input record.
@@ -115,6 +116,9 @@ type checker struct {
 	// resetCommands are the times (At) of the RESET commands applied, per
 	// breaker: a reset releases the items open then
 	resetCommands map[breaker.Ref][]time.Time
+	// forwarded are the records the router forwarded to their task's
+	// partition, with their copies
+	forwarded map[inputKey]inputKey
 }
 
 // taskRun is the model's walk of one task.
@@ -169,6 +173,7 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
 		latchItems: map[string][]latchItem{}, resetCommands: map[breaker.Ref][]time.Time{},
+		forwarded: map[inputKey]inputKey{},
 	}, nil
 }
 
@@ -179,6 +184,9 @@ func (c *checker) readInputs() {
 			in := c.decode(rec)
 			c.inputs[in.key] = in
 			c.rep.Inputs++
+			if _, ok := c.forwarded[in.key]; ok && (in.kind == inTask || in.kind == inReview) {
+				in.kind = inForward // the copy is routed, on the task's partition
+			}
 			switch in.kind {
 			case inTask, inReview:
 				tr := c.tasks[in.task]
@@ -191,6 +199,14 @@ func (c *checker) readInputs() {
 				c.rep.Poison++
 			case inCommand:
 				c.rep.Commands++
+			}
+		}
+	}
+	// the records the router forwarded: their copies name them
+	for _, recs := range [][]*kgo.Record{c.logs.Ingress, c.logs.Decisions} {
+		for _, rec := range recs {
+			if topic, p, o, ok := codec.ParseForwardedFrom(rec.Headers); ok {
+				c.forwarded[inputKey{topic, p, o}] = inputKey{rec.Topic, rec.Partition, rec.Offset}
 			}
 		}
 	}
@@ -289,7 +305,7 @@ func taskOf(r *routed) string {
 // with the policy, and records what each decision must have produced.
 func (c *checker) model() {
 	for _, in := range c.inputs {
-		if in.kind == inPoison || in.kind == inCommand {
+		if in.kind == inPoison || in.kind == inCommand || in.kind == inForward {
 			c.untasked(in)
 		}
 	}
@@ -339,6 +355,12 @@ func (c *checker) untasked(in *input) {
 	case inPoison:
 		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
+	case inForward:
+		to := c.forwarded[in.key]
+		want = policy.Forward(in.task, in.key.topic, in.key.partition, to.partition, 0, at)
+		if to.topic != in.key.topic {
+			c.violate("forward.topic", in.task, "input %s was forwarded to %s, another topic", in.key, to)
+		}
 	case inCommand:
 		ref, invalid := policy.BreakerCommand(&in.command, at)
 		if invalid != nil {
@@ -379,6 +401,8 @@ func kindName(k inputKind) string {
 		return "review decision"
 	case inCommand:
 		return "breaker command"
+	case inForward:
+		return "forwarded record"
 	}
 	return "poison"
 }

@@ -47,6 +47,11 @@ const (
 	HeaderRedriveForced       = "faultrouter.redrive.forced"           // "true": --force overrode the unknown-outcome guard
 	HeaderRedriveOperator     = "faultrouter.redrive.operator"         // who re-drove it, when known (the console's signed-in person)
 
+	// HeaderForwardedFrom is, on a task event or review decision the router
+	// forwarded to its task's partition, "<topic>/<partition>/<offset>" of
+	// the record it copies.
+	HeaderForwardedFrom = "faultrouter.forwarded.from"
+
 	// HeaderBreakerInstance names, on a record of the breakers topic, the
 	// router instance that wrote it; on a latch item's tombstone it is the
 	// only sign of its writer.
@@ -374,4 +379,31 @@ func ParseBreakerHeaders(hs []kgo.RecordHeader) BreakerHeaders {
 		}
 	}
 	return h
+}
+
+// ParseForwardedFrom reads the faultrouter.forwarded.from header of a
+// record: the topic, partition and offset of the record it is a forwarded
+// copy of; ok false when it is none.
+func ParseForwardedFrom(hs []kgo.RecordHeader) (topic string, partition int32, offset int64, ok bool) {
+	for _, x := range hs {
+		if x.Key != HeaderForwardedFrom {
+			continue
+		}
+		v := string(x.Value)
+		i := strings.LastIndexByte(v, '/')
+		if i <= 0 {
+			return "", 0, 0, false
+		}
+		j := strings.LastIndexByte(v[:i], '/')
+		if j <= 0 {
+			return "", 0, 0, false
+		}
+		p, err1 := strconv.ParseInt(v[j+1:i], 10, 32)
+		o, err2 := strconv.ParseInt(v[i+1:], 10, 64)
+		if err1 != nil || err2 != nil {
+			return "", 0, 0, false
+		}
+		return v[:j], int32(p), o, true
+	}
+	return "", 0, 0, false
 }

@@ -28,13 +28,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // hdrForwardedFrom is the header a forwarded record carries:
 // "<topic>/<partition>/<offset>" of the record it copies.
-const hdrForwardedFrom = "faultrouter.forwarded.from"
+const hdrForwardedFrom = codec.HeaderForwardedFrom
 
 // scopeTopic is the scope of an alert about a topic.
 const scopeTopic = "TOPIC"
