@@ -407,7 +407,7 @@ func (w *workload) finalResets(at time.Duration) []workItem {
 func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
 		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute),
-		kgo.MetadataMaxAge(2 * time.Second)} // partitions added while it streams are written to soon
+		kgo.MetadataMinAge(time.Second), kgo.MetadataMaxAge(2 * time.Second)} // partitions added while it streams are written to soon
 	cl, err := kgo.NewClient(opts...) // keys hashed like the Java client, as workers do
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ func (c *checker) breakers(ts []transition) {
 			continue
 		}
 		c.instances[rec.ProducerID] = e.Instance
-		if e.Kind == "ALERT" && strings.HasPrefix(e.Reason, "output quarantined") {
+		if e.Kind == "ALERT" && alertKind(rec, &e) == codec.AlertQuarantined {
 			halluc[alertKey{e.Scope, e.Key, e.TaskID, e.At.UnixMilli()}] = true
 		}
 	}
@@ -127,6 +127,9 @@ func (c *checker) breakers(ts []transition) {
 		cfg := c.breakerConfig(sc)
 		h := codec.ParseBreakerHeaders(t.rec.Headers)
 		latch := e.To == "OPEN" && h.Latched
+		if !h.LatchKnown { // a release before the header: its reasons say it
+			latch = e.To == "OPEN" && (strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(e.Reason, "latched by "))
+		}
 		isAdopted := h.AdoptedFrom != ""
 		switch {
 		case isAdopted:
@@ -321,4 +324,25 @@ func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) 
 		c.violate("breaker.latch_items", e.TaskID, "%s reopened at %s when task %s's item was decided, but the item of task %s (opened %s) was still open",
 			ref, stamp(at), e.TaskID, it.task, stamp(it.opened))
 	}
+}
+
+// alertKind is what an ALERT is about: its faultrouter.alert header, or, on
+// a record of a release before that header, what its scope and reason say.
+func alertKind(rec *kgo.Record, e *event.BreakerEvent) string {
+	if k := codec.ParseBreakerHeaders(rec.Headers).Alert; k != "" {
+		return k
+	}
+	switch {
+	case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
+		return codec.AlertReviewOverdue
+	case e.Scope == "TASK":
+		return codec.AlertBudget
+	case e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
+		return codec.AlertQuarantined
+	case e.Scope == "TOPIC":
+		return codec.AlertPartitions
+	case e.Scope == "REGISTRY":
+		return codec.AlertRegistry
+	}
+	return codec.AlertSurge
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -249,10 +250,12 @@ func (c *checker) checkAlerts() {
 			transitions = append(transitions, transition{rec: rec, e: e})
 		case e.Kind != "ALERT":
 			c.violate("alerts.kind", e.TaskID, "alert %d@%d has kind %q", rec.Partition, rec.Offset, e.Kind)
-		case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
+		case alertKind(rec, &e) == codec.AlertPartitions || alertKind(rec, &e) == codec.AlertRegistry:
+			// about the cluster, not a task: the model predicts none
+		case alertKind(rec, &e) == codec.AlertReviewOverdue:
 			c.rep.SLAAlerts++
 			c.slaAlert(rec, e)
-		case e.Scope == "TASK" || e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
+		case alertKind(rec, &e) == codec.AlertBudget || alertKind(rec, &e) == codec.AlertQuarantined:
 			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + e.Scope + "/" + e.Key, At: stamp(at), Reason: e.Reason})
 			k := alertKey{e.Scope, e.Key, e.TaskID, at.UnixMilli()}
 			if c.alerts[k] == 0 {

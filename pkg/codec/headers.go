@@ -61,9 +61,22 @@ const (
 	// instance whose change it adopted (its own ID for a state an earlier
 	// process of it wrote).
 	HeaderBreakerAdoptedFrom = "faultrouter.breaker.adopted_from"
-	// HeaderBreakerLatched is "true" on a TRANSITION to OPEN that latched
-	// the breaker: it stays OPEN until a person resets it.
+	// HeaderBreakerLatched is, on every TRANSITION, "true" when it left the
+	// breaker latched OPEN (until a person resets it), else "false".
 	HeaderBreakerLatched = "faultrouter.breaker.latched"
+	// HeaderAlert names, on every ALERT of the alerts topic, what it is
+	// about: one of the Alert* values.
+	HeaderAlert = "faultrouter.alert"
+)
+
+// Values of HeaderAlert.
+const (
+	AlertQuarantined   = "quarantined"    // a hallucination's output quarantined (scope PROMPT_TEMPLATE)
+	AlertBudget        = "budget"         // a task's budget exhausted (scope TASK)
+	AlertSurge         = "surge"          // one class rising for a template or model
+	AlertReviewOverdue = "review_overdue" // a review item open past its owner's SLA (scope TASK)
+	AlertPartitions    = "partitions"     // a topic's partition count changed (scope TOPIC)
+	AlertRegistry      = "registry"       // the schema registry cannot be reached
 )
 
 // maxErrorMessageHeaderBytes bounds the text headers the router writes.
@@ -361,8 +374,13 @@ type BreakerHeaders struct {
 	// AdoptedFrom is, on a TRANSITION, the instance whose change on the
 	// breakers topic it was adopted from; empty for one the writer made.
 	AdoptedFrom string
-	// Latched is true on a TRANSITION to OPEN that latched the breaker.
-	Latched bool
+	// Latched is true on a TRANSITION that left the breaker latched OPEN;
+	// LatchKnown tells that the header was there (records of releases
+	// before it have none).
+	Latched, LatchKnown bool
+	// Alert is the HeaderAlert of an ALERT; empty on records of releases
+	// before it.
+	Alert string
 }
 
 // ParseBreakerHeaders reads the faultrouter.breaker.* headers of a record.
@@ -375,7 +393,9 @@ func ParseBreakerHeaders(hs []kgo.RecordHeader) BreakerHeaders {
 		case HeaderBreakerAdoptedFrom:
 			h.AdoptedFrom = string(x.Value)
 		case HeaderBreakerLatched:
-			h.Latched = string(x.Value) == "true"
+			h.Latched, h.LatchKnown = string(x.Value) == "true", true
+		case HeaderAlert:
+			h.Alert = string(x.Value)
 		}
 	}
 	return h

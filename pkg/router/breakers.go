@@ -210,14 +210,14 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		if key == "" {
 			key = "(none)"
 		}
-		r.alert(b, now, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
+		r.alert(b, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
 			r.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, b, now)
 			r.shareItem(ref, ev.TaskID, true, b, now)
 		}
 	case event.ClassBudgetExhausted:
-		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
+		r.alert(b, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
 }
@@ -229,7 +229,7 @@ func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Clas
 	for _, ref := range refs {
 		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
-			r.alert(b, now, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
+			r.alert(b, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
 				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
 		}
 	}
@@ -580,17 +580,24 @@ func (r *Router) transitionEventsFrom(ts []breaker.Transition, b *batch, adopted
 			if adoptedFrom != "" {
 				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(adoptedFrom)})
 			}
+			latched := "false"
 			if t.To == breaker.Open && r.brk.set.Latched(t.Ref) {
-				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte("true")})
+				latched = "true"
 			}
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte(latched)})
 		}
 	}
 }
 
-// alert queues an immediate alert.
-func (r *Router) alert(b *batch, now time.Time, e event.BreakerEvent) {
+// alert queues an immediate alert; kind is what it is about (a
+// codec.Alert* value, its faultrouter.alert header).
+func (r *Router) alert(b *batch, now time.Time, kind string, e event.BreakerEvent) {
 	e.Instance, e.At = r.cfg.InstanceID, event.At(now)
+	n := len(b.out)
 	r.queueBreakerEvent(b, &e)
+	for _, rec := range b.out[n:] {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(kind)})
+	}
 }
 
 func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
