@@ -502,8 +502,15 @@ func (c *checker) walk(tr *taskRun) {
 		}
 		switch {
 		case in.kind == inTask:
+			// one item per task and template (the router keys it so): a
+			// second hallucination of a task whose item is open reopens it
 			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok && want.Route != event.RouteDrop {
-				c.latchItems[ref.Key] = append(c.latchItems[ref.Key], latchItem{task: tr.id, opened: at})
+				items := c.latchItems[ref.Key]
+				if i := slices.IndexFunc(items, func(it latchItem) bool { return it.task == tr.id && it.decided.IsZero() }); i >= 0 {
+					items[i].opened = at
+				} else {
+					c.latchItems[ref.Key] = append(items, latchItem{task: tr.id, opened: at})
+				}
 			}
 		case in.kind == inReview:
 			if ref, ok := policy.ReviewResetsTemplate(&want, ev); ok {
