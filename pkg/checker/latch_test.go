@@ -24,7 +24,7 @@ func latchRun(t *testing.T, reopenEarly bool) *Report {
 		return event.TaskEvent{EventID: id, TaskID: task, Attempt: 1, OccurredAt: event.At(at), Source: "w", Action: "refund",
 			Provider: "openai", Model: "gpt-4o", PromptTemplate: "tpl", Stage: event.StageModel, Status: event.StatusOK,
 			Output: &event.Output{Text: "Refund per policy 99.", SchemaValid: ptrTo(true), Confidence: ptrTo(0.95), Flags: []string{"fabricated_data"}},
-			Usage: event.Usage{CostUSD: 0.01, Tokens: 10, ElapsedMs: 100}}
+			Usage:  event.Usage{CostUSD: 0.01, Tokens: 10, ElapsedMs: 100}}
 	}
 	states := map[string]*task.State{"h-1": {}, "h-2": {}}
 	evs := []event.TaskEvent{halluc("h-1", "e-1", b.t0), halluc("h-2", "e-2", b.t0.Add(time.Second))}
