@@ -41,7 +41,9 @@ package router
 //     time it was moved to: before any retry that comes due after the close.
 // While a template breaker is latched open by a hallucination, its retries
 // are held until a person resets it, on every instance and across restarts
-// (the breakers topic keeps the latch).
+// (the breakers topic keeps the latch); a reviewer's decision of a
+// hallucination's item is that reset only once every other open item of a
+// hallucination of that template is decided too (latchitems.go).
 //
 // Latches and resets reach every instance as commands on the decisions
 // topic: the instance that latches a breaker (or routes the review decision
