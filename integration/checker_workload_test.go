@@ -325,7 +325,7 @@ func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
 			v, _ := c.EncodeTaskEvent(nil, &e)
 			rd := codec.Redrive{SourceTopic: "ai.tasks.deadletter", SourcePartition: int32(i % 3), SourceOffset: int64(i), Count: 1,
 				Reason: "checker: upstream fixed"}
-			hs := rd.AppendHeaders(nil)
+			hs := codec.AppendRedriveHeaders(nil, &rd)
 			w.add(workItem{at: g.at, key: e.TaskID, value: v, headers: hs})
 			w.scenario["redrive"]++
 			if rng.IntN(4) == 0 {

@@ -237,7 +237,7 @@ func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
 	b.routed("audit", in1, &ev, d1)
 	in2 := b.input(1, ev)
 	rd := &codec.Redrive{SourceTopic: "deadletter", SourcePartition: 0, SourceOffset: 7, Count: 1, Reason: "upstream fixed"}
-	in2.Headers = rd.AppendHeaders(nil)
+	in2.Headers = codec.AppendRedriveHeaders(nil, rd)
 	// decided after the first retry was due, before it was published
 	at2 := in2.Timestamp.Add(100 * time.Millisecond)
 	d2 := p.DecideEvent(&ev, &st, rd, at2)

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // The record headers are part of the wire contract, beside the schemas: the
@@ -125,26 +127,10 @@ func (e *ErrorInfo) Raw() bool {
 	return e != nil && e.Stage != StageRoute && e.Stage != StageWrite
 }
 
-// Redrive is what the faultrouter.redrive.* headers say.
-type Redrive struct {
-	SourceTopic     string
-	SourcePartition int32
-	SourceOffset    int64
-	// Count is the number of re-drives of this lineage, 1 for the first.
-	Count int
-	// Reason is the operator's reason; Forced is set when the operator
-	// overrode the guard against re-driving a write whose outcome is
-	// unknown.
-	Reason string
-	Forced bool
-	// Operator is who re-drove the record, when known.
-	Operator string
-}
-
-// Source names the re-driven record: topic/partition@offset.
-func (r *Redrive) Source() string {
-	return r.SourceTopic + "/" + strconv.Itoa(int(r.SourcePartition)) + "@" + strconv.FormatInt(r.SourceOffset, 10)
-}
+// Redrive is the lineage of a re-driven record (faultrouter.redrive.*
+// headers); its home is pkg/event, so that the policy reads it without the
+// codec.
+type Redrive = event.Redrive
 
 // EventCopy says that a record's event is the task state's bounded copy of
 // an input event, cut to fit (faultrouter.event.* headers): a retry
@@ -295,8 +281,8 @@ func (e *ErrorInfo) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
 	return hs
 }
 
-// AppendHeaders appends the faultrouter.redrive.* headers of r to hs.
-func (r *Redrive) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+// AppendRedriveHeaders appends the faultrouter.redrive.* headers of r to hs.
+func AppendRedriveHeaders(hs []kgo.RecordHeader, r *Redrive) []kgo.RecordHeader {
 	add := func(k, v string) {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
