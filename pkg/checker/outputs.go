@@ -3,7 +3,6 @@ package checker
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -72,12 +71,14 @@ func (c *checker) checkRouted() {
 			var k inputKey
 			var out Output
 			var got *routed
-			if stage := header(rec, "faultrouter.error.stage"); short == "deadletter" && (stage == "decode" || stage == "validate") {
-				p, _ := strconv.Atoi(header(rec, "faultrouter.error.partition"))
-				o, _ := strconv.ParseInt(header(rec, "faultrouter.error.offset"), 10, 64)
-				k = inputKey{header(rec, "faultrouter.error.topic"), int32(p), o}
+			var ei codec.ErrorInfo
+			if e := codec.ParseHeaders(rec.Headers).Error; e != nil {
+				ei = *e
+			}
+			if short == "deadletter" && (ei.Stage == codec.StageDecode || ei.Stage == codec.StageValidate) {
+				k = inputKey{ei.Topic, ei.Partition, ei.Offset}
 				out = Output{Topic: short, Input: k.String(), Class: string(event.ClassInvalidInput), Route: "DEADLETTER",
-					Rule: "input." + header(rec, "faultrouter.error.kind"), At: stamp(rec.Timestamp)}
+					Rule: "input." + ei.Kind, At: stamp(rec.Timestamp)}
 			} else {
 				r, ok := c.routed(short, rec)
 				if !ok {
@@ -105,9 +106,9 @@ func (c *checker) checkRouted() {
 			case seen[k]:
 				c.violate(short+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
 			case in.kind == inPoison:
-				if got != nil || header(rec, "faultrouter.error.kind") != in.errKind || string(rec.Value) != string(in.rec.Value) {
+				if got != nil || ei.Kind != in.errKind || string(rec.Value) != string(in.rec.Value) {
 					c.violate(short+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",
-						short, rec.Partition, rec.Offset, k, header(rec, "faultrouter.error.kind"), in.errKind, string(rec.Value) == string(in.rec.Value))
+						short, rec.Partition, rec.Offset, k, ei.Kind, in.errKind, string(rec.Value) == string(in.rec.Value))
 				}
 			case got == nil:
 				c.violate(short+".decision", task, "%s %d@%d for input %s is a raw dead letter, want the routed event", short, rec.Partition, rec.Offset, k)
@@ -343,12 +344,3 @@ func (c *checker) surge(rec *kgo.Record, e event.BreakerEvent) {
 
 // refs are the breakers a retry of ev would be published into.
 func refs(ev *event.TaskEvent) []breaker.Ref { return policy.BreakerRefs(ev) }
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
