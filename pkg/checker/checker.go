@@ -502,6 +502,14 @@ func (c *checker) walk(tr *taskRun) {
 		}
 		switch {
 		case in.kind == inTask:
+			// an item a re-drive cleared no longer holds its template
+			if tpl := in.event.PromptTemplate; tpl != "" && want.Route != event.RouteDrop && !policy.HoldsLatchItem(st) {
+				for i := range c.latchItems[tpl] {
+					if it := &c.latchItems[tpl][i]; it.task == tr.id && it.decided.IsZero() {
+						it.decided = at
+					}
+				}
+			}
 			// one item per task and template (the router keys it so): a
 			// second hallucination of a task whose item is open reopens it
 			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok && want.Route != event.RouteDrop {

@@ -206,6 +206,12 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		}
 	}
 	r.surge(ev, refs, d.Class, b, now)
+	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(b.states[ev.TaskID]) {
+		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
+		if r.brk.items.has(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
+			r.shareItem(ref, ev.TaskID, false, b, now) // a re-drive cleared the task's item
+		}
+	}
 	switch d.Class {
 	case event.ClassHallucination:
 		key := ev.PromptTemplate

@@ -11,6 +11,10 @@ package router
 // item: deciding an item reopens the template only when no other item of it
 // is open, wherever that item's task is routed.
 //
+// An item whose task no longer has it open without a decision (an operator
+// re-drove the task, which clears its review item) is tombstoned when that
+// event is routed: it no longer holds the template, nor reopens it.
+//
 // A person's reset by hand (a RESET command) releases the items open then:
 // every instance that applies it writes the tombstones of the items it knows
 // opened before it, so they no longer hold the template (a later
@@ -100,6 +104,12 @@ func (l *latchItems) adopt(key string, it *latchItem) {
 	if l.undo != nil {
 		delete(l.undo, key)
 	}
+}
+
+// has reports whether the item under key is open.
+func (l *latchItems) has(key string) bool {
+	_, ok := l.open[key]
+	return ok
 }
 
 // holding returns the tasks of the open items of ref, other than task's

@@ -148,3 +148,34 @@ func TestOtherInstancesItemsHoldAndAResetReleasesThem(t *testing.T) {
 		t.Fatal("an item released by the reset kept a later latch")
 	}
 }
+
+// Guards that an item a re-drive cleared no longer holds its template: an
+// operator re-drives the task of one of two hallucinations (its review item
+// is gone, so no one can decide it); its item is tombstoned without
+// reopening the template, and the decision of the other item reopens it.
+func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
+	r := adoptRouter(t)
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	r.cfg.Now = func() time.Time { return t0 }
+	hallucinate(t, r, "h-1", "tpl", t0)
+	hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
+
+	b := newBatch()
+	r.beginBreakers()
+	ev := event.TaskEvent{TaskID: "h-1", PromptTemplate: "tpl", Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
+	b.states["h-1"] = &task.State{TaskID: "h-1", LastEvent: &ev} // reopened: no review item
+	in := input{kind: inputTask, event: ev, decision: event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}}
+	r.observe(&in, b, t0.Add(2*time.Second))
+	r.commitBreakers(b)
+	if _, decided := itemRecords(b); decided != 1 {
+		t.Fatalf("the re-driven task's event wrote %d tombstones, want 1", decided)
+	}
+	if !r.brk.set.Latched(ref) {
+		t.Fatal("releasing a re-driven task's item reopened the template")
+	}
+	decideItem(t, r, "h-2", "tpl", t0.Add(3*time.Second), true)
+	if r.brk.set.State(ref) != breaker.Closed {
+		t.Fatal("the decision of the last item held did not reopen the template")
+	}
+}
