@@ -12,7 +12,8 @@ package router
 // (adoptShared), since a breaker.Set is not safe for concurrent use; the
 // adopted transitions are written to the alerts topic in that batch like any
 // other. Its own records, once the initial read is done, are skipped: the
-// instance made those changes itself.
+// instance made those changes itself. The topic also holds the latch items
+// (latchitems.go), keyed "item/...": they are read and applied the same way.
 //
 // Last writer wins, with three rules that keep a latch until a person resets
 // it: a latched OPEN is adopted unless a reset newer than it was applied; a
