@@ -46,6 +46,8 @@ type checkerConfig struct {
 	// schedule, when set, replaces the faults: it runs while the workload
 	// streams and returns the names of what it did
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
+	// routerArgs are extra flags of every router instance
+	routerArgs []string
 }
 
 // checkerResult is what one run found, for the summary table.
@@ -153,7 +155,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	if cfg.binary != "" {
 		bin = cfg.binary
 	}
-	c := &cluster{t: t, e: e, bin: bin, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
 	c.start("a")
 
 	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration)
@@ -208,7 +210,8 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		// breaker. The workload's workers never report a retry's outcome,
 		// so a half-open breaker would wait forever for the success that
 		// closes it, and hold its retries.
-		if err := produceItems(ctx, e.prefix, w.finalResets(0), 3, time.Now(), &produced); err != nil {
+		// on every decisions partition: a schedule may have added some
+		if err := produceItems(ctx, e.prefix, w.finalResets(0), partitionCount(ctx, t, e.prefix+"ai.tasks.review.decisions"), time.Now(), &produced); err != nil {
 			t.Fatal(err)
 		}
 		rep = check(true)
@@ -291,6 +294,7 @@ type cluster struct {
 	t       *testing.T
 	e       *env
 	bin     string
+	args    []string // extra flags of every instance
 	dirs    map[string]string
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started
@@ -308,7 +312,7 @@ func (c *cluster) startBin(name, bin string) *router {
 		c.dirs[name] = c.t.TempDir()
 	}
 	c.starts[name] = append(c.starts[name], time.Now())
-	r := c.e.startRouterBin(bin, name, c.dirs[name])
+	r := c.e.startRouterBin(bin, name, c.dirs[name], c.args...)
 	c.routers[name] = r
 	return r
 }
@@ -438,11 +442,46 @@ func consumedAll(ctx context.Context, e *env, topics ...string) bool {
 	ok := true
 	ends.Each(func(o kadm.ListedOffset) {
 		c, found := committed.Lookup(o.Topic, o.Partition)
-		if o.Offset > 0 && (!found || c.At < o.Offset) {
+		// the router's own transactional writes (records it forwarded to
+		// their task's partition) end in a marker no consumer commits past
+		if o.Offset > 0 && (!found || c.At < o.Offset && !onlyMarkers(ctx, o.Topic, o.Partition, c.At, o.Offset)) {
 			ok = false
 		}
 	})
 	return ok
+}
+
+// onlyMarkers reports whether the offsets [from, end) of a partition hold
+// transaction markers only (or aborted records): nothing left to consume.
+func onlyMarkers(ctx context.Context, topic string, partition int32, from, end int64) bool {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		return false
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			return false
+		}
+		data, last := false, int64(-1)
+		fs.EachRecord(func(r *kgo.Record) {
+			last = max(last, r.Offset)
+			if !r.Attrs.IsControl() {
+				data = true
+			}
+		})
+		if data {
+			return false
+		}
+		if last >= end-1 {
+			return true
+		}
+	}
 }
 
 // quietPebble keeps Pebble's recovery messages out of the test log.

@@ -325,7 +325,7 @@ func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
 			v, _ := c.EncodeTaskEvent(nil, &e)
 			rd := codec.Redrive{SourceTopic: "ai.tasks.deadletter", SourcePartition: int32(i % 3), SourceOffset: int64(i), Count: 1,
 				Reason: "checker: upstream fixed"}
-			hs := rd.AppendHeaders(nil)
+			hs := codec.AppendRedriveHeaders(nil, &rd)
 			w.add(workItem{at: g.at, key: e.TaskID, value: v, headers: hs})
 			w.scenario["redrive"]++
 			if rng.IntN(4) == 0 {
@@ -406,7 +406,8 @@ func (w *workload) finalResets(at time.Duration) []workItem {
 // topic's partition count (a reset goes to each).
 func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
-		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute)}
+		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute),
+		kgo.MetadataMinAge(time.Second), kgo.MetadataMaxAge(2 * time.Second)} // partitions added while it streams are written to soon
 	cl, err := kgo.NewClient(opts...) // keys hashed like the Java client, as workers do
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -79,7 +80,7 @@ func (c *checker) breakers(ts []transition) {
 			continue
 		}
 		c.instances[rec.ProducerID] = e.Instance
-		if e.Kind == "ALERT" && strings.HasPrefix(e.Reason, "output quarantined") {
+		if e.Kind == "ALERT" && alertKind(rec, &e) == codec.AlertQuarantined {
 			halluc[alertKey{e.Scope, e.Key, e.TaskID, e.At.UnixMilli()}] = true
 		}
 	}
@@ -88,7 +89,7 @@ func (c *checker) breakers(ts []transition) {
 	// own making entered it: what an adopted transition follows
 	own := map[breaker.Ref]map[string][]time.Time{}
 	for _, t := range ts {
-		if sc, err := breaker.ParseScope(t.e.Scope); err == nil && !adopted(t.e.Reason) {
+		if sc, err := breaker.ParseScope(t.e.Scope); err == nil && codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom == "" {
 			ref := breaker.Ref{Scope: sc, Key: t.e.Key}
 			if own[ref] == nil {
 				own[ref] = map[string][]time.Time{}
@@ -124,24 +125,23 @@ func (c *checker) breakers(ts []transition) {
 			tl[len(tl)-1].to = at
 		}
 		cfg := c.breakerConfig(sc)
-		latch := e.To == "OPEN" && strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION")
-		byCommand := e.To == "OPEN" && strings.HasPrefix(e.Reason, "latched by ")
-		isAdopted := adopted(e.Reason)
+		h := codec.ParseBreakerHeaders(t.rec.Headers)
+		latch := e.To == "OPEN" && h.Latched
+		if !h.LatchKnown { // a release before the header: its reasons say it
+			latch = e.To == "OPEN" && (strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(e.Reason, "latched by "))
+		}
+		isAdopted := h.AdoptedFrom != ""
 		switch {
 		case isAdopted:
 			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) {
 				c.violate("breaker.cause", e.TaskID, "%s on instance %s adopted %s at %s, but no instance had made that change by then",
 					k.ref, e.Instance, e.To, stamp(at))
 			}
-			_, rest, _ := strings.Cut(strings.TrimPrefix(e.Reason, "adopted from "), ": ")
-			latch = e.To == "OPEN" && (strings.HasPrefix(rest, "MODEL_HALLUCINATION") || strings.HasPrefix(rest, "latched by "))
-		case byCommand:
+		case latch && c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}]:
 			// another instance's latch, applied from the LATCH command it wrote
-			if !c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}] {
-				c.violate("breaker.cause", e.TaskID, "%s on instance %s latched at %s by a command for task %s, but no LATCH command was audited then",
-					k.ref, e.Instance, stamp(at), e.TaskID)
-			}
-			latch = true
+		case latch && !c.has(e.TaskID, at, event.ClassHallucination):
+			c.violate("breaker.cause", e.TaskID, "%s on instance %s latched at %s by task %s, which has neither a MODEL_HALLUCINATION decision nor a LATCH command audited then",
+				k.ref, e.Instance, stamp(at), e.TaskID)
 		case e.To == "OPEN" && e.TaskID != "":
 			if !c.has(e.TaskID, at, e.Class) {
 				c.violate("breaker.cause", e.TaskID, "%s opened at %s by task %s (%s), but the task has no %s decision at that time",
@@ -160,6 +160,10 @@ func (c *checker) breakers(ts []transition) {
 			if prev.latched {
 				c.violate("breaker.latch", e.TaskID, "%s on instance %s half-opened at %s while latched open by a hallucination", k.ref, e.Instance, stamp(at))
 			}
+		case e.To == "CLOSED" && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
+			// a reviewer's decision of a hallucination's item reopened the
+			// template: no other item of it may be open
+			c.lastItem(k.ref, e, at)
 		case e.To == "CLOSED" && e.TaskID != "" && e.Class != event.ClassHallucination:
 			// a success while half-open (a reviewer's decision of a
 			// hallucination item names its task too)
@@ -291,7 +295,54 @@ func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry
 	return false
 }
 
-// adopted reports whether a transition's reason says the instance took it
-// from another instance's change on the breakers topic (or its own, written
-// by an earlier process).
-func adopted(reason string) bool { return strings.HasPrefix(reason, "adopted from ") }
+// latchItem is the review item of a hallucination that latched its prompt
+// template: when it opened, and when a reviewer decided it (zero while it
+// is open).
+type latchItem struct {
+	task            string
+	opened, decided time.Time
+}
+
+// itemSlack is how recent an item another instance opened may be and still
+// be unknown to the instance that reopens its template: the commit interval
+// of the instance that opened it and the delay of the breakers topic.
+const itemSlack = 5 * time.Second
+
+// lastItem checks that a reviewer's decision that reopened a latched
+// template (the transition e at at) decided the last open item of a
+// hallucination of it: every other item opened before then was decided by
+// then, or released by a reset by hand (a RESET command made after it
+// opened).
+func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) {
+	for _, it := range c.latchItems[ref.Key] {
+		if it.task == e.TaskID || !it.opened.Before(at.Add(-itemSlack)) || !it.decided.IsZero() && !it.decided.After(at) {
+			continue
+		}
+		if slices.ContainsFunc(c.resetCommands[ref], func(r time.Time) bool { return !r.Before(it.opened) && !r.After(at) }) {
+			continue
+		}
+		c.violate("breaker.latch_items", e.TaskID, "%s reopened at %s when task %s's item was decided, but the item of task %s (opened %s) was still open",
+			ref, stamp(at), e.TaskID, it.task, stamp(it.opened))
+	}
+}
+
+// alertKind is what an ALERT is about: its faultrouter.alert header, or, on
+// a record of a release before that header, what its scope and reason say.
+func alertKind(rec *kgo.Record, e *event.BreakerEvent) string {
+	if k := codec.ParseBreakerHeaders(rec.Headers).Alert; k != "" {
+		return k
+	}
+	switch {
+	case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
+		return codec.AlertReviewOverdue
+	case e.Scope == "TASK":
+		return codec.AlertBudget
+	case e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
+		return codec.AlertQuarantined
+	case e.Scope == "TOPIC":
+		return codec.AlertPartitions
+	case e.Scope == "REGISTRY":
+		return codec.AlertRegistry
+	}
+	return codec.AlertSurge
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -53,6 +54,7 @@ const (
 	inReview                   // a ReviewDecision on decisions
 	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
 	inPoison                   // a record the router must dead-letter
+	inForward                  // a task event or review decision the router forwarded to its task's partition
 )
 
 // inputKey names an input record.
@@ -107,6 +109,16 @@ type checker struct {
 	instances map[int64]string
 	// latchCommands are the LATCH commands applied: task, time
 	latchCommands map[decisionKey]bool
+	// latchItems are, per prompt template, the review items of the
+	// hallucinations that latched it: a template stays latched until every
+	// one is decided (breakers.go)
+	latchItems map[string][]latchItem
+	// resetCommands are the times (At) of the RESET commands applied, per
+	// breaker: a reset releases the items open then
+	resetCommands map[breaker.Ref][]time.Time
+	// forwarded are the records the router forwarded to their task's
+	// partition, with their copies
+	forwarded map[inputKey]inputKey
 }
 
 // taskRun is the model's walk of one task.
@@ -160,6 +172,8 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
+		latchItems: map[string][]latchItem{}, resetCommands: map[breaker.Ref][]time.Time{},
+		forwarded: map[inputKey]inputKey{},
 	}, nil
 }
 
@@ -170,6 +184,9 @@ func (c *checker) readInputs() {
 			in := c.decode(rec)
 			c.inputs[in.key] = in
 			c.rep.Inputs++
+			if _, ok := c.forwarded[in.key]; ok && (in.kind == inTask || in.kind == inReview) {
+				in.kind = inForward // the copy is routed, on the task's partition
+			}
 			switch in.kind {
 			case inTask, inReview:
 				tr := c.tasks[in.task]
@@ -182,6 +199,14 @@ func (c *checker) readInputs() {
 				c.rep.Poison++
 			case inCommand:
 				c.rep.Commands++
+			}
+		}
+	}
+	// the records the router forwarded: their copies name them
+	for _, recs := range [][]*kgo.Record{c.logs.Ingress, c.logs.Decisions} {
+		for _, rec := range recs {
+			if topic, p, o, ok := codec.ParseForwardedFrom(rec.Headers); ok {
+				c.forwarded[inputKey{topic, p, o}] = inputKey{rec.Topic, rec.Partition, rec.Offset}
 			}
 		}
 	}
@@ -280,7 +305,7 @@ func taskOf(r *routed) string {
 // with the policy, and records what each decision must have produced.
 func (c *checker) model() {
 	for _, in := range c.inputs {
-		if in.kind == inPoison || in.kind == inCommand {
+		if in.kind == inPoison || in.kind == inCommand || in.kind == inForward {
 			c.untasked(in)
 		}
 	}
@@ -330,6 +355,12 @@ func (c *checker) untasked(in *input) {
 	case inPoison:
 		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
+	case inForward:
+		to := c.forwarded[in.key]
+		want = policy.Forward(in.task, in.key.topic, in.key.partition, to.partition, 0, at)
+		if to.topic != in.key.topic {
+			c.violate("forward.topic", in.task, "input %s was forwarded to %s, another topic", in.key, to)
+		}
 	case inCommand:
 		ref, invalid := policy.BreakerCommand(&in.command, at)
 		if invalid != nil {
@@ -338,6 +369,8 @@ func (c *checker) untasked(in *input) {
 			want = policy.BreakerCommandApplied(&in.command, ref, true, at)
 			if in.command.Kind == event.BreakerKindLatch {
 				c.latchCommands[decisionKey{in.command.TaskID, at.UnixMilli()}] = true
+			} else {
+				c.resetCommands[ref] = append(c.resetCommands[ref], in.command.At.Time)
 			}
 		}
 	}
@@ -368,6 +401,8 @@ func kindName(k inputKind) string {
 		return "review decision"
 	case inCommand:
 		return "breaker command"
+	case inForward:
+		return "forwarded record"
 	}
 	return "poison"
 }
@@ -464,6 +499,38 @@ func (c *checker) walk(tr *taskRun) {
 		case event.RouteDeadLetter:
 			c.dead[in.key] = in
 			c.expected(tr.id, outputOfDecision("deadletter", in.key, want))
+		}
+		switch {
+		case in.kind == inTask:
+			// an item a re-drive cleared no longer holds its template
+			if tpl := in.event.PromptTemplate; tpl != "" && want.Route != event.RouteDrop && !policy.HoldsLatchItem(st) {
+				for i := range c.latchItems[tpl] {
+					if it := &c.latchItems[tpl][i]; it.task == tr.id && it.decided.IsZero() {
+						it.decided = at
+					}
+				}
+			}
+			// one item per task and template (the router keys it so): a
+			// second hallucination of a task whose item is open reopens it
+			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok && want.Route != event.RouteDrop {
+				items := c.latchItems[ref.Key]
+				if i := slices.IndexFunc(items, func(it latchItem) bool { return it.task == tr.id && it.decided.IsZero() }); i >= 0 {
+					items[i].opened = at
+				} else {
+					c.latchItems[ref.Key] = append(items, latchItem{task: tr.id, opened: at})
+				}
+			}
+		case in.kind == inReview:
+			if ref, ok := policy.ReviewResetsTemplate(&want, ev); ok {
+				if items := c.latchItems[ref.Key]; len(items) > 0 {
+					for i := len(items) - 1; i >= 0; i-- {
+						if items[i].task == tr.id && items[i].decided.IsZero() {
+							items[i].decided = at
+							break
+						}
+					}
+				}
+			}
 		}
 		if in.kind == inTask && want.Route != event.RouteDrop {
 			switch want.Class {

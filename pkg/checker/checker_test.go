@@ -68,12 +68,17 @@ func (b *logBuilder) routed(topic string, in *kgo.Record, ev *event.TaskEvent, d
 	}
 }
 
-func (b *logBuilder) alert(e event.BreakerEvent) {
+func (b *logBuilder) alert(e event.BreakerEvent, hs ...kgo.RecordHeader) {
 	v, err := b.c.EncodeBreakerEvent(nil, &e)
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.logs.Alerts = append(b.logs.Alerts, &kgo.Record{Topic: "alerts", Offset: int64(len(b.logs.Alerts)), Value: v, ProducerID: 7})
+	b.logs.Alerts = append(b.logs.Alerts, &kgo.Record{Topic: "alerts", Offset: int64(len(b.logs.Alerts)), Value: v, ProducerID: 7, Headers: hs})
+}
+
+// adoptedFrom is the header of a transition adopted from instance's change.
+func adoptedFrom(instance string) kgo.RecordHeader {
+	return kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(instance)}
 }
 
 func (b *logBuilder) check() *Report {
@@ -232,7 +237,7 @@ func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
 	b.routed("audit", in1, &ev, d1)
 	in2 := b.input(1, ev)
 	rd := &codec.Redrive{SourceTopic: "deadletter", SourcePartition: 0, SourceOffset: 7, Count: 1, Reason: "upstream fixed"}
-	in2.Headers = rd.AppendHeaders(nil)
+	in2.Headers = codec.AppendRedriveHeaders(nil, rd)
 	// decided after the first retry was due, before it was published
 	at2 := in2.Timestamp.Add(100 * time.Millisecond)
 	d2 := p.DecideEvent(&ev, &st, rd, at2)
@@ -268,7 +273,7 @@ func TestAdoptedTransitions(t *testing.T) {
 		open := tr("a", "CLOSED", "OPEN", "1 of 1 outcomes failed", d[0].DecidedAt.Time)
 		open.TaskID, open.Class = "t-1", d[0].Class
 		b.alert(open)
-		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Add(20*time.Second)))
+		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Add(20*time.Second)), adoptedFrom("a"))
 		b.alert(tr("b", "OPEN", "HALF_OPEN", "cooldown over; letting probes through", d[0].DecidedAt.Add(30*time.Second)))
 	})
 	if n := rep.ViolationsByCheck["breaker.cause"] + rep.ViolationsByCheck["breaker.cooldown"]; n != 0 {
@@ -276,7 +281,7 @@ func TestAdoptedTransitions(t *testing.T) {
 	}
 	rep = run(t, func(b *logBuilder, d []event.Decision, in []*kgo.Record, ev []event.TaskEvent) {
 		correct(b, d, in, ev, "")
-		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Time))
+		b.alert(tr("b", "CLOSED", "OPEN", "adopted from a: 1 of 1 outcomes failed", d[0].DecidedAt.Time), adoptedFrom("a"))
 	})
 	if rep.ViolationsByCheck["breaker.cause"] != 1 {
 		t.Fatalf("an adoption of a change no instance made was not reported: %v", rep.Violations)

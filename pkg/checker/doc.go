@@ -18,8 +18,14 @@
 //     starts where the previous one ended, an outcome-driven transition names
 //     a decision of that class at that time, every hallucination latch has
 //     its alert, no retry is published into an open breaker, a half-open
-//     breaker lets at most its probes through, and the retries held behind a
-//     breaker come out in due order once it closes;
+//     breaker lets at most its probes through, the retries held behind a
+//     breaker come out in due order once it closes, and a template latched
+//     by hallucinations reopens at a reviewer's decision only when no other
+//     hallucination item of it is open (transitions adopted from another
+//     instance and latches are told by their faultrouter.breaker.* headers);
+//   - a record the router forwarded to its task's partition (its copy names
+//     it in faultrouter.forwarded.from) is audited partition.forward, and the
+//     copy is the input the task's model follows;
 //   - the cost ledger: the spend, failed spend and cost prevented that
 //     `faultrouter cost` sums from the audit records equal the sums of the
 //     model's decisions, in total and per class.

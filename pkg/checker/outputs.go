@@ -3,13 +3,13 @@ package checker
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -71,12 +71,14 @@ func (c *checker) checkRouted() {
 			var k inputKey
 			var out Output
 			var got *routed
-			if stage := header(rec, "faultrouter.error.stage"); short == "deadletter" && (stage == "decode" || stage == "validate") {
-				p, _ := strconv.Atoi(header(rec, "faultrouter.error.partition"))
-				o, _ := strconv.ParseInt(header(rec, "faultrouter.error.offset"), 10, 64)
-				k = inputKey{header(rec, "faultrouter.error.topic"), int32(p), o}
+			var ei codec.ErrorInfo
+			if e := codec.ParseHeaders(rec.Headers).Error; e != nil {
+				ei = *e
+			}
+			if short == "deadletter" && (ei.Stage == codec.StageDecode || ei.Stage == codec.StageValidate) {
+				k = inputKey{ei.Topic, ei.Partition, ei.Offset}
 				out = Output{Topic: short, Input: k.String(), Class: string(event.ClassInvalidInput), Route: "DEADLETTER",
-					Rule: "input." + header(rec, "faultrouter.error.kind"), At: stamp(rec.Timestamp)}
+					Rule: "input." + ei.Kind, At: stamp(rec.Timestamp)}
 			} else {
 				r, ok := c.routed(short, rec)
 				if !ok {
@@ -104,9 +106,9 @@ func (c *checker) checkRouted() {
 			case seen[k]:
 				c.violate(short+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
 			case in.kind == inPoison:
-				if got != nil || header(rec, "faultrouter.error.kind") != in.errKind || string(rec.Value) != string(in.rec.Value) {
+				if got != nil || ei.Kind != in.errKind || string(rec.Value) != string(in.rec.Value) {
 					c.violate(short+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",
-						short, rec.Partition, rec.Offset, k, header(rec, "faultrouter.error.kind"), in.errKind, string(rec.Value) == string(in.rec.Value))
+						short, rec.Partition, rec.Offset, k, ei.Kind, in.errKind, string(rec.Value) == string(in.rec.Value))
 				}
 			case got == nil:
 				c.violate(short+".decision", task, "%s %d@%d for input %s is a raw dead letter, want the routed event", short, rec.Partition, rec.Offset, k)
@@ -249,10 +251,12 @@ func (c *checker) checkAlerts() {
 			transitions = append(transitions, transition{rec: rec, e: e})
 		case e.Kind != "ALERT":
 			c.violate("alerts.kind", e.TaskID, "alert %d@%d has kind %q", rec.Partition, rec.Offset, e.Kind)
-		case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
+		case alertKind(rec, &e) == codec.AlertPartitions || alertKind(rec, &e) == codec.AlertRegistry:
+			// about the cluster, not a task: the model predicts none
+		case alertKind(rec, &e) == codec.AlertReviewOverdue:
 			c.rep.SLAAlerts++
 			c.slaAlert(rec, e)
-		case e.Scope == "TASK" || e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
+		case alertKind(rec, &e) == codec.AlertBudget || alertKind(rec, &e) == codec.AlertQuarantined:
 			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + e.Scope + "/" + e.Key, At: stamp(at), Reason: e.Reason})
 			k := alertKey{e.Scope, e.Key, e.TaskID, at.UnixMilli()}
 			if c.alerts[k] == 0 {
@@ -340,12 +344,3 @@ func (c *checker) surge(rec *kgo.Record, e event.BreakerEvent) {
 
 // refs are the breakers a retry of ev would be published into.
 func refs(ev *event.TaskEvent) []breaker.Ref { return policy.BreakerRefs(ev) }
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // The record headers are part of the wire contract, beside the schemas: the
@@ -46,6 +48,37 @@ const (
 	HeaderRedriveReason       = "faultrouter.redrive.reason"           // the operator's --reason, if given
 	HeaderRedriveForced       = "faultrouter.redrive.forced"           // "true": --force overrode the unknown-outcome guard
 	HeaderRedriveOperator     = "faultrouter.redrive.operator"         // who re-drove it, when known (the console's signed-in person)
+
+	// HeaderForwardedFrom is, on a task event or review decision the router
+	// forwarded to its task's partition, "<topic>/<partition>/<offset>" of
+	// the record it copies.
+	HeaderForwardedFrom = "faultrouter.forwarded.from"
+
+	// HeaderBreakerInstance names, on a record of the breakers topic, the
+	// router instance that wrote it; on a latch item's tombstone it is the
+	// only sign of its writer.
+	HeaderBreakerInstance = "faultrouter.breaker.instance"
+	// HeaderBreakerAdoptedFrom is, on a TRANSITION of the alerts topic that
+	// an instance took from the breakers topic rather than made itself, the
+	// instance whose change it adopted (its own ID for a state an earlier
+	// process of it wrote).
+	HeaderBreakerAdoptedFrom = "faultrouter.breaker.adopted_from"
+	// HeaderBreakerLatched is, on every TRANSITION, "true" when it left the
+	// breaker latched OPEN (until a person resets it), else "false".
+	HeaderBreakerLatched = "faultrouter.breaker.latched"
+	// HeaderAlert names, on every ALERT of the alerts topic, what it is
+	// about: one of the Alert* values.
+	HeaderAlert = "faultrouter.alert"
+)
+
+// Values of HeaderAlert.
+const (
+	AlertQuarantined   = "quarantined"    // a hallucination's output quarantined (scope PROMPT_TEMPLATE)
+	AlertBudget        = "budget"         // a task's budget exhausted (scope TASK)
+	AlertSurge         = "surge"          // one class rising for a template or model
+	AlertReviewOverdue = "review_overdue" // a review item open past its owner's SLA (scope TASK)
+	AlertPartitions    = "partitions"     // a topic's partition count changed (scope TOPIC)
+	AlertRegistry      = "registry"       // the schema registry cannot be reached
 )
 
 // maxErrorMessageHeaderBytes bounds the text headers the router writes.
@@ -94,26 +127,10 @@ func (e *ErrorInfo) Raw() bool {
 	return e != nil && e.Stage != StageRoute && e.Stage != StageWrite
 }
 
-// Redrive is what the faultrouter.redrive.* headers say.
-type Redrive struct {
-	SourceTopic     string
-	SourcePartition int32
-	SourceOffset    int64
-	// Count is the number of re-drives of this lineage, 1 for the first.
-	Count int
-	// Reason is the operator's reason; Forced is set when the operator
-	// overrode the guard against re-driving a write whose outcome is
-	// unknown.
-	Reason string
-	Forced bool
-	// Operator is who re-drove the record, when known.
-	Operator string
-}
-
-// Source names the re-driven record: topic/partition@offset.
-func (r *Redrive) Source() string {
-	return r.SourceTopic + "/" + strconv.Itoa(int(r.SourcePartition)) + "@" + strconv.FormatInt(r.SourceOffset, 10)
-}
+// Redrive is the lineage of a re-driven record (faultrouter.redrive.*
+// headers); its home is pkg/event, so that the policy reads it without the
+// codec.
+type Redrive = event.Redrive
 
 // EventCopy says that a record's event is the task state's bounded copy of
 // an input event, cut to fit (faultrouter.event.* headers): a retry
@@ -264,8 +281,8 @@ func (e *ErrorInfo) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
 	return hs
 }
 
-// AppendHeaders appends the faultrouter.redrive.* headers of r to hs.
-func (r *Redrive) AppendHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+// AppendRedriveHeaders appends the faultrouter.redrive.* headers of r to hs.
+func AppendRedriveHeaders(hs []kgo.RecordHeader, r *Redrive) []kgo.RecordHeader {
 	add := func(k, v string) {
 		hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
@@ -333,4 +350,66 @@ func Truncate(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// BreakerHeaders are the faultrouter.breaker.* headers of a record on the
+// alerts or breakers topic.
+type BreakerHeaders struct {
+	// Instance is the writer of a breakers topic record (HeaderBreakerInstance).
+	Instance string
+	// AdoptedFrom is, on a TRANSITION, the instance whose change on the
+	// breakers topic it was adopted from; empty for one the writer made.
+	AdoptedFrom string
+	// Latched is true on a TRANSITION that left the breaker latched OPEN;
+	// LatchKnown tells that the header was there (records of releases
+	// before it have none).
+	Latched, LatchKnown bool
+	// Alert is the HeaderAlert of an ALERT; empty on records of releases
+	// before it.
+	Alert string
+}
+
+// ParseBreakerHeaders reads the faultrouter.breaker.* headers of a record.
+func ParseBreakerHeaders(hs []kgo.RecordHeader) BreakerHeaders {
+	var h BreakerHeaders
+	for _, x := range hs {
+		switch x.Key {
+		case HeaderBreakerInstance:
+			h.Instance = string(x.Value)
+		case HeaderBreakerAdoptedFrom:
+			h.AdoptedFrom = string(x.Value)
+		case HeaderBreakerLatched:
+			h.Latched, h.LatchKnown = string(x.Value) == "true", true
+		case HeaderAlert:
+			h.Alert = string(x.Value)
+		}
+	}
+	return h
+}
+
+// ParseForwardedFrom reads the faultrouter.forwarded.from header of a
+// record: the topic, partition and offset of the record it is a forwarded
+// copy of; ok false when it is none.
+func ParseForwardedFrom(hs []kgo.RecordHeader) (topic string, partition int32, offset int64, ok bool) {
+	for _, x := range hs {
+		if x.Key != HeaderForwardedFrom {
+			continue
+		}
+		v := string(x.Value)
+		i := strings.LastIndexByte(v, '/')
+		if i <= 0 {
+			return "", 0, 0, false
+		}
+		j := strings.LastIndexByte(v[:i], '/')
+		if j <= 0 {
+			return "", 0, 0, false
+		}
+		p, err1 := strconv.ParseInt(v[j+1:i], 10, 32)
+		o, err2 := strconv.ParseInt(v[i+1:], 10, 64)
+		if err1 != nil || err2 != nil {
+			return "", 0, 0, false
+		}
+		return v[:j], int32(p), o, true
+	}
+	return "", 0, 0, false
 }

@@ -17,7 +17,7 @@ func TestHeadersRoundTrip(t *testing.T) {
 	e := ErrorInfo{Topic: "ai.tasks.ingress", Partition: 2, Offset: 41, Timestamp: at, Stage: StageValidate, Kind: "oversize", Message: "too big"}
 	r := Redrive{SourceTopic: "ai.tasks.deadletter", SourcePartition: 1, SourceOffset: 7, Count: 2, Reason: "provider fixed", Forced: true}
 	hs := []kgo.RecordHeader{{Key: HeaderTraceparent, Value: []byte("00-abc-def-01")}, {Key: "x-own", Value: []byte("kept")}}
-	hs = r.AppendHeaders(e.AppendHeaders(hs))
+	hs = AppendRedriveHeaders(e.AppendHeaders(hs), &r)
 
 	got := ParseHeaders(hs)
 	if got.Error == nil || *got.Error != e {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -42,6 +43,59 @@ type row struct {
 	CanClaim, CanAssign bool
 	// Assignees are the reviewers an operator may assign the item to.
 	Assignees []string
+	// Latch is, on an item of a hallucination whose template is latched,
+	// what deciding it does to the template
+	Latch *latchNote
+}
+
+// latchNote says what deciding a hallucination's item does to its latched
+// prompt template: the router reopens it once no other item of a
+// hallucination of it is open (Others 0), else Others items keep it
+// offline.
+type latchNote struct {
+	Template string
+	Others   int
+}
+
+// latchNotes sets the latch note of each row of a hallucination whose
+// template is latched; halluc are the tasks of every open hallucination
+// item in the queue.
+func (s *Server) latchNotes(rows []row, halluc []string) error {
+	open := map[string]int{} // template -> open items not decided yet
+	for _, task := range halluc {
+		var it reviewItem
+		if ok, err := s.view.get("rev/"+task, &it); err != nil {
+			return err
+		} else if ok && it.open() && it.Template != "" && it.decided() == nil {
+			open[it.Template]++
+		}
+	}
+	latched := map[string]bool{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Class != string(event.ClassHallucination) || r.Template == "" {
+			continue
+		}
+		l, seen := latched[r.Template]
+		if !seen {
+			var b breakerView
+			ok, err := s.view.get("brk/"+breaker.PromptTemplate.String()+"/"+r.Template, &b)
+			if err != nil {
+				return err
+			}
+			l = ok && b.State == "OPEN" && b.Latched
+			latched[r.Template] = l
+		}
+		if !l {
+			continue
+		}
+		others := open[r.Template]
+		if r.DecidedBy == "" {
+			others-- // the item itself
+		}
+		r.Latch = &latchNote{Template: r.Template, Others: max(others, 0)}
+	}
+	return nil
 }
 
 // ownerCount is one owner's open and overdue items.
@@ -176,7 +230,7 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	now := time.Now()
 	counts := map[string]*ownerCount{}
 	classes := map[string]bool{}
-	var page []string
+	var page, halluc []string
 	next, total := "", 0
 	err := s.queueScan("", func(k, task string, due time.Time, e queueEntry) bool {
 		oc := counts[e.Owner]
@@ -189,6 +243,9 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 			oc.Overdue++
 		}
 		classes[e.Class] = true
+		if e.Class == string(event.ClassHallucination) {
+			halluc = append(halluc, task)
+		}
 		if f.matchEntry(e) {
 			total++
 			if k > after {
@@ -218,6 +275,9 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 		} else if ok && it.open() {
 			rows = append(rows, s.rowOf(&it, p, now))
 		}
+	}
+	if err := s.latchNotes(rows, halluc); err != nil {
+		return err
 	}
 	var owners []ownerCount
 	for _, oc := range counts {

@@ -82,3 +82,67 @@ func DecodeBreakerState(b []byte) (BreakerState, error) {
 	}
 	return s, nil
 }
+
+// BreakerItem is a record on the breakers topic for one open review item of
+// a hallucination that latched its prompt template's breaker: a template
+// stays latched until every such item is decided (or a person resets the
+// breaker by hand). It is keyed by BreakerItemKey; deciding the item writes a
+// tombstone under the same key, with the deciding instance in a
+// faultrouter.breaker.instance header.
+type BreakerItem struct {
+	// Scope and Key name the latched breaker (Scope is PROMPT_TEMPLATE).
+	Scope string `json:"scope"`
+	Key   string `json:"key"`
+	// TaskID is the task whose review item holds the latch.
+	TaskID string `json:"task_id"`
+	// OpenedAt is when the item opened (the hallucination's decision time).
+	OpenedAt Timestamp `json:"opened_at"`
+	// Instance is the router instance that opened it.
+	Instance string `json:"instance"`
+}
+
+// BreakerItemPrefix begins the key of every BreakerItem record: no breaker
+// state's key ("<SCOPE>/<key>", an upper-case scope) begins with it.
+const BreakerItemPrefix = "item/"
+
+// BreakerItemKey is the record key of a BreakerItem:
+// "item/<scope>/<task_id>/<key>".
+func BreakerItemKey(scope, key, taskID string) string {
+	return BreakerItemPrefix + scope + "/" + taskID + "/" + key
+}
+
+// Validate checks the fields a BreakerItem must have.
+func (it *BreakerItem) Validate() error {
+	switch {
+	case it.Scope == "":
+		return &FieldError{Field: "scope", Msg: "required, a non-empty string"}
+	case it.Key == "":
+		return &FieldError{Field: "key", Msg: "required, a non-empty string"}
+	case it.TaskID == "":
+		return &FieldError{Field: "task_id", Msg: "required, a non-empty string"}
+	case it.OpenedAt.IsZero():
+		return &FieldError{Field: "opened_at", Msg: "required, an RFC 3339 time or integer milliseconds"}
+	}
+	return nil
+}
+
+// EncodeBreakerItem encodes it as JSON.
+func EncodeBreakerItem(it *BreakerItem) ([]byte, error) {
+	if err := it.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(it)
+}
+
+// DecodeBreakerItem decodes and validates one BreakerItem; unknown fields
+// are ignored.
+func DecodeBreakerItem(b []byte) (BreakerItem, error) {
+	var it BreakerItem
+	if err := json.Unmarshal(b, &it); err != nil {
+		return it, fmt.Errorf("breaker item: %w", err)
+	}
+	if err := it.Validate(); err != nil {
+		return it, fmt.Errorf("breaker item: %w", err)
+	}
+	return it, nil
+}

@@ -7,6 +7,7 @@ package policy
 import (
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // Which classes count as a failure of each breaker scope. SUCCEEDED counts as
@@ -112,4 +113,12 @@ func ReviewResetsTemplate(d *event.Decision, last *event.TaskEvent) (breaker.Ref
 		return breaker.Ref{}, false
 	}
 	return breaker.Ref{Scope: breaker.PromptTemplate, Key: last.PromptTemplate}, true
+}
+
+// HoldsLatchItem reports whether a task's state still has the open review
+// item of a hallucination: while it does, the item keeps its template
+// latched. An item that a re-drive cleared (task.State.Reopen) no longer
+// holds it; a decision by a person closes it too (ReviewResetsTemplate).
+func HoldsLatchItem(st *task.State) bool {
+	return st != nil && st.Review == task.ReviewOpen && st.ReviewClass == event.ClassHallucination
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -22,7 +21,7 @@ import (
 // reason names the re-drive. The re-drive itself is deduplicated by its
 // lineage (event ID, source record, count): the same re-drive delivered
 // twice is routed once.
-func (p *Policy) DecideEvent(ev *event.TaskEvent, st *task.State, rd *codec.Redrive, now time.Time) event.Decision {
+func (p *Policy) DecideEvent(ev *event.TaskEvent, st *task.State, rd *event.Redrive, now time.Time) event.Decision {
 	isNew := st.TaskID == ""
 	if rd == nil {
 		if !isNew && st.Seen(ev.EventID) {
@@ -47,18 +46,18 @@ func (p *Policy) DecideEvent(ev *event.TaskEvent, st *task.State, rd *codec.Redr
 }
 
 // redriveKey is the dedup key of one re-drive of an event.
-func redriveKey(eventID string, rd *codec.Redrive) string {
+func redriveKey(eventID string, rd *event.Redrive) string {
 	return fmt.Sprintf("%s#redrive:%s:%d", eventID, rd.Source(), rd.Count)
 }
 
-func redriveReason(rd *codec.Redrive, isNew bool) string {
+func redriveReason(rd *event.Redrive, isNew bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "re-drive %d of %s by an operator", rd.Count, rd.Source())
 	if rd.Forced {
 		b.WriteString(" (forced)")
 	}
 	if rd.Reason != "" {
-		fmt.Fprintf(&b, " (%s)", codec.Truncate(rd.Reason, 256))
+		fmt.Fprintf(&b, " (%s)", rd.ShortReason(256))
 	}
 	if isNew {
 		b.WriteString(": routed as a new task; ")

@@ -231,5 +231,5 @@ func GuardUnknownOutcome(ev *event.TaskEvent, d *event.Decision, force bool, rea
 // minus the router's error and previous lineage headers, then the lineage
 // r (the source of the re-drive, the new count, the operator's reason).
 func Lineage(orig []kgo.RecordHeader, r codec.Redrive) []kgo.RecordHeader {
-	return r.AppendHeaders(codec.WithoutContract(orig))
+	return codec.AppendRedriveHeaders(codec.WithoutContract(orig), &r)
 }

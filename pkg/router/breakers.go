@@ -41,7 +41,9 @@ package router
 //     time it was moved to: before any retry that comes due after the close.
 // While a template breaker is latched open by a hallucination, its retries
 // are held until a person resets it, on every instance and across restarts
-// (the breakers topic keeps the latch).
+// (the breakers topic keeps the latch); a reviewer's decision of a
+// hallucination's item is that reset only once every other open item of a
+// hallucination of that template is decided too (latchitems.go).
 //
 // Latches and resets reach every instance as commands on the decisions
 // topic: the instance that latches a breaker (or routes the review decision
@@ -60,6 +62,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -109,6 +112,9 @@ type breakers struct {
 	// again.
 	lastChange map[breaker.Ref]int64
 	lastReset  map[breaker.Ref]int64
+	// items are the open review items of the hallucinations that latched a
+	// template (latchitems.go)
+	items *latchItems
 
 	states      *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
@@ -145,6 +151,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		heldUntil:  map[breaker.Ref]int64{},
 		lastChange: map[breaker.Ref]int64{},
 		lastReset:  map[breaker.Ref]int64{},
+		items:      newLatchItems(),
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -199,19 +206,26 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		}
 	}
 	r.surge(ev, refs, d.Class, b, now)
+	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(b.states[ev.TaskID]) {
+		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
+		if r.brk.items.has(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
+			r.shareItem(ref, ev.TaskID, false, b, now) // a re-drive cleared the task's item
+		}
+	}
 	switch d.Class {
 	case event.ClassHallucination:
 		key := ev.PromptTemplate
 		if key == "" {
 			key = "(none)"
 		}
-		r.alert(b, now, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
+		r.alert(b, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
 			r.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, b, now)
+			r.shareItem(ref, ev.TaskID, true, b, now)
 		}
 	case event.ClassBudgetExhausted:
-		r.alert(b, now, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
+		r.alert(b, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
 }
@@ -223,17 +237,19 @@ func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Clas
 	for _, ref := range refs {
 		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
-			r.alert(b, now, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
+			r.alert(b, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
 				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
 		}
 	}
 }
 
 // reviewed closes the prompt template breaker a hallucination latched open
-// once a person decided its review item (approved or rejected): that is the
-// person's reset. A decision for an item already closed changes nothing.
-// The reset reaches every instance as a RESET command on every decisions
-// partition.
+// once a person decided its review item (approved or rejected) and no other
+// item of a hallucination of that template is open (latchitems.go): that is
+// the person's reset. While others are, the template stays latched (the
+// console says so on each item). A decision for an item
+// already closed changes nothing. The reset reaches every instance as a
+// RESET command on every decisions partition.
 func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	st := b.states[in.review.TaskID]
 	if st == nil {
@@ -241,6 +257,15 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	}
 	ref, ok := policy.ReviewResetsTemplate(&in.decision, st.LastEvent)
 	if !ok {
+		return
+	}
+	r.shareItem(ref, in.review.TaskID, false, b, now)
+	if !r.brk.set.Latched(ref) {
+		return // reset by hand since: nothing holds it any more
+	}
+	if others := r.brk.items.holding(ref, in.review.TaskID); len(others) > 0 {
+		r.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
+			"prompt_template", ref.Key, "open_items", len(others))
 		return
 	}
 	who := in.review.Reviewer
@@ -324,6 +349,10 @@ func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decisi
 		changed = len(ts) > 0
 		if changed {
 			r.share(ref, reason, true, b, now)
+		}
+		// the reset releases the latch items open when it was made
+		for _, id := range r.brk.items.openedBy(ref, c.At.UnixMilli()) {
+			r.shareItem(ref, id, false, b, now)
 		}
 	}
 	r.transitionEvents(ts, b)
@@ -540,20 +569,43 @@ func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
 
 // transitionEvents queues one BreakerEvent per transition.
 func (r *Router) transitionEvents(ts []breaker.Transition, b *batch) {
+	r.transitionEventsFrom(ts, b, "")
+}
+
+// transitionEventsFrom queues one BreakerEvent per transition; adoptedFrom,
+// when not empty, is the instance whose change on the breakers topic they
+// were adopted from (a faultrouter.breaker.adopted_from header).
+func (r *Router) transitionEventsFrom(ts []breaker.Transition, b *batch, adoptedFrom string) {
 	for _, t := range ts {
+		n := len(b.out)
 		if t.To == breaker.Closed {
 			r.brk.closed[t.Ref] = true
 		}
 		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
+		for _, rec := range b.out[n:] {
+			if adoptedFrom != "" {
+				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(adoptedFrom)})
+			}
+			latched := "false"
+			if t.To == breaker.Open && r.brk.set.Latched(t.Ref) {
+				latched = "true"
+			}
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte(latched)})
+		}
 	}
 }
 
-// alert queues an immediate alert.
-func (r *Router) alert(b *batch, now time.Time, e event.BreakerEvent) {
+// alert queues an immediate alert; kind is what it is about (a
+// codec.Alert* value, its faultrouter.alert header).
+func (r *Router) alert(b *batch, now time.Time, kind string, e event.BreakerEvent) {
 	e.Instance, e.At = r.cfg.InstanceID, event.At(now)
+	n := len(b.out)
 	r.queueBreakerEvent(b, &e)
+	for _, rec := range b.out[n:] {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(kind)})
+	}
 }
 
 func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
@@ -574,6 +626,7 @@ func (r *Router) beginBreakers() {
 	r.brk.set.Begin()
 	r.brk.surges.Begin()
 	r.brk.held.begin()
+	r.brk.items.begin()
 	r.brk.savedClosed = maps.Clone(r.brk.closed)
 	// a time that has passed holds no more retries: forget it
 	nowMs := r.cfg.Now().UnixMilli()
@@ -617,6 +670,7 @@ func (r *Router) commitBreakers(b *batch) {
 	r.brk.set.Commit()
 	r.brk.surges.Commit()
 	r.brk.held.commit()
+	r.brk.items.commit()
 	for i := range b.breakerEvents {
 		e := &b.breakerEvents[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
@@ -645,6 +699,7 @@ func (r *Router) rollbackBreakers() {
 	r.brk.set.Rollback()
 	r.brk.surges.Rollback()
 	r.brk.held.rollback()
+	r.brk.items.rollback()
 	if r.brk.savedClosed != nil {
 		r.brk.closed = r.brk.savedClosed
 	}

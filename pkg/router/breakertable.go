@@ -12,7 +12,8 @@ package router
 // (adoptShared), since a breaker.Set is not safe for concurrent use; the
 // adopted transitions are written to the alerts topic in that batch like any
 // other. Its own records, once the initial read is done, are skipped: the
-// instance made those changes itself.
+// instance made those changes itself. The topic also holds the latch items
+// (latchitems.go), keyed "item/...": they are read and applied the same way.
 //
 // Last writer wins, with three rules that keep a latch until a person resets
 // it: a latched OPEN is adopted unless a reset newer than it was applied; a
@@ -24,6 +25,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/scan"
 )
@@ -43,12 +46,16 @@ type breakerTable struct {
 
 	mu      sync.Mutex
 	pending map[breaker.Ref]event.BreakerState
-	done    bool          // the initial read reached the end (under mu)
-	loaded  chan struct{} // closed then
+	// items are the latch items (latchitems.go) not applied yet, by record
+	// key, the latest of each: nil for one decided
+	items  map[string]*latchItem
+	done   bool          // the initial read reached the end (under mu)
+	loaded chan struct{} // closed then
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
-	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]event.BreakerState{}, loaded: make(chan struct{})}
+	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]event.BreakerState{},
+		items: map[string]*latchItem{}, loaded: make(chan struct{})}
 }
 
 // run reads the topic until ctx ends, starting again from the beginning
@@ -113,7 +120,14 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 			if r, ok := short[rec.Partition]; ok && rec.Offset+1 >= r.End {
 				delete(short, rec.Partition)
 			}
-			if rec.Attrs.IsControl() || rec.Value == nil {
+			if rec.Attrs.IsControl() {
+				return
+			}
+			if strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
+				t.putItem(rec)
+				return
+			}
+			if rec.Value == nil {
 				return
 			}
 			s, err := event.DecodeBreakerState(rec.Value)
@@ -141,6 +155,50 @@ func (t *breakerTable) put(s event.BreakerState) {
 		return
 	}
 	t.pending[ref] = s
+}
+
+// putItem keeps an item record (a tombstone for one decided) as the latest
+// of its key not yet applied. Its own, once loaded, are skipped like its own
+// states.
+func (t *breakerTable) putItem(rec *kgo.Record) {
+	key := string(rec.Key)
+	var it *latchItem
+	writer := ""
+	if rec.Value != nil {
+		x, err := event.DecodeBreakerItem(rec.Value)
+		sc, serr := breaker.ParseScope(x.Scope)
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			t.log.Warn("breakers topic: a record that is not a latch item is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+			return
+		}
+		it = &latchItem{ref: breaker.Ref{Scope: sc, Key: x.Key}, task: x.TaskID, openedAt: x.OpenedAt.UnixMilli()}
+		writer = x.Instance
+	}
+	if h := codec.ParseBreakerHeaders(rec.Headers); h.Instance != "" {
+		writer = h.Instance
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done && writer == t.self {
+		delete(t.items, key)
+		return
+	}
+	t.items[key] = it
+}
+
+// takeItems returns the items not applied yet and forgets them.
+func (t *breakerTable) takeItems() map[string]*latchItem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.items) == 0 {
+		return nil
+	}
+	p := t.items
+	t.items = map[string]*latchItem{}
+	return p
 }
 
 // take returns the states not applied yet and forgets them.
@@ -196,6 +254,9 @@ func (r *Router) adoptShared(b *batch, now time.Time) {
 	if r.brk.table == nil {
 		return
 	}
+	for key, it := range r.brk.table.takeItems() {
+		r.brk.items.adopt(key, it)
+	}
 	p := r.brk.table.take()
 	r.brk.adopting = p
 	for ref, s := range p {
@@ -234,7 +295,7 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 	}
 	ts := r.brk.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
 	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], at)
-	r.transitionEvents(ts, b)
+	r.transitionEventsFrom(ts, b, who)
 }
 
 // parseState returns the breaker.State named s.
@@ -270,6 +331,33 @@ func (r *Router) share(ref breaker.Ref, reason string, reset bool, b *batch, now
 		r.brk.lastReset[ref] = max(r.brk.lastReset[ref], now.UnixMilli())
 	}
 	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: v, Timestamp: now})
+}
+
+// shareItem queues, on the breakers topic in the batch's transaction, an
+// open latch item of ref for the task (open), or the tombstone of its item
+// once decided, and records it in this instance's items.
+func (r *Router) shareItem(ref breaker.Ref, taskID string, open bool, b *batch, now time.Time) {
+	key := event.BreakerItemKey(ref.Scope.String(), ref.Key, taskID)
+	if !open {
+		r.brk.items.del(key)
+	} else {
+		r.brk.items.put(key, latchItem{ref: ref, task: taskID, openedAt: now.UnixMilli()})
+	}
+	if r.cfg.Topics.Breakers == "" {
+		return
+	}
+	rec := &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(key), Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(r.cfg.InstanceID)}}}
+	if open {
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: ref.Scope.String(), Key: ref.Key, TaskID: taskID,
+			OpenedAt: event.At(now), Instance: r.cfg.InstanceID})
+		if err != nil { // only a bug can get here: every field is the router's own
+			r.log.Error("latch item does not encode", "task_id", taskID, "scope", ref.Scope, "key", ref.Key, "err", err)
+			return
+		}
+		rec.Value = v
+	}
+	b.out = append(b.out, rec)
 }
 
 // pruneChanges forgets the times of changes older than an hour once there

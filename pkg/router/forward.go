@@ -28,13 +28,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // hdrForwardedFrom is the header a forwarded record carries:
 // "<topic>/<partition>/<offset>" of the record it copies.
-const hdrForwardedFrom = "faultrouter.forwarded.from"
+const hdrForwardedFrom = codec.HeaderForwardedFrom
 
 // scopeTopic is the scope of an alert about a topic.
 const scopeTopic = "TOPIC"
@@ -110,7 +111,7 @@ func (r *Router) watchPartitions(ctx context.Context, cl *kgo.Client, b *batch, 
 			"(murmur2 over %d partitions) and records on other partitions are forwarded there; "+
 			"restart every instance together to adopt a new partition count (see README, Partitions)", t.topic, t.was, t.now, r.home)
 		r.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", r.home)
-		r.alert(b, now, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
+		r.alert(b, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
 			Requests: t.now})
 	}
 	if changed {

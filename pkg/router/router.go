@@ -393,7 +393,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
-		kgo.Balancers(kgo.RangeBalancer()), // co-partitioned: partition p of ingress and decisions together
+		// co-partitioned: partition p of ingress and decisions together, also
+		// while their counts differ (balancer.go); "range" for older members
+		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
 		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
@@ -567,9 +569,21 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
 	var parts []int32
+	ingress := map[int32]bool{}
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
+		ingress[p] = true
 		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
 			parts = append(parts, p)
+		}
+	}
+	// the co-partitioned assignor never splits them (balancer.go); a group
+	// that fell back to "range" for an older member does, while counts differ
+	for _, p := range assigned[r.cfg.Topics.Decisions] {
+		if p < r.parts.state && p < r.parts.ingress && !ingress[p] {
+			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
+				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
+				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
+				"partition", p, "protocol", "range")
 		}
 	}
 	if err := r.restore(ctx, cl, parts); err != nil {

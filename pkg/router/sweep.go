@@ -27,6 +27,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/store"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -78,7 +79,7 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 			b.load(st, p)
 			st.ReviewAlerted = true
 			age := time.Duration(nowMs-st.LastSeenAt) * time.Millisecond
-			r.alert(b, now, event.BreakerEvent{
+			r.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
 				Scope: scopeTask, Key: st.TaskID, Kind: breakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
 				Reason: fmt.Sprintf("review item (%s) open for %s, past the response SLA of owner %s",
 					st.ReviewClass, age.Round(time.Second), st.ReviewOwner),
