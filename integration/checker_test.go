@@ -43,6 +43,10 @@ type checkerConfig struct {
 	binary string
 	// noSettle checks once, without waiting for held retries to come out
 	noSettle bool
+	// compressed runs the routers and the model on the default policy with
+	// every duration divided by FAULTROUTER_TIME_FACTOR (compress_test.go),
+	// and the workload with the long paths of a task's life
+	compressed bool
 	// schedule, when set, replaces the faults: it runs while the workload
 	// streams and returns the names of what it did
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
@@ -80,7 +84,7 @@ func checkerSeed(t *testing.T) uint64 {
 // consistent with the audit stream.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
-	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true})
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
@@ -130,7 +134,7 @@ func TestCheckerSoak(t *testing.T) {
 	for round := 0; round == 0 || time.Since(began) < dur; round++ {
 		s := seed + uint64(round)
 		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
-			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true})
+			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
 			results = append(results, res)
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
@@ -153,10 +157,17 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	if cfg.binary != "" {
 		bin = cfg.binary
 	}
+	pol := policy.Default()
 	c := &cluster{t: t, e: e, bin: bin, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	if cfg.compressed {
+		var path string
+		path, pol = compressedPolicy(t)
+		c.args = []string{"--policy", path}
+		t.Logf("policy: the default policy, every duration divided by %d", timeFactor(t))
+	}
 	c.start("a")
 
-	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration)
+	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration, cfg.compressed)
 	t.Logf("workload: %d records, %d tasks, scenarios %v", len(w.items), w.tasks, w.scenario)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -182,7 +193,6 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		t.Fatalf("the router did not consume every ingress record within 4 min; logs of a:\n%s", tailLines(c.routers["a"].logs.String(), 40))
 	}
 
-	pol := policy.Default()
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
 		Starts: c.starts}
 	// check waits until every input has its audit record (the last ones may
@@ -190,7 +200,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	// missing (held retries come out up to a cooldown after a reset)
 	check := func(retries bool) *checker.Report {
 		for deadline := time.Now().Add(2 * time.Minute); ; {
-			rep, err := checker.Check(readLogs(ctx, t, e), opts)
+			rep, err := checker.Check(readLogs(ctx, t, e, retries || cfg.noSettle), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,10 +236,11 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	return res
 }
 
-// readLogs reads every input and output topic to its committed end. End is
-// when the last topic was read: the router may commit while the topics are
-// read one after another, and a record read was decided before its read.
-func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
+// readLogs reads every input and output topic to its committed end, and
+// withState the tombstones of the state changelog. End is when the last
+// topic was read: the router may commit while the topics are read one after
+// another, and a record read was decided before its read.
+func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker.Logs {
 	t.Helper()
 	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
 	logs := checker.Logs{
@@ -240,6 +251,16 @@ func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
 		Review:     readTopic(ctx, t, topic("review"), true),
 		DeadLetter: readTopic(ctx, t, topic("deadletter"), true),
 		Alerts:     readTopic(ctx, t, topic("alerts"), true),
+	}
+	if withState { // the changelog's tombstones are all the checker reads of it
+		for _, rec := range readTopic(ctx, t, e.prefix+"faultrouter.state", true) {
+			if rec.Value == nil {
+				logs.State = append(logs.State, rec)
+			}
+		}
+		if logs.State == nil {
+			logs.State = []*kgo.Record{}
+		}
 	}
 	logs.End = time.Now()
 	return logs
@@ -294,6 +315,7 @@ type cluster struct {
 	dirs    map[string]string
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started
+	args    []string               // given to every router (the policy)
 }
 
 func (c *cluster) start(name string) *router {
@@ -308,7 +330,7 @@ func (c *cluster) startBin(name, bin string) *router {
 		c.dirs[name] = c.t.TempDir()
 	}
 	c.starts[name] = append(c.starts[name], time.Now())
-	r := c.e.startRouterBin(bin, name, c.dirs[name])
+	r := c.e.startRouterBin(bin, name, c.dirs[name], c.args...)
 	c.routers[name] = r
 	return r
 }

@@ -170,6 +170,13 @@ func (c *checker) breakers(ts []transition) {
 		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN", adopted: isAdopted})
 	}
 	c.retriesVsBreakers(timelines)
+	for _, xs := range c.retries {
+		for _, x := range xs {
+			for _, p := range x.published {
+				c.retryLateness(x, p, timelines) // lifetime.go
+			}
+		}
+	}
 }
 
 // retriesVsBreakers checks that no retry was published into an open breaker,

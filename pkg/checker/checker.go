@@ -21,6 +21,9 @@ type Logs struct {
 	Ingress, Decisions []*kgo.Record
 	// Audit, Retry, Review, DeadLetter and Alerts are the output topics.
 	Audit, Retry, Review, DeadLetter, Alerts []*kgo.Record
+	// State is the task-state changelog, optional: with it the model checks
+	// the router's tombstones against each task's expiry.
+	State []*kgo.Record
 	// End is when the logs were read: every committed output is older.
 	End time.Time
 }
@@ -39,6 +42,20 @@ type Options struct {
 	Settle time.Duration
 	// MaxViolations bounds the violations kept in the report. Default 1000.
 	MaxViolations int
+	// RetryLate bounds how late a retry may be published after it could be
+	// (its due time, or the moment the breakers it goes into closed): the
+	// router looks for due retries on every poll, and a partition that moves
+	// (a session timeout, a restore) takes some seconds. Default 60 s.
+	RetryLate time.Duration
+	// DecideLate bounds how long after an input was produced its decision
+	// may be: the model takes each decision's time from its audit record
+	// only within [produced, produced + DecideLate]. Default 3 min.
+	DecideLate time.Duration
+	// ExpiryLate is how long after a task's state expired its tombstone may
+	// wait on the changelog (an expiry bucket, a poll, a moved partition).
+	// Default 90 s plus the router's expiry bucket (2 x default_sla_ms / 24,
+	// within 1 s and 1 h).
+	ExpiryLate time.Duration
 	// Starts are the times a process of each router instance (by instance
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
@@ -107,6 +124,8 @@ type checker struct {
 	instances map[int64]string
 	// latchCommands are the LATCH commands applied: task, time
 	latchCommands map[decisionKey]bool
+	// pubs are the publication times of each task's retries (lifetime.go)
+	pubs map[string][]time.Time
 }
 
 // taskRun is the model's walk of one task.
@@ -117,6 +136,11 @@ type taskRun struct {
 	expected []Output
 	actual   []Output
 	failed   bool
+	// touches are the model's state after each decision, for its expiry
+	// (lifetime.go); stopped: an input has no audit record, the model could
+	// not go on
+	touches []touch
+	stopped bool
 }
 
 // Check recomputes every output of logs with the policy and reports where
@@ -128,11 +152,13 @@ func Check(logs Logs, o Options) (*Report, error) {
 	}
 	ck.readInputs()
 	ck.readAudit()
+	ck.indexPublished() // lifetime.go
 	ck.model()
 	ck.checkRouted()
 	ck.checkRetries()
 	ck.checkAlerts()
-	ck.checkLedger() // ledger.go
+	ck.checkTombstones() // lifetime.go
+	ck.checkLedger()     // ledger.go
 	ck.finish()
 	return ck.rep, nil
 }
@@ -150,6 +176,16 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 	}
 	if o.MaxViolations == 0 {
 		o.MaxViolations = 1000
+	}
+	if o.RetryLate == 0 {
+		o.RetryLate = 60 * time.Second
+	}
+	if o.DecideLate == 0 {
+		o.DecideLate = 3 * time.Minute
+	}
+	if o.ExpiryLate == 0 {
+		bucket := min(max(time.Duration(2*o.Policy.DefaultSLAMs/24)*time.Millisecond, time.Second), time.Hour)
+		o.ExpiryLate = 90*time.Second + bucket
 	}
 	c, err := codec.New()
 	if err != nil {
@@ -285,18 +321,7 @@ func (c *checker) model() {
 		}
 	}
 	for _, tr := range c.tasks {
-		slices.SortFunc(tr.inputs, func(a, b *input) int {
-			if (a.audit == nil) != (b.audit == nil) {
-				if a.audit == nil {
-					return 1
-				}
-				return -1
-			}
-			if a.audit != nil {
-				return cmp.Or(cmp.Compare(a.audit.rec.Partition, b.audit.rec.Partition), cmp.Compare(a.audit.rec.Offset, b.audit.rec.Offset))
-			}
-			return cmp.Or(cmp.Compare(a.key.topic, b.key.topic), cmp.Compare(a.key.offset, b.key.offset))
-		})
+		tr.inputs = c.inputOrder(tr.inputs)
 		c.walk(tr)
 	}
 	// tasks in the order of their first input, for "the first task that differs"
@@ -315,6 +340,56 @@ func (c *checker) model() {
 	slices.SortFunc(c.order, func(a, b string) int {
 		return cmp.Or(first(c.tasks[a]).Compare(first(c.tasks[b])), cmp.Compare(a, b))
 	})
+}
+
+// inputOrder is the order the model decides a task's inputs in, taken from
+// the committed input log: each topic's records in offset order, the two
+// topics merged by decision time (two inputs decided in the same millisecond
+// were in one poll: by their audit records' order), the inputs without an
+// audit record last. walk checks that the audit agrees.
+func (c *checker) inputOrder(ins []*input) []*input {
+	var audited, rest []*input
+	for _, in := range ins {
+		if in.audit != nil {
+			audited = append(audited, in)
+		} else {
+			rest = append(rest, in)
+		}
+	}
+	byTopic := map[string][]*input{}
+	var topics []string
+	for _, in := range audited {
+		if byTopic[in.key.topic] == nil {
+			topics = append(topics, in.key.topic)
+		}
+		byTopic[in.key.topic] = append(byTopic[in.key.topic], in)
+	}
+	slices.Sort(topics)
+	for _, t := range topics {
+		slices.SortFunc(byTopic[t], func(a, b *input) int { return cmp.Compare(a.key.offset, b.key.offset) })
+	}
+	before := func(a, b *input) bool { // a decided before b
+		return cmp.Or(a.audit.at().Compare(b.audit.at()), cmp.Compare(a.audit.rec.Partition, b.audit.rec.Partition),
+			cmp.Compare(a.audit.rec.Offset, b.audit.rec.Offset)) < 0
+	}
+	out := make([]*input, 0, len(ins))
+	for {
+		var next string
+		for _, t := range topics {
+			if q := byTopic[t]; len(q) > 0 && (next == "" || before(q[0], byTopic[next][0])) {
+				next = t
+			}
+		}
+		if next == "" {
+			break
+		}
+		out = append(out, byTopic[next][0])
+		byTopic[next] = byTopic[next][1:]
+	}
+	slices.SortFunc(rest, func(a, b *input) int {
+		return cmp.Or(cmp.Compare(a.key.topic, b.key.topic), cmp.Compare(a.key.offset, b.key.offset))
+	})
+	return append(out, rest...)
 }
 
 // untasked checks the audit record of a poison record or a breaker command
@@ -376,10 +451,16 @@ func kindName(k inputKind) string {
 // window and after the task's previous decision.
 func (c *checker) window(in *input, prev *time.Time) {
 	at := in.audit.at()
+	if lag := at.Sub(in.rec.Timestamp).Milliseconds(); lag > c.rep.MaxDecideLagMs {
+		c.rep.MaxDecideLagMs = lag
+	}
 	switch {
 	case at.Before(in.rec.Timestamp.Truncate(time.Millisecond)):
 		c.violate("time.window", in.task, "input %s produced at %s was decided at %s, before it existed",
 			in.key, in.rec.Timestamp.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+	case at.Sub(in.rec.Timestamp) > c.o.DecideLate:
+		c.violate("time.late", in.task, "input %s produced at %s was decided at %s, %s later; bound %s",
+			in.key, in.rec.Timestamp.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), at.Sub(in.rec.Timestamp).Round(time.Millisecond), c.o.DecideLate)
 	case !c.logs.End.IsZero() && at.After(c.logs.End):
 		c.violate("time.window", in.task, "input %s was decided at %s, after the logs were read (%s)",
 			in.key, at.Format(time.RFC3339Nano), c.logs.End.UTC().Format(time.RFC3339Nano))
@@ -392,25 +473,39 @@ func (c *checker) window(in *input, prev *time.Time) {
 // walk replays one task through the policy.
 func (c *checker) walk(tr *taskRun) {
 	st := &tr.st
-	last := map[string]int64{}
 	var prev *time.Time
+	var prevAudit *routed
 	var item *reviewItem
+	reconciled := map[string]time.Time{} // writes a reviewer reconciled, by op ID (lifetime.go)
+	var pendSince time.Time
 	for _, in := range tr.inputs {
 		if in.audit == nil {
 			c.violate("audit.missing", tr.id, "input %s (%s) has no audit record; the model cannot go on with this task", in.key, kindName(in.kind))
 			c.expected(tr.id, Output{Topic: "audit", Input: in.key.String(), Note: "an audit record"})
+			tr.stopped = true
 			return
 		}
-		if o, ok := last[in.key.topic]; ok && in.key.offset < o {
-			c.violate("audit.order", tr.id, "input %s was audited after %s/%d@%d: the router decided the task's %s records out of offset order",
-				in.key, in.key.topic, in.key.partition, o, in.key.topic)
+		if p := prevAudit; p != nil && p.rec.Partition == in.audit.rec.Partition && p.rec.Offset > in.audit.rec.Offset {
+			c.violate("audit.order", tr.id, "input %s was audited at %d@%d, before the input the log puts first (audited at %d@%d)",
+				in.key, in.audit.rec.Partition, in.audit.rec.Offset, p.rec.Partition, p.rec.Offset)
 		}
-		last[in.key.topic] = in.key.offset
+		prevAudit = in.audit
 		c.window(in, prev)
 		at := in.audit.at()
 		prev = &at
 
-		pending := st.Pending
+		// the TTL: an input after the task's state expired is decided on a
+		// fresh state (lifetime.go)
+		fresh := false
+		if n := len(tr.touches); n > 0 {
+			if e, why := c.expiry(tr.id, tr.touches[n-1], at); why == "" && e <= at.UnixMilli() {
+				*st, item, fresh = task.State{}, nil, true
+				clear(reconciled)
+				c.rep.Lives++
+			}
+		}
+
+		pending, unknown := st.Pending, unknownWrites(st)
 		var want event.Decision
 		var ev *event.TaskEvent // the event a retry of this decision re-issues
 		switch in.kind {
@@ -422,6 +517,12 @@ func (c *checker) walk(tr *taskRun) {
 			ev = st.LastEvent
 		}
 		in.decided = want
+		c.reconcile(tr.id, in, &want, st, at, unknown, reconciled) // lifetime.go
+		if st.Pending != nil && st.Pending != pending {
+			pendSince = at
+		}
+		tr.touches = append(tr.touches, touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled),
+			pending: st.Pending != nil, pendSince: pendSince, fresh: fresh})
 		c.rep.Decisions++
 		c.rep.count(want)
 		dk := decisionKey{tr.id, at.UnixMilli()}
