@@ -48,10 +48,10 @@ type workItem struct {
 type workload struct {
 	seed       uint64
 	compressed bool // the long paths, for a compressed policy
-	tasks    int
-	duration time.Duration // stream time the tasks start within
-	items    []workItem
-	scenario map[string]int // tasks per scenario
+	tasks      int
+	duration   time.Duration // stream time the tasks start within
+	items      []workItem
+	scenario   map[string]int // tasks per scenario
 }
 
 var (
