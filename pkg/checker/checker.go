@@ -125,7 +125,7 @@ type checker struct {
 	// latchCommands are the LATCH commands applied: task, time
 	latchCommands map[decisionKey]bool
 	// pubs are the publication times of each task's retries (lifetime.go)
-	pubs map[string][]time.Time
+	pubs map[string][]published
 }
 
 // taskRun is the model's walk of one task.
@@ -499,6 +499,8 @@ func (c *checker) walk(tr *taskRun) {
 		fresh := false
 		if n := len(tr.touches); n > 0 {
 			if e, why := c.expiry(tr.id, tr.touches[n-1], at); why == "" && e <= at.UnixMilli() {
+				c.expected(tr.id, Output{Topic: "state", Input: in.key.String(), At: stamp(time.UnixMilli(e)),
+					Note: fmt.Sprintf("expired (last touched %s, SLA %dms): decided on a fresh state", stamp(tr.touches[n-1].at), tr.touches[n-1].slaMs)})
 				*st, item, fresh = task.State{}, nil, true
 				clear(reconciled)
 				c.rep.Lives++
@@ -521,8 +523,11 @@ func (c *checker) walk(tr *taskRun) {
 		if st.Pending != nil && st.Pending != pending {
 			pendSince = at
 		}
-		tr.touches = append(tr.touches, touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled),
-			pending: st.Pending != nil, pendSince: pendSince, fresh: fresh})
+		k := touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled), pendSince: pendSince, fresh: fresh}
+		if st.Pending != nil {
+			k.pending, k.pendN = true, st.Pending.N
+		}
+		tr.touches = append(tr.touches, k)
 		c.rep.Decisions++
 		c.rep.count(want)
 		dk := decisionKey{tr.id, at.UnixMilli()}
@@ -581,19 +586,31 @@ func (c *checker) walk(tr *taskRun) {
 			}
 		}
 
-		// the review item's SLA clock, as the router keeps it
+		// the review item's SLA clock, as the router keeps it: an item opens
+		// when the task's review opens and none is open (a re-drive closes
+		// the open one: Reopen clears its due time), and keeps its due time
+		// while later decisions of the task keep it open, its class
+		// following theirs
 		if in.kind == inReview || want.Route != event.RouteDrop {
-			switch {
-			case st.Review != task.ReviewOpen:
+			closeItem := func() {
 				if item != nil {
 					t := at
 					item.closed = &t
 					item = nil
 				}
-			case item == nil && want.Review != nil && want.Review.SLAMs > 0:
+			}
+			switch {
+			case st.Review != task.ReviewOpen:
+				closeItem()
+				st.ReviewDueAt = 0
+			case st.ReviewDueAt == 0 && want.Review != nil && want.Review.SLAMs > 0:
+				closeItem()
 				item = &reviewItem{task: tr.id, class: st.ReviewClass, opened: at,
 					due: at.Add(time.Duration(want.Review.SLAMs) * time.Millisecond)}
+				st.ReviewDueAt = item.due.UnixMilli()
 				c.items = append(c.items, item)
+			case item != nil && st.ReviewClass != item.classAt(at):
+				item.classes = append(item.classes, classAt{at, st.ReviewClass})
 			}
 		}
 	}

@@ -28,10 +28,11 @@ import (
 type touch struct {
 	at         time.Time
 	slaMs      int64
-	unresolved string    // why the state cannot expire: an open review item, an unknown write; "" if it can
-	pending    bool      // a retry is pending (decided at pendSince) and was not published by at
-	pendSince  time.Time // when the pending retry was decided
-	fresh      bool      // the state was forgotten before this decision: a new life of the task
+	unresolved string // why the state cannot expire: an open review item, an unknown write; "" if it can
+	pending    bool   // a retry (number pendN, decided at pendSince) is pending and was not published by at
+	pendN      int32
+	pendSince  time.Time
+	fresh      bool // the state was forgotten before this decision: a new life of the task
 }
 
 // expiry is when the state after touch k expires as seen at time x (the
@@ -43,7 +44,7 @@ func (c *checker) expiry(id string, k touch, x time.Time) (int64, string) {
 	}
 	from := k.at
 	if k.pending {
-		p, ok := c.lastPublished(id, k.pendSince, x)
+		p, ok := c.lastPublished(id, k.pendN, k.pendSince, x)
 		if !ok {
 			return 0, "a retry is pending"
 		}
@@ -54,36 +55,44 @@ func (c *checker) expiry(id string, k touch, x time.Time) (int64, string) {
 	return from.UnixMilli() + 2*k.slaMs, ""
 }
 
-// lastPublished is the latest publication of a retry of task id in
-// [since, until).
-func (c *checker) lastPublished(id string, since, until time.Time) (time.Time, bool) {
+// lastPublished is the latest publication of retry n of task id in
+// [since, until). (A retry superseded in the millisecond of the decision
+// that superseded it may be published in that millisecond too: the number
+// tells them apart.)
+func (c *checker) lastPublished(id string, n int32, since, until time.Time) (time.Time, bool) {
 	var last time.Time
 	ok := false
 	for _, p := range c.pubs[id] {
-		if !p.Before(since) && p.Before(until) {
-			last, ok = p, true
+		if p.n == n && !p.at.Before(since) && p.at.Before(until) {
+			last, ok = p.at, true
 		}
 	}
 	return last, ok
 }
 
+// published is one retry record: its number and time.
+type published struct {
+	n  int32
+	at time.Time
+}
+
 // indexPublished reads the publication time of every retry, by task, for
 // the model's clock (checkRetries checks the records themselves).
 func (c *checker) indexPublished() {
-	c.pubs = map[string][]time.Time{}
+	c.pubs = map[string][]published{}
 	for _, rec := range c.logs.Retry {
 		r, err := c.codec.DecodeRouted(rec.Value)
-		if err != nil {
+		if err != nil || r.Decision.Retry == nil {
 			continue
 		}
 		id := string(rec.Key)
 		if r.Event != nil {
 			id = r.Event.TaskID
 		}
-		c.pubs[id] = append(c.pubs[id], r.Decision.DecidedAt.Time)
+		c.pubs[id] = append(c.pubs[id], published{r.Decision.Retry.N, r.Decision.DecidedAt.Time})
 	}
 	for _, ps := range c.pubs {
-		slices.SortFunc(ps, time.Time.Compare)
+		slices.SortFunc(ps, func(a, b published) int { return a.at.Compare(b.at) })
 	}
 }
 
