@@ -45,7 +45,10 @@ type Options struct {
 	// RetryLate bounds how late a retry may be published after it could be
 	// (its due time, or the moment the breakers it goes into closed): the
 	// router looks for due retries on every poll, and a partition that moves
-	// (a session timeout, a restore) takes some seconds. Default 60 s.
+	// (a session timeout, a restore) takes some seconds; a retry held behind
+	// a breaker by a process that stopped comes out on the process that
+	// restores it at its moved time, up to a cooldown later. Default 60 s
+	// plus the policy's longest breaker cooldown.
 	RetryLate time.Duration
 	// DecideLate bounds how long after an input was produced its decision
 	// may be: the model takes each decision's time from its audit record
@@ -178,7 +181,8 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		o.MaxViolations = 1000
 	}
 	if o.RetryLate == 0 {
-		o.RetryLate = 60 * time.Second
+		b := o.Policy.Breakers
+		o.RetryLate = 60*time.Second + time.Duration(max(b.ProviderModel.CooldownMs, b.Downstream.CooldownMs, b.PromptTemplate.CooldownMs))*time.Millisecond
 	}
 	if o.DecideLate == 0 {
 		o.DecideLate = 3 * time.Minute
