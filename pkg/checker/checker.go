@@ -500,12 +500,11 @@ func (c *checker) walk(tr *taskRun) {
 
 		// the TTL: an input after the task's state expired is decided on a
 		// fresh state (lifetime.go)
-		fresh := false
 		if n := len(tr.touches); n > 0 {
 			if e, why := c.expiry(tr.id, tr.touches[n-1], at); why == "" && e <= at.UnixMilli() {
 				c.expected(tr.id, Output{Topic: "state", Input: in.key.String(), At: stamp(time.UnixMilli(e)),
 					Note: fmt.Sprintf("expired (last touched %s, SLA %dms): decided on a fresh state", stamp(tr.touches[n-1].at), tr.touches[n-1].slaMs)})
-				*st, item, fresh = task.State{}, nil, true
+				*st, item = task.State{}, nil
 				clear(reconciled)
 				c.rep.Lives++
 			}
@@ -527,7 +526,7 @@ func (c *checker) walk(tr *taskRun) {
 		if st.Pending != nil && st.Pending != pending {
 			pendSince = at
 		}
-		k := touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled), pendSince: pendSince, fresh: fresh}
+		k := touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled), pendSince: pendSince}
 		if st.Pending != nil {
 			k.pending, k.pendN = true, st.Pending.N
 		}
