@@ -194,7 +194,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	}
 
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
-		Starts: c.starts}
+		Starts: c.starts, Partitions: 3}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is
 	// missing (held retries come out up to a cooldown after a reset)

@@ -29,7 +29,8 @@ import (
 // with an sla_ms of a few seconds so that its TTL passes within the run: a
 // review decided after the task's TTL, a write of unknown outcome reconciled
 // by a reviewer and an attempt after the reconciled task expired, and an
-// exact redelivery after the TTL (routed afresh, not dropped).
+// exact redelivery after the TTL (routed afresh, not dropped); and about one
+// record in 150 is produced to another partition than its task's.
 
 // workItem is one record of the workload, produced at stream time at.
 type workItem struct {
@@ -42,6 +43,9 @@ type workItem struct {
 	reset bool
 	// headers are the record's headers (a re-drive's lineage)
 	headers []kgo.RecordHeader
+	// misplaced goes to another partition than its key's, as a producer
+	// with another partitioner would send it: the router forwards it
+	misplaced bool
 }
 
 // workload is a generated stream.
@@ -448,6 +452,13 @@ func newWorkload(seed uint64, tasks int, duration time.Duration, compressed bool
 	for at := 25 * time.Second; at < duration; at += 40 * time.Second {
 		w.addReset(c, at, "PROVIDER_MODEL", wlStormProvider[0]+"/"+wlStormProvider[1])
 	}
+	if compressed {
+		for i := range w.items {
+			if !w.items[i].reset && rng.IntN(150) == 0 {
+				w.items[i].misplaced = true
+			}
+		}
+	}
 	slices.SortStableFunc(w.items, func(a, b workItem) int {
 		if a.at != b.at {
 			return int(a.at - b.at)
@@ -484,6 +495,10 @@ func (w *workload) finalResets(at time.Duration) []workItem {
 	}
 	return tail.items
 }
+
+// homeHash is the Java client's partitioner, as the router computes a
+// task's partition.
+var homeHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
 
 // produce writes items to the topics of prefix, each at its stream time
 // (scaled by speed: 1 is real time) after began. partitions is the decisions
@@ -542,6 +557,14 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 			}
 		}
 		switch {
+		case it.misplaced:
+			topic := ingress
+			if it.decision {
+				topic = decisions
+			}
+			r := &kgo.Record{Topic: topic, Key: []byte(it.key), Value: it.value, Headers: it.headers}
+			r.Partition = int32((homeHash.Partition(r, partitions) + 1) % partitions)
+			send(manual, r, 0)
 		case it.reset:
 			for p := range partitions {
 				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value}, 0)

@@ -59,6 +59,11 @@ type Options struct {
 	// Default 90 s plus the router's expiry bucket (2 x default_sla_ms / 24,
 	// within 1 s and 1 h).
 	ExpiryLate time.Duration
+	// Partitions is the router's home partition count (its state topic's):
+	// a task event or review decision on another partition than murmur2 of
+	// its key over it is forwarded there (forward.go). 0: not checked, every
+	// input is taken to be on its task's partition.
+	Partitions int32
 	// Starts are the times a process of each router instance (by instance
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
@@ -73,6 +78,7 @@ const (
 	inReview                   // a ReviewDecision on decisions
 	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
 	inPoison                   // a record the router must dead-letter
+	inForward                  // a task event or review decision on the wrong partition for its task (forward.go)
 )
 
 // inputKey names an input record.
@@ -95,6 +101,7 @@ type input struct {
 	errKind string
 	err     error
 	task    string  // task ID; the record key for poison and commands
+	home    int32   // the task's partition, of an inForward input
 	audit   *routed // its audit record, nil if none
 	decided event.Decision
 }
@@ -161,6 +168,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck.checkRetries()
 	ck.checkAlerts()
 	ck.checkTombstones() // lifetime.go
+	ck.checkForwarded()  // forward.go
 	ck.checkLedger()     // ledger.go
 	ck.finish()
 	return ck.rep, nil
@@ -220,6 +228,8 @@ func (c *checker) readInputs() {
 				tr.inputs = append(tr.inputs, in)
 			case inPoison:
 				c.rep.Poison++
+			case inForward:
+				c.rep.Forwarded++
 			case inCommand:
 				c.rep.Commands++
 			}
@@ -273,6 +283,9 @@ func (c *checker) decode(rec *kgo.Record) *input {
 		return poison("key_mismatch", fmt.Errorf("key %q, task_id %q", rec.Key, id))
 	}
 	in.task = id
+	if home, ok := c.misplaced(rec); ok { // forward.go
+		in.kind, in.home = inForward, home
+	}
 	return in
 }
 
@@ -320,7 +333,7 @@ func taskOf(r *routed) string {
 // with the policy, and records what each decision must have produced.
 func (c *checker) model() {
 	for _, in := range c.inputs {
-		if in.kind == inPoison || in.kind == inCommand {
+		if in.kind == inPoison || in.kind == inCommand || in.kind == inForward {
 			c.untasked(in)
 		}
 	}
@@ -409,6 +422,8 @@ func (c *checker) untasked(in *input) {
 	case inPoison:
 		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
+	case inForward:
+		want = policy.Forward(in.task, in.key.topic, in.key.partition, in.home, c.o.Partitions, at)
 	case inCommand:
 		ref, invalid := policy.BreakerCommand(&in.command, at)
 		if invalid != nil {
@@ -447,6 +462,8 @@ func kindName(k inputKind) string {
 		return "review decision"
 	case inCommand:
 		return "breaker command"
+	case inForward:
+		return "misplaced input"
 	}
 	return "poison"
 }

@@ -16,6 +16,9 @@
 //     one; surge alerts justified by the audit stream;
 //   - the state changelog's tombstones: none while the task could not
 //     expire, one for every task past its expiry;
+//   - every input on another partition than its task's (Options.Partitions)
+//     audited as forwarded and copied once, unchanged, to its task's
+//     partition (forward.go);
 //   - breaker transitions consistent with the audit stream, per router
 //     instance (breakers live in one instance's memory): each transition
 //     starts where the previous one ended, an outcome-driven transition names

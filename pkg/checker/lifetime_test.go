@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -184,5 +185,53 @@ func TestCheckModelsReconciledWrites(t *testing.T) {
 	}, nil)
 	if rep.ViolationsByCheck["audit.decision"] == 0 {
 		t.Errorf("a router that kept a reconciled task: want audit.decision, got %v", rep.ViolationsByCheck)
+	}
+}
+
+// Guards the model of forwarded records: a task event on another partition
+// than its task's is audited there as forwarded and copied once to its
+// task's partition, where it is decided; a router that routes it where it
+// landed, or forwards it without a copy, or twice, is reported.
+func TestCheckForwardedInputs(t *testing.T) {
+	p := policy.Default()
+	run := func(copies int, inPlace bool) *Report {
+		b := newLog(t)
+		ev := success("t-f", "f-1", 60_000, b.t0)
+		ev.Attempt = 1
+		rec := b.input(0, *ev)
+		home := int32(homeHash.Partition(rec, 3))
+		rec.Partition = (home + 1) % 3
+		at := rec.Timestamp.Add(100 * time.Millisecond)
+		var st task.State
+		if inPlace {
+			b.routed("audit", rec, ev, audited(p.Decide(ev, &st, at)))
+		} else {
+			b.routed("audit", rec, ev, audited(policy.Forward("t-f", "in", rec.Partition, home, 3, at)))
+		}
+		for i := range copies {
+			cp := &kgo.Record{Topic: "in", Partition: home, Offset: int64(10 + i), Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
+				Headers: []kgo.RecordHeader{{Key: hdrForwardedFrom, Value: []byte(fmt.Sprintf("in/%d/0", rec.Partition))}}}
+			b.logs.Ingress = append(b.logs.Ingress, cp)
+			st = task.State{}
+			b.routed("audit", cp, ev, audited(p.Decide(ev, &st, at.Add(time.Duration(i+1)*time.Millisecond))))
+		}
+		rep, err := Check(b.logs, Options{Policy: p, Ingress: "in", Decisions: "decisions", Partitions: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := run(1, false); !rep.OK() || rep.Forwarded != 1 {
+		t.Errorf("forwarded once: forwarded %d, %s", rep.Forwarded, report(rep))
+	}
+	for _, c := range []struct {
+		name    string
+		copies  int
+		inPlace bool
+		check   string
+	}{{"no copy", 0, false, "forward.missing"}, {"two copies", 2, false, "forward.duplicate"}, {"routed where it landed", 0, true, "audit.decision"}} {
+		if rep := run(c.copies, c.inPlace); rep.ViolationsByCheck[c.check] == 0 {
+			t.Errorf("%s: want %s, got %v", c.name, c.check, rep.ViolationsByCheck)
+		}
 	}
 }
