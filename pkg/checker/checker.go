@@ -56,7 +56,7 @@ type Options struct {
 	DecideLate time.Duration
 	// ExpiryLate is how long after a task's state expired its tombstone may
 	// wait on the changelog (an expiry bucket, a poll, a moved partition).
-	// Default 90 s plus the router's expiry bucket (2 x default_sla_ms / 24,
+	// Default 45 s plus the router's expiry bucket (2 x default_sla_ms / 24,
 	// within 1 s and 1 h).
 	ExpiryLate time.Duration
 	// Partitions is the router's home partition count (its state topic's):
@@ -197,7 +197,7 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 	}
 	if o.ExpiryLate == 0 {
 		bucket := min(max(time.Duration(2*o.Policy.DefaultSLAMs/24)*time.Millisecond, time.Second), time.Hour)
-		o.ExpiryLate = 90*time.Second + bucket
+		o.ExpiryLate = 45*time.Second + bucket
 	}
 	c, err := codec.New()
 	if err != nil {
