@@ -43,11 +43,19 @@ type checkerConfig struct {
 	binary string
 	// noSettle checks once, without waiting for held retries to come out
 	noSettle bool
+	// compressed runs the routers and the model on the default policy with
+	// every duration divided by FAULTROUTER_TIME_FACTOR (compress_test.go),
+	// and the workload with the long paths of a task's life
+	compressed bool
 	// schedule, when set, replaces the faults: it runs while the workload
 	// streams and returns the names of what it did
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
 	// routerArgs are extra flags of every router instance
 	routerArgs []string
+	// partitionsChange: the schedule adds partitions, so the model cannot
+	// tell a task's partition from its key (checker.Options.Partitions 0)
+	// and takes the router's forwarded copies as what was misplaced
+	partitionsChange bool
 }
 
 // checkerResult is what one run found, for the summary table.
@@ -82,7 +90,7 @@ func checkerSeed(t *testing.T) uint64 {
 // consistent with the audit stream.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
-	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true})
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
@@ -132,7 +140,7 @@ func TestCheckerSoak(t *testing.T) {
 	for round := 0; round == 0 || time.Since(began) < dur; round++ {
 		s := seed + uint64(round)
 		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
-			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true})
+			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
 			results = append(results, res)
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
@@ -155,10 +163,17 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	if cfg.binary != "" {
 		bin = cfg.binary
 	}
+	pol := policy.Default()
 	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	if cfg.compressed {
+		var path string
+		path, pol = compressedPolicy(t)
+		c.args = append([]string{"--policy", path}, c.args...)
+		t.Logf("policy: the default policy, every duration divided by %d", timeFactor(t))
+	}
 	c.start("a")
 
-	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration)
+	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration, cfg.compressed)
 	t.Logf("workload: %d records, %d tasks, scenarios %v", len(w.items), w.tasks, w.scenario)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -184,15 +199,17 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		t.Fatalf("the router did not consume every ingress record within 4 min; logs of a:\n%s", tailLines(c.routers["a"].logs.String(), 40))
 	}
 
-	pol := policy.Default()
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
-		Starts: c.starts}
+		Starts: c.starts, Partitions: 3}
+	if cfg.partitionsChange {
+		opts.Partitions = 0
+	}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is
 	// missing (held retries come out up to a cooldown after a reset)
 	check := func(retries bool) *checker.Report {
 		for deadline := time.Now().Add(2 * time.Minute); ; {
-			rep, err := checker.Check(readLogs(ctx, t, e), opts)
+			rep, err := checker.Check(readLogs(ctx, t, e, retries || cfg.noSettle), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,10 +246,11 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	return res
 }
 
-// readLogs reads every input and output topic to its committed end. End is
-// when the last topic was read: the router may commit while the topics are
-// read one after another, and a record read was decided before its read.
-func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
+// readLogs reads every input and output topic to its committed end, and
+// withState the tombstones of the state changelog. End is when the last
+// topic was read: the router may commit while the topics are read one after
+// another, and a record read was decided before its read.
+func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker.Logs {
 	t.Helper()
 	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
 	logs := checker.Logs{
@@ -243,6 +261,16 @@ func readLogs(ctx context.Context, t *testing.T, e *env) checker.Logs {
 		Review:     readTopic(ctx, t, topic("review"), true),
 		DeadLetter: readTopic(ctx, t, topic("deadletter"), true),
 		Alerts:     readTopic(ctx, t, topic("alerts"), true),
+	}
+	if withState { // the changelog's tombstones are all the checker reads of it
+		for _, rec := range readTopic(ctx, t, e.prefix+"faultrouter.state", true) {
+			if rec.Value == nil {
+				logs.State = append(logs.State, rec)
+			}
+		}
+		if logs.State == nil {
+			logs.State = []*kgo.Record{}
+		}
 	}
 	logs.End = time.Now()
 	return logs
@@ -294,7 +322,7 @@ type cluster struct {
 	t       *testing.T
 	e       *env
 	bin     string
-	args    []string // extra flags of every instance
+	args    []string // extra flags of every instance (the policy first)
 	dirs    map[string]string
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started

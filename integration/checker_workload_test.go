@@ -23,6 +23,14 @@ import (
 // after a task ended, poison records, breaker resets and provider storms that trip
 // the breakers of the default policy. The same seed gives the same records
 // (occurred_at is on a fixed clock), produced at the same stream times.
+//
+// A compressed workload (for a policy whose durations are divided by a
+// factor, compress_test.go) adds the long paths of a task's life, each task
+// with an sla_ms of a few seconds so that its TTL passes within the run: a
+// review decided after the task's TTL, a write of unknown outcome reconciled
+// by a reviewer and an attempt after the reconciled task expired, and an
+// exact redelivery after the TTL (routed afresh, not dropped); and about one
+// record in 150 is produced to another partition than its task's.
 
 // workItem is one record of the workload, produced at stream time at.
 type workItem struct {
@@ -35,15 +43,19 @@ type workItem struct {
 	reset bool
 	// headers are the record's headers (a re-drive's lineage)
 	headers []kgo.RecordHeader
+	// misplaced goes to another partition than its key's, as a producer
+	// with another partitioner would send it: the router forwards it
+	misplaced bool
 }
 
 // workload is a generated stream.
 type workload struct {
-	seed     uint64
-	tasks    int
-	duration time.Duration // stream time the tasks start within
-	items    []workItem
-	scenario map[string]int // tasks per scenario
+	seed       uint64
+	compressed bool // the long paths, for a compressed policy
+	tasks      int
+	duration   time.Duration // stream time the tasks start within
+	items      []workItem
+	scenario   map[string]int // tasks per scenario
 }
 
 var (
@@ -86,6 +98,7 @@ type taskGen struct {
 	tmpl   string
 	action string
 	events []event.TaskEvent
+	slaMs  *int64 // the task's sla_ms, on every event; nil: the policy's default
 }
 
 func (g *taskGen) ev(status event.Status, stage event.Stage) event.TaskEvent {
@@ -95,6 +108,7 @@ func (g *taskGen) ev(status event.Status, stage event.Stage) event.TaskEvent {
 		OccurredAt: event.At(wlBase.Add(g.at)), Source: "checker-worker", Action: g.action,
 		Provider: g.pm[0], Model: g.pm[1], PromptTemplate: g.tmpl, Status: status, Stage: stage,
 		Usage: event.Usage{CostUSD: float64(1+g.rng.IntN(20)) / 1000, Tokens: int64(50 + g.rng.IntN(300)), ElapsedMs: int64(100 + g.rng.IntN(1500))},
+		SLAMs: g.slaMs,
 	}
 	return e
 }
@@ -172,8 +186,10 @@ var wlScenarios = []struct {
 		e := g.fail(event.StageNetwork, event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: ptr(int64(200 + g.rng.IntN(800)))})
 		g.emit(e)
 		g.wait(1500*time.Millisecond, 3*time.Second)
-		if g.rng.IntN(3) == 0 { // a second 429 within 60 s: RATE_LIMIT_EXCEEDED
-			g.emit(g.fail(event.StageNetwork, event.Error{Type: "RateLimitError", HTTPStatus: 429}))
+		if g.rng.IntN(3) == 0 { // a second 429 within the window (60 ms compressed): RATE_LIMIT_EXCEEDED
+			e2 := g.fail(event.StageNetwork, event.Error{Type: "RateLimitError", HTTPStatus: 429})
+			e2.OccurredAt = event.At(e.OccurredAt.Add(time.Duration(10+g.rng.IntN(40)) * time.Millisecond))
+			g.emit(e2)
 			return
 		}
 		g.emit(g.success())
@@ -217,7 +233,8 @@ var wlScenarios = []struct {
 		e := g.ev(event.StatusOK, event.StageModel)
 		e.Output = &event.Output{Text: "Your order #99999 shipped yesterday.", SchemaValid: ptr(true), Confidence: ptr(0.95), Flags: []string{"fabricated_data"}}
 		g.emit(e)
-		if g.at < 12*time.Second && g.rng.IntN(2) == 0 {
+		// (compressed, content safety's SLA is 60 ms: every item is overdue)
+		if !g.w.compressed && g.at < 12*time.Second && g.rng.IntN(2) == 0 {
 			g.wait(62*time.Second, 68*time.Second) // past content safety's 1 min SLA: alerted
 		} else {
 			g.wait(3*time.Second, 15*time.Second)
@@ -283,17 +300,88 @@ var wlScenarios = []struct {
 	}},
 }
 
+// wlLongPaths are the scenarios of a compressed workload: a task's life
+// past its TTL. Each task states an SLA of a few seconds (sla_ms), so its
+// state lives 2 x that after its last event.
+var wlLongPaths = []struct {
+	name   string
+	weight int
+	run    func(g *taskGen)
+}{
+	// a refusal (owner ai_product, an SLA far longer than the task's TTL)
+	// decided after the task's TTL: the item outlived it and the decision
+	// is applied
+	{"review-after-ttl", 25, func(g *taskGen) {
+		sla := g.sla(1500, 3000)
+		e := g.ev(event.StatusOK, event.StageModel)
+		e.Output = &event.Output{Text: "I cannot help with that request.", SchemaValid: ptr(true), Confidence: ptr(0.9)}
+		g.emit(e)
+		g.wait(2*sla+2*time.Second, 2*sla+6*time.Second)
+		approve := g.rng.IntN(2) == 0
+		g.decide(approve)
+		if approve {
+			g.wait(1*time.Second, 3*time.Second)
+			g.emit(g.success())
+		}
+	}},
+	// a write whose receipt is lost, held as OUTCOME_UNKNOWN (owner
+	// operations: overdue in 1.8 s) and reconciled by a reviewer seconds
+	// later; approved, it runs again and is confirmed; either way the task
+	// then expires, and an attempt after its TTL starts it afresh
+	{"unknown-reconciled", 25, func(g *taskGen) {
+		sla := g.sla(1500, 3000)
+		op := event.Operation{OpID: g.id + "-op", Kind: event.OpWrite, ParamsSHA256: "ee55", State: event.OpSubmitted}
+		e := g.timeout()
+		e.Stage, e.Operation = event.StageBusiness, &op
+		g.emit(e)
+		g.wait(3*time.Second, 8*time.Second)
+		approve := g.rng.IntN(2) == 0
+		g.decide(approve)
+		if approve {
+			g.wait(1*time.Second, 3*time.Second)
+			r := g.success()
+			receipt := op
+			receipt.State = event.OpConfirmed
+			r.Operation = &receipt
+			g.emit(r)
+		}
+		g.wait(2*sla+2*time.Second, 2*sla+5*time.Second)
+		g.emit(g.success())
+	}},
+	// a task that completed, and an exact redelivery of its event after
+	// the TTL: routed afresh, not dropped as a duplicate
+	{"redelivery-after-ttl", 15, func(g *taskGen) {
+		g.sla(1000, 2000)
+		e := g.success()
+		g.emit(e)
+		g.wait(2*time.Duration(*e.SLAMs)*time.Millisecond+2*time.Second, 2*time.Duration(*e.SLAMs)*time.Millisecond+5*time.Second)
+		v, _ := g.c.EncodeTaskEvent(nil, &e)
+		g.w.add(workItem{at: g.at, key: e.TaskID, value: v})
+	}},
+}
+
+// sla gives the task's events an SLA between lo and hi ms and returns it.
+func (g *taskGen) sla(lo, hi int64) time.Duration {
+	ms := lo + g.rng.Int64N(hi-lo+1)
+	g.slaMs = &ms
+	return time.Duration(ms) * time.Millisecond
+}
+
 // newWorkload generates the stream of seed: tasks tasks starting within
-// duration of stream time.
-func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
+// duration of stream time; compressed adds the long paths (wlLongPaths).
+func newWorkload(seed uint64, tasks int, duration time.Duration, compressed bool) *workload {
 	c, err := codec.New()
 	if err != nil {
 		panic(err)
 	}
-	w := &workload{seed: seed, tasks: tasks, duration: duration, scenario: map[string]int{}}
+	w := &workload{seed: seed, tasks: tasks, duration: duration, scenario: map[string]int{}, compressed: compressed}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	scenarios := wlScenarios
+	if compressed {
+		scenarios = append(slices.Clone(wlScenarios), wlLongPaths...)
+	}
 	total := 0
-	for _, s := range wlScenarios {
+	for _, s := range scenarios {
 		total += s.weight
 	}
 	for i := range tasks {
@@ -303,7 +391,7 @@ func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
 			tmpl:   wlTemplates[rng.IntN(len(wlTemplates))],
 			action: wlActions[rng.IntN(len(wlActions))]}
 		pick := rng.IntN(total)
-		for _, s := range wlScenarios {
+		for _, s := range scenarios {
 			if pick -= s.weight; pick < 0 {
 				w.scenario[s.name]++
 				s.run(g)
@@ -364,6 +452,13 @@ func newWorkload(seed uint64, tasks int, duration time.Duration) *workload {
 	for at := 25 * time.Second; at < duration; at += 40 * time.Second {
 		w.addReset(c, at, "PROVIDER_MODEL", wlStormProvider[0]+"/"+wlStormProvider[1])
 	}
+	if compressed {
+		for i := range w.items {
+			if !w.items[i].reset && rng.IntN(150) == 0 {
+				w.items[i].misplaced = true
+			}
+		}
+	}
 	slices.SortStableFunc(w.items, func(a, b workItem) int {
 		if a.at != b.at {
 			return int(a.at - b.at)
@@ -400,6 +495,10 @@ func (w *workload) finalResets(at time.Duration) []workItem {
 	}
 	return tail.items
 }
+
+// homeHash is the Java client's partitioner, as the router computes a
+// task's partition.
+var homeHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
 
 // produce writes items to the topics of prefix, each at its stream time
 // (scaled by speed: 1 is real time) after began. partitions is the decisions
@@ -459,6 +558,14 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 			}
 		}
 		switch {
+		case it.misplaced:
+			topic := ingress
+			if it.decision {
+				topic = decisions
+			}
+			r := &kgo.Record{Topic: topic, Key: []byte(it.key), Value: it.value, Headers: it.headers}
+			r.Partition = int32((homeHash.Partition(r, partitions) + 1) % partitions)
+			send(manual, r, 0)
 		case it.reset:
 			for p := range partitions {
 				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value}, 0)

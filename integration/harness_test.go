@@ -113,6 +113,17 @@ func (e *env) startRouter(instance, stateDir string, extra ...string) *router {
 // startRouterBin is startRouter with another build of the binary.
 func (e *env) startRouterBin(bin, instance, stateDir string, extra ...string) *router {
 	e.t.Helper()
+	r := e.launchRouter(bin, instance, stateDir, extra...)
+	if !waitFor(90*time.Second, func() bool { return httpOK(r.metrics + "/readyz") }) {
+		r.kill()
+		e.t.Fatalf("router %s did not become ready; logs:\n%s", instance, r.logs.String())
+	}
+	return r
+}
+
+// launchRouter is startRouterBin without waiting until it is ready.
+func (e *env) launchRouter(bin, instance, stateDir string, extra ...string) *router {
+	e.t.Helper()
 	port := freePort(e.t)
 	args := append([]string{"run", "--state-dir", stateDir, "--instance-id", instance,
 		"--group", e.prefix + "router", "--partitions", "3",
@@ -128,10 +139,6 @@ func (e *env) startRouterBin(bin, instance, stateDir string, extra ...string) *r
 	r := &router{cmd: cmd, logs: logs, metrics: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
 	go func() { r.done <- cmd.Wait() }()
 	e.t.Cleanup(func() { r.kill() })
-	if !waitFor(90*time.Second, func() bool { return httpOK(r.metrics + "/readyz") }) {
-		r.kill()
-		e.t.Fatalf("router %s did not become ready; logs:\n%s", instance, logs.String())
-	}
 	return r
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -19,19 +18,6 @@ import (
 	bench "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
-// compressedPolicy is the default policy with its lifetimes divided by
-// 1,000: a day of a task's life passes in 86 s, a 72 h review SLA in 4 min
-// 19 s, so that a soak of an hour lives weeks of tasks, review items and
-// expiries.
-const compressedPolicy = `default_sla_ms: 86400
-owners:
-  security: {sla_ms: 3600}
-  product_operations: {sla_ms: 900}
-  ai_product: {sla_ms: 259200}
-  operations: {sla_ms: 1800}
-  content_safety: {sla_ms: 60}
-`
-
 // rssFloor is the resident set under which TestMemorySoak lets it grow: a
 // router's Go heap at this load, Pebble's block cache and two memtables.
 const rssFloor = 256 << 20
@@ -40,9 +26,9 @@ const rssFloor = 256 << 20
 // memory is bounded by what is in flight, not by how long it has run: two
 // instances of one group route a steady stream of new tasks (make bench's
 // mix, three attempts each, a reviewer deciding one task in ten some
-// seconds later, after the task's own TTL) on a policy whose lifetimes are
-// divided by 1,000, so tasks, review items and expiries turn over many
-// times. Each instance's resident set and Go heap are sampled; after the
+// seconds later, after the task's own TTL) on the default policy with every
+// duration divided by 1,000 (compressedPolicy), so tasks, review items and
+// expiries turn over many times. Each instance's resident set and Go heap are sampled; after the
 // first quarter of the run (warm-up: the live tasks grow to their steady
 // number) neither may keep growing: the last quarter's mean is within 25%
 // of the second quarter's, or for the resident set under rssFloor (Pebble's
@@ -58,10 +44,7 @@ func TestMemorySoak(t *testing.T) {
 		t.Fatalf("FAULTROUTER_MEMORY_SOAK_DURATION=%q: want a duration of at least 4m", d)
 	}
 	e := newEnv(t)
-	pol := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(pol, []byte(compressedPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pol, _ := compressedPolicy(t) // compress_test.go
 	routers := map[string]*router{}
 	for _, n := range []string{"a", "b"} {
 		routers[n] = e.startRouter(n, t.TempDir(), "--policy", pol)

@@ -67,7 +67,7 @@ func TestPartitionsAddedOneTopicAtATimeUnderLoad(t *testing.T) {
 		return done
 	}
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 12_000, duration: 25 * time.Second, schedule: grow,
-		routerArgs: []string{"--partition-check", "1s"}})
+		routerArgs: []string{"--partition-check", "1s"}, partitionsChange: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("with partitions added under load the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)

@@ -79,6 +79,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		proxyRole  = fs.String("proxy-role", "viewer", "role of a proxy-identified person missing from the users file: viewer, reviewer or operator")
 		policyFile = fs.String("policy", "", "the router's policy file: the reject message and breaker cooldowns (default: the built-in policy)")
 		maxRedr    = fs.Int("max-redrives", 3, "loop guard: refuse records already re-driven this many times")
+		retention  = fs.Duration("view-retention", console.DefaultViewRetention, "how long the view keeps a decided review item, an alert and a dead-letter copy (open items stay until decided); at least 1m")
 		rate       = fs.Int("redrive-rate", 50, "default records per second of a re-drive job")
 		maxRate    = fs.Int("max-redrive-rate", 500, "ceiling of a re-drive job's records per second; a higher rate is refused")
 		claimTTL   = fs.Duration("claim-ttl", console.DefaultClaimTTL, "a claim on a review item ends by itself after this long (1s to 12h)")
@@ -107,7 +108,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	}
 	cfg := console.Config{Listen: *listen, StateDir: *stateDir, TrustProxy: *trustProxy, ProxyRole: *proxyRole,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, PublicURL: *publicURL, UsersFile: *usersFile, SessionIdle: *idle, ConsoleTopic: *topic,
-		MaxRedrives: *maxRedr, RedriveRate: *rate, MaxRedriveRate: *maxRate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET")),
+		MaxRedrives: *maxRedr, ViewRetention: *retention, RedriveRate: *rate, MaxRedriveRate: *maxRate, Log: log, Secret: []byte(os.Getenv("FAULTROUTER_CONSOLE_SECRET")),
 		ClaimTTL: *claimTTL}
 	if cfg.TrustedProxies, err = parseCIDRs(*proxies); err != nil {
 		return err

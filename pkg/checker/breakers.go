@@ -174,6 +174,13 @@ func (c *checker) breakers(ts []transition) {
 		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN", adopted: isAdopted})
 	}
 	c.retriesVsBreakers(timelines)
+	for _, xs := range c.retries {
+		for _, x := range xs {
+			for _, p := range x.published {
+				c.retryLateness(x, p, timelines) // lifetime.go
+			}
+		}
+	}
 }
 
 // retriesVsBreakers checks that no retry was published into an open breaker,
@@ -233,7 +240,7 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 				var held []pub
 				for _, p := range in {
 					if p.x.notBefore.Before(s.from) && p.x.decided.Before(s.from) && !heldElsewhere(timelines, k, p.x, p.at) &&
-						c.decidedBy(p.x, k.instance, s.process) {
+						c.decidedBy(p.x, k.instance, s.process) && !c.joined(p.x.decided, p.at) {
 						held = append(held, p)
 					}
 				}
@@ -265,6 +272,21 @@ func (c *checker) decidedBy(x *expectRetry, instance string, proc int) bool {
 	}
 	inst, ok := c.instances[x.input.audit.rec.ProducerID]
 	return ok && inst == instance && c.process(instance, x.decided) == proc
+}
+
+// joined reports whether a router process started in (from, to]: the group
+// rebalanced then, and a partition that moved away from an instance and
+// came back took its held retries with it (they come out at their moved
+// times, like those of another process).
+func (c *checker) joined(from, to time.Time) bool {
+	for _, starts := range c.o.Starts {
+		for _, s := range starts {
+			if s.After(from) && !s.After(to) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // breakerConfig is the policy's breaker configuration of a scope.

@@ -22,6 +22,9 @@ type Logs struct {
 	Ingress, Decisions []*kgo.Record
 	// Audit, Retry, Review, DeadLetter and Alerts are the output topics.
 	Audit, Retry, Review, DeadLetter, Alerts []*kgo.Record
+	// State is the task-state changelog, optional: with it the model checks
+	// the router's tombstones against each task's expiry.
+	State []*kgo.Record
 	// End is when the logs were read: every committed output is older.
 	End time.Time
 }
@@ -40,6 +43,28 @@ type Options struct {
 	Settle time.Duration
 	// MaxViolations bounds the violations kept in the report. Default 1000.
 	MaxViolations int
+	// RetryLate bounds how late a retry may be published after it could be
+	// (its due time, or the moment the breakers it goes into closed): the
+	// router looks for due retries on every poll, and a partition that moves
+	// (a session timeout, a restore) takes some seconds; a retry held behind
+	// a breaker by a process that stopped comes out on the process that
+	// restores it at its moved time, up to a cooldown later. Default 60 s
+	// plus the policy's longest breaker cooldown.
+	RetryLate time.Duration
+	// DecideLate bounds how long after an input was produced its decision
+	// may be: the model takes each decision's time from its audit record
+	// only within [produced, produced + DecideLate]. Default 3 min.
+	DecideLate time.Duration
+	// ExpiryLate is how long after a task's state expired its tombstone may
+	// wait on the changelog (an expiry bucket, a poll, a moved partition).
+	// Default 45 s plus the router's expiry bucket (2 x default_sla_ms / 24,
+	// within 1 s and 1 h).
+	ExpiryLate time.Duration
+	// Partitions is the router's home partition count (its state topic's):
+	// a task event or review decision on another partition than murmur2 of
+	// its key over it is forwarded there (forward.go). 0: not checked, every
+	// input is taken to be on its task's partition.
+	Partitions int32
 	// Starts are the times a process of each router instance (by instance
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
@@ -54,7 +79,7 @@ const (
 	inReview                   // a ReviewDecision on decisions
 	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
 	inPoison                   // a record the router must dead-letter
-	inForward                  // a task event or review decision the router forwarded to its task's partition
+	inForward                  // a task event or review decision on the wrong partition for its task, forwarded to it (forward.go)
 )
 
 // inputKey names an input record.
@@ -77,6 +102,7 @@ type input struct {
 	errKind string
 	err     error
 	task    string  // task ID; the record key for poison and commands
+	home    int32   // the task's partition, of an inForward input
 	audit   *routed // its audit record, nil if none
 	decided event.Decision
 }
@@ -119,6 +145,8 @@ type checker struct {
 	// forwarded are the records the router forwarded to their task's
 	// partition, with their copies
 	forwarded map[inputKey]inputKey
+	// pubs are the publication times of each task's retries (lifetime.go)
+	pubs map[string][]published
 }
 
 // taskRun is the model's walk of one task.
@@ -129,6 +157,11 @@ type taskRun struct {
 	expected []Output
 	actual   []Output
 	failed   bool
+	// touches are the model's state after each decision, for its expiry
+	// (lifetime.go); stopped: an input has no audit record, the model could
+	// not go on
+	touches []touch
+	stopped bool
 }
 
 // Check recomputes every output of logs with the policy and reports where
@@ -140,11 +173,14 @@ func Check(logs Logs, o Options) (*Report, error) {
 	}
 	ck.readInputs()
 	ck.readAudit()
+	ck.indexPublished() // lifetime.go
 	ck.model()
 	ck.checkRouted()
 	ck.checkRetries()
 	ck.checkAlerts()
-	ck.checkLedger() // ledger.go
+	ck.checkTombstones() // lifetime.go
+	ck.checkForwarded()  // forward.go
+	ck.checkLedger()     // ledger.go
 	ck.finish()
 	return ck.rep, nil
 }
@@ -162,6 +198,17 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 	}
 	if o.MaxViolations == 0 {
 		o.MaxViolations = 1000
+	}
+	if o.RetryLate == 0 {
+		b := o.Policy.Breakers
+		o.RetryLate = 60*time.Second + time.Duration(max(b.ProviderModel.CooldownMs, b.Downstream.CooldownMs, b.PromptTemplate.CooldownMs))*time.Millisecond
+	}
+	if o.DecideLate == 0 {
+		o.DecideLate = 3 * time.Minute
+	}
+	if o.ExpiryLate == 0 {
+		bucket := min(max(time.Duration(2*o.Policy.DefaultSLAMs/24)*time.Millisecond, time.Second), time.Hour)
+		o.ExpiryLate = 45*time.Second + bucket
 	}
 	c, err := codec.New()
 	if err != nil {
@@ -184,8 +231,10 @@ func (c *checker) readInputs() {
 			in := c.decode(rec)
 			c.inputs[in.key] = in
 			c.rep.Inputs++
-			if _, ok := c.forwarded[in.key]; ok && (in.kind == inTask || in.kind == inReview) {
-				in.kind = inForward // the copy is routed, on the task's partition
+			// without a fixed partition count (Options.Partitions 0) the
+			// router's copies say which inputs were misplaced
+			if to, ok := c.forwarded[in.key]; ok && c.o.Partitions <= 0 && (in.kind == inTask || in.kind == inReview) {
+				in.kind, in.home = inForward, to.partition // the copy is routed, on the task's partition
 			}
 			switch in.kind {
 			case inTask, inReview:
@@ -197,6 +246,8 @@ func (c *checker) readInputs() {
 				tr.inputs = append(tr.inputs, in)
 			case inPoison:
 				c.rep.Poison++
+			case inForward:
+				c.rep.Forwarded++
 			case inCommand:
 				c.rep.Commands++
 			}
@@ -258,6 +309,9 @@ func (c *checker) decode(rec *kgo.Record) *input {
 		return poison("key_mismatch", fmt.Errorf("key %q, task_id %q", rec.Key, id))
 	}
 	in.task = id
+	if home, ok := c.misplaced(rec); ok { // forward.go
+		in.kind, in.home = inForward, home
+	}
 	return in
 }
 
@@ -310,18 +364,7 @@ func (c *checker) model() {
 		}
 	}
 	for _, tr := range c.tasks {
-		slices.SortFunc(tr.inputs, func(a, b *input) int {
-			if (a.audit == nil) != (b.audit == nil) {
-				if a.audit == nil {
-					return 1
-				}
-				return -1
-			}
-			if a.audit != nil {
-				return cmp.Or(cmp.Compare(a.audit.rec.Partition, b.audit.rec.Partition), cmp.Compare(a.audit.rec.Offset, b.audit.rec.Offset))
-			}
-			return cmp.Or(cmp.Compare(a.key.topic, b.key.topic), cmp.Compare(a.key.offset, b.key.offset))
-		})
+		tr.inputs = c.inputOrder(tr.inputs)
 		c.walk(tr)
 	}
 	// tasks in the order of their first input, for "the first task that differs"
@@ -342,6 +385,56 @@ func (c *checker) model() {
 	})
 }
 
+// inputOrder is the order the model decides a task's inputs in, taken from
+// the committed input log: each topic's records in offset order, the two
+// topics merged by decision time (two inputs decided in the same millisecond
+// were in one poll: by their audit records' order), the inputs without an
+// audit record last. walk checks that the audit agrees.
+func (c *checker) inputOrder(ins []*input) []*input {
+	var audited, rest []*input
+	for _, in := range ins {
+		if in.audit != nil {
+			audited = append(audited, in)
+		} else {
+			rest = append(rest, in)
+		}
+	}
+	byTopic := map[string][]*input{}
+	var topics []string
+	for _, in := range audited {
+		if byTopic[in.key.topic] == nil {
+			topics = append(topics, in.key.topic)
+		}
+		byTopic[in.key.topic] = append(byTopic[in.key.topic], in)
+	}
+	slices.Sort(topics)
+	for _, t := range topics {
+		slices.SortFunc(byTopic[t], func(a, b *input) int { return cmp.Compare(a.key.offset, b.key.offset) })
+	}
+	before := func(a, b *input) bool { // a decided before b
+		return cmp.Or(a.audit.at().Compare(b.audit.at()), cmp.Compare(a.audit.rec.Partition, b.audit.rec.Partition),
+			cmp.Compare(a.audit.rec.Offset, b.audit.rec.Offset)) < 0
+	}
+	out := make([]*input, 0, len(ins))
+	for {
+		var next string
+		for _, t := range topics {
+			if q := byTopic[t]; len(q) > 0 && (next == "" || before(q[0], byTopic[next][0])) {
+				next = t
+			}
+		}
+		if next == "" {
+			break
+		}
+		out = append(out, byTopic[next][0])
+		byTopic[next] = byTopic[next][1:]
+	}
+	slices.SortFunc(rest, func(a, b *input) int {
+		return cmp.Or(cmp.Compare(a.key.topic, b.key.topic), cmp.Compare(a.key.offset, b.key.offset))
+	})
+	return append(out, rest...)
+}
+
 // untasked checks the audit record of a poison record or a breaker command
 // (its class, route and rule: the reason of a command says whether it
 // changed the breaker of the instance that read it).
@@ -356,11 +449,11 @@ func (c *checker) untasked(in *input) {
 		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
 	case inForward:
-		to := c.forwarded[in.key]
-		want = policy.Forward(in.task, in.key.topic, in.key.partition, to.partition, 0, at)
-		if to.topic != in.key.topic {
+		to, ok := c.forwarded[in.key]
+		if ok && to.topic != in.key.topic {
 			c.violate("forward.topic", in.task, "input %s was forwarded to %s, another topic", in.key, to)
 		}
+		want = policy.Forward(in.task, in.key.topic, in.key.partition, in.home, c.o.Partitions, at)
 	case inCommand:
 		ref, invalid := policy.BreakerCommand(&in.command, at)
 		if invalid != nil {
@@ -402,7 +495,7 @@ func kindName(k inputKind) string {
 	case inCommand:
 		return "breaker command"
 	case inForward:
-		return "forwarded record"
+		return "misplaced input"
 	}
 	return "poison"
 }
@@ -411,10 +504,16 @@ func kindName(k inputKind) string {
 // window and after the task's previous decision.
 func (c *checker) window(in *input, prev *time.Time) {
 	at := in.audit.at()
+	if lag := at.Sub(in.rec.Timestamp).Milliseconds(); lag > c.rep.MaxDecideLagMs {
+		c.rep.MaxDecideLagMs = lag
+	}
 	switch {
 	case at.Before(in.rec.Timestamp.Truncate(time.Millisecond)):
 		c.violate("time.window", in.task, "input %s produced at %s was decided at %s, before it existed",
 			in.key, in.rec.Timestamp.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+	case at.Sub(in.rec.Timestamp) > c.o.DecideLate:
+		c.violate("time.late", in.task, "input %s produced at %s was decided at %s, %s later; bound %s",
+			in.key, in.rec.Timestamp.UTC().Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), at.Sub(in.rec.Timestamp).Round(time.Millisecond), c.o.DecideLate)
 	case !c.logs.End.IsZero() && at.After(c.logs.End):
 		c.violate("time.window", in.task, "input %s was decided at %s, after the logs were read (%s)",
 			in.key, at.Format(time.RFC3339Nano), c.logs.End.UTC().Format(time.RFC3339Nano))
@@ -427,25 +526,40 @@ func (c *checker) window(in *input, prev *time.Time) {
 // walk replays one task through the policy.
 func (c *checker) walk(tr *taskRun) {
 	st := &tr.st
-	last := map[string]int64{}
 	var prev *time.Time
+	var prevAudit *routed
 	var item *reviewItem
+	reconciled := map[string]time.Time{} // writes a reviewer reconciled, by op ID (lifetime.go)
+	var pendSince time.Time
 	for _, in := range tr.inputs {
 		if in.audit == nil {
 			c.violate("audit.missing", tr.id, "input %s (%s) has no audit record; the model cannot go on with this task", in.key, kindName(in.kind))
 			c.expected(tr.id, Output{Topic: "audit", Input: in.key.String(), Note: "an audit record"})
+			tr.stopped = true
 			return
 		}
-		if o, ok := last[in.key.topic]; ok && in.key.offset < o {
-			c.violate("audit.order", tr.id, "input %s was audited after %s/%d@%d: the router decided the task's %s records out of offset order",
-				in.key, in.key.topic, in.key.partition, o, in.key.topic)
+		if p := prevAudit; p != nil && p.rec.Partition == in.audit.rec.Partition && p.rec.Offset > in.audit.rec.Offset {
+			c.violate("audit.order", tr.id, "input %s was audited at %d@%d, before the input the log puts first (audited at %d@%d)",
+				in.key, in.audit.rec.Partition, in.audit.rec.Offset, p.rec.Partition, p.rec.Offset)
 		}
-		last[in.key.topic] = in.key.offset
+		prevAudit = in.audit
 		c.window(in, prev)
 		at := in.audit.at()
 		prev = &at
 
-		pending := st.Pending
+		// the TTL: an input after the task's state expired is decided on a
+		// fresh state (lifetime.go)
+		if n := len(tr.touches); n > 0 {
+			if e, why := c.expiry(tr.id, tr.touches[n-1], at); why == "" && e <= at.UnixMilli() {
+				c.expected(tr.id, Output{Topic: "state", Input: in.key.String(), At: stamp(time.UnixMilli(e)),
+					Note: fmt.Sprintf("expired (last touched %s, SLA %dms): decided on a fresh state", stamp(tr.touches[n-1].at), tr.touches[n-1].slaMs)})
+				*st, item = task.State{}, nil
+				clear(reconciled)
+				c.rep.Lives++
+			}
+		}
+
+		pending, unknown := st.Pending, unknownWrites(st)
 		var want event.Decision
 		var ev *event.TaskEvent // the event a retry of this decision re-issues
 		switch in.kind {
@@ -457,6 +571,15 @@ func (c *checker) walk(tr *taskRun) {
 			ev = st.LastEvent
 		}
 		in.decided = want
+		c.reconcile(tr.id, in, &want, st, at, unknown, reconciled) // lifetime.go
+		if st.Pending != nil && st.Pending != pending {
+			pendSince = at
+		}
+		k := touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled), pendSince: pendSince}
+		if st.Pending != nil {
+			k.pending, k.pendN = true, st.Pending.N
+		}
+		tr.touches = append(tr.touches, k)
 		c.rep.Decisions++
 		c.rep.count(want)
 		dk := decisionKey{tr.id, at.UnixMilli()}
@@ -547,19 +670,31 @@ func (c *checker) walk(tr *taskRun) {
 			}
 		}
 
-		// the review item's SLA clock, as the router keeps it
+		// the review item's SLA clock, as the router keeps it: an item opens
+		// when the task's review opens and none is open (a re-drive closes
+		// the open one: Reopen clears its due time), and keeps its due time
+		// while later decisions of the task keep it open, its class
+		// following theirs
 		if in.kind == inReview || want.Route != event.RouteDrop {
-			switch {
-			case st.Review != task.ReviewOpen:
+			closeItem := func() {
 				if item != nil {
 					t := at
 					item.closed = &t
 					item = nil
 				}
-			case item == nil && want.Review != nil && want.Review.SLAMs > 0:
+			}
+			switch {
+			case st.Review != task.ReviewOpen:
+				closeItem()
+				st.ReviewDueAt = 0
+			case st.ReviewDueAt == 0 && want.Review != nil && want.Review.SLAMs > 0:
+				closeItem()
 				item = &reviewItem{task: tr.id, class: st.ReviewClass, opened: at,
 					due: at.Add(time.Duration(want.Review.SLAMs) * time.Millisecond)}
+				st.ReviewDueAt = item.due.UnixMilli()
 				c.items = append(c.items, item)
+			case item != nil && st.ReviewClass != item.classAt(at):
+				item.classes = append(item.classes, classAt{at, st.ReviewClass})
 			}
 		}
 	}

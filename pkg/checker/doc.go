@@ -11,8 +11,14 @@
 //     event it re-issues; a retry that a later decision of the task
 //     superseded is published at most once, before that decision;
 //   - every review and dead-letter record present, and no extra one;
-//   - every alert present (hallucination, budget, review SLA) and no extra
+//   - every alert present (hallucination, budget, review SLA: every open
+//     item past its owner's SLA, however long it stays open) and no extra
 //     one; surge alerts justified by the audit stream;
+//   - the state changelog's tombstones: none while the task could not
+//     expire, one for every task past its expiry;
+//   - every input on another partition than its task's (Options.Partitions)
+//     audited as forwarded and copied once, unchanged, to its task's
+//     partition (forward.go);
 //   - breaker transitions consistent with the audit stream, per router
 //     instance (breakers live in one instance's memory): each transition
 //     starts where the previous one ended, an outcome-driven transition names
@@ -33,13 +39,21 @@
 // Time. The policy reads the router's clock (due times, the review SLA
 // clock). The model takes each decision's time from its audit record and
 // checks that it lies within the input's commit window: not before the input
-// was produced, not after the logs were read, never earlier than the task's
-// previous decision.
+// was produced, at most Options.DecideLate after it, not after the logs were
+// read, never earlier than the task's previous decision. It keeps each
+// task's state for 2 x its SLA after its last decision or retry
+// publication, but never while a review item is open, a write's outcome is
+// unknown (until a receipt, or a reviewer's decision of the OUTCOME_UNKNOWN
+// item, which the model records itself) or a retry is pending; an input
+// after expiry is decided on a fresh state, and the state changelog's
+// tombstones must agree (lifetime.go). Every published retry comes out at
+// most Options.RetryLate after it could (its due time, or the close of a
+// breaker that held it).
 //
-// Order. A task's inputs come from two topics (ingress and decisions); the
-// router is free to interleave them, so the model follows the order of the
-// task's audit records (all on one partition, in commit order) and checks
-// that the inputs of each topic keep their offset order in it.
+// Order. A task's inputs come from two topics (ingress and decisions). The
+// model takes their order from the committed input log, each topic's in
+// offset order, the two merged by decision time, and checks that the audit
+// records agree.
 //
 // The checker shares no code with the router's batching, store or
 // transactions: it decodes with pkg/codec, decides with pkg/policy and

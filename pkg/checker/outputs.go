@@ -50,11 +50,29 @@ type alertKey struct {
 // reviewItem is an open review item and its owner's SLA clock.
 type reviewItem struct {
 	task    string
-	class   event.Class
+	class   event.Class // its class when opened
+	classes []classAt   // the later decisions that kept it open with another class
 	opened  time.Time
 	due     time.Time
 	closed  *time.Time
 	alerted []event.BreakerEvent
+}
+
+// classAt is a review item's class from a time on.
+type classAt struct {
+	at    time.Time
+	class event.Class
+}
+
+// classAt is the item's class at t: its alert names the task's class then.
+func (it *reviewItem) classAt(t time.Time) event.Class {
+	c := it.class
+	for _, x := range it.classes {
+		if !x.at.After(t) {
+			c = x.class
+		}
+	}
+	return c
 }
 
 // checkRouted checks the review and dead-letter topics: exactly the records
@@ -304,8 +322,8 @@ func (c *checker) slaAlert(rec *kgo.Record, e event.BreakerEvent) {
 		if at.Before(it.due) {
 			c.violate("alerts.sla_early", e.TaskID, "review SLA alert at %s, before the item's SLA ran out (%s)", stamp(at), stamp(it.due))
 		}
-		if e.Class != it.class {
-			c.violate("alerts.sla_class", e.TaskID, "review SLA alert of class %s, the item's class is %s", e.Class, it.class)
+		if want := it.classAt(at); e.Class != want {
+			c.violate("alerts.sla_class", e.TaskID, "review SLA alert of class %s at %s, the item's class then is %s", e.Class, stamp(at), want)
 		}
 		return
 	}

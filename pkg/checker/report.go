@@ -14,12 +14,23 @@ import (
 type Report struct {
 	// Counts of what was read and decided.
 	Inputs, Tasks, Poison, Commands, Decisions, Redrives int
-	Audit, Retries, Reviews, DeadLetters                 int
-	Alerts, SLAAlerts, Surges, Transitions               int
+	// Forwarded counts the inputs on the wrong partition for their task.
+	Forwarded                              int
+	Audit, Retries, Reviews, DeadLetters   int
+	Alerts, SLAAlerts, Surges, Transitions int
 	// Superseded retries were replaced by a later decision before they were
 	// published; HeldReleased retries were held behind a breaker and
 	// published once it closed.
 	Superseded, HeldReleased int
+	// Lives counts the inputs decided on a fresh state because their task's
+	// state had expired; Reconciled the writes of unknown outcome a
+	// reviewer's decision resolved; Tombstones the state changelog's
+	// tombstones; Expired the tasks whose state expired long enough before
+	// the logs were read that their tombstone must be there.
+	Lives, Reconciled, Tombstones, Expired int
+	// MaxDecideLagMs is the longest time from an input's production to its
+	// decision; MaxRetryLateMs the latest a retry came out after it could.
+	MaxDecideLagMs, MaxRetryLateMs int64
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -163,6 +174,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
 		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
+	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task\n", r.Forwarded)
+	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
+		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	if r.Ledger != nil {
 		fmt.Fprintf(w, "ledger: %s\n", r.Ledger)
 	}

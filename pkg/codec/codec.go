@@ -189,6 +189,9 @@ func NewWith(o Options) (*Codec, error) {
 		c.stateWire = c.stateWireAgrees()
 		c.stateWalk = c.stateWire && c.stateWalkAgrees()
 	}
+	if err := c.addNextState(); err != nil { // state_release.go
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -35,15 +35,19 @@ func (c *Codec) EncodeState(dst []byte, st *task.State) ([]byte, error) {
 // TaskEvent schema the state embeds, its body is copied rather than the
 // event encoded again (an Avro record's encoding is its fields' in order).
 func (c *Codec) EncodeStateFrom(dst []byte, st *task.State, lastEvent []byte) ([]byte, error) {
-	if !c.stateWire {
-		return c.encodeStateNative(dst, st)
-	}
 	n := len(dst)
+	if !c.stateWire {
+		out, err := c.encodeStateNative(dst, st)
+		if err != nil {
+			return out, err
+		}
+		return c.asNextState(out, n), nil // state_release.go
+	}
 	out, err := c.appendStateFrom(header(dst, c.state), st, lastEvent)
 	if err != nil {
 		return dst[:n], err
 	}
-	return out, nil
+	return c.asNextState(out, n), nil
 }
 
 // DecodeState decodes a task state written by EncodeState, or the JSON form

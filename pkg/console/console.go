@@ -123,6 +123,11 @@ type Config struct {
 	Policy *policy.Policy
 	// MaxRedrives is the re-drive loop guard (default 3, as replay).
 	MaxRedrives int
+	// ViewRetention is how long the view keeps a decided review item (from
+	// its decision), an alert and a dead-letter copy (from their record
+	// time); an open review item is kept until it is decided. Default
+	// DefaultViewRetention (30 days), at least MinViewRetention.
+	ViewRetention time.Duration
 	// RedriveRate is the default records per second of a re-drive job
 	// (default 50).
 	RedriveRate int
@@ -178,6 +183,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRedrives <= 0 {
 		c.MaxRedrives = 3
+	}
+	switch {
+	case c.ViewRetention == 0:
+		c.ViewRetention = DefaultViewRetention
+	case c.ViewRetention < MinViewRetention:
+		return fmt.Errorf("console: ViewRetention (--view-retention) %s: want at least %s, e.g. 720h (30 days, the default)", c.ViewRetention, MinViewRetention)
 	}
 	if c.RedriveRate <= 0 {
 		c.RedriveRate = 50

@@ -119,15 +119,31 @@ func (s *Server) ingest(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	lastNote := time.Time{}
+	lastNote, lastPrune := time.Time{}, time.Time{}
 	for {
-		fetches := cl.PollFetches(ctx)
+		// a quiet cluster still gets its view pruned: the poll ends at
+		// the next prune
+		pctx, pcancel := context.WithTimeout(ctx, pruneEvery(s.cfg.ViewRetention))
+		fetches := cl.PollFetches(pctx)
+		pcancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
+			}
 		})
+		if now := time.Now(); now.Sub(lastPrune) >= pruneEvery(s.cfg.ViewRetention) { // retention.go
+			n, err := s.prune(now)
+			if err != nil {
+				return fmt.Errorf("console: pruning the view: %w", err)
+			}
+			if n > 0 {
+				s.log.Info("console: view entries past their retention deleted", "entries", n, "retention", s.cfg.ViewRetention)
+			}
+			lastPrune = now
+		}
 		if fetches.NumRecords() == 0 {
 			continue
 		}
@@ -299,6 +315,16 @@ func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note,
 		}
 	} else if was.Closed != nil && !was.OpenedAt.IsZero() {
 		if err := b.del(closedKey(&was)); err != nil {
+			return nil, err
+		}
+	}
+	if was.orphan() { // retention.go
+		if err := b.del(orphanKey(&was)); err != nil {
+			return nil, err
+		}
+	}
+	if it.orphan() {
+		if err := b.b.Set([]byte(orphanKey(&it)), nil, nil); err != nil {
 			return nil, err
 		}
 	}

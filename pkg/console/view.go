@@ -13,6 +13,7 @@ package console
 //	open/<task_id>                     -> marker: the item is open
 //	q/<due:16 hex>/<task_id>           -> queueEntry (owner NUL class): an open item by due time
 //	cls/<closed:16 hex>/<task_id>      -> marker: a closed item by closing time
+//	orp/<decided:16 hex>/<task_id>     -> marker: decisions for a task without an item, by decision time (retention.go)
 //	brk/<scope>/<key>                  -> breakerView (JSON)
 //	dl/<time:16 hex>/<topic>/<partition>/<offset> -> deadLetter (JSON)
 //	dli/<topic>/<partition>/<offset>   -> the dl/ key of that dead letter
@@ -59,7 +60,7 @@ func openView(dir string, log *slog.Logger) (*view, error) {
 
 // viewLayout is the version of the key layout; a view of another layout
 // (or of none) is emptied and rebuilt from the topics.
-const viewLayout = "2"
+const viewLayout = "3"
 
 func (v *view) checkLayout(log *slog.Logger) error {
 	b, closer, err := v.db.Get([]byte("meta/layout"))
