@@ -29,7 +29,11 @@ type joinResult struct {
 	// RestoredJoiner what the joiner restored.
 	RestoredFirst  float64 `json:"restored_by_first"`
 	RestoredJoiner float64 `json:"restored_by_joiner"`
-	Moved          []int32 `json:"moved_partitions"`
+	// FirstRestores counts the restores the first instance ran after the
+	// join (one for each assignment it was given, none when it kept its
+	// partitions through the rebalance).
+	FirstRestores int     `json:"restores_by_first"`
+	Moved         []int32 `json:"moved_partitions"`
 	// MovedRecords are the committed changelog records of the moved
 	// partitions when the joiner was ready, ChangelogRecords those of every
 	// partition.
@@ -53,6 +57,7 @@ func joinAtHalfLoad(ctx context.Context, out io.Writer, c config, seeds []kgo.Op
 	rt *runningRouter, group string, first int, rate float64, d time.Duration) (joinResult, *runningRouter, error) {
 	res := joinResult{Rate: rate}
 	before := rt.counter("faultrouter_restore_records_total")
+	restoresBefore := rt.observations("faultrouter_restore_seconds")
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	produced := make(chan error, 1)
@@ -85,7 +90,7 @@ func joinAtHalfLoad(ctx context.Context, out io.Writer, c config, seeds []kgo.Op
 	if err != nil {
 		return res, joiner, err
 	}
-	step(out, "  joiner ready after %s", ready.Round(time.Millisecond))
+	fmt.Fprintf(out, "   joiner ready after %s\n", ready.Round(time.Millisecond))
 	if err := <-produced; err != nil {
 		return res, joiner, err
 	}
@@ -101,6 +106,7 @@ func joinAtHalfLoad(ctx context.Context, out io.Writer, c config, seeds []kgo.Op
 		}
 	}
 	res.RestoredFirst = rt.counter("faultrouter_restore_records_total") - before
+	res.FirstRestores = int(rt.observations("faultrouter_restore_seconds") - restoresBefore)
 	res.RestoredJoiner = joiner.counter("faultrouter_restore_records_total")
 
 	if res.Moved, err = joinerPartitions(ctx, seeds, group, topics.Ingress); err != nil {

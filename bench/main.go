@@ -479,7 +479,7 @@ func printTable(out io.Writer, r *result) {
 	}
 	if j := r.Join; j != nil {
 		row(fmt.Sprintf("join at half load (%.0f events/s): restored by the first", j.Rate),
-			fmt.Sprintf("%.0f records", j.RestoredFirst), "")
+			fmt.Sprintf("%.0f records", j.RestoredFirst), fmt.Sprintf("%d restores", j.FirstRestores))
 		row(fmt.Sprintf("  by the joiner (partitions %v; ratio: over moved)", j.Moved),
 			fmt.Sprintf("%.0f records", j.RestoredJoiner), fmt.Sprintf("%.2f", j.RestoredOverMove))
 		row("  changelog records of the moved partitions; of all",

@@ -105,6 +105,24 @@ func (r *runningRouter) counter(name string) float64 {
 	return n
 }
 
+// observations is the sample count of a histogram family (all label
+// values).
+func (r *runningRouter) observations(name string) uint64 {
+	fams, err := r.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
 // routedByClass returns the routed counts by class.
 func (r *runningRouter) routedByClass() map[string]int {
 	out := map[string]int{}
