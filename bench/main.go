@@ -16,6 +16,12 @@
 //     commits; the goal is p99 <= commit interval + 25 ms); a run the
 //     router falls behind is reported with the count of audit records not
 //     read 30 s after it, and the next run waits until the router caught up;
+//   - a join at half load: a second instance, with an empty state
+//     directory, joins the router's group while events come at half the
+//     router's maximum; the records each instance restores after the join,
+//     against the changelog records of the partitions that moved (the
+//     goal: the first instance restores about nothing, the joiner the moved
+//     partitions' records);
 //   - restore: the state changelog the run wrote, restored into an empty
 //     state directory, against a plain read_committed read of the same
 //     topic;
@@ -60,6 +66,7 @@ type config struct {
 	brokers     string
 	tasks       int
 	latencyDur  time.Duration
+	joinDur     time.Duration
 	lowRate     float64
 	rssTasks    int
 	routerBin   string
@@ -93,6 +100,7 @@ func main() {
 	flag.StringVar(&c.brokers, "brokers", "", "bootstrap brokers; default: start integration/kafka.sh (FAULTROUTER_KAFKA_DIR, FAULTROUTER_KAFKA_PORT)")
 	flag.IntVar(&c.tasks, "tasks", 100_000, "tasks in the backlog (three attempts each)")
 	flag.DurationVar(&c.latencyDur, "latency", 10*time.Second, "duration of each steady-rate latency run")
+	flag.DurationVar(&c.joinDur, "join", 9*time.Second, "duration of the half-load run a second instance joins a third into; 0 skips it")
 	flag.Float64Var(&c.lowRate, "low-rate", 500, "the light-traffic latency run's rate, events/s")
 	flag.IntVar(&c.rssTasks, "rss-tasks", 1_000_000, "live tasks for the memory measurement; 0 skips it")
 	flag.StringVar(&c.routerBin, "router-bin", "", "faultrouter binary for the memory measurement; default: go build ./cmd/faultrouter")
@@ -147,6 +155,7 @@ type result struct {
 	// the run's time over its transactions (the Kafka Streams peer's
 	// commit.interval.ms)
 	BacklogCommitMs float64       `json:"backlog_commit_interval_ms"`
+	Join            *joinResult   `json:"join_half_load,omitempty"`
 	Restore         restoreResult `json:"restore"`
 	Peer            *peerResult   `json:"streams_peer,omitempty"`
 	PeerSkipped     string        `json:"streams_peer_skipped,omitempty"`
@@ -329,7 +338,23 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 	}
 	stopProfile()
-	if err := rt.stop(); err != nil {
+
+	// a second instance joins at half load; both stop before the restore
+	// run, which starts one instance in the same group
+	var joiner *runningRouter
+	if c.joinDur > 0 {
+		rate := res.RouterPerSec / 2
+		step(out, "a second instance joins at %.0f events/s (a %s run)", rate, c.joinDur)
+		j, jr, err := joinAtHalfLoad(ctx, out, c, seeds, topics, w, rt, prefix+"router", next, rate, c.joinDur)
+		joiner = jr
+		if err != nil {
+			stopAll(rt, joiner)
+			return err
+		}
+		res.Join = &j
+		next += int(rate*c.joinDur.Seconds()) + 1
+	}
+	if err := stopAll(rt, joiner); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 
@@ -395,6 +420,27 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	return nil
 }
 
+// stopAll stops the running routers together (nil ones are skipped), so
+// that none takes over the partitions of another that leaves, and returns
+// the first error.
+func stopAll(rs ...*runningRouter) error {
+	for _, r := range rs {
+		if r != nil {
+			r.cancel()
+		}
+	}
+	var first error
+	for _, r := range rs {
+		if r == nil {
+			continue
+		}
+		if err := <-r.done; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func step(out io.Writer, format string, args ...any) {
@@ -430,6 +476,17 @@ func printTable(out io.Writer, r *result) {
 		}
 		row("  commit interval in that run (goal: p99 <= it + 25 ms)",
 			fmt.Sprintf("%.1f ms", l.l.CommitIntervalMs), fmt.Sprintf("p99 - it: %.0f", l.l.P99-l.l.CommitIntervalMs))
+	}
+	if j := r.Join; j != nil {
+		row(fmt.Sprintf("join at half load (%.0f events/s): restored by the first", j.Rate),
+			fmt.Sprintf("%.0f records", j.RestoredFirst), fmt.Sprintf("%d restores", j.FirstRestores))
+		row(fmt.Sprintf("  by the joiner (partitions %v; ratio: over moved)", j.Moved),
+			fmt.Sprintf("%.0f records", j.RestoredJoiner), fmt.Sprintf("%.2f", j.RestoredOverMove))
+		row("  changelog records of the moved partitions; of all",
+			fmt.Sprintf("%d; %d", j.MovedRecords, j.ChangelogRecords), fmt.Sprintf("ready %.1f s", j.JoinerReadyS))
+		if j.Behind {
+			row("  falls behind: not caught up 30 s after the run", "", "")
+		}
 	}
 	row(fmt.Sprintf("plain read_committed read of the changelog (%d records)", r.Restore.Records),
 		fmt.Sprintf("%.0f records/s", r.Restore.PlainPerSec), "1")

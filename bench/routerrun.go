@@ -34,6 +34,12 @@ type runningRouter struct {
 // assigned). It returns the time from Run to ready. tune, when not nil,
 // adjusts the router's config (the bench's --max-batch-* flags).
 func startRouter(ctx context.Context, seeds []kgo.Opt, topics router.Topics, group, stateDir string, tune func(*router.Config)) (*runningRouter, time.Duration, error) {
+	return startInstance(ctx, seeds, topics, group, "bench", stateDir, tune)
+}
+
+// startInstance is startRouter for an instance of its own name (its
+// transactional ID is the group's name and the instance's).
+func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, group, instance, stateDir string, tune func(*router.Config)) (*runningRouter, time.Duration, error) {
 	reg := prometheus.NewRegistry()
 	cfg := router.Default()
 	if tune != nil {
@@ -43,7 +49,7 @@ func startRouter(ctx context.Context, seeds []kgo.Opt, topics router.Topics, gro
 	cfg.Topics = topics
 	cfg.StateDir = stateDir
 	cfg.Group = group
-	cfg.InstanceID = "bench"
+	cfg.InstanceID = instance
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg.Registerer = reg
 	rt, err := router.New(cfg)
@@ -93,6 +99,24 @@ func (r *runningRouter) counter(name string) float64 {
 				n += m.GetGauge().GetValue()
 			case m.GetHistogram() != nil:
 				n += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return n
+}
+
+// observations is the sample count of a histogram family (all label
+// values).
+func (r *runningRouter) observations(name string) uint64 {
+	fams, err := r.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
 			}
 		}
 	}

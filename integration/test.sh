@@ -71,5 +71,5 @@ fi
 # runs the Kafka Streams peer too (bench/streams-peer; Kafka Streams and RocksDB,
 # about 100 MB, are resolved into ~/.m2 on the first run: under a minute)
 echo "== bench (small backlog)"
-go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 \
+go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 --join 3s \
 	--rss-tasks 2000 --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"
