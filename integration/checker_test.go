@@ -58,6 +58,27 @@ type checkerConfig struct {
 	partitionsChange bool
 }
 
+// schedule runs the steps of a checkerConfig.schedule at their times in
+// the stream, logging each, and keeps their names.
+type schedule struct {
+	t        *testing.T
+	began    time.Time
+	produced *atomic.Int64
+	done     []string
+}
+
+// at runs f, named name, d into the stream (at once when that has passed).
+func (s *schedule) at(d time.Duration, name string, f func()) {
+	if w := time.Until(s.began.Add(d)); w > 0 {
+		time.Sleep(w)
+	}
+	start := time.Now()
+	f()
+	s.done = append(s.done, name)
+	s.t.Logf("%s at stream %s (%d records produced), took %s", name, start.Sub(s.began).Round(100*time.Millisecond),
+		s.produced.Load(), time.Since(start).Round(100*time.Millisecond))
+}
+
 // checkerResult is what one run found, for the summary table.
 type checkerResult struct {
 	cfg      checkerConfig

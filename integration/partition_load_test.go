@@ -39,18 +39,9 @@ func partitionCount(ctx context.Context, t *testing.T, topic string) int {
 func TestPartitionsAddedOneTopicAtATimeUnderLoad(t *testing.T) {
 	seed := checkerSeed(t)
 	grow := func(c *cluster, began time.Time, produced *atomic.Int64) []string {
-		var done []string
+		st := &schedule{t: t, began: began, produced: produced}
 		adm := kadm.NewClient(kafkaClient(t))
-		at := func(d time.Duration, name string, f func()) {
-			if w := time.Until(began.Add(d)); w > 0 {
-				time.Sleep(w)
-			}
-			s := time.Now()
-			f()
-			done = append(done, name)
-			t.Logf("%s at stream %s (%d records produced), took %s", name, s.Sub(began).Round(100*time.Millisecond),
-				produced.Load(), time.Since(s).Round(100*time.Millisecond))
-		}
+		at := st.at
 		add := func(short string) func() {
 			return func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -64,7 +55,7 @@ func TestPartitionsAddedOneTopicAtATimeUnderLoad(t *testing.T) {
 		at(7*time.Second, "ingress+3", add("ai.tasks.ingress"))
 		at(13*time.Second, "decisions+3", add("ai.tasks.review.decisions"))
 		at(19*time.Second, "state+3", add("faultrouter.state"))
-		return done
+		return st.done
 	}
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 12_000, duration: 25 * time.Second, schedule: grow,
 		routerArgs: []string{"--partition-check", "1s"}, partitionsChange: true})

@@ -49,17 +49,8 @@ func TestUpgradeAndRollback(t *testing.T) {
 	old := previousRelease(t)
 	seed := checkerSeed(t)
 	roll := func(c *cluster, began time.Time, produced *atomic.Int64) []string {
-		var done []string
-		at := func(d time.Duration, name string, f func()) {
-			if w := time.Until(began.Add(d)); w > 0 {
-				time.Sleep(w)
-			}
-			s := time.Now()
-			f()
-			done = append(done, name)
-			t.Logf("%s at stream %s (%d records produced, took %s)", name, s.Sub(began).Round(100*time.Millisecond),
-				produced.Load(), time.Since(s).Round(100*time.Millisecond))
-		}
+		st := &schedule{t: t, began: began, produced: produced}
+		at := st.at
 		at(3*time.Second, "mixed", func() { c.startBin("b", binary) }) // a: previous, b: this build
 		at(8*time.Second, "forward", func() {
 			c.routers["a"].stop(t)
@@ -85,7 +76,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 			c.routers["b"].stop(t)
 			c.startBin("b", binary)
 		})
-		return done
+		return st.done
 	}
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 12_000, duration: 25 * time.Second, binary: old, schedule: roll})
 	printSummary(os.Stdout, []checkerResult{res})

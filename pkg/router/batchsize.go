@@ -113,11 +113,7 @@ func fetchLag(fetches kgo.Fetches) int64 {
 		if len(p.Records) == 0 {
 			return
 		}
-		end := p.LastStableOffset
-		if end < 0 {
-			end = p.HighWatermark
-		}
-		left[tp{p.Topic, p.Partition}] = max(end-(p.Records[len(p.Records)-1].Offset+1), 0)
+		left[tp{p.Topic, p.Partition}] = behind(p, p.Records[len(p.Records)-1].Offset+1)
 	})
 	var lag int64
 	for _, l := range left {

@@ -36,10 +36,6 @@ func (r *Router) setLag(fetches kgo.Fetches, committed bool) {
 		if len(p.Records) == 0 {
 			return
 		}
-		end := p.LastStableOffset
-		if end < 0 {
-			end = p.HighWatermark
-		}
 		next := p.Records[0].Offset
 		if committed {
 			next = p.Records[len(p.Records)-1].Offset + 1
@@ -47,7 +43,7 @@ func (r *Router) setLag(fetches kgo.Fetches, committed bool) {
 		if r.metrics.lag.last[p.Topic] == nil {
 			r.metrics.lag.last[p.Topic] = map[int32]int64{}
 		}
-		r.metrics.lag.last[p.Topic][p.Partition] = max(end-next, 0)
+		r.metrics.lag.last[p.Topic][p.Partition] = behind(p, next)
 	})
 	owned := map[int32]bool{}
 	for _, p := range r.ownedPartitions() {
@@ -62,4 +58,15 @@ func (r *Router) setLag(fetches kgo.Fetches, committed bool) {
 		}
 		r.metrics.consumerLag.WithLabelValues(topic).Set(float64(sum))
 	}
+}
+
+// behind is how many records of partition p, up to its last stable offset
+// (its high watermark when the fetch has none), come at or after offset
+// next.
+func behind(p kgo.FetchTopicPartition, next int64) int64 {
+	end := p.LastStableOffset
+	if end < 0 {
+		end = p.HighWatermark
+	}
+	return max(end-next, 0)
 }
