@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/router"
+	"github.com/faultrouter/faultrouter/internal/router"
 )
 
 // peerResult is the Kafka Streams peer's run on the backlog.

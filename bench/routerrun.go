@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/router"
-	"github.com/faultrouter/faultrouter/pkg/scan"
+	"github.com/faultrouter/faultrouter/internal/router"
+	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	mix "github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	mix "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
 // workload produces the events of tasks [first, first+tasks) with the prefix
@@ -24,7 +24,7 @@ type workload struct {
 	seed   uint64
 }
 
-// event builds attempt n of task i (pkg/workload).
+// event builds attempt n of task i (internal/workload).
 func (w *workload) event(i, n int, at time.Time) event.TaskEvent {
 	return mix.Event(w.prefix, w.seed, i, n, at)
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 // This file holds the chaos tests' workload (a stream of task events produced

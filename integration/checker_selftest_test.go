@@ -11,7 +11,7 @@ import (
 
 // Guards the checker itself: a deliberately broken router (built with the
 // checkerfault tag: one due retry in 500 is published twice, see
-// pkg/router/retry_append_fault.go) fails the reference-model checker, and
+// internal/router/retry_append_fault.go) fails the reference-model checker, and
 // its report names the task whose retry came out twice, with that task's
 // inputs and its expected and actual outputs. A checker that only counted
 // records per topic, or that never looked at the retry topic, would pass it.

@@ -22,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/checker"
+	"github.com/faultrouter/faultrouter/internal/checker"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
@@ -31,7 +31,7 @@ import (
 // paused past their session timeout, scaled 1 -> 3 -> 1, the broker
 // restarts and a restore fails; then every committed output is recomputed
 // from the committed inputs with the default policy, breakers on
-// (pkg/checker), and must match exactly.
+// (internal/checker), and must match exactly.
 
 // checkerConfig is one checker run.
 type checkerConfig struct {

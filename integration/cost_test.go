@@ -16,13 +16,13 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/ledger"
+	seeded "github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/ledger"
-	seeded "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
-// costWorkload produces the seeded workload of make bench (pkg/workload)
+// costWorkload produces the seeded workload of make bench (internal/workload)
 // through a running router, waits until every event has its audit record,
 // and returns the events produced and the start of the range.
 func costWorkload(t *testing.T, e *env, tasks int) ([][]event.TaskEvent, time.Time) {
@@ -64,7 +64,7 @@ func costWorkload(t *testing.T, e *env, tasks int) ([][]event.TaskEvent, time.Ti
 }
 
 // expectedLedger is the ledger the test computes from the events it
-// produced, from the shapes of pkg/workload (not with the policy's code): a
+// produced, from the shapes of internal/workload (not with the policy's code): a
 // redelivery (same event_id) is one attempt; an attempt succeeds when it is
 // the task's first OK before the task ended, or the receipt of a held write;
 // a task ends at its third timeout (dead letter), a refusal (review), a
@@ -260,7 +260,7 @@ func TestWhatIfOnTheWorkload(t *testing.T) {
 	}
 	// the cost: every attempt replayed, observed; each added retry at the
 	// mean cost of the NETWORK_TIMEOUT attempts of its provider/model
-	// (pkg/workload's timeouts on no write), estimated
+	// (internal/workload's timeouts on no write), estimated
 	sums, counts := map[string]int64{}, map[string]int64{}
 	modelOf := map[string]string{}
 	for _, evs := range byTask {

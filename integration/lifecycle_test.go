@@ -19,7 +19,7 @@ import (
 // retries consumes nothing, so it is fenced by the group generation only if
 // it commits offsets too (router.fence). On waking, the instance's heartbeat
 // usually learns of the eviction first; TestZombieCannotPublishDueRetry in
-// pkg/router covers, deterministically, the window where it does not.
+// internal/router covers, deterministically, the window where it does not.
 func TestPausedInstanceCannotPublishDueRetry(t *testing.T) {
 	e := newEnv(t)
 	pol := quietBreakers(t)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	bench "github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	bench "github.com/faultrouter/faultrouter/pkg/workload"
 )
 
 // rssFloor is the resident set under which TestMemorySoak lets it grow: a
@@ -115,7 +115,7 @@ func TestMemorySoak(t *testing.T) {
 }
 
 // steadyStream produces, at rate new tasks a second for dur, three attempts
-// of each task a second apart (pkg/workload's mix, each task's SLA 30 s, so
+// of each task a second apart (internal/workload's mix, each task's SLA 30 s, so
 // that it expires a minute after its last event), and for one task in ten a
 // reviewer's decision 70 s after its first attempt, past its TTL.
 func steadyStream(ctx context.Context, prefix string, dur time.Duration, rate int, produced *atomic.Int64) error {

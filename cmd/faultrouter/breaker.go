@@ -7,9 +7,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/faultrouter/faultrouter/internal/control"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/control"
 )
 
 const breakerSynopsis = `usage: faultrouter breaker reset --scope SCOPE --key KEY --reason TEXT [--operator NAME]

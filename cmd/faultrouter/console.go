@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/faultrouter/faultrouter/pkg/console"
+	"github.com/faultrouter/faultrouter/internal/console"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 

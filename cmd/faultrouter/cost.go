@@ -10,10 +10,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/ledger"
+	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/ledger"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/replay"
 )
 
 const costSynopsis = `usage: faultrouter cost --since T [--until T] [--format table|json] [--policy FILE] [--top N]

@@ -15,11 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/logging"
+	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/logging"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"github.com/faultrouter/faultrouter/pkg/worker"
 )

@@ -8,9 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/replay"
-	"github.com/faultrouter/faultrouter/pkg/router"
 )
 
 // demoCost prints the demo's cost table, read back from the audit topic as

@@ -16,7 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/faultrouter/faultrouter/pkg/console"
+	"github.com/faultrouter/faultrouter/internal/console"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )

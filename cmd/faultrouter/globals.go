@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kslog"
 
-	"github.com/faultrouter/faultrouter/pkg/logging"
+	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 

@@ -12,9 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/avro"
+	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 const produceSynopsis = `usage: faultrouter produce [--topic ingress|decisions] [--file F]

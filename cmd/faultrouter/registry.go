@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/avro"
+	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 // registryFlags are the flags of the verbs that read or write the

@@ -15,9 +15,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/control"
+	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/control"
-	"github.com/faultrouter/faultrouter/pkg/replay"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/avro"
+	"github.com/faultrouter/faultrouter/internal/control"
+	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 const reviewSynopsis = `usage: faultrouter review decide --task ID (--approve | --reject) --reason TEXT [--reviewer NAME]

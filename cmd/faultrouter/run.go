@@ -18,9 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/linkedin/goavro/v2"
 
+	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/registry"
 )
 
 const schemasSynopsis = `usage: faultrouter schemas register|check --registry URL [--topic T --file F] [--compatibility LEVEL]

@@ -11,10 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/replay"
-	"github.com/faultrouter/faultrouter/pkg/scan"
 )
 
 const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-end | --until-idle DUR] [--format json|text]

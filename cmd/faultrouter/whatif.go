@@ -9,9 +9,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/internal/whatif"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/faultrouter/faultrouter/pkg/replay"
-	"github.com/faultrouter/faultrouter/pkg/whatif"
 )
 
 const whatifSynopsis = `usage: faultrouter policy whatif --policy CANDIDATE.yaml [--baseline CURRENT.yaml] --since T [--until T] [--format table|json|csv]

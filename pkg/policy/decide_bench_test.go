@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
-	"github.com/faultrouter/faultrouter/pkg/workload"
 )
 
 // BenchmarkDecide measures the default policy's decision per event on the
-// mix of make bench's backlog (pkg/workload): tasks of three attempts,
+// mix of make bench's backlog (internal/workload): tasks of three attempts,
 // mostly transient timeouts, then rate limits (the third attempt an exact
 // redelivery), fixable validation errors, refusals, credentials, business
 // rejections, writes without receipt and successes. One op is one event,

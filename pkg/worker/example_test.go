@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/control"
+	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
-	"github.com/faultrouter/faultrouter/pkg/control"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/router"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"github.com/faultrouter/faultrouter/pkg/worker"
 )

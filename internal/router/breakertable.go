@@ -1,0 +1,372 @@
+package router
+
+// breakertable.go shares the breakers between router instances and across
+// restarts, the way Kafka Streams reads a global table: every change of a
+// breaker's state this instance makes itself (open, half-open, close, latch,
+// reset) is written, in the transaction of the batch that made it, to the
+// compacted breakers topic, keyed "<scope>/<key>", as an
+// event.BreakerState. A goroutine reads the topic (read_committed) from its
+// start: the router joins its group only once it has read to the end, and
+// then follows it. The states it reads wait in pending, the latest per
+// breaker, until the run loop applies them at the start of its next batch
+// (adoptShared), since a breaker.Set is not safe for concurrent use; the
+// adopted transitions are written to the alerts topic in that batch like any
+// other. Its own records, once the initial read is done, are skipped: the
+// instance made those changes itself. The topic also holds the latch items
+// (latchitems.go), keyed "item/...": they are read and applied the same way.
+//
+// Last writer wins, with three rules that keep a latch until a person resets
+// it: a latched OPEN is adopted unless a reset newer than it was applied; a
+// reset closes a latched breaker unless it is older than the latch; any
+// other state is ignored by a latched breaker, and by one whose last change
+// here is newer than it.
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/internal/scan"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// breakerTable is the reader of the breakers topic.
+type breakerTable struct {
+	topic string
+	self  string // this instance's ID: its own records are skipped once loaded
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	pending map[breaker.Ref]event.BreakerState
+	// items are the latch items (latchitems.go) not applied yet, by record
+	// key, the latest of each: nil for one decided
+	items  map[string]*latchItem
+	done   bool          // the initial read reached the end (under mu)
+	loaded chan struct{} // closed then
+}
+
+func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
+	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]event.BreakerState{},
+		items: map[string]*latchItem{}, loaded: make(chan struct{})}
+}
+
+// run reads the topic until ctx ends, starting again from the beginning
+// after an error (the rules of adoption make a state read twice harmless).
+func (t *breakerTable) run(ctx context.Context, clientOpts []kgo.Opt) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := t.follow(ctx, clientOpts)
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("reading the breakers topic failed; reading it again", "topic", t.topic, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// follow reads the topic from its start: to the last stable offsets it had
+// when it started (then the table is loaded), and on while ctx lasts.
+func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, clientOpts...),
+		kgo.ConsumeTopics(t.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // a transaction's marker may be the last offset before the end
+	)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), t.topic)
+	if err != nil {
+		return err
+	}
+	short := map[int32]scan.Range{} // the partitions not read to their end yet
+	for p, r := range ranges[t.topic] {
+		if r.End > r.Start {
+			short[p] = r
+		}
+	}
+	for {
+		t.mu.Lock()
+		if len(short) == 0 && !t.done {
+			t.done = true
+			close(t.loaded)
+		}
+		t.mu.Unlock()
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ferr error
+		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return ferr
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			if r, ok := short[rec.Partition]; ok && rec.Offset+1 >= r.End {
+				delete(short, rec.Partition)
+			}
+			if rec.Attrs.IsControl() {
+				return
+			}
+			if strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
+				t.putItem(rec)
+				return
+			}
+			if rec.Value == nil {
+				return
+			}
+			s, err := event.DecodeBreakerState(rec.Value)
+			if err != nil {
+				t.log.Warn("breakers topic: a record that is not a breaker state is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+				return
+			}
+			t.put(s)
+		})
+	}
+}
+
+// put keeps s as the latest state of its breaker not yet applied.
+func (t *breakerTable) put(s event.BreakerState) {
+	sc, err := breaker.ParseScope(s.Scope)
+	if err != nil {
+		t.log.Warn("breakers topic: a breaker state of an unknown scope is skipped", "scope", s.Scope, "key", s.Key)
+		return
+	}
+	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done && s.Instance == t.self {
+		delete(t.pending, ref) // this instance's own change, newer than any pending one
+		return
+	}
+	t.pending[ref] = s
+}
+
+// putItem keeps an item record (a tombstone for one decided) as the latest
+// of its key not yet applied. Its own, once loaded, are skipped like its own
+// states.
+func (t *breakerTable) putItem(rec *kgo.Record) {
+	key := string(rec.Key)
+	var it *latchItem
+	writer := ""
+	if rec.Value != nil {
+		x, err := event.DecodeBreakerItem(rec.Value)
+		sc, serr := breaker.ParseScope(x.Scope)
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			t.log.Warn("breakers topic: a record that is not a latch item is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+			return
+		}
+		it = &latchItem{ref: breaker.Ref{Scope: sc, Key: x.Key}, task: x.TaskID, openedAt: x.OpenedAt.UnixMilli()}
+		writer = x.Instance
+	}
+	if h := codec.ParseBreakerHeaders(rec.Headers); h.Instance != "" {
+		writer = h.Instance
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done && writer == t.self {
+		delete(t.items, key)
+		return
+	}
+	t.items[key] = it
+}
+
+// takeItems returns the items not applied yet and forgets them.
+func (t *breakerTable) takeItems() map[string]*latchItem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.items) == 0 {
+		return nil
+	}
+	p := t.items
+	t.items = map[string]*latchItem{}
+	return p
+}
+
+// take returns the states not applied yet and forgets them.
+func (t *breakerTable) take() map[breaker.Ref]event.BreakerState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) == 0 {
+		return nil
+	}
+	p := t.pending
+	t.pending = map[breaker.Ref]event.BreakerState{}
+	return p
+}
+
+// giveBack returns the states of a batch that did not commit, unless a newer
+// one of the same breaker arrived meanwhile.
+func (t *breakerTable) giveBack(p map[breaker.Ref]event.BreakerState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ref, s := range p {
+		if _, newer := t.pending[ref]; !newer {
+			t.pending[ref] = s
+		}
+	}
+}
+
+// startBreakerTable starts reading the breakers topic and waits until it is
+// read to its end, so that the router joins its group (and reports ready)
+// only with every instance's breakers in hand. Without a breakers topic
+// (Topics.Breakers empty) breakers are this instance's own.
+func (r *Router) startBreakerTable(ctx context.Context) error {
+	if r.cfg.Topics.Breakers == "" {
+		return nil
+	}
+	t := newBreakerTable(r.cfg.Topics.Breakers, r.cfg.InstanceID, r.log)
+	r.brk.table = t
+	go t.run(ctx, r.cfg.ClientOpts)
+	select {
+	case <-t.loaded:
+		r.log.Info("breakers topic read to its end", "topic", t.topic)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// adoptShared applies, at the start of a batch (after beginBreakers), the
+// breaker states other instances wrote since the last batch, and queues the
+// transitions they cause on the alerts topic, with the reason "adopted from
+// <instance>: <its reason>". A batch that does not commit gives them back
+// (rollbackBreakers) with its other breaker changes.
+func (r *Router) adoptShared(b *batch, now time.Time) {
+	if r.brk.table == nil {
+		return
+	}
+	for key, it := range r.brk.table.takeItems() {
+		r.brk.items.adopt(key, it)
+	}
+	p := r.brk.table.take()
+	r.brk.adopting = p
+	for ref, s := range p {
+		r.adopt(ref, &s, b, now)
+	}
+	r.breakerGauges()
+}
+
+// adopt applies one breaker state another instance wrote (the rules are in
+// the file's comment).
+func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now time.Time) {
+	at := s.UpdatedAt.UnixMilli()
+	cur := r.brk.set.Shared(ref)
+	latchedHere := cur.State == breaker.Open && cur.Latched
+	switch {
+	case s.Latched:
+		if at < r.brk.lastReset[ref] {
+			return
+		}
+	case s.Reset:
+		if latchedHere && at < cur.OpenedAt.UnixMilli() {
+			return
+		}
+		r.brk.lastReset[ref] = max(r.brk.lastReset[ref], at)
+	case latchedHere, at < r.brk.lastChange[ref]:
+		return
+	}
+	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != r.cfg.InstanceID}
+	sh.State, _ = parseState(s.State)
+	if s.OpenedAt != nil {
+		sh.OpenedAt = s.OpenedAt.Time
+	}
+	who := s.Instance
+	if who == "" {
+		who = "another instance"
+	}
+	ts := r.brk.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
+	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], at)
+	r.transitionEventsFrom(ts, b, who)
+}
+
+// parseState returns the breaker.State named s.
+func parseState(s string) (breaker.State, bool) {
+	for _, st := range breaker.States {
+		if st.String() == s {
+			return st, true
+		}
+	}
+	return breaker.Closed, false
+}
+
+// share queues the shared state of ref, as this instance's change, on the
+// breakers topic in the batch's transaction; reset marks a person's reset.
+func (r *Router) share(ref breaker.Ref, reason string, reset bool, b *batch, now time.Time) {
+	if r.cfg.Topics.Breakers == "" {
+		return
+	}
+	sh := r.brk.set.Shared(ref)
+	s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: sh.State.String(), Latched: sh.Latched,
+		Reset: reset && sh.State == breaker.Closed, Reason: reason, UpdatedAt: event.At(now), Instance: r.cfg.InstanceID}
+	if sh.State == breaker.Open {
+		at := event.At(sh.OpenedAt)
+		s.OpenedAt = &at
+	}
+	v, err := event.EncodeBreakerState(&s)
+	if err != nil { // only a bug can get here: every field is the router's own
+		r.log.Error("breaker state does not encode", "scope", s.Scope, "key", s.Key, "err", err)
+		return
+	}
+	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], now.UnixMilli())
+	if reset {
+		r.brk.lastReset[ref] = max(r.brk.lastReset[ref], now.UnixMilli())
+	}
+	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: v, Timestamp: now})
+}
+
+// shareItem queues, on the breakers topic in the batch's transaction, an
+// open latch item of ref for the task (open), or the tombstone of its item
+// once decided, and records it in this instance's items.
+func (r *Router) shareItem(ref breaker.Ref, taskID string, open bool, b *batch, now time.Time) {
+	key := event.BreakerItemKey(ref.Scope.String(), ref.Key, taskID)
+	if !open {
+		r.brk.items.del(key)
+	} else {
+		r.brk.items.put(key, latchItem{ref: ref, task: taskID, openedAt: now.UnixMilli()})
+	}
+	if r.cfg.Topics.Breakers == "" {
+		return
+	}
+	rec := &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(key), Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(r.cfg.InstanceID)}}}
+	if open {
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: ref.Scope.String(), Key: ref.Key, TaskID: taskID,
+			OpenedAt: event.At(now), Instance: r.cfg.InstanceID})
+		if err != nil { // only a bug can get here: every field is the router's own
+			r.log.Error("latch item does not encode", "task_id", taskID, "scope", ref.Scope, "key", ref.Key, "err", err)
+			return
+		}
+		rec.Value = v
+	}
+	b.out = append(b.out, rec)
+}
+
+// pruneChanges forgets the times of changes older than an hour once there
+// are more of them than breakers a set may hold: keys come from events.
+func (k *breakers) pruneChanges(now time.Time) {
+	if len(k.lastChange)+len(k.lastReset) <= breaker.MaxBreakers {
+		return
+	}
+	old := now.Add(-time.Hour).UnixMilli()
+	maps.DeleteFunc(k.lastChange, func(_ breaker.Ref, at int64) bool { return at < old })
+	maps.DeleteFunc(k.lastReset, func(_ breaker.Ref, at int64) bool { return at < old })
+}

@@ -1,0 +1,138 @@
+package router
+
+// ledger.go is the cost ledger's metrics: every committed decision of a task
+// event accounts the attempt's usage by class and route, its cost by
+// provider/model, prompt template and review owner (failed or succeeded),
+// and the cost its stop prevented (policy.PreventedBy) by class and stop and
+// by provider/model and prompt template. internal/ledger sums the same from the
+// audit topic for `faultrouter cost`.
+//
+// Label values come from bounded sets: class, route, stop and outcome are
+// fixed; owners are the policy's; provider/model and prompt template keep
+// their first maxLedgerKeys values each, and any later one is counted as
+// "other", so that a worker reporting a new model per request cannot grow the
+// series without bound.
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faultrouter/faultrouter/internal/ledger"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// maxLedgerKeys bounds the provider/model and prompt template label values.
+const maxLedgerKeys = 100
+
+// otherKey is the label value of every key past maxLedgerKeys.
+const otherKey = "other"
+
+type ledgerMetrics struct {
+	policy            *policy.Policy
+	spend             *prometheus.CounterVec // class, route
+	tokens            *prometheus.CounterVec // class, route
+	elapsed           *prometheus.CounterVec // class, route
+	byModel           *prometheus.CounterVec // provider_model, outcome
+	byTemplate        *prometheus.CounterVec // prompt_template, outcome
+	byOwner           *prometheus.CounterVec // owner
+	prevented         *prometheus.CounterVec // class, stop
+	preventedTries    *prometheus.CounterVec // class, stop
+	preventedByKey    *prometheus.CounterVec // scope, key
+	models, templates boundedKeys
+}
+
+func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
+	c := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+	}
+	m := &ledgerMetrics{
+		policy: policy.Default(),
+		spend: c("spend_usd_total", "Reported cost (usage.cost_usd) of the decided attempts, by class and route (a redelivery is not an attempt).",
+			"class", "route"),
+		tokens: c("spend_tokens_total", "Reported tokens of the decided attempts, by class and route.", "class", "route"),
+		elapsed: c("spend_elapsed_seconds_total", "Reported elapsed time (usage.elapsed_ms) of the decided attempts, by class and route.",
+			"class", "route"),
+		byModel: c("spend_by_model_usd_total", "Reported cost of the decided attempts by provider/model (at most 100 values, then \"other\") and outcome (failed: not SUCCEEDED).",
+			"provider_model", "outcome"),
+		byTemplate: c("spend_by_template_usd_total", "Reported cost of the decided attempts by prompt template (at most 100 values, then \"other\") and outcome.",
+			"prompt_template", "outcome"),
+		byOwner: c("spend_by_owner_usd_total", "Reported cost of the attempts decided to review, by review owner.", "owner"),
+		prevented: c("cost_prevented_usd_total", "Cost prevented: for each task the router stopped, the attempts a blind baseline (cost_prevented.baseline_retries) would still have made times the task's mean attempt cost; by class and stop.",
+			"class", "stop"),
+		preventedTries: c("cost_prevented_attempts_total", "Attempts a blind baseline would still have made after the router stopped a task, by class and stop.",
+			"class", "stop"),
+		preventedByKey: c("cost_prevented_by_key_usd_total", "Cost prevented by breaker key: scope provider_model or prompt_template (at most 100 keys each, then \"other\").",
+			"scope", "key"),
+		models:    boundedKeys{max: maxLedgerKeys},
+		templates: boundedKeys{max: maxLedgerKeys},
+	}
+	if reg != nil {
+		reg.MustRegister(m.spend, m.tokens, m.elapsed, m.byModel, m.byTemplate, m.byOwner, m.prevented, m.preventedTries, m.preventedByKey)
+	}
+	return m
+}
+
+// account adds one committed decision of a task event to the ledger's
+// series in t, the batch's tally.
+func (m *ledgerMetrics) account(t *tally, ev *event.TaskEvent, d *event.Decision) {
+	if !ledger.Counts(ev, d) {
+		return
+	}
+	class, route := string(d.Class), string(d.Route)
+	outcome := "failed"
+	if d.Class == event.ClassSucceeded {
+		outcome = "succeeded"
+	}
+	cost := ev.Usage.CostUSD
+	model, tmpl := m.models.label(ledger.ModelKey(ev)), m.templates.label(ev.PromptTemplate)
+	t.add(m.spend, class, route, cost)
+	t.add(m.tokens, class, route, float64(ev.Usage.Tokens))
+	t.add(m.elapsed, class, route, float64(ev.Usage.ElapsedMs)/1000)
+	t.add(m.byModel, model, outcome, cost)
+	t.add(m.byTemplate, tmpl, outcome, cost)
+	if d.Review != nil {
+		t.add(m.byOwner, d.Review.Owner, "", cost)
+	}
+	if pr, ok := m.policy.PreventedBy(d); ok {
+		t.add(m.prevented, class, string(pr.Stop), pr.USD)
+		t.add(m.preventedTries, class, string(pr.Stop), float64(pr.Attempts))
+		t.add(m.preventedByKey, "provider_model", model, pr.USD)
+		t.add(m.preventedByKey, "prompt_template", tmpl, pr.USD)
+	}
+}
+
+// boundedKeys hands out label values: the first max keys as themselves,
+// every later one as otherKey. "" is ledger.None.
+type boundedKeys struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]bool
+}
+
+func (b *boundedKeys) label(k string) string {
+	if k == "" {
+		k = ledger.None
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[k] {
+		return k
+	}
+	if len(b.seen) >= b.max {
+		return otherKey
+	}
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	b.seen[k] = true
+	return k
+}
+
+// withPolicy measures cost prevented against p's baseline (default: the
+// default policy's).
+func (m *metrics) withPolicy(p *policy.Policy) *metrics {
+	m.ledger.policy = p
+	return m
+}

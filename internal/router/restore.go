@@ -1,0 +1,650 @@
+package router
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/internal/scan"
+	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/codec"
+)
+
+// A restore writes what it read in windows: one window is built while the
+// one before it is written, so a restore holds about two. A restore reads
+// the partitions in groups, one after the other, each group of about
+// restoreGroup bytes of changelog (estimated from its offsets), and a
+// window is one group: the store's keys start with the partition (see
+// package store), so the sstables of a window of whole partitions overlap
+// nothing an earlier window wrote, and Pebble links them into its last
+// level without compacting anything. Groups of a quarter of a window
+// overlap the read of a group with the write of the one before.
+//
+// A group larger than restoreWindow bytes (keys and values, replaced
+// records included) is cut into several windows; the later windows of a
+// partition overlap the earlier ones, so Pebble compacts them.
+// restoreWindow bounds the restore's memory (about six times restoreWindow
+// in flight: two windows' records, writes and sorted copies).
+var restoreWindow = 64 << 20 // a variable for tests
+
+// restoreGroup is the changelog bytes the restore reads in one group, and
+// restoreRecordBytes the size of a record it assumes until it has read
+// some (a state of a task in flight, compressed about 3:1 on the wire).
+var (
+	restoreGroup       = restoreWindow / 4
+	restoreRecordBytes = 256
+)
+
+// restore brings the Pebble cache of the given partitions up to the end of
+// the state changelog, from the checkpoint offset kept in Pebble. It waits
+// for open transactions on the changelog to finish first (a previous owner's
+// last transaction commits or aborts), so that nothing committed is missed.
+//
+// The local state of a partition is kept only if this instance released the
+// partition cleanly and no other instance has written to its changelog
+// since (trustOrWipe): the changelog has not moved, or only with records of
+// this instance's own transactional producer (its batch in flight at the
+// release, committed or aborted after it), which the restore then applies
+// from the checkpoint. Else it is wiped and the partition restored from the
+// changelog's start.
+// Restoring from the checkpoint alone would keep state the changelog no
+// longer holds: while another instance owned the partition it may have
+// finished a task, and compaction may have dropped the task's records and
+// then its tombstone, so that no record after the checkpoint says the local
+// copy (a pending retry, an open review item) is gone.
+//
+// The records are applied as they are read, in windows (see restorer):
+// only the last state of a task in a window is stored.
+func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	topic := r.cfg.Topics.State
+	entered := time.Now()
+	defer func() { r.metrics.restoreSeconds.Observe(time.Since(entered).Seconds()) }()
+	adm := kadm.NewClient(cl)
+	ends, err := r.stableEnds(ctx, adm, topic, parts)
+	if err != nil {
+		return err
+	}
+	ranges := scan.Ranges{}
+	wiped := map[int32]bool{}
+	for _, p := range parts {
+		kept, err := r.trustOrWipe(ctx, cl, p, ends[p])
+		if err != nil {
+			return err
+		}
+		wiped[p] = !kept
+		next, _, err := r.store.Checkpoint(p)
+		if errors.Is(err, store.ErrCorruptCheckpoint) {
+			// the store is a cache: restore the partition from the start
+			r.log.Warn("changelog checkpoint is corrupt; restoring the partition from the start of the changelog",
+				"topic", topic, "partition", p, "err", err)
+			next, err = 0, nil
+		}
+		if err != nil {
+			return err
+		}
+		if next < ends[p] {
+			ranges.Set(topic, p, scan.Range{Start: next, End: ends[p]})
+		}
+	}
+	if len(ranges) == 0 {
+		r.log.Info("state is up to date", "topic", topic, "partitions", parts)
+		return nil
+	}
+	remaining := ranges.Len()
+	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
+	r.metrics.restoreRemaining.Set(float64(remaining))
+
+	began, lastLog := time.Now(), time.Now()
+	var total, read int64
+	defer relaxGC()()
+	rs := r.newRestorer(wiped)
+	// a partition's fetches may be as large as a group: one partition is
+	// often read alone
+	opts := append(slices.Clip(r.cfg.ClientOpts), kgo.FetchMaxPartitionBytes(int32(max(restoreGroup, 1<<20))))
+	for _, g := range restoreGroups(topic, ranges[topic], restoreGroup/restoreRecordBytes) {
+		left, size := remaining-read, g.Len()
+		rs.hint(size)
+		err = scan.Read(ctx, opts, g, func(b *scan.Batch) error {
+			if err := rs.add(b.Records, b.Next[topic]); err != nil {
+				return err
+			}
+			total += int64(len(b.Records))
+			r.metrics.restoredRecords.Add(float64(len(b.Records)))
+			r.metrics.restoreRemaining.Set(float64(left - (size - b.Left)))
+			if time.Since(lastLog) > 5*time.Second {
+				r.log.Info("restoring state", "applied", total, "records_left", left-(size-b.Left))
+				lastLog = time.Now()
+			}
+			return nil
+		})
+		if err != nil {
+			break
+		}
+		read += size
+		rs.endWindow()
+	}
+	if werr := rs.close(); err == nil {
+		err = werr
+	}
+	if err != nil {
+		return fmt.Errorf("router: restore: %w", err)
+	}
+	r.metrics.restoreRemaining.Set(0)
+	r.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// restoreGroups splits the partitions to restore into groups read one
+// after the other, in partition order, each of about size offsets or one
+// partition.
+func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ranges {
+	var groups []scan.Ranges
+	var g scan.Ranges
+	n := int64(0)
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		r := parts[p]
+		if g != nil && n+(r.End-r.Start) > int64(size) {
+			groups, g = append(groups, g), nil
+		}
+		if g == nil {
+			g, n = scan.Ranges{}, 0
+		}
+		g.Set(topic, p, r)
+		n += r.End - r.Start
+	}
+	if g != nil {
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+// restorer applies changelog records to the store as the restore reads
+// them: a builder goroutine reads each record's state for its index entries
+// and adds its writes to the window's store.Bulk while the next fetch is
+// read, and a committer goroutine writes each full window (sorts it, writes
+// its sstables, has Pebble ingest them) while the builder fills the next.
+//
+// Only a task's last record in a window is written: at the window's end
+// its tasks are sorted, and the writes of a task's earlier records are left
+// out (Bulk.Order). Each record's writes replace the index entries of the
+// state the store holds before the window: nothing in a partition this
+// restore wiped and has not written yet, else the store's (a point read,
+// once the windows before are written). A task changed twice (a retry
+// decided, then published) must not leave the first state's due-index
+// entry behind, or stale entries pile up at the head of the due index. A
+// record that does not decode stops the restore (ErrUnreadableState):
+// nothing of its window is written and its partition's checkpoint stays
+// before it, so the partition is not routed on a state that lost the record.
+type restorer struct {
+	r     *Router
+	fresh map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
+	in    chan restoreStep
+	built chan struct{} // closed when the builder has stopped
+
+	// the builder's
+	bulk    *store.Bulk     // the window being built
+	size    int             // the records of the group being read
+	tasks   []written       // the records it writes, a task's last one kept
+	parts   map[int32]bool  // the partitions it has records of
+	bytes   int             // of the records in bulk
+	waited  bool            // the windows before this one are written
+	lastOps int             // the writes of the window before
+	next    map[int32]int64 // the checkpoints to write with the window
+
+	commits   chan *store.Bulk // to the committer
+	committed sync.WaitGroup   // windows sent to the committer and not yet written
+	failed    atomic.Pointer[error]
+}
+
+// written is a record a window writes: its task, its writes in the
+// window's Bulk, and the order it was read in.
+type written struct {
+	id   []byte
+	p    int32
+	span [2]int32
+}
+
+// restoreStep is what the builder is handed: a fetch's records and where
+// the read stands after it, the size of the next group (size), or an order
+// to end the window (cut).
+type restoreStep struct {
+	recs []*kgo.Record
+	next map[int32]int64
+	size int
+	cut  bool
+}
+
+func (r *Router) newRestorer(wiped map[int32]bool) *restorer {
+	rs := &restorer{r: r, fresh: maps.Clone(wiped),
+		in: make(chan restoreStep, 2), built: make(chan struct{}),
+		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+	for p, ok := range rs.fresh {
+		if !ok {
+			delete(rs.fresh, p)
+		}
+	}
+	go func() { // the committer
+		for b := range rs.commits {
+			if rs.failed.Load() == nil {
+				if err := b.Commit(); err != nil {
+					rs.fail(err)
+				}
+			}
+			rs.committed.Done()
+		}
+	}()
+	go func() { // the builder
+		defer close(rs.built)
+		for st := range rs.in {
+			if rs.failed.Load() != nil {
+				continue // drained, not applied
+			}
+			if err := rs.step(st); err != nil {
+				rs.fail(err)
+			}
+		}
+		if rs.failed.Load() == nil {
+			rs.cut()
+		}
+		rs.committed.Wait()
+		close(rs.commits)
+	}()
+	return rs
+}
+
+func (rs *restorer) fail(err error) { rs.failed.CompareAndSwap(nil, &err) }
+
+// add hands the records of one fetch to the builder, with where the read
+// of each partition stands after them; it returns the error of an earlier
+// step or window.
+func (rs *restorer) add(recs []*kgo.Record, next map[int32]int64) error {
+	if err := rs.failed.Load(); err != nil {
+		return *err
+	}
+	rs.in <- restoreStep{recs: recs, next: next}
+	return nil
+}
+
+// hint tells the builder how many records the next group has, for the
+// room of its window.
+func (rs *restorer) hint(records int64) { rs.in <- restoreStep{size: int(records)} }
+
+// endWindow ends the window after the records added so far.
+func (rs *restorer) endWindow() { rs.in <- restoreStep{cut: true} }
+
+// close writes what is left and waits until every window is written; it
+// returns the first error.
+func (rs *restorer) close() error {
+	close(rs.in)
+	<-rs.built
+	if err := rs.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+func (rs *restorer) step(st restoreStep) error {
+	if st.size > 0 {
+		rs.size = st.size
+	}
+	from := 0 // the fetch's records not yet in a window's checkpoints
+	for i, rec := range st.recs {
+		if err := rs.apply(rec); err != nil {
+			return err
+		}
+		if rs.bytes >= restoreWindow {
+			// the window ends within the fetch: its checkpoints are past
+			// its own records only
+			rs.advance(st.recs[from : i+1])
+			from = i + 1
+			rs.cut()
+		}
+	}
+	rs.advance(st.recs[from:])
+	for p, n := range st.next {
+		rs.next[p] = n
+	}
+	if st.cut {
+		rs.cut()
+	}
+	return nil
+}
+
+// advance moves the checkpoints past recs (a fetch's, partition by
+// partition).
+func (rs *restorer) advance(recs []*kgo.Record) {
+	for i, rec := range recs {
+		if i+1 == len(recs) || recs[i+1].Partition != rec.Partition {
+			rs.next[rec.Partition] = max(rs.next[rec.Partition], rec.Offset+1)
+		}
+	}
+}
+
+// apply adds the writes of one changelog record to the window.
+func (rs *restorer) apply(rec *kgo.Record) error {
+	if rs.bulk == nil {
+		// a state's writes: itself and its expiry entry, and now and then
+		// a due or overdue entry, or the deletes of the entries of the
+		// state it replaces
+		n := 3 * min(max(rs.size, 1024), restoreWindow/restoreRecordBytes)
+		if rs.lastOps > 0 {
+			n = min(n, rs.lastOps+rs.lastOps/8)
+		}
+		rs.bulk = rs.r.store.NewBulk(n)
+	}
+	key, p := rec.Key, rec.Partition
+	var x store.Entries
+	if rec.Value != nil {
+		var err error
+		if x, err = rs.r.store.IndexEntries(rec.Value); err != nil {
+			rs.r.metrics.restoreUnreadable.Inc()
+			return fmt.Errorf("%w: %s partition %d offset %d, task %q, %s: %v",
+				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
+		}
+	}
+	// the state before this window: none in a fresh partition, else the
+	// store's, once every window before this one is written
+	var before *store.Entries // nil: the store holds none
+	if !rs.fresh[p] {
+		if !rs.waited {
+			rs.committed.Wait()
+			rs.waited = true
+		}
+		stored, ok, err := rs.r.store.EntriesOf(p, key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			before = &stored
+		}
+	}
+	from := rs.bulk.Len()
+	var err error
+	if rec.Value == nil {
+		err = rs.bulk.DeleteIndexed(p, key, before)
+	} else {
+		err = rs.bulk.PutIndexed(p, key, before, x, rec.Value)
+	}
+	if err != nil {
+		return err
+	}
+	rs.tasks = append(rs.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(rs.bulk.Len())}})
+	rs.parts[p] = true
+	rs.bytes += len(key) + len(rec.Value)
+	return nil
+}
+
+// cut ends the window: its writes and checkpoints go to the committer.
+func (rs *restorer) cut() {
+	if rs.bulk == nil && len(rs.next) == 0 {
+		return
+	}
+	if rs.bulk == nil {
+		rs.bulk = rs.r.store.NewBulk(len(rs.next))
+	}
+	// in task order, each task's records in the order read: the Bulk's
+	// indexes then come mostly sorted, and only a task's last record is
+	// kept
+	sortWritten(rs.tasks)
+	spans := make([][2]int32, 0, len(rs.tasks))
+	for i, t := range rs.tasks {
+		if i+1 < len(rs.tasks) && rs.tasks[i+1].p == t.p && bytes.Equal(rs.tasks[i+1].id, t.id) {
+			continue // a later record of the task replaces this one
+		}
+		spans = append(spans, t.span)
+	}
+	rs.bulk.Order(spans)
+	rs.tasks = rs.tasks[:0]
+	for p, n := range rs.next {
+		if err := rs.bulk.SetCheckpoint(p, n); err != nil {
+			rs.fail(err)
+			return
+		}
+	}
+	// a later window of these partitions replaces what this one wrote
+	for p := range rs.parts {
+		delete(rs.fresh, p)
+	}
+	clear(rs.parts)
+	rs.lastOps = rs.bulk.Len()
+	rs.committed.Add(1)
+	rs.commits <- rs.bulk
+	rs.bulk, rs.bytes, rs.next, rs.waited = nil, 0, map[int32]int64{}, false
+}
+
+// writtenOrder orders the records of a window by task (partition, then ID),
+// a task's records in the order they were read.
+func writtenOrder(x, y written) int {
+	if c := cmp.Compare(x.p, y.p); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(x.id, y.id); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.span[0], y.span[0])
+}
+
+// sortWritten sorts ws by writtenOrder, its halves on two cores, then
+// merged.
+func sortWritten(ws []written) {
+	if len(ws) < 4096 || runtime.GOMAXPROCS(0) < 2 {
+		slices.SortFunc(ws, writtenOrder)
+		return
+	}
+	x, y := ws[:len(ws)/2], ws[len(ws)/2:]
+	done := make(chan struct{})
+	go func() {
+		slices.SortFunc(x, writtenOrder)
+		close(done)
+	}()
+	slices.SortFunc(y, writtenOrder)
+	<-done
+	out := make([]written, 0, len(ws))
+	for len(x) > 0 && len(y) > 0 {
+		if writtenOrder(y[0], x[0]) < 0 {
+			out, y = append(out, y[0]), y[1:]
+		} else {
+			out, x = append(out, x[0]), x[1:]
+		}
+	}
+	copy(ws, append(append(out, x...), y...))
+}
+
+// relaxGC lets the heap grow by up to eight windows (a restore in flight
+// holds about six: two windows' records, writes and fetches) before the
+// garbage collector runs, for a restore's duration, and returns the
+// function that undoes it. A restore allocates its windows in bulk and
+// keeps most of what it allocates until the window is written: collecting
+// as the heap doubled marked the same window over and over (a fifth of a
+// restore's CPU), and a bound of three windows left the collector running
+// back to back in a restore of several windows. A memory limit set for the
+// process (GOMEMLIMIT) still applies. Restores running at once (routers in
+// one process) share one relaxation.
+func relaxGC() (undo func()) {
+	gcRelax.Lock()
+	defer gcRelax.Unlock()
+	if gcRelax.n++; gcRelax.n == 1 {
+		s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		rtmetrics.Read(s)
+		live := int64(0)
+		if s[0].Value.Kind() == rtmetrics.KindUint64 {
+			live = int64(s[0].Value.Uint64())
+		}
+		gcRelax.limit = debug.SetMemoryLimit(-1)
+		gcRelax.percent = debug.SetGCPercent(-1)
+		debug.SetMemoryLimit(min(gcRelax.limit, 2*live+8*int64(restoreWindow)+64<<20))
+	}
+	return func() {
+		gcRelax.Lock()
+		defer gcRelax.Unlock()
+		if gcRelax.n--; gcRelax.n == 0 {
+			debug.SetGCPercent(gcRelax.percent)
+			debug.SetMemoryLimit(gcRelax.limit)
+		}
+	}
+}
+
+var gcRelax struct {
+	sync.Mutex
+	n       int
+	limit   int64
+	percent int
+}
+
+// stableEnds returns the end offsets of the changelog partitions once no
+// transaction is open on them (last stable offset equals high watermark),
+// waiting at most the transaction timeout plus a margin.
+func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
+	deadline := time.Now().Add(r.cfg.TransactionTimeout + 15*time.Second)
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("router: list stable offsets of %s: %w", topic, err)
+		}
+		hw, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("router: list end offsets of %s: %w", topic, err)
+		}
+		ends := map[int32]int64{}
+		open := 0
+		for _, p := range parts {
+			s, ok := stable.Lookup(topic, p)
+			if !ok || s.Err != nil {
+				return nil, fmt.Errorf("router: stable offset of %s/%d unknown", topic, p)
+			}
+			h, _ := hw.Lookup(topic, p)
+			ends[p] = s.Offset
+			if h.Offset > s.Offset {
+				open++
+			}
+		}
+		if open == 0 || time.Now().After(deadline) {
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// trustOrWipe keeps the local state of partition p if this instance released
+// p at changelog end offset end (nothing was written to the changelog
+// partition since, by anyone), and wipes it otherwise: after a restart
+// without a clean release, or when another instance owned p meanwhile. It
+// reports whether it kept the state.
+func (r *Router) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
+	released, ok, err := r.store.TakeReleased(p)
+	if err != nil {
+		return false, err
+	}
+	if ok && released == end {
+		return true, nil
+	}
+	if ok && released < end {
+		ours, err := r.ownWritesOnly(ctx, cl, p, released, end)
+		if err != nil {
+			r.log.Warn("could not tell who wrote the changelog since this instance released the partition; restoring it from the changelog's start",
+				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end, "err", err)
+		}
+		if ours {
+			r.log.Info("the changelog moved since the release only with this instance's writes; local state kept",
+				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end)
+			return true, nil
+		}
+	}
+	had, err := r.store.WipePartition(p)
+	if err != nil {
+		return false, err
+	}
+	if had || ok {
+		r.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
+			"topic", r.cfg.Topics.State, "partition", p, "had_tasks", had, "released_at", released, "end", end, "released", ok)
+	}
+	return false, nil
+}
+
+// ownWritesOnly reports whether every committed record of changelog
+// partition p in [from, end) was written by this instance's transactional
+// producer: its transactional ID is stable, and so is the producer ID the
+// broker keeps for it. Such records are a batch that was in flight when
+// the partition was released (franz-go's revoke does not end a transaction
+// already being produced); an aborted one leaves none.
+func (r *Router) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
+	pid, _, err := cl.ProducerID(ctx)
+	if err != nil {
+		return false, err
+	}
+	ranges := scan.Ranges{}
+	ranges.Set(r.cfg.Topics.State, p, scan.Range{Start: from, End: end})
+	ours := true
+	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
+		for _, rec := range b.Records {
+			if rec.ProducerID != pid {
+				ours = false
+				return scan.Stop
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return ours, nil
+}
+
+// markReleased records, for each partition, the committed end of its
+// changelog as this instance lets it go (a batch of its own may still be in
+// flight: see trustOrWipe). It is bounded: on failure no mark is written,
+// and the partition is restored from the changelog's start when it comes
+// back.
+func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
+	if len(parts) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	stable, err := adm.ListCommittedOffsets(ctx, r.cfg.Topics.State)
+	if err == nil {
+		for _, p := range parts {
+			s, ok := stable.Lookup(r.cfg.Topics.State, p)
+			if !ok || s.Err != nil {
+				continue // unknown: no mark
+			}
+			if err := r.store.SetReleased(p, s.Offset); err != nil {
+				r.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
+			}
+		}
+	}
+	if err != nil {
+		r.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
+	}
+}
+
+// writerSchema names the writer schema of an encoded state by the
+// fingerprint in its single-object header, for an error about the record.
+func writerSchema(v []byte) string {
+	fp, ok := codec.SingleObjectFingerprint(v)
+	if !ok {
+		return fmt.Sprintf("no Avro single-object header (first bytes % x)", v[:min(len(v), 10)])
+	}
+	return fmt.Sprintf("writer schema fingerprint %016x", fp)
+}

@@ -1,0 +1,659 @@
+// Package router is faultrouter's stream processor. It consumes the ingress
+// and review-decision topics in a consumer group with read_committed, and for
+// every poll batch it decodes, deduplicates against the task state, classifies
+// and decides with the policy, and produces the routed records, one audit
+// record per input record and the state changelog records, committing the
+// consumed offsets in the same Kafka transaction. The Pebble store is updated
+// only after that transaction commits, and restored from the changelog topic on
+// start and on every partition assignment.
+//
+// One transaction per batch (a poll and its top-up; under a backlog several
+// polls, batchsize.go): the commit interval, the time from one commit to
+// the next, is one batch's work and the poll that starts the next batch. A
+// record that arrives while a batch is routed is routed in the next one, so
+// its latency to a committed audit record is the rest of one commit interval
+// and one more, plus the broker's commit markers (README, Performance).
+//
+// handle.go holds the data path of one batch, top to bottom.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// Topics are the full names of the topics the router reads and writes.
+type Topics struct {
+	Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State string
+	// Breakers is the compacted topic the instances share their breakers
+	// through (breakertable.go). Optional: without it each instance's
+	// breakers are its own and live in its memory only.
+	Breakers string
+}
+
+// Config configures a Router. Default returns the defaults; Validate names
+// the first bad field.
+type Config struct {
+	// ClientOpts are the franz-go options reaching the cluster (seed brokers,
+	// SASL, TLS, logger). Required.
+	ClientOpts []kgo.Opt
+	// Topics are the topic names. Required.
+	Topics Topics
+	// StateDir is the Pebble directory. Required.
+	StateDir string
+	// Policy is the failure policy. Default: policy.Default().
+	Policy *policy.Policy
+	// Group is the consumer group. Default "faultrouter".
+	Group string
+	// InstanceID names this instance; the transactional ID is
+	// "<Group>-<InstanceID>", so it must be stable across restarts and unique
+	// among running instances. Default "0".
+	InstanceID string
+	// MaxRecordBytes is the largest input value routed; larger ones go to the
+	// dead-letter topic. It must stay below the dead-letter topic's
+	// max.message.bytes. Default 512 KiB.
+	MaxRecordBytes int
+	// MaxPollRecords bounds one batch (one transaction) at light load.
+	// Larger batches spread the fixed cost of a transaction (its offset
+	// commit and end markers) over more records. Default 5000.
+	MaxPollRecords int
+	// MaxPollBytes bounds the bytes of one fetch from the brokers, and the
+	// keys and values of a batch at light load. Default 16 MiB.
+	MaxPollBytes int
+	// MaxBatchRecords bounds one batch under a backlog: a batch that filled
+	// its limit and left records behind doubles the next one's, up to
+	// this (batchsize.go). It is the memory bound of a batch: a router
+	// holds two batches (one is written to Pebble while the next is
+	// routed), each about 4 KiB a record in flight, and the garbage
+	// collector's headroom doubles that. At least MaxPollRecords. Default
+	// 8000.
+	MaxBatchRecords int
+	// MaxBatchBytes bounds the keys and values of one batch under a
+	// backlog (a batch may pass it by one fetch). At least MaxPollBytes.
+	// Default 16 MiB.
+	MaxBatchBytes int
+	// MaxBatchLatency bounds the time from a batch's poll to its commit
+	// under a backlog: a batch grows only as far as the last one's rate
+	// routes within it. Default 500ms.
+	MaxBatchLatency time.Duration
+	// Tick is how often due retries are looked for when no input arrives.
+	// Default 200ms.
+	Tick time.Duration
+	// TransactionTimeout is the Kafka transaction timeout. Default 30s.
+	TransactionTimeout time.Duration
+	// SessionTimeout is the consumer-group session timeout: how long a
+	// crashed instance holds its partitions before the group moves them (a
+	// restarted instance waits that long to rejoin). It must lie within the
+	// broker's group.min/max.session.timeout.ms (6s..30min by default).
+	// Default 10s.
+	SessionTimeout time.Duration
+	// Logger receives the router's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the router's metrics. Default: none registered.
+	Registerer prometheus.Registerer
+	// Now is the router clock. Default time.Now.
+	Now func() time.Time
+	// Registry reads input records in the Confluent wire format (a schema
+	// registry's); nil: only Avro's single-object encoding is read, and a
+	// record in the Confluent format is dead-lettered.
+	Registry *registry.Client
+	// WireFormat is the framing of the routed records and alerts the router
+	// writes; the state changelog is always in the single-object encoding.
+	// Default single-object; confluent needs Registry.
+	WireFormat registry.WireFormat
+	// LookupSchemasOnly, with the Confluent wire format, makes the router
+	// look up its output schemas in the registry instead of registering
+	// them at start (for registries that only an operator writes to:
+	// faultrouter schemas register). Default false.
+	LookupSchemasOnly bool
+	// PartitionCheck is how often the partition counts of ingress,
+	// decisions and state are read to detect partitions added at runtime.
+	// Default 30s.
+	PartitionCheck time.Duration
+}
+
+// Default returns a Config with every optional field at its default.
+func Default() Config {
+	return Config{
+		Policy:             policy.Default(),
+		Group:              "faultrouter",
+		InstanceID:         "0",
+		MaxRecordBytes:     512 << 10,
+		MaxPollRecords:     5000,
+		MaxPollBytes:       16 << 20,
+		MaxBatchRecords:    8000,
+		MaxBatchBytes:      16 << 20,
+		MaxBatchLatency:    500 * time.Millisecond,
+		Tick:               200 * time.Millisecond,
+		TransactionTimeout: 30 * time.Second,
+		SessionTimeout:     10 * time.Second,
+		Logger:             slog.Default(),
+		Now:                time.Now,
+		PartitionCheck:     30 * time.Second,
+		WireFormat:         registry.SingleObject,
+	}
+}
+
+// Validate returns an error naming the first field that is missing or bad.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.ClientOpts) == 0:
+		return errors.New("router: ClientOpts: required (at least the seed brokers)")
+	case c.Topics.Ingress == "" || c.Topics.Decisions == "" || c.Topics.Retry == "" ||
+		c.Topics.Review == "" || c.Topics.Audit == "" || c.Topics.DeadLetter == "" ||
+		c.Topics.Alerts == "" || c.Topics.State == "":
+		return errors.New("router: Topics: every topic name is required")
+	case c.StateDir == "":
+		return errors.New("router: StateDir: required (--state-dir)")
+	case c.Policy == nil:
+		return errors.New("router: Policy: required")
+	case c.Group == "":
+		return errors.New("router: Group: required")
+	case c.InstanceID == "":
+		return errors.New("router: InstanceID: required (--instance-id)")
+	case c.MaxRecordBytes <= 0:
+		return fmt.Errorf("router: MaxRecordBytes: must be > 0, got %d", c.MaxRecordBytes)
+	case c.MaxPollRecords <= 0:
+		return fmt.Errorf("router: MaxPollRecords: must be > 0, got %d", c.MaxPollRecords)
+	case c.MaxPollBytes < c.MaxRecordBytes:
+		return fmt.Errorf("router: MaxPollBytes: must be >= MaxRecordBytes (%d), got %d", c.MaxRecordBytes, c.MaxPollBytes)
+	case c.MaxBatchRecords < c.MaxPollRecords:
+		return fmt.Errorf("router: MaxBatchRecords: must be >= MaxPollRecords (%d), got %d", c.MaxPollRecords, c.MaxBatchRecords)
+	case c.MaxBatchBytes < c.MaxPollBytes:
+		return fmt.Errorf("router: MaxBatchBytes: must be >= MaxPollBytes (%d), got %d", c.MaxPollBytes, c.MaxBatchBytes)
+	case c.MaxBatchLatency <= 0:
+		return fmt.Errorf("router: MaxBatchLatency: must be > 0, got %s", c.MaxBatchLatency)
+	case c.Tick <= 0:
+		return fmt.Errorf("router: Tick: must be > 0, got %s", c.Tick)
+	case c.TransactionTimeout < time.Second:
+		return fmt.Errorf("router: TransactionTimeout: must be >= 1s, got %s", c.TransactionTimeout)
+	case c.SessionTimeout < time.Second:
+		return fmt.Errorf("router: SessionTimeout: must be >= 1s, got %s", c.SessionTimeout)
+	case c.PartitionCheck <= 0:
+		return fmt.Errorf("router: PartitionCheck: must be > 0, got %s", c.PartitionCheck)
+	case c.WireFormat != registry.SingleObject && c.WireFormat != registry.Confluent:
+		return fmt.Errorf("router: WireFormat: %q is not one of single-object, confluent", c.WireFormat)
+	case c.WireFormat == registry.Confluent && c.Registry == nil:
+		return errors.New("router: Registry: required with the confluent wire format (--registry-url)")
+	}
+	return nil
+}
+
+// Router routes task events. Build it with New and run it with Run.
+type Router struct {
+	cfg     Config
+	log     *slog.Logger
+	codec   *codec.Codec
+	store   *store.Store
+	metrics *metrics
+	brk     *breakers // breakers.go; used by the handle goroutine only
+	// parts are the partition counts of ingress, decisions and state, read
+	// before a session starts (partitioner.go); seen are the latest counts
+	// (forward.go); home is the partition count a task's home partition is
+	// hashed over, fixed for the life of the process; hash is Kafka's
+	// murmur2 partitioner. Used by the handle goroutine (parts also by the
+	// assignment callbacks, which start after it is set).
+	parts, seen    partitionCounts
+	home           int32
+	hash           kgo.TopicPartitioner
+	partsCheckedAt time.Time
+	// limits are the record size limits per topic, read when a session
+	// starts (limits.go); used by the handle goroutine
+	limits *limits
+	// refused are the inputs whose routed records the broker refused for
+	// a deterministic reason, dead-lettered when polled again; backoff is
+	// the wait before polling again after a failed produce (unwritable.go).
+	// Both are used by the handle goroutine only.
+	refused map[inputAt]refused
+	backoff time.Duration
+
+	mu    sync.Mutex
+	owned map[int32]bool // ingress partitions this instance owns
+
+	// written is held while the Pebble write of a committed batch runs
+	// (handle.go); writeErr is that write's error, set before written is
+	// released
+	written  sync.Mutex
+	writeErr error
+	// writing is the committed batch whose write may still run, for the
+	// next batch to read its states from (handle.go); used by the handle
+	// goroutine only
+	writing *batch
+	// rebalances counts the assignment callbacks run (onAssigned, onRevoked,
+	// onLost): a batch committed before one of them may hold states a
+	// restore has since replaced (statesBefore)
+	rebalances atomic.Uint64
+
+	ready atomic.Bool
+	// registryDown is set while a batch waits for the schema registry
+	// (registry.go): the router is not ready meanwhile
+	registryDown atomic.Bool
+
+	// framer writes the Confluent wire format (registry.go); nil for the
+	// single-object encoding. Set before the first session.
+	framer *registry.Framer
+}
+
+// New validates cfg, opens the state store and returns a Router.
+func New(cfg Config) (*Router, error) {
+	d := Default()
+	if cfg.Policy == nil {
+		cfg.Policy = d.Policy
+	}
+	if cfg.Group == "" {
+		cfg.Group = d.Group
+	}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = d.InstanceID
+	}
+	if cfg.MaxRecordBytes == 0 {
+		cfg.MaxRecordBytes = d.MaxRecordBytes
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = d.MaxPollRecords
+	}
+	if cfg.MaxPollBytes == 0 {
+		cfg.MaxPollBytes = d.MaxPollBytes
+	}
+	if cfg.MaxBatchRecords == 0 {
+		cfg.MaxBatchRecords = max(d.MaxBatchRecords, cfg.MaxPollRecords)
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = max(d.MaxBatchBytes, cfg.MaxPollBytes)
+	}
+	if cfg.MaxBatchLatency == 0 {
+		cfg.MaxBatchLatency = d.MaxBatchLatency
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = d.Tick
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = d.TransactionTimeout
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = d.SessionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = d.Logger
+	}
+	if cfg.Now == nil {
+		cfg.Now = d.Now
+	}
+	if cfg.PartitionCheck == 0 {
+		cfg.PartitionCheck = d.PartitionCheck
+	}
+	if cfg.WireFormat == "" {
+		cfg.WireFormat = d.WireFormat
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := codec.New()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "router", "instance", cfg.InstanceID)
+	brk, err := newBreakers(cfg.Policy, cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.OpenWith(cfg.StateDir, cfg.Logger, store.Options{ExpiryBucket: expiryBucket(cfg.Policy)})
+	if err != nil {
+		return nil, err
+	}
+	return &Router{
+		brk:     brk,
+		cfg:     cfg,
+		log:     log,
+		codec:   c,
+		store:   st,
+		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
+		owned:   map[int32]bool{},
+		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
+		refused: map[inputAt]refused{},
+	}, nil
+}
+
+// expiryBucket is the width of the store's expiry buckets for a policy: a
+// 24th of the default state TTL (2 x default_sla_ms), between a second and
+// an hour. The default policy's is an hour; a policy whose durations are
+// divided by a factor, to pass days of a task's life in minutes, gets
+// buckets as short, so that its tasks are forgotten on the same scale.
+func expiryBucket(p *policy.Policy) time.Duration {
+	d := time.Duration(2*p.DefaultSLAMs/24) * time.Millisecond
+	return min(max(d, time.Second), store.DefaultExpiryBucket)
+}
+
+// Ready reports whether the router has restored its state and is routing:
+// not while it waits for a schema registry that does not answer.
+func (r *Router) Ready() bool { return r.ready.Load() && !r.registryDown.Load() }
+
+// Run routes until ctx is done. A failed transactional session (fenced,
+// ambiguous commit, lost group) is closed and a new one is created, so the
+// producer is re-created after an ambiguous transaction error.
+func (r *Router) Run(ctx context.Context) error {
+	defer r.store.Close()
+	if err := r.prepareFramer(ctx); err != nil { // registry.go
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := r.startBreakerTable(ctx); err != nil { // breakertable.go
+		return nil // ctx ended
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.runSession(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.setReady(false)
+		r.metrics.sessionRestarts.Inc()
+		r.log.Warn("transactional session ended; starting a new one", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (r *Router) runSession(ctx context.Context) error {
+	// A failed restore is reported here by the assignment callback, which
+	// must not leave the group itself (that deadlocks in franz-go); the
+	// loop below ends the session instead, which leaves the group, and Run
+	// starts a new one that restores again.
+	restoreFailed := make(chan error, 1)
+	r.limits = r.loadLimits(ctx)                   // limits.go
+	if err := r.startPartitions(ctx); err != nil { // partitioner.go
+		return err
+	}
+	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(r.cfg.Group),
+		kgo.ConsumeTopics(r.cfg.Topics.Ingress, r.cfg.Topics.Decisions),
+		kgo.TransactionalID(r.cfg.Group+"-"+r.cfg.InstanceID),
+		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
+		kgo.SessionTimeout(r.cfg.SessionTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// franz-go group consumers always fetch stable offsets (KIP-447): a
+		// pending transactional offset commit is waited for, never skipped
+		// co-partitioned: partition p of ingress and decisions together, also
+		// while their counts differ (balancer.go); "range" for older members
+		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
+		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress)),
+		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
+		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
+		kgo.FetchMaxPartitionBytes(int32(max(fetchPartitionBytes, r.cfg.MaxRecordBytes))),
+		kgo.RetryBackoffFn(retryBackoff),
+		// a batch's output (audit, state and routed records) is buffered
+		// whole before the flush that ends its transaction
+		kgo.MaxBufferedRecords(max(10_000, 4*r.cfg.MaxBatchRecords)),
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+			r.onAssigned(ctx, cl, assigned, restoreFailed)
+		}),
+		kgo.OnPartitionsRevoked(r.onRevoked),
+		kgo.OnPartitionsLost(r.onLost),
+	)
+	if r.metrics.kprom != nil {
+		opts = append(opts, kgo.WithHooks(r.metrics.kprom))
+	}
+	// The next session restores into the store, and Run closes it: the last
+	// batch's write is waited for once closeSession (below) has aborted any
+	// open transaction, which a restore running meanwhile may wait for.
+	defer func() {
+		if err := r.waitWritten(); err != nil {
+			r.log.Error("state store write of the last batch failed; the changelog restores it", "err", err)
+		}
+	}()
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("router: client: %w", err)
+	}
+	defer r.closeSession(sess)
+	// Initialize the transactional producer now, not at the first produce:
+	// it fences a previous incarnation of this instance and aborts the
+	// transaction that one left open, so the changelog's last stable offset
+	// moves on and the restore of the assigned partitions need not wait for
+	// the transaction timeout.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		return fmt.Errorf("router: init transactional producer: %w", err)
+	}
+	r.log.Info("router started", "group", r.cfg.Group, "ingress", r.cfg.Topics.Ingress, "decisions", r.cfg.Topics.Decisions)
+	r.writing = nil                         // the last session's batches are written (waitWritten, deferred above)
+	bs := [2]*batch{newBatch(), newBatch()} // one is written to the store while the other is handled
+	sizer := newBatchSizer(&r.cfg)          // batchsize.go
+	limit := sizer.base
+	for n := 0; ; n++ {
+		b := bs[n%2]
+		start := time.Now()
+		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
+		fetches := sess.PollRecords(pollCtx, limit.records)
+		cancel()
+		fetches = r.topUp(ctx, sess, fetches, limit, sizer.grown(limit), start)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if fetches.IsClientClosed() {
+			return errors.New("router: client closed")
+		}
+		// franz-go fetches newly assigned partitions only after the
+		// callback returned, so a batch holding their records is never
+		// routed on a state that failed to restore
+		select {
+		case err := <-restoreFailed:
+			return fmt.Errorf("router: restore failed; leaving the group so that the partitions are assigned and restored again: %w", err)
+		default:
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		committed, err := r.handle(ctx, sess, fetches, b)
+		if err != nil {
+			return err
+		}
+		if committed {
+			seen := batchSeen{lag: fetchLag(fetches), took: time.Since(start)}
+			seen.records, seen.bytes = fetchSize(fetches)
+			limit = sizer.next(limit, seen)
+			r.metrics.observeBatch(seen, limit)
+		}
+	}
+}
+
+// fetchPartitionBytes bounds what one fetch takes from a partition (or the
+// largest record routed, if larger): franz-go decompresses a fetch response
+// whole and keeps it until every record in it is polled, so with its default
+// of 1 MiB per partition a backlog on six partitions kept about six polls'
+// worth of make bench's records (about 200 bytes each, compressed)
+// decompressed in memory, the largest part of the router's heap besides the
+// held retries. Half of that still holds three polls of MaxPollRecords. make
+// bench's memory run, 1M tasks: RSS 452-500 MiB (peak 502-512) -> 390 (peak
+// 395).
+const fetchPartitionBytes = 512 << 10
+
+// topUpWait bounds the second poll of a batch (topUp): about a fetch round
+// trip to a broker that has the records already.
+const topUpWait = 5 * time.Millisecond
+
+// topUp adds to a poll's records those that reached the brokers while the
+// previous batch was routed, so that they are not left for the batch after
+// this one. franz-go keeps one fetch response per broker and sends the next
+// fetch only once the previous one was polled; that fetch returns as soon as
+// a record is there, early in a batch's work, so at light traffic a poll
+// returned only the records of the first milliseconds of the previous batch
+// and the rest waited a whole batch more. The poll that drained the buffered
+// response has sent the next fetch, which returns at once with what arrived
+// since: the second poll waits for it, at most topUpWait.
+//
+// Under a backlog (grown: the limit is above the light-load one) it polls
+// again and again, each time for at most topUpWait, until the batch
+// reaches its limit, a poll returns nothing or a quarter of
+// MaxBatchLatency has passed since the batch's first poll (start): one
+// fetch response per broker is one poll, and a grown batch is several, but
+// records that trickle in must not hold a batch in its polls.
+func (r *Router) topUp(ctx context.Context, sess *kgo.GroupTransactSession, fetches kgo.Fetches, limit batchLimit, grown bool, start time.Time) kgo.Fetches {
+	n, size := fetchSize(fetches)
+	for n > 0 && n < limit.records && size < limit.bytes && !fetches.IsClientClosed() {
+		if grown && time.Since(start) > r.cfg.MaxBatchLatency/4 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, topUpWait)
+		more := sess.PollRecords(pctx, limit.records-n)
+		cancel()
+		m, b := fetchSize(more)
+		fetches = append(fetches, more...)
+		if m == 0 || !grown {
+			break
+		}
+		n, size = n+m, size+b
+	}
+	return fetches
+}
+
+// retryBackoff is how long the session's client waits before retrying a
+// failed request (a produce or fetch request that failed, a coordinator that
+// moved): 10 ms, doubling up to 1 s, where franz-go's default waits at least
+// 250 ms. It is not what a transaction that follows a commit closely waits
+// for: since Kafka 4.0 (transactions v2) the broker retries such a
+// transaction's first produce itself while it writes the previous commit
+// markers (every add.partitions.to.txn.retry.backoff.ms, 20 ms by default),
+// and franz-go retries a CONCURRENT_TRANSACTIONS answer to the end of a
+// transaction after its own ConcurrentTransactionsBackoff (20 ms). A debug
+// log of the bench's 500 events/s run showed neither answer reaching the
+// client.
+func retryBackoff(tries int) time.Duration {
+	return min(10*time.Millisecond<<min(max(tries-1, 0), 7), time.Second)
+}
+
+// closeSession aborts the transaction a session may have left open (a
+// shutdown or an error mid-batch) and closes it. An open transaction would hold
+// the last stable offset of the changelog and of every output partition until
+// the transaction timeout, and the next owner's restore waits for it.
+func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cl := sess.Client()
+	if err := cl.AbortBufferedRecords(ctx); err != nil {
+		r.log.Warn("closing session: abort buffered records", "err", err)
+	} else if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		r.log.Warn("closing session: abort the open transaction", "err", err)
+	}
+	sess.Close()
+}
+
+// onAssigned restores the state of the assigned partitions. It runs in
+// franz-go's group management goroutine: on failure it reports to the run
+// loop (failed) rather than leave the group here, which would deadlock.
+// The router is ready once the restore of every assigned partition
+// succeeded, and not ready from a revoke or loss until then.
+func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
+	r.written.Lock() // the last batch's write is done before the restore writes
+	defer r.written.Unlock()
+	r.rebalances.Add(1)
+	var parts []int32
+	ingress := map[int32]bool{}
+	for _, p := range assigned[r.cfg.Topics.Ingress] {
+		ingress[p] = true
+		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
+			parts = append(parts, p)
+		}
+	}
+	// the co-partitioned assignor never splits them (balancer.go); a group
+	// that fell back to "range" for an older member does, while counts differ
+	for _, p := range assigned[r.cfg.Topics.Decisions] {
+		if p < r.parts.state && p < r.parts.ingress && !ingress[p] {
+			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
+				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
+				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
+				"partition", p, "protocol", "range")
+		}
+	}
+	if err := r.restore(ctx, cl, parts); err != nil {
+		r.setReady(false)
+		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
+		select {
+		case failed <- err:
+		default: // one report ends the session
+		}
+		return
+	}
+	r.mu.Lock()
+	for _, p := range parts {
+		r.owned[p] = true
+	}
+	r.mu.Unlock()
+	r.setReady(true)
+}
+
+// onRevoked runs when partitions are revoked: the router is not ready until
+// the next assignment is restored. franz-go's transactional session has
+// ended the open transaction by now, so the store holds everything this
+// instance committed: it marks each revoked partition released at the
+// changelog's current end (restore.go trusts the local state of a partition
+// it gets back only if the changelog has not moved since).
+func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.setReady(false)
+	r.written.Lock() // the store holds everything committed once the last batch's write is done
+	defer r.written.Unlock()
+	r.rebalances.Add(1)
+	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
+	r.mu.Lock()
+	for _, p := range revoked[r.cfg.Topics.Ingress] {
+		if r.owned[p] {
+			held = append(held, p)
+		}
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+	r.markReleased(ctx, cl, held)
+}
+
+// onLost runs when partitions are lost (the session expired or the group
+// errored): not ready, and no release mark, since another instance may
+// already be writing to them.
+func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.setReady(false)
+	r.rebalances.Add(1)
+	r.mu.Lock()
+	for _, p := range lost[r.cfg.Topics.Ingress] {
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Router) setReady(ready bool) {
+	r.ready.Store(ready)
+	if ready && !r.registryDown.Load() {
+		r.metrics.ready.Set(1)
+	} else {
+		r.metrics.ready.Set(0)
+	}
+}
+
+func (r *Router) ownedPartitions() []int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := make([]int32, 0, len(r.owned))
+	for p := range r.owned {
+		ps = append(ps, p)
+	}
+	return ps
+}

@@ -1,0 +1,93 @@
+package router
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// BenchmarkSweepHeld measures the per-batch cost of the sweep (with the
+// batch's breaker begin and commit) when many retries are held behind an open
+// breaker, against a baseline in the same run with nothing held: the held
+// retries have been moved past now (postpone), so they leave deleted due-index
+// entries before now, and nothing is due. It prints the ratio (held/empty);
+// nothing is asserted. A sweep whose cost follows the work due keeps it near 1.
+//
+//	go test -run='^$' -bench=SweepHeld -benchtime=1x ./internal/router
+func BenchmarkSweepHeld(b *testing.B) {
+	const held, sweeps = 50_000, 200
+	perSweep := func(b *testing.B, n int) time.Duration {
+		now := time.UnixMilli(1_800_000_000_000)
+		brk, err := newBreakers(policy.Default(), prometheus.NewRegistry())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := store.Open(b.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		r := &Router{brk: brk, store: st, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		r.cfg.Now = func() time.Time { return now }
+		ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+		brk.set.Trip(ref, "bench", breaker.Outcome{}, now)
+		// n retries came due before now, were held and moved past now
+		wb := st.NewBatch()
+		for i := range n {
+			id := fmt.Sprintf("held-%06d", i)
+			due := now.UnixMilli() - int64(n) + int64(i)
+			s := &task.State{TaskID: id, Pending: &task.PendingRetry{N: 1, NotBefore: due},
+				LastEvent: &event.TaskEvent{EventID: "e-" + id, TaskID: id, Attempt: 1, OccurredAt: event.At(now),
+					Source: "bench", Action: "answer", Provider: "acme", Model: "m1",
+					Stage: event.StageNetwork, Status: event.StatusError, Error: &event.Error{Type: "Timeout"}}}
+			if err := wb.Put(0, nil, s, 0); err != nil {
+				b.Fatal(err)
+			}
+			moved := *s
+			moved.Pending = &task.PendingRetry{N: 1, NotBefore: now.UnixMilli() + 30_000, DueAt: due}
+			if err := wb.Put(0, s, &moved, 0); err != nil {
+				b.Fatal(err)
+			}
+			brk.held.put(id, 0, []breaker.Ref{ref})
+			if i%1000 == 999 { // batches of a router's size
+				if err := wb.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				wb = st.NewBatch()
+			}
+		}
+		if err := wb.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for range sweeps {
+			bt := newBatch()
+			r.beginBreakers()
+			if err := r.sweep(bt, now); err != nil {
+				b.Fatal(err)
+			}
+			if len(bt.touched) != 0 {
+				b.Fatalf("%d tasks due, want none", len(bt.touched))
+			}
+			r.commitBreakers(bt)
+		}
+		return time.Since(start) / sweeps
+	}
+	for range b.N {
+		empty := perSweep(b, 0)
+		full := perSweep(b, held)
+		b.ReportMetric(float64(empty.Microseconds()), "µs/sweep-empty")
+		b.ReportMetric(float64(full.Microseconds()), "µs/sweep-held")
+		b.ReportMetric(float64(full)/float64(empty), "held/empty")
+	}
+}
