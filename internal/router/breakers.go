@@ -72,7 +72,7 @@ import (
 const (
 	breakerKindTransition = event.BreakerKindTransition
 	breakerKindAlert      = event.BreakerKindAlert
-	scopeTask             = "TASK"
+	scopeTask             = breaker.ScopeTask
 )
 
 // breakers is the router's breaker set, its metrics and the retries it holds.

@@ -285,7 +285,7 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 		return
 	}
 	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != r.cfg.InstanceID}
-	sh.State, _ = parseState(s.State)
+	sh.State, _ = breaker.ParseState(s.State)
 	if s.OpenedAt != nil {
 		sh.OpenedAt = s.OpenedAt.Time
 	}
@@ -296,16 +296,6 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 	ts := r.brk.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
 	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], at)
 	r.transitionEventsFrom(ts, b, who)
-}
-
-// parseState returns the breaker.State named s.
-func parseState(s string) (breaker.State, bool) {
-	for _, st := range breaker.States {
-		if st.String() == s {
-			return st, true
-		}
-	}
-	return breaker.Closed, false
 }
 
 // share queues the shared state of ref, as this instance's change, on the

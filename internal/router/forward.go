@@ -28,6 +28,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -38,7 +39,7 @@ import (
 const hdrForwardedFrom = codec.HeaderForwardedFrom
 
 // scopeTopic is the scope of an alert about a topic.
-const scopeTopic = "TOPIC"
+const scopeTopic = breaker.ScopeTopic
 
 // homePartition is the partition a task's records belong on: its key's
 // (non-empty) hash. The partitioner reads only the key of rec.

@@ -105,7 +105,7 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatalf("deciding the last item left the template %s, want CLOSED", r.brk.set.State(ref))
 	}
-	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != "CLOSED" || b.breakerEvents[0].TaskID != "h-2" {
+	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != breaker.Closed.String() || b.breakerEvents[0].TaskID != "h-2" {
 		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", b.breakerEvents)
 	}
 }
@@ -123,7 +123,7 @@ func TestOtherInstancesItemsHoldAndAResetReleasesThem(t *testing.T) {
 	r.cfg.Now = func() time.Time { return t0 }
 
 	hallucinate(t, r, "h-1", "tpl", t0)
-	r.brk.items.adopt(event.BreakerItemKey("PROMPT_TEMPLATE", "tpl", "h-9"), &latchItem{ref: ref, task: "h-9", openedAt: t0.UnixMilli()})
+	r.brk.items.adopt(event.BreakerItemKey(breaker.PromptTemplate.String(), "tpl", "h-9"), &latchItem{ref: ref, task: "h-9", openedAt: t0.UnixMilli()})
 	decideItem(t, r, "h-1", "tpl", t0.Add(time.Second), true)
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("deciding this instance's item reopened the template while another instance's item h-9 is open")
@@ -131,7 +131,7 @@ func TestOtherInstancesItemsHoldAndAResetReleasesThem(t *testing.T) {
 
 	b := newBatch()
 	r.beginBreakers()
-	cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: event.BreakerKindReset,
+	cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: "tpl", Kind: event.BreakerKindReset,
 		Reason: "prompt fixed", Instance: "ops", At: event.At(t0.Add(2 * time.Second))}}
 	r.breakerCommand(&cmd, b, t0.Add(2*time.Second))
 	r.commitBreakers(b)
