@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -94,7 +95,7 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 }
 
 // scopeRegistry is the scope of the alert of a schema registry outage.
-const scopeRegistry = "REGISTRY"
+const scopeRegistry = breaker.ScopeRegistry
 
 // redactURL is u without credentials, for an alert's key.
 func redactURL(u string) string {

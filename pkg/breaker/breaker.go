@@ -99,6 +99,9 @@ const (
 	// ScopeTopic: an alert about a topic (its partition count changed);
 	// the key is the topic.
 	ScopeTopic = "TOPIC"
+	// ScopeRegistry: an alert about the schema registry (it did not
+	// answer); the key is its URL without credentials.
+	ScopeRegistry = "REGISTRY"
 )
 
 // ParseScope returns the Scope named s.
