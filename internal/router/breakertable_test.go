@@ -25,8 +25,10 @@ func adoptRouter(t *testing.T) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
-		brk: brk, codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
+		codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r.attachBreakers(brk)
+	return r
 }
 
 func remote(state string, latched, reset bool, at time.Time) event.BreakerState {
@@ -52,15 +54,15 @@ func TestAdoptKeepsALatchUntilAReset(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	b := newBatch()
 	apply := func(s event.BreakerState) {
-		r.adopt(ref, &s, b, t0.Add(time.Hour))
+		r.brk.adopt(ref, &s, b, t0.Add(time.Hour))
 	}
 
 	apply(remote(breaker.Open.String(), true, false, t0))
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("a latch from instance a was not adopted")
 	}
-	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != breaker.Open.String() || !strings.HasPrefix(b.breakerEvents[0].Reason, "adopted from a: ") {
-		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", b.breakerEvents)
+	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Open.String() || !strings.HasPrefix(r.brk.events[0].Reason, "adopted from a: ") {
+		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", r.brk.events)
 	}
 	apply(remote(breaker.Closed.String(), false, false, t0.Add(time.Minute)))
 	apply(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Minute)))
@@ -91,7 +93,7 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	b := newBatch()
-	r.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
+	r.brk.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
 	if len(b.out) != 1 || b.out[0].Topic != "breakers" || string(b.out[0].Key) != "PROMPT_TEMPLATE/tpl" {
 		t.Fatalf("share queued %v, want one record on the breakers topic keyed PROMPT_TEMPLATE/tpl", b.out)
 	}
@@ -99,12 +101,12 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 		t.Fatalf("the shared state decodes to %+v, %v; want CLOSED by b", s, err)
 	}
 	old := remote(breaker.Open.String(), false, false, t0.Add(5*time.Second))
-	r.adopt(ref, &old, b, t0.Add(11*time.Second))
+	r.brk.adopt(ref, &old, b, t0.Add(11*time.Second))
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatal("an OPEN older than this instance's own last change was adopted")
 	}
 	newer := remote(breaker.Open.String(), false, false, t0.Add(20*time.Second))
-	r.adopt(ref, &newer, b, t0.Add(21*time.Second))
+	r.brk.adopt(ref, &newer, b, t0.Add(21*time.Second))
 	if r.brk.set.State(ref) != breaker.Open {
 		t.Fatal("a newer OPEN was not adopted")
 	}

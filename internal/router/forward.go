@@ -112,7 +112,7 @@ func (r *Router) watchPartitions(ctx context.Context, cl *kgo.Client, b *batch, 
 			"(murmur2 over %d partitions) and records on other partitions are forwarded there; "+
 			"restart every instance together to adopt a new partition count (see README, Partitions)", t.topic, t.was, t.now, r.home)
 		r.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", r.home)
-		r.alert(b, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
+		r.brk.alert(b, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
 			Requests: t.now})
 	}
 	if changed {

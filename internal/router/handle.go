@@ -28,13 +28,13 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	now := r.cfg.Now()
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
-	r.beginBreakers()
-	r.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
+	r.brk.begin(now)
+	r.brk.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
 	defer func() {
 		if committed {
-			r.commitBreakers(b)
+			r.brk.commit()
 		} else {
-			r.rollbackBreakers()
+			r.brk.rollback()
 		}
 		r.partitionsCommitted(b, sess.Client(), committed) // forward.go
 	}()
@@ -120,7 +120,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
-		r.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
+		r.brk.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
 		produce()
 	}
 	// the batch before is in the store before its time indexes are read
@@ -335,7 +335,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputCommand:
-		in.decision = r.breakerCommand(in, b, now) // breakers.go
+		in.decision = r.brk.command(in, b, now) // breakers.go
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputForward:
@@ -343,6 +343,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		return
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
+		in.state = st
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
 		r.trackReview(st, &in.decision, now)
 		b.touch(st.TaskID, in.rec.Partition)
@@ -355,6 +356,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	}
 	ev := &in.event
 	st := b.state(ev.TaskID, in.rec.Partition)
+	in.state = st
 	hdr := codec.ParseHeaders(in.rec.Headers)
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
 	// dedup, re-drive, policy (redrive.go)
@@ -388,8 +390,8 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		switch {
 		case st.Pending == nil:
 		case st.Pending.NotBefore > now.UnixMilli():
-			r.holdAhead(ev, b, now) // breakers.go: held now if its breakers will refuse it when due
-		case !r.holdRetry(ev, b, now):
+			r.brk.holdAhead(ev, st, in.rec.Partition, now) // breakers.go: held now if its breakers will refuse it when due
+		case !r.brk.holdRetry(ev, st, in.rec.Partition, b, now):
 			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}
@@ -412,7 +414,7 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if !due {
 			continue
 		}
-		if r.holdRetry(st.LastEvent, b, now) { // breakers.go: stays pending while a breaker is open
+		if r.brk.holdRetry(st.LastEvent, st, b.partOf[id], b, now) { // breakers.go: stays pending while a breaker is open
 			continue
 		}
 		var hdr []kgo.RecordHeader
@@ -549,9 +551,6 @@ type batch struct {
 	checkpoints map[int32]int64
 	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
 	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
-	// breakerEvents are the transitions and alerts queued on the alerts
-	// topic, logged and counted once the transaction commits (breakers.go)
-	breakerEvents []event.BreakerEvent
 	// parts are new partition counts this batch alerted about (forward.go)
 	parts *partitionCounts
 	// mem holds the audit, routed and changelog records of the batch and
@@ -596,7 +595,6 @@ func (b *batch) reset() {
 	clear(b.expired)
 	b.expired = b.expired[:0]
 	clear(b.forgotten)
-	b.breakerEvents = b.breakerEvents[:0]
 	b.parts = nil
 	b.mem.reset()
 }

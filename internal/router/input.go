@@ -11,6 +11,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 type inputKind uint8
@@ -42,6 +43,9 @@ type input struct {
 	// cannot be written (unwritable.go)
 	unwritable bool
 	decision   event.Decision
+	// state is the working state of the task the input was routed on
+	// (route): a task event's or a review decision's, else nil
+	state *task.State
 	// started and finished tell that this event opened its task or brought
 	// it to a terminal decision; taskMs is then the task's time to that
 	// decision, on the events' clock.

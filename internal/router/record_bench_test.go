@@ -68,7 +68,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := &Router{log: log, codec: c, store: s, brk: brk, metrics: newMetrics(nil),
+		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil),
 			owned: map[int32]bool{}, refused: map[inputAt]refused{}, home: parts, hash: hash,
 			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
 		r.cfg = Default()
@@ -77,6 +77,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 			r.owned[p] = true
 		}
 		r.seen = partitionCounts{ingress: parts, decisions: parts, state: parts}
+		r.attachBreakers(brk)
 		bt := newBatch()
 		var ms runtime.MemStats
 		runtime.GC()
@@ -110,7 +111,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 // is decided and its states written at once.
 func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	b.reset()
-	r.beginBreakers()
+	r.brk.begin(now)
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	r.decodeAll(b.recs, nil, b.inputs)
@@ -123,12 +124,12 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
-		r.observe(&b.inputs[i], b, now)
+		r.brk.observe(&b.inputs[i], b, now)
 	}
 	if err := r.sweep(b, now); err != nil {
 		return err
 	}
 	r.changelog(b, now)
-	r.commitBreakers(b)
+	r.brk.commit()
 	return r.persist(b, now)
 }

@@ -199,7 +199,7 @@ type Router struct {
 	codec   *codec.Codec
 	store   *store.Store
 	metrics *metrics
-	brk     *breakers // breakers.go; used by the handle goroutine only
+	brk     *breakers // breaker holding (breakers.go); used by the handle goroutine only
 	// parts are the partition counts of ingress, decisions and state, read
 	// before a session starts (partitioner.go); seen are the latest counts
 	// (forward.go); home is the partition count a task's home partition is
@@ -314,8 +314,7 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{
-		brk:     brk,
+	r := &Router{
 		cfg:     cfg,
 		log:     log,
 		codec:   c,
@@ -324,7 +323,9 @@ func New(cfg Config) (*Router, error) {
 		owned:   map[int32]bool{},
 		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		refused: map[inputAt]refused{},
-	}, nil
+	}
+	r.attachBreakers(brk)
+	return r, nil
 }
 
 // expiryBucket is the width of the store's expiry buckets for a policy: a
@@ -352,7 +353,7 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := r.startBreakerTable(ctx); err != nil { // breakertable.go
+	if err := r.brk.startTable(ctx, r.cfg.ClientOpts); err != nil { // breakertable.go
 		return nil // ctx ended
 	}
 	backoff := 100 * time.Millisecond
@@ -656,4 +657,30 @@ func (r *Router) ownedPartitions() []int32 {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// ownedSet returns the ingress partitions this instance owns, as a set.
+func (r *Router) ownedSet() map[int32]bool {
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	return owned
+}
+
+// assignedSince returns the partitions this instance owns once a rebalance
+// after the count since is restored. The callbacks count a rebalance
+// (rebalances) before they change the owned set and clear the ready flag
+// before that, so a rebalance that changed them while they were read shows
+// in the count, and ok is false then.
+func (r *Router) assignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool) {
+	rb := r.rebalances.Load()
+	if rb == since || !r.Ready() {
+		return nil, 0, false
+	}
+	owned = r.ownedSet()
+	if r.rebalances.Load() != rb {
+		return nil, 0, false
+	}
+	return owned, rb, true
 }

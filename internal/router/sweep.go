@@ -41,7 +41,7 @@ const sweepLimit = 500
 // publishes the due retries of the batch's tasks.
 func (r *Router) sweep(b *batch, now time.Time) error {
 	// breakers.go: retries held behind breakers that have closed come first
-	if err := r.releaseHeld(b, now); err != nil {
+	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
 		return err
 	}
 	nowMs := now.UnixMilli()
@@ -79,7 +79,7 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 			b.load(st, p)
 			st.ReviewAlerted = true
 			age := time.Duration(nowMs-st.LastSeenAt) * time.Millisecond
-			r.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
+			r.brk.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
 				Scope: scopeTask, Key: st.TaskID, Kind: breakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
 				Reason: fmt.Sprintf("review item (%s) open for %s, past the response SLA of owner %s",
 					st.ReviewClass, age.Round(time.Second), st.ReviewOwner),

@@ -1,0 +1,51 @@
+package router
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// The router is an orchestration of parts (handle.go calls them in the
+// order of the data path); each is a type of its own, in the file named for
+// it, and they meet at the small interfaces below:
+//
+//   - input decoding (input.go): records in, inputs out;
+//   - forwarding (forward.go, forwarder): a task's home partition, and the
+//     partition counts the router routes by;
+//   - the policy's decisions (pkg/policy), on the task states of the batch
+//     (handle.go);
+//   - breaker holding (breakers.go, breakers): breakers, held retries,
+//     latches, the breakers topic and the alerts;
+//   - the sweep over the time indexes (sweep.go): expiry, due retries,
+//     overdue reviews;
+//   - the restore of the state store from the changelog (restore.go,
+//     restorer).
+
+// recordsOut is where a part queues the records it produces: the batch's
+// output, produced in the batch's transaction (handle.go). A record is
+// final once queued.
+type recordsOut interface {
+	queue(rec *kgo.Record)
+}
+
+// queue adds rec to the batch's output.
+func (b *batch) queue(rec *kgo.Record) { b.out = append(b.out, rec) }
+
+// stateLoader reads task states from the state store (store.Store.Load):
+// the state of each of ids into into, from the partition partOf names.
+type stateLoader interface {
+	Load(ids []string, partOf func(id string) int32, into map[string]*task.State) error
+}
+
+// assignment is what a part may ask about the partitions this instance
+// owns (router.go: the assignment callbacks change them).
+type assignment interface {
+	// ownedSet returns the ingress partitions this instance owns.
+	ownedSet() map[int32]bool
+	// assignedSince returns the partitions owned once the assignment is
+	// restored (ready), with the count of rebalances it is of; ok is false
+	// when no rebalance happened since the count since, or while one is
+	// under way.
+	assignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool)
+}
