@@ -206,7 +206,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 func (r *Router) attachBreakers(k *breakers) {
 	k.log, k.codec, k.framer, k.instance, k.topics = r.log, r.codec, r.framer, r.cfg.InstanceID, r.cfg.Topics
 	k.store, k.owner = r.store, r
-	k.decisions = func() int32 { return r.seen.decisions }
+	k.decisions = func() int32 { return r.fwd.seen.decisions }
 	r.brk = k
 }
 

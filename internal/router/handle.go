@@ -36,7 +36,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		} else {
 			r.brk.rollback()
 		}
-		r.partitionsCommitted(b, sess.Client(), committed) // forward.go
+		r.fwd.partitionsCommitted(b.parts, sess.Client(), committed) // forward.go
 	}()
 
 	// consume and decode
@@ -132,7 +132,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.sweep(b, now); err != nil {
 		return false, err
 	}
-	r.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
+	b.parts = r.fwd.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
 		committed = true // nothing to write: keep what the passing of time changed
 		return true, nil
@@ -339,7 +339,12 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputForward:
-		r.forward(in, b, now) // forward.go
+		b.out = append(b.out, r.fwd.forward(in, now)) // forward.go: its copy on its home partition
+		var ev *event.TaskEvent
+		if in.fwd == inputTask {
+			ev = &in.event
+		}
+		b.out = append(b.out, r.audit(b, in, ev))
 		return
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)

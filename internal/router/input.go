@@ -130,7 +130,7 @@ func (r *Router) decode(rec *kgo.Record, n *normalized, in *input) {
 		poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
 		return
 	}
-	if home, ok := r.misplaced(rec); ok { // forward.go
+	if home, ok := r.fwd.misplaced(rec); ok { // forward.go
 		in.fwd, in.kind, in.home = in.kind, inputForward, home
 	}
 }

@@ -69,14 +69,14 @@ func BenchmarkRecordCPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil),
-			owned: map[int32]bool{}, refused: map[inputAt]refused{}, home: parts, hash: hash,
+			owned: map[int32]bool{}, refused: map[inputAt]refused{},
 			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
 		r.cfg = Default()
 		r.cfg.Topics, r.cfg.Policy = topics, pol
 		for p := range int32(parts) {
 			r.owned[p] = true
 		}
-		r.seen = partitionCounts{ingress: parts, decisions: parts, state: parts}
+		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
 		r.attachBreakers(brk)
 		bt := newBatch()
 		var ms runtime.MemStats

@@ -200,16 +200,9 @@ type Router struct {
 	store   *store.Store
 	metrics *metrics
 	brk     *breakers // breaker holding (breakers.go); used by the handle goroutine only
-	// parts are the partition counts of ingress, decisions and state, read
-	// before a session starts (partitioner.go); seen are the latest counts
-	// (forward.go); home is the partition count a task's home partition is
-	// hashed over, fixed for the life of the process; hash is Kafka's
-	// murmur2 partitioner. Used by the handle goroutine (parts also by the
-	// assignment callbacks, which start after it is set).
-	parts, seen    partitionCounts
-	home           int32
-	hash           kgo.TopicPartitioner
-	partsCheckedAt time.Time
+	// fwd is the forwarding of misplaced input and the partition counts
+	// (forward.go)
+	fwd forwarder
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
@@ -321,10 +314,10 @@ func New(cfg Config) (*Router, error) {
 		store:   st,
 		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
-		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		refused: map[inputAt]refused{},
 	}
 	r.attachBreakers(brk)
+	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
 	return r, nil
 }
 
@@ -380,8 +373,8 @@ func (r *Router) runSession(ctx context.Context) error {
 	// loop below ends the session instead, which leaves the group, and Run
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
-	r.limits = r.loadLimits(ctx)                   // limits.go
-	if err := r.startPartitions(ctx); err != nil { // partitioner.go
+	r.limits = r.loadLimits(ctx)                               // limits.go
+	if err := r.fwd.start(ctx, r.cfg.ClientOpts); err != nil { // partitioner.go
 		return err
 	}
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
@@ -573,14 +566,14 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	ingress := map[int32]bool{}
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
 		ingress[p] = true
-		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
+		if p < r.fwd.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
 			parts = append(parts, p)
 		}
 	}
 	// the co-partitioned assignor never splits them (balancer.go); a group
 	// that fell back to "range" for an older member does, while counts differ
 	for _, p := range assigned[r.cfg.Topics.Decisions] {
-		if p < r.parts.state && p < r.parts.ingress && !ingress[p] {
+		if p < r.fwd.parts.state && p < r.fwd.parts.ingress && !ingress[p] {
 			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
 				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
 				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
