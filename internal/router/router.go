@@ -203,6 +203,9 @@ type Router struct {
 	// fwd is the forwarding of misplaced input and the partition counts
 	// (forward.go)
 	fwd forwarder
+	// rst restores the store of the partitions assigned (restore.go); used
+	// by the assignment callbacks
+	rst *restorer
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
@@ -318,6 +321,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.attachBreakers(brk)
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
+	r.rst = newRestorer(&cfg, log, st, r.metrics)
 	return r, nil
 }
 
@@ -580,7 +584,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 				"partition", p, "protocol", "range")
 		}
 	}
-	if err := r.restore(ctx, cl, parts); err != nil {
+	if err := r.rst.restore(ctx, cl, parts); err != nil {
 		r.setReady(false)
 		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
 		select {
@@ -617,7 +621,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 		delete(r.owned, p)
 	}
 	r.mu.Unlock()
-	r.markReleased(ctx, cl, held)
+	r.rst.markReleased(ctx, cl, held)
 }
 
 // onLost runs when partitions are lost (the session expired or the group
