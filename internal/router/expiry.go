@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -99,4 +100,29 @@ func (r *Router) forget(wb *store.Batch, b *batch) error {
 			"partition", x.partition, "expired_at", x.state.ExpiresAt)
 	}
 	return nil
+}
+
+// expiresAt is when a task's state may be forgotten: 2 x SLA after its last
+// event on the router clock, or never while an operation's outcome is unknown
+// or a review item is open. A pending retry moves it to 2 x SLA after the
+// retry's due time, so that the retry is published before its task can
+// expire (expiry.go).
+func (r *Router) expiresAt(st *task.State, now time.Time) int64 {
+	if st.Review == task.ReviewOpen {
+		return 0
+	}
+	for _, op := range st.Operations {
+		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
+			return 0
+		}
+	}
+	sla := st.SLAMs
+	if sla <= 0 {
+		sla = r.cfg.Policy.DefaultSLAMs
+	}
+	from := now.UnixMilli()
+	if st.Pending != nil {
+		from = max(from, st.Pending.NotBefore)
+	}
+	return from + 2*sla
 }

@@ -29,9 +29,6 @@ type recordsOut interface {
 	queue(rec *kgo.Record)
 }
 
-// queue adds rec to the batch's output.
-func (b *batch) queue(rec *kgo.Record) { b.out = append(b.out, rec) }
-
 // stateLoader reads task states from the state store (store.Store.Load):
 // the state of each of ids into into, from the partition partOf names.
 type stateLoader interface {

@@ -174,12 +174,3 @@ func (r *Router) repair(ix store.Index, p int32, stale []store.Due, rebalances u
 // index entries are read and before its stale entries are dropped: a test
 // runs a restore between them. Nil in production.
 var afterIndexScan, beforeIndexRepair func(p int32)
-
-// load makes a state the store holds part of the batch and touches it.
-func (b *batch) load(st *task.State, p int32) {
-	if _, ok := b.states[st.TaskID]; !ok {
-		b.states[st.TaskID] = st
-		b.remember(st)
-	}
-	b.touch(st.TaskID, p)
-}
