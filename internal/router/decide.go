@@ -27,7 +27,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		in.decision = policy.Poison(in.errKind, in.err, now)
 		dl := r.deadLetterRaw(in, now)
 		if !r.limits.fits(dl) {
-			r.cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
+			cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
 		}
 		b.out = append(b.out, dl)
 		b.out = append(b.out, r.audit(b, in, nil))

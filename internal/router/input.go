@@ -267,7 +267,7 @@ func (r *Router) decodeAll(recs []*kgo.Record, norm []normalized, ins []input) {
 				n = &norm[i]
 			}
 			r.decode(recs[i], n, &ins[i])
-			r.checkWritable(&ins[i]) // unwritable.go
+			r.unw.checkWritable(&ins[i], r.limits) // unwritable.go
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(recs)/parallelDecodeMin)

@@ -69,7 +69,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil),
-			owned: map[int32]bool{}, refused: map[inputAt]refused{},
+			owned:  map[int32]bool{},
 			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
 		r.cfg = Default()
 		r.cfg.Topics, r.cfg.Policy = topics, pol
@@ -78,6 +78,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		}
 		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
 		r.attachBreakers(brk)
+		r.unw = newRefusals(topics, log, r)
 		bt := newBatch()
 		var ms runtime.MemStats
 		runtime.GC()

@@ -14,7 +14,15 @@
 // its latency to a committed audit record is the rest of one commit interval
 // and one more, plus the broker's commit markers (README, Performance).
 //
-// handle.go holds the data path of one batch, top to bottom.
+// A Router is an orchestration of parts, each a type that owns one concern
+// and meets the others at small interfaces (parts.go: records out to the
+// batch's transaction, task states in from the store, the partitions this
+// instance owns): breakers (breaker holding: breakers, held retries,
+// latches, the shared breakers topic and the alerts), forwarder (a task's
+// home partition, forwarding, partition counts), restorer (the store
+// restored from the changelog on an assignment) and txn (a batch's
+// transaction). handle.go holds the data path of one batch, top to bottom,
+// calling them.
 package router
 
 import (
@@ -192,7 +200,10 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Router routes task events. Build it with New and run it with Run.
+// Router routes task events. Build it with New and run it with Run. It
+// runs the consumer group's sessions (runSession) and their assignment
+// callbacks (onAssigned, onRevoked, onLost: the partitions it owns), and
+// routes each polled batch through its parts (handle).
 type Router struct {
 	cfg     Config
 	log     *slog.Logger
@@ -209,12 +220,9 @@ type Router struct {
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
-	// refused are the inputs whose routed records the broker refused for
-	// a deterministic reason, dead-lettered when polled again; backoff is
-	// the wait before polling again after a failed produce (unwritable.go).
-	// Both are used by the handle goroutine only.
-	refused map[inputAt]refused
-	backoff time.Duration
+	// unw are the inputs whose routed records cannot be written
+	// (unwritable.go); used by the handle goroutine only
+	unw refusals
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -317,11 +325,11 @@ func New(cfg Config) (*Router, error) {
 		store:   st,
 		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
-		refused: map[inputAt]refused{},
 	}
 	r.attachBreakers(brk)
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
 	r.rst = newRestorer(&cfg, log, st, r.metrics)
+	r.unw = newRefusals(cfg.Topics, log, r)
 	return r, nil
 }
 

@@ -87,7 +87,7 @@ func (r *Router) end(ctx context.Context, t *txn, fetches kgo.Fetches) (committe
 	if t.err != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", t.err)
 		try = kgo.TryAbort
-		r.rememberRefused(t.failed, b.origins()) // unwritable.go: dead-lettered when polled again
+		r.unw.remember(t.failed, b.origins()) // unwritable.go: dead-lettered when polled again
 	}
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	ok, err := t.sess.End(kgo.PreTxnCommitFnContext(ctx, r.fence(t.sess.Client())), try)
@@ -99,15 +99,12 @@ func (r *Router) end(ctx context.Context, t *txn, fetches kgo.Fetches) (committe
 		r.metrics.txAborted.Inc()
 		r.log.Info("transaction aborted; the batch will be consumed again", "records", len(b.inputs))
 		if t.err != nil {
-			r.pause(ctx) // unwritable.go: no hot loop against a broker in trouble
+			r.unw.pause(ctx) // unwritable.go: no hot loop against a broker in trouble
 		}
 		return false, nil
 	}
 	r.metrics.txCommitted.Inc()
 	r.observeCommitted(fetches) // lag.go
-	r.backoff = 0
-	for i := range b.inputs {
-		delete(r.refused, at(b.inputs[i].rec))
-	}
+	r.unw.committed(b)          // unwritable.go
 	return true, nil
 }
