@@ -20,8 +20,9 @@
 // instance owns): breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts), forwarder (a task's
 // home partition, forwarding, partition counts), restorer (the store
-// restored from the changelog on an assignment) and txn (a batch's
-// transaction). handle.go holds the data path of one batch, top to bottom,
+// restored from the changelog on an assignment), refusals (dead letters of
+// input whose output cannot be written) and txn (a batch's transaction).
+// handle.go holds the data path of one batch, top to bottom,
 // calling them.
 package router
 
