@@ -11,6 +11,8 @@ import (
 // it, and they meet at the small interfaces below:
 //
 //   - input decoding (input.go): records in, inputs out;
+//   - dead letters of input whose output cannot be written (unwritable.go,
+//     refusals);
 //   - forwarding (forward.go, forwarder): a task's home partition, and the
 //     partition counts the router routes by;
 //   - the policy's decisions (pkg/policy), on the task states of the batch
@@ -19,6 +21,7 @@ import (
 //     latches, the breakers topic and the alerts;
 //   - the sweep over the time indexes (sweep.go): expiry, due retries,
 //     overdue reviews;
+//   - the batch's transaction (txn.go, txn; fence.go);
 //   - the restore of the state store from the changelog (restore.go,
 //     restorer).
 
