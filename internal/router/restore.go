@@ -50,8 +50,9 @@ var (
 )
 
 // restorer is the restore of the state store from the changelog, one part
-// of the router: it owns the store's partitions while they are assigned to
-// this instance and not yet routed. On an assignment it decides what of the
+// of the router: it owns bringing the store of the partitions assigned to
+// this instance up to the changelog before they are routed, and what the
+// store keeps of a partition released. On an assignment it decides what of the
 // local state to trust (trustOrWipe, ownWritesOnly), waits for the
 // changelog's open transactions (stableEnds) and reads the changelog from
 // the checkpoint to its end into the store (restore; restoreWriter); on a

@@ -79,7 +79,7 @@ type inputAt struct {
 func at(rec *kgo.Record) inputAt { return inputAt{rec.Topic, rec.Partition, rec.Offset} }
 
 // refusals are the inputs whose routed records cannot be written, one part
-// of the data path (see the top of this file). It owns the inputs the broker
+// of the data path (why and how: unwritable.go). It owns the inputs the broker
 // refused for a deterministic reason, remembered until they are polled again
 // and dead-lettered (remember, checkWritable, committed), and the backoff
 // after a failed produce (pause). It asks which partitions this instance
