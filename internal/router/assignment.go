@@ -135,3 +135,21 @@ func (r *Router) assignedSince(since uint64) (owned map[int32]bool, rebalances u
 	}
 	return owned, rb, true
 }
+
+// rebalanceCount is the count of assignment callbacks run so far.
+func (r *Router) rebalanceCount() uint64 { return r.rebalances.Load() }
+
+// unlessRebalanced runs fn under the lock the assignment callbacks hold
+// (written), if it is free and no callback ran since the count since: a
+// callback may be waiting for the batch's transaction to end, and one that
+// ran may have restored what fn would change.
+func (r *Router) unlessRebalanced(since uint64, fn func() error) error {
+	if !r.written.TryLock() {
+		return nil
+	}
+	defer r.written.Unlock()
+	if r.rebalances.Load() != since {
+		return nil
+	}
+	return fn()
+}

@@ -70,9 +70,18 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.waitWritten(); err != nil {
 		return false, err
 	}
+	// breakers.go: retries held behind breakers that have closed come first
+	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+		return false, err
+	}
 	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
 	// this instance owns, from one sweep over their time indexes
-	if err := r.sweep(b, now); err != nil {
+	if err := r.swp.sweep(b, now); err != nil {
+		return false, err
+	}
+	// decide.go: the due retries of the batch's tasks, unless a breaker
+	// holds them
+	if err := r.publishDue(b, now); err != nil {
 		return false, err
 	}
 	b.parts = r.fwd.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime

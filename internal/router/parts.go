@@ -15,15 +15,16 @@ import (
 //     refusals);
 //   - forwarding (forward.go, forwarder): a task's home partition, and the
 //     partition counts the router routes by;
-//   - the policy's decisions (pkg/policy), on the task states of the batch
-//     (handle.go);
+//   - the task states of the batch (state.go, batch.go), and the policy's
+//     decisions on them (decide.go, pkg/policy);
 //   - breaker holding (breakers.go, breakers): breakers, held retries,
 //     latches, the breakers topic and the alerts;
-//   - the sweep over the time indexes (sweep.go): expiry, due retries,
-//     overdue reviews;
+//   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
+//     sweeper): expiry, due retries, overdue reviews;
 //   - the batch's transaction (txn.go, txn; fence.go);
 //   - the restore of the state store from the changelog (restore.go,
-//     restorer).
+//     restorer);
+//   - the partitions this instance owns (assignment.go).
 
 // recordsOut is where a part queues the records it produces: the batch's
 // output, produced in the batch's transaction (handle.go). A record is
@@ -48,4 +49,12 @@ type assignment interface {
 	// when no rebalance happened since the count since, or while one is
 	// under way.
 	assignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool)
+	// ownedPartitions returns the ingress partitions this instance owns.
+	ownedPartitions() []int32
+	// rebalanceCount is the count of assignment callbacks run so far.
+	rebalanceCount() uint64
+	// unlessRebalanced runs fn under the lock the assignment callbacks
+	// hold, if it is free and no callback ran since the count since; else
+	// it does nothing.
+	unlessRebalanced(since uint64, fn func() error) error
 }

@@ -79,6 +79,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
 		r.attachBreakers(brk)
 		r.unw = newRefusals(topics, log, r)
+		r.swp = newSweeper(&r.cfg, log, s, r, brk)
 		bt := newBatch()
 		var ms runtime.MemStats
 		runtime.GC()
@@ -120,14 +121,20 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err
 	}
-	r.forgetExpired(b, now)
+	r.swp.forgetExpired(b, now)
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.brk.observe(&b.inputs[i], b, now)
 	}
-	if err := r.sweep(b, now); err != nil {
+	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+		return err
+	}
+	if err := r.swp.sweep(b, now); err != nil {
+		return err
+	}
+	if err := r.publishDue(b, now); err != nil {
 		return err
 	}
 	r.changelog(b, now)

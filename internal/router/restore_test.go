@@ -524,7 +524,8 @@ func TestIndexRepairDoesNotUndoARestore(t *testing.T) {
 	t.Cleanup(func() { afterIndexScan, beforeIndexRepair = nil, nil })
 
 	b := newBatch()
-	err := w.r.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
+	swp := newSweeper(&w.r.cfg, w.r.log, w.r.store, w.r, nil)
+	err := swp.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
 		return inBatch || dueMatches(st, d)
 	})
 	if err != nil {

@@ -19,9 +19,10 @@
 // batch's transaction, task states in from the store, the partitions this
 // instance owns): breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts), forwarder (a task's
-// home partition, forwarding, partition counts), restorer (the store
-// restored from the changelog on an assignment), refusals (dead letters of
-// input whose output cannot be written) and txn (a batch's transaction).
+// home partition, forwarding, partition counts), sweeper (expiry, and the
+// sweep for due retries and overdue reviews), restorer (the store restored
+// from the changelog on an assignment), refusals (dead letters of input
+// whose output cannot be written) and txn (a batch's transaction).
 // handle.go holds the data path of one batch, top to bottom,
 // calling them.
 package router
@@ -224,6 +225,9 @@ type Router struct {
 	// unw are the inputs whose routed records cannot be written
 	// (unwritable.go); used by the handle goroutine only
 	unw refusals
+	// swp is expiry and the sweep over the time indexes (sweep.go,
+	// expiry.go); used by the handle goroutine only
+	swp sweeper
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -331,6 +335,7 @@ func New(cfg Config) (*Router, error) {
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
 	r.rst = newRestorer(&cfg, log, st, r.metrics)
 	r.unw = newRefusals(cfg.Topics, log, r)
+	r.swp = newSweeper(&cfg, log, st, r, brk)
 	return r, nil
 }
 
