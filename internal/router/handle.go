@@ -10,14 +10,16 @@ import (
 // handle.go is the data path of one batch, top to bottom: an orchestration
 // of the router's parts (parts.go), each called where its step comes.
 //
-//   consume, decode        input.go (registry.go for the Confluent format)
-//   dedup and task state   state.go, expiry.go
-//   decide and route       decide.go (pkg/policy decides)
+//   consume, decode        input.go (registry.go for the Confluent format),
+//                          unwritable.go (refusals)
+//   dedup and task state   state.go, batch.go
+//   decide and route       decide.go (pkg/policy decides), forward.go
+//                          (forwarder)
 //   hold and release       breakers.go (breakers: observe, holdRetry,
-//                          releaseHeld), sweep.go
-//   forward                forward.go (forwarder)
-//   produce and commit     txn.go, fence.go; the store written after the
-//                          commit (state.go)
+//                          releaseHeld)
+//   expiry and the sweep   expiry.go, sweep.go (sweeper)
+//   produce and commit     txn.go (txn), fence.go; the store written after
+//                          the commit (state.go)
 
 // handle routes one poll batch in one Kafka transaction:
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
