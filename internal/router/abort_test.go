@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -102,7 +103,7 @@ func TestAbortedBatchBreakerLatchRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	opened := func(e event.BreakerEvent) bool {
-		return e.Kind == breakerKindTransition && e.Key == "tpl-x" && e.To == "OPEN"
+		return e.Kind == breakerKindTransition && e.Key == "tpl-x" && e.To == breaker.Open.String()
 	}
 	alerted := func(e event.BreakerEvent) bool {
 		return e.Kind == breakerKindAlert && e.Key == "tpl-x" && e.Class == event.ClassHallucination
@@ -154,7 +155,7 @@ func TestAbortedBatchReleasesProbeAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	isOpen := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == "OPEN" }
+	isOpen := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.Open.String() }
 	for deadline := time.Now().Add(20 * time.Second); countAlerts(readAlerts(t, seeds, topics.Alerts), isOpen) == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("acme/m1 never opened")
@@ -182,7 +183,7 @@ func TestAbortedBatchReleasesProbeAgain(t *testing.T) {
 	if len(retries) != 1 {
 		t.Fatalf("after the aborted probe batch: %d retries published, want the probe (1)", len(retries))
 	}
-	half := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == "HALF_OPEN" }
+	half := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.HalfOpen.String() }
 	if n := countAlerts(readAlerts(t, seeds, topics.Alerts), half); n != 1 {
 		t.Errorf("%d OPEN->HALF_OPEN transitions of acme/m1 committed, want 1", n)
 	}

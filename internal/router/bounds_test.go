@@ -10,12 +10,13 @@ import (
 // partition that has moved to another instance (which this instance never
 // polls again) is let go the next time inputs are remembered.
 func TestRefusedInputsOfMovedPartitionsAreLetGo(t *testing.T) {
-	r := &Router{owned: map[int32]bool{0: true}, refused: map[inputAt]refused{
+	r := &Router{owned: map[int32]bool{0: true}}
+	r.unw = refusals{owner: r, byInput: map[inputAt]refused{
 		{topic: "ingress", partition: 0, offset: 7}: {kind: kindTooLarge, err: errors.New("too large")},
 		{topic: "ingress", partition: 3, offset: 9}: {kind: kindTooLarge, err: errors.New("too large")},
 	}}
-	r.rememberRefused(nil, nil)
-	if _, ok := r.refused[inputAt{topic: "ingress", partition: 0, offset: 7}]; !ok || len(r.refused) != 1 {
-		t.Errorf("refused inputs %v, want only the one of owned partition 0", r.refused)
+	r.unw.remember(nil, nil)
+	if _, ok := r.unw.byInput[inputAt{topic: "ingress", partition: 0, offset: 7}]; !ok || len(r.unw.byInput) != 1 {
+		t.Errorf("refused inputs %v, want only the one of owned partition 0", r.unw.byInput)
 	}
 }

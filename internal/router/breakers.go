@@ -49,11 +49,12 @@ package router
 // topic: the instance that latches a breaker (or routes the review decision
 // that resets it) writes a LATCH (or RESET) BreakerEvent to every decisions
 // partition in the batch's transaction; each partition's owner applies it
-// (breakerCommand) and audits it.
+// (command) and audits it.
 
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -61,6 +62,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -72,10 +74,23 @@ import (
 const (
 	breakerKindTransition = event.BreakerKindTransition
 	breakerKindAlert      = event.BreakerKindAlert
-	scopeTask             = "TASK"
+	scopeTask             = breaker.ScopeTask
 )
 
-// breakers is the router's breaker set, its metrics and the retries it holds.
+// breakers is the router's breaker holding, one part of the data path. It
+// owns the circuit breakers and surge detectors and what they decide: the
+// outcomes of decided task events (observe), the due retries it holds while
+// a breaker is open and releases in their due order (holdRetry, holdAhead,
+// releaseHeld; the held set, heldset.go), the latches of prompt templates and
+// their open review items (latchitems.go), the breaker commands on the
+// decisions topic (command, broadcast), the breakers topic it shares its
+// changes through and adopts the other instances' from (breakertable.go),
+// and the records of the alerts topic: transitions and alerts, also those
+// other parts raise (alert). Its records go out through a recordsOut, in the
+// batch's transaction, and its changes are a unit with that transaction
+// (begin, commit, rollback). It reads held retries' states from a
+// stateLoader and the partitions this instance owns from an assignment. Used
+// by the run loop's goroutine only.
 type breakers struct {
 	set    *breaker.Set
 	surges *breaker.Surges
@@ -116,10 +131,24 @@ type breakers struct {
 	// template (latchitems.go)
 	items *latchItems
 
-	states      *prometheus.GaugeVec
-	transitions *prometheus.CounterVec
-	alerts      *prometheus.CounterVec
-	heldGauge   prometheus.Gauge
+	// events are the transitions and alerts queued by the batch, logged
+	// and counted once its transaction commits (commit)
+	events []event.BreakerEvent
+
+	// what it takes from the router (Router.attachBreakers)
+	log       *slog.Logger
+	codec     *codec.Codec
+	framer    *registry.Framer // the alerts' wire format; nil: single-object
+	instance  string
+	topics    Topics
+	store     stateLoader
+	owner     assignment
+	decisions func() int32 // the partition count of decisions, which commands go to
+
+	states           *prometheus.GaugeVec
+	transitionsTotal *prometheus.CounterVec
+	alertsTotal      *prometheus.CounterVec
+	heldGauge        prometheus.Gauge
 }
 
 func breakerConfig(b policy.Breaker) breaker.Config {
@@ -154,9 +183,9 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		items:      newLatchItems(),
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
-		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
+		transitionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
 			Help: "Circuit breaker transitions, by scope and the state entered."}, []string{"scope", "to"}),
-		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "alerts_total",
+		alertsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "alerts_total",
 			Help: "Alerts (hallucination, budget exhausted, surge) written to the alerts topic, by class."}, []string{"class"}),
 		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "retries_held",
 			Help: "Due retries held because a breaker they would be published into is open."}),
@@ -167,9 +196,18 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(b.states, b.transitions, b.alerts, b.heldGauge)
+		reg.MustRegister(b.states, b.transitionsTotal, b.alertsTotal, b.heldGauge)
 	}
 	return b, nil
+}
+
+// attachBreakers makes k the router's breakers, with the router's logger,
+// codec, instance, topics, store and assignment.
+func (r *Router) attachBreakers(k *breakers) {
+	k.log, k.codec, k.framer, k.instance, k.topics = r.log, r.codec, r.framer, r.cfg.InstanceID, r.cfg.Topics
+	k.store, k.owner = r.store, r
+	k.decisions = func() int32 { return r.fwd.seen.decisions }
+	r.brk = k
 }
 
 func newSurges(p policy.Surge) (*breaker.Surges, error) {
@@ -188,28 +226,30 @@ func newSurges(p policy.Surge) (*breaker.Surges, error) {
 }
 
 // observe feeds a decided task event into its breakers and queues the
-// BreakerEvents of the transitions and immediate alerts it causes.
-func (r *Router) observe(in *input, b *batch, now time.Time) {
+// BreakerEvents of the transitions and immediate alerts it causes; a
+// reviewer's decision may reset the template a hallucination latched
+// (reviewed). The input's state is the one it was routed on (in.state).
+func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 	if in.kind == inputReview {
-		r.reviewed(in, b, now)
+		k.reviewed(in, out, now)
 		return
 	}
 	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
 		return
 	}
 	ev, d := &in.event, &in.decision
-	refs := policy.AppendBreakerRefs(r.brk.refs[:0], ev)
-	r.brk.refs = refs
+	refs := policy.AppendBreakerRefs(k.refs[:0], ev)
+	k.refs = refs
 	for _, ref := range refs {
 		if o, ok := policy.BreakerOutcome(ref, ev, d.Class); ok {
-			r.transitions(r.brk.set.Record(o, now), b, now)
+			k.transitions(k.set.Record(o, now), out, now)
 		}
 	}
-	r.surge(ev, refs, d.Class, b, now)
-	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(b.states[ev.TaskID]) {
+	k.surge(ev, refs, d.Class, out, now)
+	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(in.state) {
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
-		if r.brk.items.has(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
-			r.shareItem(ref, ev.TaskID, false, b, now) // a re-drive cleared the task's item
+		if k.items.has(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
+			k.shareItem(ref, ev.TaskID, false, out, now) // a re-drive cleared the task's item
 		}
 	}
 	switch d.Class {
@@ -218,14 +258,14 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 		if key == "" {
 			key = "(none)"
 		}
-		r.alert(b, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
+		k.alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
-			r.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, b, now)
-			r.shareItem(ref, ev.TaskID, true, b, now)
+			k.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, out, now)
+			k.shareItem(ref, ev.TaskID, true, out, now)
 		}
 	case event.ClassBudgetExhausted:
-		r.alert(b, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
+		k.alert(out, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
 }
@@ -233,11 +273,11 @@ func (r *Router) observe(in *input, b *batch, now time.Time) {
 // surge feeds a decided task event into the surge detector of its prompt
 // template and provider/model (refs: policy.BreakerRefs of the event) and
 // queues an ALERT for a surge it starts.
-func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Class, b *batch, now time.Time) {
+func (k *breakers) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Class, out recordsOut, now time.Time) {
 	for _, ref := range refs {
-		s, fired := r.brk.surges.Record(ref, string(class), ev.TaskID, now)
+		s, fired := k.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
-			r.alert(b, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
+			k.alert(out, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
 				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
 		}
 	}
@@ -250,8 +290,8 @@ func (r *Router) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Clas
 // console says so on each item). A decision for an item
 // already closed changes nothing. The reset reaches every instance as a
 // RESET command on every decisions partition.
-func (r *Router) reviewed(in *input, b *batch, now time.Time) {
-	st := b.states[in.review.TaskID]
+func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
+	st := in.state
 	if st == nil {
 		return
 	}
@@ -259,12 +299,12 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 	if !ok {
 		return
 	}
-	r.shareItem(ref, in.review.TaskID, false, b, now)
-	if !r.brk.set.Latched(ref) {
+	k.shareItem(ref, in.review.TaskID, false, out, now)
+	if !k.set.Latched(ref) {
 		return // reset by hand since: nothing holds it any more
 	}
-	if others := r.brk.items.holding(ref, in.review.TaskID); len(others) > 0 {
-		r.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
+	if others := k.items.holding(ref, in.review.TaskID); len(others) > 0 {
+		k.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
 			"prompt_template", ref.Key, "open_items", len(others))
 		return
 	}
@@ -273,13 +313,13 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 		who = "a reviewer"
 	}
 	reason := fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason)
-	ts := r.brk.set.Reset(ref, reason, now)
+	ts := k.set.Reset(ref, reason, now)
 	for i := range ts {
 		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
 	}
-	r.transitionEvents(ts, b)
-	r.share(ref, reason, true, b, now)
-	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindReset,
+	k.transitionEvents(ts, out)
+	k.share(ref, reason, true, out, now)
+	k.broadcast(out, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindReset,
 		Reason: reason, Class: in.decision.Class, TaskID: in.review.TaskID, Instance: who, At: event.At(now)})
 }
 
@@ -287,26 +327,26 @@ func (r *Router) reviewed(in *input, b *batch, now time.Time) {
 // instance had not latched it yet, writes a LATCH command to every
 // decisions partition in the batch's transaction, so that every instance
 // holds the retries of that breaker, not only the one that saw the cause.
-func (r *Router) latch(ref breaker.Ref, reason, class, taskID string, b *batch, now time.Time) {
-	if r.brk.set.Latched(ref) {
+func (k *breakers) latch(ref breaker.Ref, reason, class, taskID string, out recordsOut, now time.Time) {
+	if k.set.Latched(ref) {
 		return
 	}
-	r.transitionEvents(r.brk.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), b)
-	r.share(ref, reason, false, b, now)
-	r.broadcast(b, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindLatch,
-		Reason: reason, Class: event.Class(class), TaskID: taskID, Instance: r.cfg.InstanceID, At: event.At(now)})
+	k.transitionEvents(k.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), out)
+	k.share(ref, reason, false, out, now)
+	k.broadcast(out, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindLatch,
+		Reason: reason, Class: event.Class(class), TaskID: taskID, Instance: k.instance, At: event.At(now)})
 }
 
 // broadcast queues a breaker command on every partition of the decisions
 // topic: each partition's owner applies it, so every instance does.
-func (r *Router) broadcast(b *batch, c event.BreakerEvent) {
-	v, err := r.codec.EncodeBreakerEvent(nil, &c)
+func (k *breakers) broadcast(out recordsOut, c event.BreakerEvent) {
+	v, err := k.codec.EncodeBreakerEvent(nil, &c)
 	if err != nil { // only a bug can get here: every field is the router's own
-		r.log.Error("breaker command does not encode", "task_id", c.TaskID, "err", err)
+		k.log.Error("breaker command does not encode", "task_id", c.TaskID, "err", err)
 		return
 	}
-	for p := range r.seen.decisions {
-		b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Decisions, Partition: p,
+	for p := range k.decisions() {
+		out.queue(&kgo.Record{Topic: k.topics.Decisions, Partition: p,
 			Key: []byte(c.Scope + "/" + c.Key), Value: v, Timestamp: c.At.Time})
 	}
 }
@@ -316,11 +356,11 @@ func (r *Router) broadcast(b *batch, c event.BreakerEvent) {
 // breaker (for example a prompt template latched open by a hallucination).
 const BreakerKindReset = event.BreakerKindReset
 
-// breakerCommand applies a RESET or LATCH command from the decisions topic
+// command applies a RESET or LATCH command from the decisions topic
 // to this instance's breaker and returns its decision (policy.BreakerCommand):
 // every instance gets the command on each decisions partition it owns; a
 // repeated command changes nothing.
-func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decision {
+func (k *breakers) command(in *input, out recordsOut, now time.Time) event.Decision {
 	c := &in.command
 	ref, invalid := policy.BreakerCommand(c, now)
 	if invalid != nil {
@@ -334,67 +374,68 @@ func (r *Router) breakerCommand(in *input, b *batch, now time.Time) event.Decisi
 	changed := false
 	switch c.Kind {
 	case event.BreakerKindLatch:
-		if !r.brk.set.Latched(ref) {
+		if !k.set.Latched(ref) {
 			reason := fmt.Sprintf("latched by %s: %s", who, c.Reason)
-			ts = r.brk.set.Trip(ref, reason, breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
-			r.share(ref, reason, false, b, now)
+			ts = k.set.Trip(ref, reason, breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
+			k.share(ref, reason, false, out, now)
 			changed = true
 		}
 	default:
 		reason := fmt.Sprintf("%s reset the breaker: %s", who, c.Reason)
-		ts = r.brk.set.Reset(ref, reason, now)
+		ts = k.set.Reset(ref, reason, now)
 		for i := range ts {
 			ts[i].TaskID, ts[i].Class = c.TaskID, string(c.Class)
 		}
 		changed = len(ts) > 0
 		if changed {
-			r.share(ref, reason, true, b, now)
+			k.share(ref, reason, true, out, now)
 		}
 		// the reset releases the latch items open when it was made
-		for _, id := range r.brk.items.openedBy(ref, c.At.UnixMilli()) {
-			r.shareItem(ref, id, false, b, now)
+		for _, id := range k.items.openedBy(ref, c.At.UnixMilli()) {
+			k.shareItem(ref, id, false, out, now)
 		}
 	}
-	r.transitionEvents(ts, b)
+	k.transitionEvents(ts, out)
 	return policy.BreakerCommandApplied(c, ref, changed, now)
 }
 
 // holdRetry reports whether the due retry of ev must stay pending because a
 // breaker it would be published into is open (or half-open with its probes
 // out). A retry it lets through a half-open breaker is that breaker's probe.
-func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
+// st is the state of ev's task, p its partition.
+func (k *breakers) holdRetry(ev *event.TaskEvent, st *task.State, p int32, out recordsOut, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
-	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	refs := k.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	// retries held before this one behind one of its breakers that is not
 	// closed, not yet asked again: it waits with them (and does not take a
 	// half-open breaker's probe from them)
-	behind := r.brk.heldBehind(refs, now)
+	behind := k.heldBehind(refs, now)
 	ok := behind == 0
 	if ok {
 		var ts []breaker.Transition
-		ok, ts = r.brk.set.Allow(refs, now)
-		r.transitions(ts, b, now)
+		ok, ts = k.set.Allow(refs, now)
+		k.transitions(ts, out, now)
 	}
-	_, wasHeld := r.brk.held.get(ev.TaskID)
+	_, wasHeld := k.held.get(ev.TaskID)
 	switch {
 	case !ok && !wasHeld:
-		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
+		k.held.put(ev.TaskID, p, refs)
 		msg := "retry held: breaker open"
 		if behind != 0 {
 			msg = "retry held: behind retries held before it"
 		}
-		r.log.Info(msg, "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
+		k.log.Info(msg, "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
 			"action", ev.Action, "prompt_template", ev.PromptTemplate)
 	case ok && wasHeld:
-		r.brk.held.del(ev.TaskID)
-		r.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
+		k.held.del(ev.TaskID)
+		k.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
 	}
 	if !ok {
-		r.postpone(ev, refs, behind, b, now)
+		k.postpone(st, refs, behind, now)
 	}
-	r.brk.heldGauge.Set(float64(r.brk.held.len()))
+	k.heldGauge.Set(float64(k.held.len()))
 	return !ok
 }
 
@@ -407,54 +448,54 @@ func (r *Router) holdRetry(ev *event.TaskEvent, b *batch, now time.Time) bool {
 // once, not read back by the sweep a second or so later only to be held and
 // written again. Under an outage, when breakers are open, that was most of
 // the router's work per event. If its breakers close before it comes due,
-// releaseHeld moves it back to its own due time.
-func (r *Router) holdAhead(ev *event.TaskEvent, b *batch, now time.Time) {
-	st := b.states[ev.TaskID]
+// releaseHeld moves it back to its own due time. st is the state of ev's
+// task, p its partition.
+func (k *breakers) holdAhead(ev *event.TaskEvent, st *task.State, p int32, now time.Time) {
 	if st == nil || st.Pending == nil || st.Pending.NotBefore <= now.UnixMilli() {
 		return
 	}
 	due := st.Pending.NotBefore
 	at := time.UnixMilli(due)
-	refs := r.brk.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
-	behind := r.brk.heldBehind(refs, at)
+	refs := k.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	behind := k.heldBehind(refs, at)
 	refused := behind != 0
 	for _, ref := range refs {
-		if !refused && r.brk.set.State(ref) == breaker.Open && r.brk.set.HoldUntil([]breaker.Ref{ref}, at).UnixMilli() > due {
+		if !refused && k.set.State(ref) == breaker.Open && k.set.HoldUntil([]breaker.Ref{ref}, at).UnixMilli() > due {
 			refused = true
 		}
 	}
 	if !refused {
 		return // its breakers may let it through when it comes due: holdRetry decides then
 	}
-	if _, held := r.brk.held.get(ev.TaskID); !held {
-		r.brk.held.put(ev.TaskID, b.partOf[ev.TaskID], refs)
-		r.log.Info("retry held ahead of its due time: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
+	if _, held := k.held.get(ev.TaskID); !held {
+		k.held.put(ev.TaskID, p, refs)
+		k.log.Info("retry held ahead of its due time: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
 			"action", ev.Action, "prompt_template", ev.PromptTemplate, "due", at)
 	}
-	r.postpone(ev, refs, behind, b, at)
-	r.brk.heldGauge.Set(float64(r.brk.held.len()))
+	k.postpone(st, refs, behind, at)
+	k.heldGauge.Set(float64(k.held.len()))
 }
 
 // postpone moves a held retry's due time to when its breakers are worth
 // asking again (or, behind retries held before it, to theirs), so that a held
 // retry is neither re-read and re-written on every tick nor in front of other
 // due retries of its partition. The retry keeps its own due time (DueAt),
-// which orders it among the retries moved to the same time.
-func (r *Router) postpone(ev *event.TaskEvent, refs []breaker.Ref, behind int64, b *batch, now time.Time) {
-	if r.brk.heldUntil == nil {
-		r.brk.heldUntil = map[breaker.Ref]int64{}
+// which orders it among the retries moved to the same time. st is the held
+// retry's task state.
+func (k *breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, now time.Time) {
+	if k.heldUntil == nil {
+		k.heldUntil = map[breaker.Ref]int64{}
 	}
 	for _, ref := range refs {
-		if s := r.brk.set.State(ref); s == breaker.Open || s == breaker.HalfOpen {
-			own := r.brk.set.HoldUntil([]breaker.Ref{ref}, now).UnixMilli()
-			r.brk.heldUntil[ref] = max(r.brk.heldUntil[ref], own)
+		if s := k.set.State(ref); s == breaker.Open || s == breaker.HalfOpen {
+			own := k.set.HoldUntil([]breaker.Ref{ref}, now).UnixMilli()
+			k.heldUntil[ref] = max(k.heldUntil[ref], own)
 		}
 	}
-	st := b.states[ev.TaskID]
 	if st == nil || st.Pending == nil {
 		return
 	}
-	until := max(r.brk.set.HoldUntil(refs, now).UnixMilli(), behind)
+	until := max(k.set.HoldUntil(refs, now).UnixMilli(), behind)
 	if p := st.Pending; until > p.NotBefore {
 		p.DueAt = p.Due()
 		p.NotBefore = until
@@ -484,21 +525,21 @@ func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 // Its cost is that of the retries it may release: it looks only at the
 // retries held behind a breaker that has closed since the last sweep (a
 // retry is held while one of its breakers is not closed, so the last of them
-// to close is among those), and reads their states in one sorted pass.
-func (r *Router) releaseHeld(b *batch, now time.Time) error {
-	if len(r.brk.closed) == 0 {
+// to close is among those), and reads their states in one sorted pass: the
+// batch's (states) where it has them, else the store's. It hands each retry
+// it releases to load, which makes its state the batch's, before it moves
+// its due time.
+func (k *breakers) releaseHeld(states map[string]*task.State, load func(st *task.State, p int32), now time.Time) error {
+	if len(k.closed) == 0 {
 		return nil
 	}
-	ids := r.brk.held.behind(r.brk.closed)
-	clear(r.brk.closed)
+	ids := k.held.behind(k.closed)
+	clear(k.closed)
 	if len(ids) == 0 {
 		return nil
 	}
 	nowMs := now.UnixMilli()
-	owned := map[int32]bool{}
-	for _, p := range r.ownedPartitions() {
-		owned[p] = true
-	}
+	owned := k.owner.ownedSet()
 	type release struct {
 		st *task.State
 		p  int32
@@ -509,40 +550,40 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		cand   []string
 	)
 	for _, id := range ids {
-		h, _ := r.brk.held.get(id)
-		if r.brk.held.anyNot(h, func(ref breaker.Ref) bool { return r.brk.set.State(ref) == breaker.Closed }) {
+		h, _ := k.held.get(id)
+		if k.held.anyNot(h, func(ref breaker.Ref) bool { return k.set.State(ref) == breaker.Closed }) {
 			continue
 		}
 		if !owned[h.partition] {
-			r.brk.held.del(id)
+			k.held.del(id)
 			continue
 		}
 		cand = append(cand, id)
-		if _, ok := b.states[id]; !ok {
+		if _, ok := states[id]; !ok {
 			toLoad = append(toLoad, id)
 		}
 	}
 	stored := make(map[string]*task.State, len(toLoad))
 	partOf := func(id string) int32 {
-		h, _ := r.brk.held.get(id)
+		h, _ := k.held.get(id)
 		return h.partition
 	}
-	if err := r.store.Load(toLoad, partOf, stored); err != nil {
+	if err := k.store.Load(toLoad, partOf, stored); err != nil {
 		return err
 	}
 	for _, id := range cand {
-		st, ok := b.states[id]
+		st, ok := states[id]
 		if !ok {
 			st = stored[id]
 		}
 		// a retry moved by a breaker keeps its own due time: any other
 		// pending retry is a new one
 		if st == nil || st.Pending == nil || st.Pending.DueAt == 0 {
-			r.brk.held.del(id)
+			k.held.del(id)
 			continue
 		}
 		if st.Pending.NotBefore > nowMs {
-			h, _ := r.brk.held.get(id)
+			h, _ := k.held.get(id)
 			rel = append(rel, release{st, h.partition})
 		}
 	}
@@ -550,170 +591,165 @@ func (r *Router) releaseHeld(b *batch, now time.Time) error {
 		return cmp.Or(cmp.Compare(x.st.Pending.Due(), y.st.Pending.Due()), cmp.Compare(x.st.TaskID, y.st.TaskID))
 	})
 	for _, x := range rel {
-		b.load(x.st, x.p)
+		load(x.st, x.p)
 		// a retry held ahead of its due time (holdAhead) waits for it
 		x.st.Pending.NotBefore = max(nowMs, x.st.Pending.DueAt)
 	}
-	r.brk.heldGauge.Set(float64(r.brk.held.len()))
+	k.heldGauge.Set(float64(k.held.len()))
 	return nil
 }
 
 // transitions queues one BreakerEvent per transition of this instance's own
 // making, and shares the state each leaves on the breakers topic.
-func (r *Router) transitions(ts []breaker.Transition, b *batch, now time.Time) {
-	r.transitionEvents(ts, b)
+func (k *breakers) transitions(ts []breaker.Transition, out recordsOut, now time.Time) {
+	k.transitionEvents(ts, out)
 	for _, t := range ts {
-		r.share(t.Ref, t.Reason, false, b, now)
+		k.share(t.Ref, t.Reason, false, out, now)
 	}
 }
 
 // transitionEvents queues one BreakerEvent per transition.
-func (r *Router) transitionEvents(ts []breaker.Transition, b *batch) {
-	r.transitionEventsFrom(ts, b, "")
+func (k *breakers) transitionEvents(ts []breaker.Transition, out recordsOut) {
+	k.transitionEventsFrom(ts, out, "")
 }
 
 // transitionEventsFrom queues one BreakerEvent per transition; adoptedFrom,
 // when not empty, is the instance whose change on the breakers topic they
 // were adopted from (a faultrouter.breaker.adopted_from header).
-func (r *Router) transitionEventsFrom(ts []breaker.Transition, b *batch, adoptedFrom string) {
+func (k *breakers) transitionEventsFrom(ts []breaker.Transition, out recordsOut, adoptedFrom string) {
 	for _, t := range ts {
-		n := len(b.out)
 		if t.To == breaker.Closed {
-			r.brk.closed[t.Ref] = true
+			k.closed[t.Ref] = true
 		}
-		r.queueBreakerEvent(b, &event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
+		rec := k.eventRecord(&event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
 			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
-			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: r.cfg.InstanceID, At: event.At(t.At)})
-		for _, rec := range b.out[n:] {
-			if adoptedFrom != "" {
-				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(adoptedFrom)})
-			}
-			latched := "false"
-			if t.To == breaker.Open && r.brk.set.Latched(t.Ref) {
-				latched = "true"
-			}
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte(latched)})
+			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: k.instance, At: event.At(t.At)})
+		if rec == nil {
+			continue
 		}
+		if adoptedFrom != "" {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAdoptedFrom, Value: []byte(adoptedFrom)})
+		}
+		latched := "false"
+		if t.To == breaker.Open && k.set.Latched(t.Ref) {
+			latched = "true"
+		}
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte(latched)})
+		out.queue(rec)
 	}
 }
 
 // alert queues an immediate alert; kind is what it is about (a
 // codec.Alert* value, its faultrouter.alert header).
-func (r *Router) alert(b *batch, now time.Time, kind string, e event.BreakerEvent) {
-	e.Instance, e.At = r.cfg.InstanceID, event.At(now)
-	n := len(b.out)
-	r.queueBreakerEvent(b, &e)
-	for _, rec := range b.out[n:] {
+func (k *breakers) alert(out recordsOut, now time.Time, kind string, e event.BreakerEvent) {
+	e.Instance, e.At = k.instance, event.At(now)
+	if rec := k.eventRecord(&e); rec != nil {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(kind)})
+		out.queue(rec)
 	}
 }
 
-func (r *Router) queueBreakerEvent(b *batch, e *event.BreakerEvent) {
-	v, err := r.codec.EncodeBreakerEvent(nil, e)
+// eventRecord is the alerts topic's record of e, which is logged and counted
+// if the batch commits (events); nil if it does not encode.
+func (k *breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
+	v, err := k.codec.EncodeBreakerEvent(nil, e)
 	if err != nil { // only a bug can get here: every field is the router's own
-		r.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
-		return
+		k.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
+		return nil
 	}
-	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: r.framer.Frame(r.cfg.Topics.Alerts, v)})
-	b.breakerEvents = append(b.breakerEvents, *e)
+	k.events = append(k.events, *e)
+	return &kgo.Record{Topic: k.topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: k.framer.Frame(k.topics.Alerts, v)}
 }
 
-// beginBreakers starts the batch's unit of breaker changes: they take effect
-// only when the batch's transaction commits (commitBreakers); a batch that
-// aborts or fails is consumed again, so its changes are undone
-// (rollbackBreakers) and made again, and so are its transitions and alerts.
-func (r *Router) beginBreakers() {
-	r.brk.set.Begin()
-	r.brk.surges.Begin()
-	r.brk.held.begin()
-	r.brk.items.begin()
-	r.brk.savedClosed = maps.Clone(r.brk.closed)
+// begin starts the batch's unit of breaker changes: they take effect only
+// when the batch's transaction commits (commit); a batch that aborts or
+// fails is consumed again, so its changes are undone (rollback) and made
+// again, and so are its transitions and alerts. now is the batch's time.
+func (k *breakers) begin(now time.Time) {
+	k.events = k.events[:0]
+	k.set.Begin()
+	k.surges.Begin()
+	k.held.begin()
+	k.items.begin()
+	k.savedClosed = maps.Clone(k.closed)
 	// a time that has passed holds no more retries: forget it
-	nowMs := r.cfg.Now().UnixMilli()
-	maps.DeleteFunc(r.brk.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
-	r.brk.savedHeldUntil = maps.Clone(r.brk.heldUntil)
-	r.brk.savedPruned = r.brk.pruned
-	r.pruneHeld()
-	r.brk.pruneChanges(time.UnixMilli(nowMs))
+	nowMs := now.UnixMilli()
+	maps.DeleteFunc(k.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
+	k.savedHeldUntil = maps.Clone(k.heldUntil)
+	k.savedPruned = k.pruned
+	k.pruneHeld()
+	k.pruneChanges(time.UnixMilli(nowMs))
 }
 
 // pruneHeld lets go of the retries held for partitions that moved away,
-// once after each rebalance, when the assignment is restored. An eager
-// rebalance revokes every partition before it assigns them again, and the
-// owned set is empty in between: pruned then, the retries held for the
-// partitions that stay would come out at the times they were moved to
-// rather than in their due order when their breaker closes. The callbacks
-// count a rebalance (rebalances) before they change the owned set and clear
-// the ready flag before that, so a rebalance that changed them while they
-// were read shows in the count.
-func (r *Router) pruneHeld() {
-	rb := r.rebalances.Load()
-	if rb == r.brk.pruned || !r.Ready() {
+// once after each rebalance, when the assignment is restored
+// (assignment.assignedSince). An eager rebalance revokes every partition
+// before it assigns them again, and the owned set is empty in between:
+// pruned then, the retries held for the partitions that stay would come out
+// at the times they were moved to rather than in their due order when their
+// breaker closes.
+func (k *breakers) pruneHeld() {
+	owned, rb, ok := k.owner.assignedSince(k.pruned)
+	if !ok {
 		return
 	}
-	owned := map[int32]bool{}
-	for _, p := range r.ownedPartitions() {
-		owned[p] = true
-	}
-	if r.rebalances.Load() != rb {
-		return
-	}
-	r.brk.held.keepPartitions(owned)
-	r.brk.pruned = rb
+	k.held.keepPartitions(owned)
+	k.pruned = rb
 }
 
-// commitBreakers keeps the batch's breaker changes once its transaction has
+// commit keeps the batch's breaker changes once its transaction has
 // committed, and logs and counts its transitions and alerts: only committed
 // ones.
-func (r *Router) commitBreakers(b *batch) {
-	r.brk.adopting = nil
-	r.brk.set.Commit()
-	r.brk.surges.Commit()
-	r.brk.held.commit()
-	r.brk.items.commit()
-	for i := range b.breakerEvents {
-		e := &b.breakerEvents[i]
+func (k *breakers) commit() {
+	k.adopting = nil
+	k.set.Commit()
+	k.surges.Commit()
+	k.held.commit()
+	k.items.commit()
+	for i := range k.events {
+		e := &k.events[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
 		if e.TaskID != "" { // a cooldown or a reset has no triggering task
 			attrs = append([]any{"task_id", e.TaskID}, attrs...)
 		}
 		switch e.Kind {
 		case breakerKindTransition:
-			r.brk.transitions.WithLabelValues(e.Scope, e.To).Inc()
-			r.log.Warn("breaker "+e.To, append(attrs, "from", e.From, "to", e.To, "failures", e.Failures, "requests", e.Requests)...)
+			k.transitionsTotal.WithLabelValues(e.Scope, e.To).Inc()
+			k.log.Warn("breaker "+e.To, append(attrs, "from", e.From, "to", e.To, "failures", e.Failures, "requests", e.Requests)...)
 		default:
-			r.brk.alerts.WithLabelValues(string(e.Class)).Inc()
-			r.log.Warn("alert", append(attrs, "class", e.Class)...)
+			k.alertsTotal.WithLabelValues(string(e.Class)).Inc()
+			k.log.Warn("alert", append(attrs, "class", e.Class)...)
 		}
 	}
-	r.breakerGauges()
+	k.gauges()
 }
 
-// rollbackBreakers undoes the breaker changes of a batch whose transaction
-// did not commit.
-func (r *Router) rollbackBreakers() {
-	if r.brk.adopting != nil {
-		r.brk.table.giveBack(r.brk.adopting)
-		r.brk.adopting = nil
+// rollback undoes the breaker changes of a batch whose transaction did not
+// commit.
+func (k *breakers) rollback() {
+	if k.adopting != nil {
+		k.table.giveBack(k.adopting)
+		k.adopting = nil
 	}
-	r.brk.set.Rollback()
-	r.brk.surges.Rollback()
-	r.brk.held.rollback()
-	r.brk.items.rollback()
-	if r.brk.savedClosed != nil {
-		r.brk.closed = r.brk.savedClosed
+	k.set.Rollback()
+	k.surges.Rollback()
+	k.held.rollback()
+	k.items.rollback()
+	if k.savedClosed != nil {
+		k.closed = k.savedClosed
 	}
-	r.brk.heldUntil = r.brk.savedHeldUntil
-	r.brk.pruned = r.brk.savedPruned
-	r.brk.heldGauge.Set(float64(r.brk.held.len()))
-	r.breakerGauges()
+	k.heldUntil = k.savedHeldUntil
+	k.pruned = k.savedPruned
+	k.heldGauge.Set(float64(k.held.len()))
+	k.gauges()
 }
 
-func (r *Router) breakerGauges() {
-	c := r.brk.set.Counts()
+// gauges sets faultrouter_breakers from the set's counts.
+func (k *breakers) gauges() {
+	c := k.set.Counts()
 	for _, sc := range breaker.Scopes {
 		for _, st := range breaker.States {
-			r.brk.states.WithLabelValues(sc.String(), st.String()).Set(float64(c[sc][st]))
+			k.states.WithLabelValues(sc.String(), st.String()).Set(float64(c[sc][st]))
 		}
 	}
 }

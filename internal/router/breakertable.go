@@ -225,67 +225,67 @@ func (t *breakerTable) giveBack(p map[breaker.Ref]event.BreakerState) {
 	}
 }
 
-// startBreakerTable starts reading the breakers topic and waits until it is
-// read to its end, so that the router joins its group (and reports ready)
-// only with every instance's breakers in hand. Without a breakers topic
+// startTable starts reading the breakers topic and waits until it is read
+// to its end, so that the router joins its group (and reports ready) only
+// with every instance's breakers in hand. Without a breakers topic
 // (Topics.Breakers empty) breakers are this instance's own.
-func (r *Router) startBreakerTable(ctx context.Context) error {
-	if r.cfg.Topics.Breakers == "" {
+func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
+	if k.topics.Breakers == "" {
 		return nil
 	}
-	t := newBreakerTable(r.cfg.Topics.Breakers, r.cfg.InstanceID, r.log)
-	r.brk.table = t
-	go t.run(ctx, r.cfg.ClientOpts)
+	t := newBreakerTable(k.topics.Breakers, k.instance, k.log)
+	k.table = t
+	go t.run(ctx, clientOpts)
 	select {
 	case <-t.loaded:
-		r.log.Info("breakers topic read to its end", "topic", t.topic)
+		k.log.Info("breakers topic read to its end", "topic", t.topic)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// adoptShared applies, at the start of a batch (after beginBreakers), the
+// adoptShared applies, at the start of a batch (after begin), the
 // breaker states other instances wrote since the last batch, and queues the
 // transitions they cause on the alerts topic, with the reason "adopted from
 // <instance>: <its reason>". A batch that does not commit gives them back
-// (rollbackBreakers) with its other breaker changes.
-func (r *Router) adoptShared(b *batch, now time.Time) {
-	if r.brk.table == nil {
+// (rollback) with its other breaker changes.
+func (k *breakers) adoptShared(out recordsOut, now time.Time) {
+	if k.table == nil {
 		return
 	}
-	for key, it := range r.brk.table.takeItems() {
-		r.brk.items.adopt(key, it)
+	for key, it := range k.table.takeItems() {
+		k.items.adopt(key, it)
 	}
-	p := r.brk.table.take()
-	r.brk.adopting = p
+	p := k.table.take()
+	k.adopting = p
 	for ref, s := range p {
-		r.adopt(ref, &s, b, now)
+		k.adopt(ref, &s, out, now)
 	}
-	r.breakerGauges()
+	k.gauges()
 }
 
 // adopt applies one breaker state another instance wrote (the rules are in
 // the file's comment).
-func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now time.Time) {
+func (k *breakers) adopt(ref breaker.Ref, s *event.BreakerState, out recordsOut, now time.Time) {
 	at := s.UpdatedAt.UnixMilli()
-	cur := r.brk.set.Shared(ref)
+	cur := k.set.Shared(ref)
 	latchedHere := cur.State == breaker.Open && cur.Latched
 	switch {
 	case s.Latched:
-		if at < r.brk.lastReset[ref] {
+		if at < k.lastReset[ref] {
 			return
 		}
 	case s.Reset:
 		if latchedHere && at < cur.OpenedAt.UnixMilli() {
 			return
 		}
-		r.brk.lastReset[ref] = max(r.brk.lastReset[ref], at)
-	case latchedHere, at < r.brk.lastChange[ref]:
+		k.lastReset[ref] = max(k.lastReset[ref], at)
+	case latchedHere, at < k.lastChange[ref]:
 		return
 	}
-	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != r.cfg.InstanceID}
-	sh.State, _ = parseState(s.State)
+	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != k.instance}
+	sh.State, _ = breaker.ParseState(s.State)
 	if s.OpenedAt != nil {
 		sh.OpenedAt = s.OpenedAt.Time
 	}
@@ -293,71 +293,61 @@ func (r *Router) adopt(ref breaker.Ref, s *event.BreakerState, b *batch, now tim
 	if who == "" {
 		who = "another instance"
 	}
-	ts := r.brk.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
-	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], at)
-	r.transitionEventsFrom(ts, b, who)
-}
-
-// parseState returns the breaker.State named s.
-func parseState(s string) (breaker.State, bool) {
-	for _, st := range breaker.States {
-		if st.String() == s {
-			return st, true
-		}
-	}
-	return breaker.Closed, false
+	ts := k.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
+	k.lastChange[ref] = max(k.lastChange[ref], at)
+	k.transitionEventsFrom(ts, out, who)
 }
 
 // share queues the shared state of ref, as this instance's change, on the
 // breakers topic in the batch's transaction; reset marks a person's reset.
-func (r *Router) share(ref breaker.Ref, reason string, reset bool, b *batch, now time.Time) {
-	if r.cfg.Topics.Breakers == "" {
+func (k *breakers) share(ref breaker.Ref, reason string, reset bool, out recordsOut, now time.Time) {
+	if k.topics.Breakers == "" {
 		return
 	}
-	sh := r.brk.set.Shared(ref)
+	sh := k.set.Shared(ref)
 	s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: sh.State.String(), Latched: sh.Latched,
-		Reset: reset && sh.State == breaker.Closed, Reason: reason, UpdatedAt: event.At(now), Instance: r.cfg.InstanceID}
+		Reset: reset && sh.State == breaker.Closed, Reason: reason, UpdatedAt: event.At(now), Instance: k.instance}
 	if sh.State == breaker.Open {
 		at := event.At(sh.OpenedAt)
 		s.OpenedAt = &at
 	}
 	v, err := event.EncodeBreakerState(&s)
 	if err != nil { // only a bug can get here: every field is the router's own
-		r.log.Error("breaker state does not encode", "scope", s.Scope, "key", s.Key, "err", err)
+		k.log.Error("breaker state does not encode", "scope", s.Scope, "key", s.Key, "err", err)
 		return
 	}
-	r.brk.lastChange[ref] = max(r.brk.lastChange[ref], now.UnixMilli())
+	k.lastChange[ref] = max(k.lastChange[ref], now.UnixMilli())
 	if reset {
-		r.brk.lastReset[ref] = max(r.brk.lastReset[ref], now.UnixMilli())
+		k.lastReset[ref] = max(k.lastReset[ref], now.UnixMilli())
 	}
-	b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: v, Timestamp: now})
+	out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: v, Timestamp: now})
 }
 
 // shareItem queues, on the breakers topic in the batch's transaction, an
 // open latch item of ref for the task (open), or the tombstone of its item
 // once decided, and records it in this instance's items.
-func (r *Router) shareItem(ref breaker.Ref, taskID string, open bool, b *batch, now time.Time) {
+func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out recordsOut, now time.Time) {
 	key := event.BreakerItemKey(ref.Scope.String(), ref.Key, taskID)
 	if !open {
-		r.brk.items.del(key)
+		k.items.del(key)
 	} else {
-		r.brk.items.put(key, latchItem{ref: ref, task: taskID, openedAt: now.UnixMilli()})
+		k.items.put(key, latchItem{ref: ref, task: taskID, openedAt: now.UnixMilli()})
 	}
-	if r.cfg.Topics.Breakers == "" {
+	if k.topics.Breakers == "" {
 		return
 	}
-	rec := &kgo.Record{Topic: r.cfg.Topics.Breakers, Key: []byte(key), Timestamp: now,
-		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(r.cfg.InstanceID)}}}
+	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(key), Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
 	if open {
 		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: ref.Scope.String(), Key: ref.Key, TaskID: taskID,
-			OpenedAt: event.At(now), Instance: r.cfg.InstanceID})
+			OpenedAt: event.At(now), Instance: k.instance})
 		if err != nil { // only a bug can get here: every field is the router's own
-			r.log.Error("latch item does not encode", "task_id", taskID, "scope", ref.Scope, "key", ref.Key, "err", err)
+			k.log.Error("latch item does not encode", "task_id", taskID, "scope", ref.Scope, "key", ref.Key, "err", err)
 			return
 		}
 		rec.Value = v
 	}
-	b.out = append(b.out, rec)
+	out.queue(rec)
 }
 
 // pruneChanges forgets the times of changes older than an hour once there

@@ -25,14 +25,16 @@ func adoptRouter(t *testing.T) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
-		brk: brk, codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
+		codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r.attachBreakers(brk)
+	return r
 }
 
 func remote(state string, latched, reset bool, at time.Time) event.BreakerState {
-	s := event.BreakerState{Scope: "PROMPT_TEMPLATE", Key: "tpl", State: state, Latched: latched, Reset: reset,
+	s := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: "tpl", State: state, Latched: latched, Reset: reset,
 		Reason: "why", UpdatedAt: event.At(at), Instance: "a"}
-	if state == "OPEN" {
+	if state == breaker.Open.String() {
 		o := event.At(at)
 		s.OpenedAt = &o
 	}
@@ -52,31 +54,31 @@ func TestAdoptKeepsALatchUntilAReset(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	b := newBatch()
 	apply := func(s event.BreakerState) {
-		r.adopt(ref, &s, b, t0.Add(time.Hour))
+		r.brk.adopt(ref, &s, b, t0.Add(time.Hour))
 	}
 
-	apply(remote("OPEN", true, false, t0))
+	apply(remote(breaker.Open.String(), true, false, t0))
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("a latch from instance a was not adopted")
 	}
-	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != "OPEN" || !strings.HasPrefix(b.breakerEvents[0].Reason, "adopted from a: ") {
-		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", b.breakerEvents)
+	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Open.String() || !strings.HasPrefix(r.brk.events[0].Reason, "adopted from a: ") {
+		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", r.brk.events)
 	}
-	apply(remote("CLOSED", false, false, t0.Add(time.Minute)))
-	apply(remote("HALF_OPEN", false, false, t0.Add(2*time.Minute)))
-	apply(remote("CLOSED", false, true, t0.Add(-time.Minute)))
+	apply(remote(breaker.Closed.String(), false, false, t0.Add(time.Minute)))
+	apply(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Minute)))
+	apply(remote(breaker.Closed.String(), false, true, t0.Add(-time.Minute)))
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("a CLOSED that is not a reset, a HALF_OPEN, or a reset older than the latch undid the latch")
 	}
-	apply(remote("CLOSED", false, true, t0.Add(3*time.Minute)))
+	apply(remote(breaker.Closed.String(), false, true, t0.Add(3*time.Minute)))
 	if r.brk.set.State(ref) != breaker.Closed || !r.brk.closed[ref] {
 		t.Fatalf("a reset newer than the latch left the breaker %s (closed for release: %v), want CLOSED", r.brk.set.State(ref), r.brk.closed[ref])
 	}
-	apply(remote("OPEN", true, false, t0.Add(time.Minute)))
+	apply(remote(breaker.Open.String(), true, false, t0.Add(time.Minute)))
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatal("a latch older than the reset applied was adopted again")
 	}
-	apply(remote("OPEN", true, false, t0.Add(4*time.Minute)))
+	apply(remote(breaker.Open.String(), true, false, t0.Add(4*time.Minute)))
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("a latch newer than the reset was not adopted")
 	}
@@ -91,20 +93,20 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	b := newBatch()
-	r.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
+	r.brk.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
 	if len(b.out) != 1 || b.out[0].Topic != "breakers" || string(b.out[0].Key) != "PROMPT_TEMPLATE/tpl" {
 		t.Fatalf("share queued %v, want one record on the breakers topic keyed PROMPT_TEMPLATE/tpl", b.out)
 	}
-	if s, err := event.DecodeBreakerState(b.out[0].Value); err != nil || s.State != "CLOSED" || s.Instance != "b" {
+	if s, err := event.DecodeBreakerState(b.out[0].Value); err != nil || s.State != breaker.Closed.String() || s.Instance != "b" {
 		t.Fatalf("the shared state decodes to %+v, %v; want CLOSED by b", s, err)
 	}
-	old := remote("OPEN", false, false, t0.Add(5*time.Second))
-	r.adopt(ref, &old, b, t0.Add(11*time.Second))
+	old := remote(breaker.Open.String(), false, false, t0.Add(5*time.Second))
+	r.brk.adopt(ref, &old, b, t0.Add(11*time.Second))
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatal("an OPEN older than this instance's own last change was adopted")
 	}
-	newer := remote("OPEN", false, false, t0.Add(20*time.Second))
-	r.adopt(ref, &newer, b, t0.Add(21*time.Second))
+	newer := remote(breaker.Open.String(), false, false, t0.Add(20*time.Second))
+	r.brk.adopt(ref, &newer, b, t0.Add(21*time.Second))
 	if r.brk.set.State(ref) != breaker.Open {
 		t.Fatal("a newer OPEN was not adopted")
 	}
@@ -121,7 +123,7 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 func TestBreakerTablePendingStates(t *testing.T) {
 	tb := newBreakerTable("breakers", "b", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	own := remote("OPEN", true, false, t0)
+	own := remote(breaker.Open.String(), true, false, t0)
 	own.Instance = "b"
 	tb.put(own)
 	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
@@ -129,20 +131,20 @@ func TestBreakerTablePendingStates(t *testing.T) {
 		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
 	}
 	tb.done = true
-	tb.put(remote("OPEN", false, false, t0))
+	tb.put(remote(breaker.Open.String(), false, false, t0))
 	tb.put(own)
 	if p := tb.take(); len(p) != 0 {
 		t.Fatalf("after the initial read, an own state did not drop the pending one: %v", p)
 	}
-	tb.put(remote("CLOSED", false, false, t0.Add(time.Second)))
+	tb.put(remote(breaker.Closed.String(), false, false, t0.Add(time.Second)))
 	given := tb.take()
-	tb.put(remote("HALF_OPEN", false, false, t0.Add(2*time.Second)))
+	tb.put(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Second)))
 	tb.giveBack(given)
-	if p := tb.take(); p[ref].State != "HALF_OPEN" {
+	if p := tb.take(); p[ref].State != breaker.HalfOpen.String() {
 		t.Fatalf("giveBack replaced a newer pending state: %v", p)
 	}
 	tb.giveBack(given)
-	if p := tb.take(); p[ref].State != "CLOSED" {
+	if p := tb.take(); p[ref].State != breaker.Closed.String() {
 		t.Fatalf("giveBack lost the state of a batch that did not commit: %v", p)
 	}
 }

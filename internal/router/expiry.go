@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -77,7 +78,7 @@ func expired(st *task.State, nowMs int64) bool {
 // forgetExpired drops from the batch the loaded states that have expired, so
 // that events for them start fresh. Their index entries are remembered: the
 // fresh state's Put replaces them, or the sweep deletes them.
-func (r *Router) forgetExpired(b *batch, now time.Time) {
+func (s *sweeper) forgetExpired(b *batch, now time.Time) {
 	nowMs := now.UnixMilli()
 	for id, st := range b.states {
 		if !expired(st, nowMs) {
@@ -85,18 +86,43 @@ func (r *Router) forgetExpired(b *batch, now time.Time) {
 		}
 		b.remember(st)
 		delete(b.states, id)
-		r.log.Info("state expired; a new event starts a fresh task history", "task_id", id, "expired_at", st.ExpiresAt)
+		s.log.Info("state expired; a new event starts a fresh task history", "task_id", id, "expired_at", st.ExpiresAt)
 	}
 }
 
 // forget deletes the expired states of the committed batch from the store.
-func (r *Router) forget(wb *store.Batch, b *batch) error {
+func (s *sweeper) forget(wb *store.Batch, b *batch) error {
 	for _, x := range b.expired {
 		if err := wb.Delete(x.partition, x.state); err != nil {
 			return err
 		}
-		r.log.Info("state expired and forgotten", "task_id", x.state.TaskID, "topic", r.cfg.Topics.State,
+		s.log.Info("state expired and forgotten", "task_id", x.state.TaskID, "topic", s.stateTopic,
 			"partition", x.partition, "expired_at", x.state.ExpiresAt)
 	}
 	return nil
+}
+
+// expiresAt is when a task's state may be forgotten: 2 x SLA after its last
+// event on the router clock, or never while an operation's outcome is unknown
+// or a review item is open. A pending retry moves it to 2 x SLA after the
+// retry's due time, so that the retry is published before its task can
+// expire (expiry.go).
+func (s *sweeper) expiresAt(st *task.State, now time.Time) int64 {
+	if st.Review == task.ReviewOpen {
+		return 0
+	}
+	for _, op := range st.Operations {
+		if op.Kind == event.OpWrite && (op.State == event.OpSubmitted || op.State == event.OpUnknown) {
+			return 0
+		}
+	}
+	sla := st.SLAMs
+	if sla <= 0 {
+		sla = s.policy.DefaultSLAMs
+	}
+	from := now.UnixMilli()
+	if st.Pending != nil {
+		from = max(from, st.Pending.NotBefore)
+	}
+	return from + 2*sla
 }

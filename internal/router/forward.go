@@ -23,11 +23,13 @@ package router
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -38,18 +40,57 @@ import (
 const hdrForwardedFrom = codec.HeaderForwardedFrom
 
 // scopeTopic is the scope of an alert about a topic.
-const scopeTopic = "TOPIC"
+const scopeTopic = breaker.ScopeTopic
+
+// forwarder is the router's forwarding, one part of the data path. It owns
+// where a task's records belong: the home partition count, fixed for the
+// life of the process, and Kafka's murmur2 partitioner (homePartition,
+// misplaced); the copy of a misplaced input on its home partition
+// (forward); and the partition counts of ingress, decisions and state, read
+// before a session starts (start, partitioner.go) and every PartitionCheck
+// while it runs (watchPartitions, partitionsCommitted), with the alert of a
+// change, which goes out through the breakers' alerts (an alerter). Used by
+// the run loop's goroutine; misplaced also by the decoding goroutines of a
+// batch, which only read it.
+type forwarder struct {
+	topics Topics
+	check  time.Duration // Config.PartitionCheck
+	log    *slog.Logger
+	// metrics are the router's: faultrouter_partitions and
+	// faultrouter_partition_changes_total
+	metrics *metrics
+	alerts  alerter
+	// parts are the partition counts of ingress, decisions and state, read
+	// before a session starts; seen are the latest counts; home is the
+	// partition count a task's home partition is hashed over, fixed for the
+	// life of the process; hash is Kafka's murmur2 partitioner. parts is
+	// also read by the assignment callbacks, which start after it is set.
+	parts, seen partitionCounts
+	home        int32
+	hash        kgo.TopicPartitioner
+	checkedAt   time.Time
+}
+
+// alerter queues an alert on the alerts topic (breakers.alert).
+type alerter interface {
+	alert(out recordsOut, now time.Time, kind string, e event.BreakerEvent)
+}
+
+func newForwarder(cfg *Config, log *slog.Logger, m *metrics, alerts alerter) forwarder {
+	return forwarder{topics: cfg.Topics, check: cfg.PartitionCheck, log: log, metrics: m, alerts: alerts,
+		hash: kgo.StickyKeyPartitioner(nil).ForTopic("")}
+}
 
 // homePartition is the partition a task's records belong on: its key's
 // (non-empty) hash. The partitioner reads only the key of rec.
-func (r *Router) homePartition(rec *kgo.Record) int32 {
-	return int32(r.hash.Partition(rec, int(r.home)))
+func (f *forwarder) homePartition(rec *kgo.Record) int32 {
+	return int32(f.hash.Partition(rec, int(f.home)))
 }
 
 // misplaced reports whether a decoded task event or review decision is on
 // the wrong partition for its key, and its home partition.
-func (r *Router) misplaced(rec *kgo.Record) (int32, bool) {
-	if r.home <= 0 {
+func (f *forwarder) misplaced(rec *kgo.Record) (int32, bool) {
+	if f.home <= 0 {
 		return 0, false
 	}
 	for _, h := range rec.Headers {
@@ -57,93 +98,90 @@ func (r *Router) misplaced(rec *kgo.Record) (int32, bool) {
 			return 0, false // forwarded once already: routed where it landed
 		}
 	}
-	home := r.homePartition(rec)
+	home := f.homePartition(rec)
 	return home, home != rec.Partition
 }
 
-// forward decides a misplaced input and queues its copy on its home
-// partition and its audit record.
-func (r *Router) forward(in *input, b *batch, now time.Time) {
+// forward decides a misplaced input and returns its copy for its home
+// partition.
+func (f *forwarder) forward(in *input, now time.Time) *kgo.Record {
 	rec := in.rec
-	in.decision = policy.Forward(in.taskID(), rec.Topic, rec.Partition, in.home, r.home, now)
+	in.decision = policy.Forward(in.taskID(), rec.Topic, rec.Partition, in.home, f.home, now)
 	h := make([]kgo.RecordHeader, 0, len(rec.Headers)+1)
 	h = append(h, rec.Headers...)
 	h = append(h, kgo.RecordHeader{Key: hdrForwardedFrom,
 		Value: []byte(rec.Topic + "/" + strconv.Itoa(int(rec.Partition)) + "/" + strconv.FormatInt(rec.Offset, 10))})
-	b.out = append(b.out, &kgo.Record{Topic: rec.Topic, Partition: in.home, Key: rec.Key, Value: rec.Value,
-		Headers: h, Timestamp: rec.Timestamp})
-	var ev *event.TaskEvent
-	if in.fwd == inputTask {
-		ev = &in.event
-	}
-	b.out = append(b.out, r.audit(b, in, ev))
+	return &kgo.Record{Topic: rec.Topic, Partition: in.home, Key: rec.Key, Value: rec.Value,
+		Headers: h, Timestamp: rec.Timestamp}
 }
 
 // watchPartitions reads the partition counts every PartitionCheck and
-// alerts once for each change (see the top of this file).
-func (r *Router) watchPartitions(ctx context.Context, cl *kgo.Client, b *batch, now time.Time) {
-	if time.Since(r.partsCheckedAt) < r.cfg.PartitionCheck {
-		return
+// alerts once for each change (see the top of this file); it returns the
+// new counts the batch alerted about, nil if none.
+func (f *forwarder) watchPartitions(ctx context.Context, cl *kgo.Client, out recordsOut, now time.Time) *partitionCounts {
+	if time.Since(f.checkedAt) < f.check {
+		return nil
 	}
-	r.partsCheckedAt = time.Now()
+	f.checkedAt = time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pc, err := r.loadPartitions(cctx, cl)
+	pc, err := f.loadPartitions(cctx, cl)
 	if err != nil {
-		r.log.Warn("cannot read the partition counts; checking again later", "err", err)
-		return
+		f.log.Warn("cannot read the partition counts; checking again later", "err", err)
+		return nil
 	}
 	changed := false
 	for _, t := range []struct {
 		topic    string
 		was, now int32
 	}{
-		{r.cfg.Topics.Ingress, r.seen.ingress, pc.ingress},
-		{r.cfg.Topics.Decisions, r.seen.decisions, pc.decisions},
-		{r.cfg.Topics.State, r.seen.state, pc.state},
+		{f.topics.Ingress, f.seen.ingress, pc.ingress},
+		{f.topics.Decisions, f.seen.decisions, pc.decisions},
+		{f.topics.State, f.seen.state, pc.state},
 	} {
-		r.metrics.partitions.WithLabelValues(t.topic).Set(float64(t.now))
+		f.metrics.partitions.WithLabelValues(t.topic).Set(float64(t.now))
 		if t.was == t.now {
 			continue
 		}
 		changed = true
 		reason := fmt.Sprintf("partitions of %s changed from %d to %d while routing: tasks keep their home partition "+
 			"(murmur2 over %d partitions) and records on other partitions are forwarded there; "+
-			"restart every instance together to adopt a new partition count (see README, Partitions)", t.topic, t.was, t.now, r.home)
-		r.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", r.home)
-		r.alert(b, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
+			"restart every instance together to adopt a new partition count (see README, Partitions)", t.topic, t.was, t.now, f.home)
+		f.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", f.home)
+		f.alerts.alert(out, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
 			Requests: t.now})
 	}
-	if changed {
-		b.parts = &pc
+	if !changed {
+		return nil
 	}
+	return &pc
 }
 
 // partitionsCommitted takes in the partition counts a committed batch
-// alerted about, and refreshes the consumer's metadata so that the group
-// consumes the new partitions (a rebalance; after the commit, so that it
-// does not abort the batch that carries the alert). A batch that did not
-// commit is checked again at once.
-func (r *Router) partitionsCommitted(b *batch, cl *kgo.Client, committed bool) {
-	if b.parts == nil {
+// alerted about (pc, watchPartitions), and refreshes the consumer's
+// metadata so that the group consumes the new partitions (a rebalance;
+// after the commit, so that it does not abort the batch that carries the
+// alert). A batch that did not commit is checked again at once.
+func (f *forwarder) partitionsCommitted(pc *partitionCounts, cl *kgo.Client, committed bool) {
+	if pc == nil {
 		return
 	}
 	if !committed {
-		r.partsCheckedAt = time.Time{}
+		f.checkedAt = time.Time{}
 		return
 	}
 	for _, t := range []struct {
 		topic    string
 		was, now int32
 	}{
-		{r.cfg.Topics.Ingress, r.seen.ingress, b.parts.ingress},
-		{r.cfg.Topics.Decisions, r.seen.decisions, b.parts.decisions},
-		{r.cfg.Topics.State, r.seen.state, b.parts.state},
+		{f.topics.Ingress, f.seen.ingress, pc.ingress},
+		{f.topics.Decisions, f.seen.decisions, pc.decisions},
+		{f.topics.State, f.seen.state, pc.state},
 	} {
 		if t.was != t.now {
-			r.metrics.partitionChanges.WithLabelValues(t.topic).Inc()
+			f.metrics.partitionChanges.WithLabelValues(t.topic).Inc()
 		}
 	}
-	r.seen = *b.parts
+	f.seen = *pc
 	cl.ForceMetadataRefresh()
 }

@@ -21,7 +21,6 @@ func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Router{brk: brk}
 	now := time.UnixMilli(1_800_000_000_000)
 	tmpl := breaker.Ref{Scope: breaker.PromptTemplate, Key: "refund-v9"}
 	model := breaker.Ref{Scope: breaker.ProviderModel, Key: "openai/gpt-4o"}
@@ -42,7 +41,7 @@ func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 		held("t-a", "refund-v9", "", "", due+2),
 	}
 	for _, ev := range evs {
-		r.postpone(ev, policy.BreakerRefs(ev), 0, b, now)
+		brk.postpone(b.states[ev.TaskID], policy.BreakerRefs(ev), 0, now)
 	}
 	z, m, a := b.states["t-z"].Pending, b.states["t-m"].Pending, b.states["t-a"].Pending
 	if z.NotBefore <= now.UnixMilli() || m.NotBefore <= now.UnixMilli() {

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 type inputKind uint8
@@ -42,6 +46,9 @@ type input struct {
 	// cannot be written (unwritable.go)
 	unwritable bool
 	decision   event.Decision
+	// state is the working state of the task the input was routed on
+	// (route): a task event's or a review decision's, else nil
+	state *task.State
 	// started and finished tell that this event opened its task or brought
 	// it to a terminal decision; taskMs is then the task's time to that
 	// decision, on the events' clock.
@@ -126,7 +133,7 @@ func (r *Router) decode(rec *kgo.Record, n *normalized, in *input) {
 		poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
 		return
 	}
-	if home, ok := r.misplaced(rec); ok { // forward.go
+	if home, ok := r.fwd.misplaced(rec); ok { // forward.go
 		in.fwd, in.kind, in.home = in.kind, inputForward, home
 	}
 }
@@ -240,4 +247,57 @@ func (r *Router) logDecision(in *input) {
 	r.log.Log(context.Background(), lvl, "routed",
 		"task_id", id, "topic", in.rec.Topic, "partition", in.rec.Partition, "offset", in.rec.Offset,
 		"class", d.Class, "route", d.Route, "rule", d.Rule, "reason", d.Reason)
+}
+
+// parallelDecodeMin is the fewest records a core is given to decode: for
+// fewer the goroutines cost more than they save. A batch is decoded on up to
+// len/parallelDecodeMin cores.
+const parallelDecodeMin = 256
+
+// decodeAll decodes recs into ins, in order. A large batch is decoded in
+// parallel, in one contiguous slice per core: decoding reads only what does
+// not change while a batch is handled (the codec, the size limits, the
+// refused inputs), and it is most of the CPU a batch spends before the
+// first decision.
+func (r *Router) decodeAll(recs []*kgo.Record, norm []normalized, ins []input) {
+	decode := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			var n *normalized
+			if i < len(norm) && norm[i].done {
+				n = &norm[i]
+			}
+			r.decode(recs[i], n, &ins[i])
+			r.unw.checkWritable(&ins[i], r.limits) // unwritable.go
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(recs)/parallelDecodeMin)
+	if workers <= 1 {
+		decode(0, len(recs))
+		return
+	}
+	var wg sync.WaitGroup
+	per := (len(recs) + workers - 1) / workers
+	for lo := per; lo < len(recs); lo += per {
+		wg.Go(func() { decode(lo, min(lo+per, len(recs))) })
+	}
+	decode(0, per)
+	wg.Wait()
+}
+
+// decodeBatch takes the fetched records into the batch and decodes them
+// into its inputs (decodeAll), in the single-object encoding
+// (normalizeAll).
+func (r *Router) decodeBatch(ctx context.Context, fetches kgo.Fetches, b *batch) error {
+	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
+	if cap(b.inputs) > 4*max(len(b.recs), parallelDecodeMin) {
+		b.inputs = nil // a backlog drain's batches were larger: let their inputs go
+	}
+	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
+	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
+		return err
+	}
+	r.decodeAll(b.recs, b.norm, b.inputs)
+	r.metrics.consumed.Add(float64(len(b.inputs)))
+	r.observeLag(fetches) // lag.go
+	return nil
 }

@@ -14,12 +14,12 @@ import (
 func hallucinate(t *testing.T, r *Router, id, tpl string, now time.Time) *batch {
 	t.Helper()
 	b := newBatch()
-	r.beginBreakers()
+	r.brk.begin(r.cfg.Now())
 	ev := event.TaskEvent{TaskID: id, PromptTemplate: tpl, Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
 	in := input{kind: inputTask, event: ev,
 		decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteQuarantine, Reason: "fabricated_data"}}
-	r.observe(&in, b, now)
-	r.commitBreakers(b)
+	r.brk.observe(&in, b, now)
+	r.brk.commit()
 	return b
 }
 
@@ -28,15 +28,15 @@ func hallucinate(t *testing.T, r *Router, id, tpl string, now time.Time) *batch 
 func decideItem(t *testing.T, r *Router, id, tpl string, now time.Time, commit bool) *batch {
 	t.Helper()
 	b := newBatch()
-	r.beginBreakers()
+	r.brk.begin(r.cfg.Now())
 	b.states[id] = &task.State{TaskID: id, LastEvent: &event.TaskEvent{TaskID: id, PromptTemplate: tpl}}
 	in := input{kind: inputReview, review: event.ReviewDecision{TaskID: id, Reason: "checked", Reviewer: "ana"},
-		decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteComplete}}
-	r.observe(&in, b, now)
+		decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteComplete}, state: b.states[id]}
+	r.brk.observe(&in, b, now)
 	if commit {
-		r.commitBreakers(b)
+		r.brk.commit()
 	} else {
-		r.rollbackBreakers()
+		r.brk.rollback()
 	}
 	return b
 }
@@ -73,8 +73,8 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 	} else if open, _ := itemRecords(b); open != 1 {
 		t.Fatalf("the first hallucination wrote %d latch item records, want 1", open)
 	}
-	if b := hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second)); len(b.breakerEvents) != 1 {
-		t.Fatalf("the second hallucination queued %+v, want only its alert (the template is latched already)", b.breakerEvents)
+	if b := hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second)); len(r.brk.events) != 1 {
+		t.Fatalf("the second hallucination queued %+v, want only its alert (the template is latched already)", r.brk.events)
 	} else if open, _ := itemRecords(b); open != 1 {
 		t.Fatalf("the second hallucination wrote %d latch item records, want 1", open)
 	}
@@ -89,8 +89,8 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("deciding the first of two items reopened the template")
 	}
-	if len(b.breakerEvents) != 0 {
-		t.Fatalf("deciding the first of two items queued %+v, want no transition", b.breakerEvents)
+	if len(r.brk.events) != 0 {
+		t.Fatalf("deciding the first of two items queued %+v, want no transition", r.brk.events)
 	}
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("deciding an item wrote %d tombstones, want 1", decided)
@@ -105,8 +105,8 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatalf("deciding the last item left the template %s, want CLOSED", r.brk.set.State(ref))
 	}
-	if len(b.breakerEvents) != 1 || b.breakerEvents[0].To != "CLOSED" || b.breakerEvents[0].TaskID != "h-2" {
-		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", b.breakerEvents)
+	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Closed.String() || r.brk.events[0].TaskID != "h-2" {
+		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", r.brk.events)
 	}
 }
 
@@ -123,18 +123,18 @@ func TestOtherInstancesItemsHoldAndAResetReleasesThem(t *testing.T) {
 	r.cfg.Now = func() time.Time { return t0 }
 
 	hallucinate(t, r, "h-1", "tpl", t0)
-	r.brk.items.adopt(event.BreakerItemKey("PROMPT_TEMPLATE", "tpl", "h-9"), &latchItem{ref: ref, task: "h-9", openedAt: t0.UnixMilli()})
+	r.brk.items.adopt(event.BreakerItemKey(breaker.PromptTemplate.String(), "tpl", "h-9"), &latchItem{ref: ref, task: "h-9", openedAt: t0.UnixMilli()})
 	decideItem(t, r, "h-1", "tpl", t0.Add(time.Second), true)
 	if !r.brk.set.Latched(ref) {
 		t.Fatal("deciding this instance's item reopened the template while another instance's item h-9 is open")
 	}
 
 	b := newBatch()
-	r.beginBreakers()
-	cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: event.BreakerKindReset,
+	r.brk.begin(r.cfg.Now())
+	cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: "tpl", Kind: event.BreakerKindReset,
 		Reason: "prompt fixed", Instance: "ops", At: event.At(t0.Add(2 * time.Second))}}
-	r.breakerCommand(&cmd, b, t0.Add(2*time.Second))
-	r.commitBreakers(b)
+	r.brk.command(&cmd, b, t0.Add(2*time.Second))
+	r.brk.commit()
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatal("a reset by hand did not close the template")
 	}
@@ -162,12 +162,12 @@ func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
 	hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
 
 	b := newBatch()
-	r.beginBreakers()
+	r.brk.begin(r.cfg.Now())
 	ev := event.TaskEvent{TaskID: "h-1", PromptTemplate: "tpl", Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
 	b.states["h-1"] = &task.State{TaskID: "h-1", LastEvent: &ev} // reopened: no review item
-	in := input{kind: inputTask, event: ev, decision: event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}}
-	r.observe(&in, b, t0.Add(2*time.Second))
-	r.commitBreakers(b)
+	in := input{kind: inputTask, event: ev, decision: event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}, state: b.states["h-1"]}
+	r.brk.observe(&in, b, t0.Add(2*time.Second))
+	r.brk.commit()
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("the re-driven task's event wrote %d tombstones, want 1", decided)
 	}

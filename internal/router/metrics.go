@@ -184,3 +184,31 @@ func (m *metrics) observeBatch(seen batchSeen, next batchLimit) {
 	m.batchLimitRecords.Set(float64(next.records))
 	m.batchLimitBytes.Set(float64(next.bytes))
 }
+
+// countCommitted counts the decisions of a committed batch and logs each
+// one: only committed ones.
+func (r *Router) countCommitted(b *batch) {
+	for i := range b.inputs {
+		in := &b.inputs[i]
+		if in.kind == inputForward {
+			r.metrics.forwarded.WithLabelValues(in.rec.Topic).Inc()
+			r.logDecision(in)
+			continue
+		}
+		b.tally.add(r.metrics.routed, string(in.decision.Class), string(in.decision.Route), 1)
+		r.metrics.countTask(&b.tally, in)
+		switch {
+		case in.kind == inputPoison:
+			r.metrics.poison.WithLabelValues(in.errKind).Inc()
+		case in.decision.Route == event.RouteDrop && in.kind == inputTask:
+			r.metrics.dropped.Inc()
+		}
+		r.logDecision(in)
+	}
+	b.tally.flush(r.metrics)
+	for _, rec := range b.out {
+		if rec.Topic == r.cfg.Topics.Retry {
+			r.metrics.retriesPublished.Inc()
+		}
+	}
+}

@@ -41,8 +41,8 @@ type partitionCounts struct {
 }
 
 // loadPartitions reads the partition counts of ingress, decisions and state.
-func (r *Router) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionCounts, error) {
-	t := r.cfg.Topics
+func (f *forwarder) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionCounts, error) {
+	t := f.topics
 	td, err := kadm.NewClient(cl).ListTopics(ctx, t.Ingress, t.Decisions, t.State)
 	if err != nil {
 		return partitionCounts{}, fmt.Errorf("router: partitions of %s, %s, %s: %w", t.Ingress, t.Decisions, t.State, err)
@@ -65,26 +65,26 @@ func (r *Router) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionC
 	return pc, err
 }
 
-// startPartitions reads the partition counts before a session starts; the
-// first session of the process fixes the home count (forward.go).
-func (r *Router) startPartitions(ctx context.Context) error {
-	cl, err := kgo.NewClient(r.cfg.ClientOpts...)
+// start reads the partition counts before a session starts; the first
+// session of the process fixes the home count (forward.go).
+func (f *forwarder) start(ctx context.Context, clientOpts []kgo.Opt) error {
+	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return fmt.Errorf("router: client: %w", err)
 	}
 	defer cl.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pc, err := r.loadPartitions(cctx, cl)
+	pc, err := f.loadPartitions(cctx, cl)
 	if err != nil {
 		return err
 	}
-	if r.home == 0 {
-		r.home = pc.state
-	} else if pc.state != r.home {
-		r.log.Error("the state topic's partition count differs from the one this process started with; tasks keep their home partitions",
-			"partitions", pc.state, "home_partitions", r.home)
+	if f.home == 0 {
+		f.home = pc.state
+	} else if pc.state != f.home {
+		f.log.Error("the state topic's partition count differs from the one this process started with; tasks keep their home partitions",
+			"partitions", pc.state, "home_partitions", f.home)
 	}
-	r.parts, r.seen, r.partsCheckedAt = pc, pc, time.Now()
+	f.parts, f.seen, f.checkedAt = pc, pc, time.Now()
 	return nil
 }

@@ -68,15 +68,18 @@ func BenchmarkRecordCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := &Router{log: log, codec: c, store: s, brk: brk, metrics: newMetrics(nil),
-			owned: map[int32]bool{}, refused: map[inputAt]refused{}, home: parts, hash: hash,
+		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil),
+			owned:  map[int32]bool{},
 			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
 		r.cfg = Default()
 		r.cfg.Topics, r.cfg.Policy = topics, pol
 		for p := range int32(parts) {
 			r.owned[p] = true
 		}
-		r.seen = partitionCounts{ingress: parts, decisions: parts, state: parts}
+		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
+		r.attachBreakers(brk)
+		r.unw = newRefusals(topics, log, r)
+		r.swp = newSweeper(&r.cfg, log, s, r, brk)
 		bt := newBatch()
 		var ms runtime.MemStats
 		runtime.GC()
@@ -110,7 +113,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 // is decided and its states written at once.
 func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	b.reset()
-	r.beginBreakers()
+	r.brk.begin(now)
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	r.decodeAll(b.recs, nil, b.inputs)
@@ -118,17 +121,23 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err
 	}
-	r.forgetExpired(b, now)
+	r.swp.forgetExpired(b, now)
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
-		r.observe(&b.inputs[i], b, now)
+		r.brk.observe(&b.inputs[i], b, now)
 	}
-	if err := r.sweep(b, now); err != nil {
+	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+		return err
+	}
+	if err := r.swp.sweep(b, now); err != nil {
+		return err
+	}
+	if err := r.publishDue(b, now); err != nil {
 		return err
 	}
 	r.changelog(b, now)
-	r.commitBreakers(b)
+	r.brk.commit()
 	return r.persist(b, now)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/avro"
 	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -147,7 +148,7 @@ func TestRegistryDownOnKfake(t *testing.T) {
 		t.Fatalf("after the registry returned: %v, want one audit record and nothing dead-lettered", got)
 	}
 	alert, err := c.DecodeBreakerEvent(got[topics.Alerts][0].Value)
-	if err != nil || alert.Scope != "REGISTRY" || alert.Kind != event.BreakerKindAlert || !strings.Contains(alert.Reason, "did not answer") {
+	if err != nil || alert.Scope != breaker.ScopeRegistry || alert.Kind != event.BreakerKindAlert || !strings.Contains(alert.Reason, "did not answer") {
 		t.Fatalf("alert: %v %+v", err, alert)
 	}
 	for time.Now().Before(deadline) {

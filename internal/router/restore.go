@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
 	"runtime/debug"
@@ -48,6 +49,31 @@ var (
 	restoreRecordBytes = 256
 )
 
+// restorer is the restore of the state store from the changelog, one part
+// of the router: it owns bringing the store of the partitions assigned to
+// this instance up to the changelog before they are routed, and what the
+// store keeps of a partition released. On an assignment it decides what of the
+// local state to trust (trustOrWipe, ownWritesOnly), waits for the
+// changelog's open transactions (stableEnds) and reads the changelog from
+// the checkpoint to its end into the store (restore; restoreWriter); on a
+// revoke it marks the partitions released at the changelog's end
+// (markReleased). It takes the store it writes and the changelog it reads
+// (a topic and the options of the client that reads it; the session's
+// client for the offsets), and runs in the assignment callbacks.
+type restorer struct {
+	topic      string    // the state changelog
+	clientOpts []kgo.Opt // of the clients that read it
+	txTimeout  time.Duration
+	store      *store.Store
+	log        *slog.Logger
+	metrics    *metrics
+}
+
+func newRestorer(cfg *Config, log *slog.Logger, st *store.Store, m *metrics) *restorer {
+	return &restorer{topic: cfg.Topics.State, clientOpts: cfg.ClientOpts, txTimeout: cfg.TransactionTimeout,
+		store: st, log: log, metrics: m}
+}
+
 // restore brings the Pebble cache of the given partitions up to the end of
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
 // for open transactions on the changelog to finish first (a previous owner's
@@ -66,32 +92,32 @@ var (
 // then its tombstone, so that no record after the checkpoint says the local
 // copy (a pending retry, an open review item) is gone.
 //
-// The records are applied as they are read, in windows (see restorer):
+// The records are applied as they are read, in windows (see restoreWriter):
 // only the last state of a task in a window is stored.
-func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
+func (rs *restorer) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	topic := r.cfg.Topics.State
+	topic := rs.topic
 	entered := time.Now()
-	defer func() { r.metrics.restoreSeconds.Observe(time.Since(entered).Seconds()) }()
+	defer func() { rs.metrics.restoreSeconds.Observe(time.Since(entered).Seconds()) }()
 	adm := kadm.NewClient(cl)
-	ends, err := r.stableEnds(ctx, adm, topic, parts)
+	ends, err := rs.stableEnds(ctx, adm, topic, parts)
 	if err != nil {
 		return err
 	}
 	ranges := scan.Ranges{}
 	wiped := map[int32]bool{}
 	for _, p := range parts {
-		kept, err := r.trustOrWipe(ctx, cl, p, ends[p])
+		kept, err := rs.trustOrWipe(ctx, cl, p, ends[p])
 		if err != nil {
 			return err
 		}
 		wiped[p] = !kept
-		next, _, err := r.store.Checkpoint(p)
+		next, _, err := rs.store.Checkpoint(p)
 		if errors.Is(err, store.ErrCorruptCheckpoint) {
 			// the store is a cache: restore the partition from the start
-			r.log.Warn("changelog checkpoint is corrupt; restoring the partition from the start of the changelog",
+			rs.log.Warn("changelog checkpoint is corrupt; restoring the partition from the start of the changelog",
 				"topic", topic, "partition", p, "err", err)
 			next, err = 0, nil
 		}
@@ -103,32 +129,32 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 		}
 	}
 	if len(ranges) == 0 {
-		r.log.Info("state is up to date", "topic", topic, "partitions", parts)
+		rs.log.Info("state is up to date", "topic", topic, "partitions", parts)
 		return nil
 	}
 	remaining := ranges.Len()
-	r.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
-	r.metrics.restoreRemaining.Set(float64(remaining))
+	rs.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
+	rs.metrics.restoreRemaining.Set(float64(remaining))
 
 	began, lastLog := time.Now(), time.Now()
 	var total, read int64
 	defer relaxGC()()
-	rs := r.newRestorer(wiped)
+	w := rs.newWriter(wiped)
 	// a partition's fetches may be as large as a group: one partition is
 	// often read alone
-	opts := append(slices.Clip(r.cfg.ClientOpts), kgo.FetchMaxPartitionBytes(int32(max(restoreGroup, 1<<20))))
+	opts := append(slices.Clip(rs.clientOpts), kgo.FetchMaxPartitionBytes(int32(max(restoreGroup, 1<<20))))
 	for _, g := range restoreGroups(topic, ranges[topic], restoreGroup/restoreRecordBytes) {
 		left, size := remaining-read, g.Len()
-		rs.hint(size)
+		w.hint(size)
 		err = scan.Read(ctx, opts, g, func(b *scan.Batch) error {
-			if err := rs.add(b.Records, b.Next[topic]); err != nil {
+			if err := w.add(b.Records, b.Next[topic]); err != nil {
 				return err
 			}
 			total += int64(len(b.Records))
-			r.metrics.restoredRecords.Add(float64(len(b.Records)))
-			r.metrics.restoreRemaining.Set(float64(left - (size - b.Left)))
+			rs.metrics.restoredRecords.Add(float64(len(b.Records)))
+			rs.metrics.restoreRemaining.Set(float64(left - (size - b.Left)))
 			if time.Since(lastLog) > 5*time.Second {
-				r.log.Info("restoring state", "applied", total, "records_left", left-(size-b.Left))
+				rs.log.Info("restoring state", "applied", total, "records_left", left-(size-b.Left))
 				lastLog = time.Now()
 			}
 			return nil
@@ -137,16 +163,16 @@ func (r *Router) restore(ctx context.Context, cl *kgo.Client, parts []int32) err
 			break
 		}
 		read += size
-		rs.endWindow()
+		w.endWindow()
 	}
-	if werr := rs.close(); err == nil {
+	if werr := w.close(); err == nil {
 		err = werr
 	}
 	if err != nil {
 		return fmt.Errorf("router: restore: %w", err)
 	}
-	r.metrics.restoreRemaining.Set(0)
-	r.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
+	rs.metrics.restoreRemaining.Set(0)
+	rs.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
@@ -174,7 +200,7 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 	return groups
 }
 
-// restorer applies changelog records to the store as the restore reads
+// restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
 // and adds its writes to the window's store.Bulk while the next fetch is
 // read, and a committer goroutine writes each full window (sorts it, writes
@@ -191,11 +217,12 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // record that does not decode stops the restore (ErrUnreadableState):
 // nothing of its window is written and its partition's checkpoint stays
 // before it, so the partition is not routed on a state that lost the record.
-type restorer struct {
-	r     *Router
-	fresh map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
-	in    chan restoreStep
-	built chan struct{} // closed when the builder has stopped
+type restoreWriter struct {
+	store   *store.Store
+	metrics *metrics
+	fresh   map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
+	in      chan restoreStep
+	built   chan struct{} // closed when the builder has stopped
 
 	// the builder's
 	bulk    *store.Bulk     // the window being built
@@ -230,130 +257,132 @@ type restoreStep struct {
 	cut  bool
 }
 
-func (r *Router) newRestorer(wiped map[int32]bool) *restorer {
-	rs := &restorer{r: r, fresh: maps.Clone(wiped),
+// newWriter starts the goroutines of a restore's writer; close stops them.
+// wiped are the partitions the restore wiped.
+func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
+	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
 		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
-	for p, ok := range rs.fresh {
+	for p, ok := range w.fresh {
 		if !ok {
-			delete(rs.fresh, p)
+			delete(w.fresh, p)
 		}
 	}
 	go func() { // the committer
-		for b := range rs.commits {
-			if rs.failed.Load() == nil {
+		for b := range w.commits {
+			if w.failed.Load() == nil {
 				if err := b.Commit(); err != nil {
-					rs.fail(err)
+					w.fail(err)
 				}
 			}
-			rs.committed.Done()
+			w.committed.Done()
 		}
 	}()
 	go func() { // the builder
-		defer close(rs.built)
-		for st := range rs.in {
-			if rs.failed.Load() != nil {
+		defer close(w.built)
+		for st := range w.in {
+			if w.failed.Load() != nil {
 				continue // drained, not applied
 			}
-			if err := rs.step(st); err != nil {
-				rs.fail(err)
+			if err := w.step(st); err != nil {
+				w.fail(err)
 			}
 		}
-		if rs.failed.Load() == nil {
-			rs.cut()
+		if w.failed.Load() == nil {
+			w.cut()
 		}
-		rs.committed.Wait()
-		close(rs.commits)
+		w.committed.Wait()
+		close(w.commits)
 	}()
-	return rs
+	return w
 }
 
-func (rs *restorer) fail(err error) { rs.failed.CompareAndSwap(nil, &err) }
+func (w *restoreWriter) fail(err error) { w.failed.CompareAndSwap(nil, &err) }
 
 // add hands the records of one fetch to the builder, with where the read
 // of each partition stands after them; it returns the error of an earlier
 // step or window.
-func (rs *restorer) add(recs []*kgo.Record, next map[int32]int64) error {
-	if err := rs.failed.Load(); err != nil {
+func (w *restoreWriter) add(recs []*kgo.Record, next map[int32]int64) error {
+	if err := w.failed.Load(); err != nil {
 		return *err
 	}
-	rs.in <- restoreStep{recs: recs, next: next}
+	w.in <- restoreStep{recs: recs, next: next}
 	return nil
 }
 
 // hint tells the builder how many records the next group has, for the
 // room of its window.
-func (rs *restorer) hint(records int64) { rs.in <- restoreStep{size: int(records)} }
+func (w *restoreWriter) hint(records int64) { w.in <- restoreStep{size: int(records)} }
 
 // endWindow ends the window after the records added so far.
-func (rs *restorer) endWindow() { rs.in <- restoreStep{cut: true} }
+func (w *restoreWriter) endWindow() { w.in <- restoreStep{cut: true} }
 
 // close writes what is left and waits until every window is written; it
 // returns the first error.
-func (rs *restorer) close() error {
-	close(rs.in)
-	<-rs.built
-	if err := rs.failed.Load(); err != nil {
+func (w *restoreWriter) close() error {
+	close(w.in)
+	<-w.built
+	if err := w.failed.Load(); err != nil {
 		return *err
 	}
 	return nil
 }
 
-func (rs *restorer) step(st restoreStep) error {
+func (w *restoreWriter) step(st restoreStep) error {
 	if st.size > 0 {
-		rs.size = st.size
+		w.size = st.size
 	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
-		if err := rs.apply(rec); err != nil {
+		if err := w.apply(rec); err != nil {
 			return err
 		}
-		if rs.bytes >= restoreWindow {
+		if w.bytes >= restoreWindow {
 			// the window ends within the fetch: its checkpoints are past
 			// its own records only
-			rs.advance(st.recs[from : i+1])
+			w.advance(st.recs[from : i+1])
 			from = i + 1
-			rs.cut()
+			w.cut()
 		}
 	}
-	rs.advance(st.recs[from:])
+	w.advance(st.recs[from:])
 	for p, n := range st.next {
-		rs.next[p] = n
+		w.next[p] = n
 	}
 	if st.cut {
-		rs.cut()
+		w.cut()
 	}
 	return nil
 }
 
 // advance moves the checkpoints past recs (a fetch's, partition by
 // partition).
-func (rs *restorer) advance(recs []*kgo.Record) {
+func (w *restoreWriter) advance(recs []*kgo.Record) {
 	for i, rec := range recs {
 		if i+1 == len(recs) || recs[i+1].Partition != rec.Partition {
-			rs.next[rec.Partition] = max(rs.next[rec.Partition], rec.Offset+1)
+			w.next[rec.Partition] = max(w.next[rec.Partition], rec.Offset+1)
 		}
 	}
 }
 
 // apply adds the writes of one changelog record to the window.
-func (rs *restorer) apply(rec *kgo.Record) error {
-	if rs.bulk == nil {
+func (w *restoreWriter) apply(rec *kgo.Record) error {
+	if w.bulk == nil {
 		// a state's writes: itself and its expiry entry, and now and then
 		// a due or overdue entry, or the deletes of the entries of the
 		// state it replaces
-		n := 3 * min(max(rs.size, 1024), restoreWindow/restoreRecordBytes)
-		if rs.lastOps > 0 {
-			n = min(n, rs.lastOps+rs.lastOps/8)
+		n := 3 * min(max(w.size, 1024), restoreWindow/restoreRecordBytes)
+		if w.lastOps > 0 {
+			n = min(n, w.lastOps+w.lastOps/8)
 		}
-		rs.bulk = rs.r.store.NewBulk(n)
+		w.bulk = w.store.NewBulk(n)
 	}
 	key, p := rec.Key, rec.Partition
 	var x store.Entries
 	if rec.Value != nil {
 		var err error
-		if x, err = rs.r.store.IndexEntries(rec.Value); err != nil {
-			rs.r.metrics.restoreUnreadable.Inc()
+		if x, err = w.store.IndexEntries(rec.Value); err != nil {
+			w.metrics.restoreUnreadable.Inc()
 			return fmt.Errorf("%w: %s partition %d offset %d, task %q, %s: %v",
 				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
@@ -361,12 +390,12 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 	// the state before this window: none in a fresh partition, else the
 	// store's, once every window before this one is written
 	var before *store.Entries // nil: the store holds none
-	if !rs.fresh[p] {
-		if !rs.waited {
-			rs.committed.Wait()
-			rs.waited = true
+	if !w.fresh[p] {
+		if !w.waited {
+			w.committed.Wait()
+			w.waited = true
 		}
-		stored, ok, err := rs.r.store.EntriesOf(p, key)
+		stored, ok, err := w.store.EntriesOf(p, key)
 		if err != nil {
 			return err
 		}
@@ -374,58 +403,58 @@ func (rs *restorer) apply(rec *kgo.Record) error {
 			before = &stored
 		}
 	}
-	from := rs.bulk.Len()
+	from := w.bulk.Len()
 	var err error
 	if rec.Value == nil {
-		err = rs.bulk.DeleteIndexed(p, key, before)
+		err = w.bulk.DeleteIndexed(p, key, before)
 	} else {
-		err = rs.bulk.PutIndexed(p, key, before, x, rec.Value)
+		err = w.bulk.PutIndexed(p, key, before, x, rec.Value)
 	}
 	if err != nil {
 		return err
 	}
-	rs.tasks = append(rs.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(rs.bulk.Len())}})
-	rs.parts[p] = true
-	rs.bytes += len(key) + len(rec.Value)
+	w.tasks = append(w.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(w.bulk.Len())}})
+	w.parts[p] = true
+	w.bytes += len(key) + len(rec.Value)
 	return nil
 }
 
 // cut ends the window: its writes and checkpoints go to the committer.
-func (rs *restorer) cut() {
-	if rs.bulk == nil && len(rs.next) == 0 {
+func (w *restoreWriter) cut() {
+	if w.bulk == nil && len(w.next) == 0 {
 		return
 	}
-	if rs.bulk == nil {
-		rs.bulk = rs.r.store.NewBulk(len(rs.next))
+	if w.bulk == nil {
+		w.bulk = w.store.NewBulk(len(w.next))
 	}
 	// in task order, each task's records in the order read: the Bulk's
 	// indexes then come mostly sorted, and only a task's last record is
 	// kept
-	sortWritten(rs.tasks)
-	spans := make([][2]int32, 0, len(rs.tasks))
-	for i, t := range rs.tasks {
-		if i+1 < len(rs.tasks) && rs.tasks[i+1].p == t.p && bytes.Equal(rs.tasks[i+1].id, t.id) {
+	sortWritten(w.tasks)
+	spans := make([][2]int32, 0, len(w.tasks))
+	for i, t := range w.tasks {
+		if i+1 < len(w.tasks) && w.tasks[i+1].p == t.p && bytes.Equal(w.tasks[i+1].id, t.id) {
 			continue // a later record of the task replaces this one
 		}
 		spans = append(spans, t.span)
 	}
-	rs.bulk.Order(spans)
-	rs.tasks = rs.tasks[:0]
-	for p, n := range rs.next {
-		if err := rs.bulk.SetCheckpoint(p, n); err != nil {
-			rs.fail(err)
+	w.bulk.Order(spans)
+	w.tasks = w.tasks[:0]
+	for p, n := range w.next {
+		if err := w.bulk.SetCheckpoint(p, n); err != nil {
+			w.fail(err)
 			return
 		}
 	}
 	// a later window of these partitions replaces what this one wrote
-	for p := range rs.parts {
-		delete(rs.fresh, p)
+	for p := range w.parts {
+		delete(w.fresh, p)
 	}
-	clear(rs.parts)
-	rs.lastOps = rs.bulk.Len()
-	rs.committed.Add(1)
-	rs.commits <- rs.bulk
-	rs.bulk, rs.bytes, rs.next, rs.waited = nil, 0, map[int32]int64{}, false
+	clear(w.parts)
+	w.lastOps = w.bulk.Len()
+	w.committed.Add(1)
+	w.commits <- w.bulk
+	w.bulk, w.bytes, w.next, w.waited = nil, 0, map[int32]int64{}, false
 }
 
 // writtenOrder orders the records of a window by task (partition, then ID),
@@ -510,8 +539,8 @@ var gcRelax struct {
 // stableEnds returns the end offsets of the changelog partitions once no
 // transaction is open on them (last stable offset equals high watermark),
 // waiting at most the transaction timeout plus a margin.
-func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
-	deadline := time.Now().Add(r.cfg.TransactionTimeout + 15*time.Second)
+func (rs *restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
+	deadline := time.Now().Add(rs.txTimeout + 15*time.Second)
 	for {
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
@@ -550,8 +579,8 @@ func (r *Router) stableEnds(ctx context.Context, adm *kadm.Client, topic string,
 // partition since, by anyone), and wipes it otherwise: after a restart
 // without a clean release, or when another instance owned p meanwhile. It
 // reports whether it kept the state.
-func (r *Router) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
-	released, ok, err := r.store.TakeReleased(p)
+func (rs *restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
+	released, ok, err := rs.store.TakeReleased(p)
 	if err != nil {
 		return false, err
 	}
@@ -559,24 +588,24 @@ func (r *Router) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end i
 		return true, nil
 	}
 	if ok && released < end {
-		ours, err := r.ownWritesOnly(ctx, cl, p, released, end)
+		ours, err := rs.ownWritesOnly(ctx, cl, p, released, end)
 		if err != nil {
-			r.log.Warn("could not tell who wrote the changelog since this instance released the partition; restoring it from the changelog's start",
-				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end, "err", err)
+			rs.log.Warn("could not tell who wrote the changelog since this instance released the partition; restoring it from the changelog's start",
+				"topic", rs.topic, "partition", p, "released_at", released, "end", end, "err", err)
 		}
 		if ours {
-			r.log.Info("the changelog moved since the release only with this instance's writes; local state kept",
-				"topic", r.cfg.Topics.State, "partition", p, "released_at", released, "end", end)
+			rs.log.Info("the changelog moved since the release only with this instance's writes; local state kept",
+				"topic", rs.topic, "partition", p, "released_at", released, "end", end)
 			return true, nil
 		}
 	}
-	had, err := r.store.WipePartition(p)
+	had, err := rs.store.WipePartition(p)
 	if err != nil {
 		return false, err
 	}
 	if had || ok {
-		r.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
-			"topic", r.cfg.Topics.State, "partition", p, "had_tasks", had, "released_at", released, "end", end, "released", ok)
+		rs.log.Info("local state of the partition dropped: the partition was not held continuously; restoring it from the changelog's start",
+			"topic", rs.topic, "partition", p, "had_tasks", had, "released_at", released, "end", end, "released", ok)
 	}
 	return false, nil
 }
@@ -587,15 +616,15 @@ func (r *Router) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end i
 // broker keeps for it. Such records are a batch that was in flight when
 // the partition was released (franz-go's revoke does not end a transaction
 // already being produced); an aborted one leaves none.
-func (r *Router) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
+func (rs *restorer) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
 	pid, _, err := cl.ProducerID(ctx)
 	if err != nil {
 		return false, err
 	}
 	ranges := scan.Ranges{}
-	ranges.Set(r.cfg.Topics.State, p, scan.Range{Start: from, End: end})
+	ranges.Set(rs.topic, p, scan.Range{Start: from, End: end})
 	ours := true
-	err = scan.Read(ctx, r.cfg.ClientOpts, ranges, func(b *scan.Batch) error {
+	err = scan.Read(ctx, rs.clientOpts, ranges, func(b *scan.Batch) error {
 		for _, rec := range b.Records {
 			if rec.ProducerID != pid {
 				ours = false
@@ -615,27 +644,27 @@ func (r *Router) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, fro
 // flight: see trustOrWipe). It is bounded: on failure no mark is written,
 // and the partition is restored from the changelog's start when it comes
 // back.
-func (r *Router) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
+func (rs *restorer) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
 	if len(parts) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	stable, err := adm.ListCommittedOffsets(ctx, r.cfg.Topics.State)
+	stable, err := adm.ListCommittedOffsets(ctx, rs.topic)
 	if err == nil {
 		for _, p := range parts {
-			s, ok := stable.Lookup(r.cfg.Topics.State, p)
+			s, ok := stable.Lookup(rs.topic, p)
 			if !ok || s.Err != nil {
 				continue // unknown: no mark
 			}
-			if err := r.store.SetReleased(p, s.Offset); err != nil {
-				r.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
+			if err := rs.store.SetReleased(p, s.Offset); err != nil {
+				rs.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
 			}
 		}
 	}
 	if err != nil {
-		r.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
+		rs.log.Warn("changelog end unknown at release; the partitions are restored from the changelog's start when they come back", "partitions", parts, "err", err)
 	}
 }
 

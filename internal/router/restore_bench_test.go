@@ -116,7 +116,7 @@ func benchmarkRestoreApply(b *testing.B, tasks int) {
 		}
 		c0 := cpuTime()
 		b.StartTimer()
-		rs := r.newRestorer(wiped)
+		rs := newRestorer(&r.cfg, r.log, r.store, nil).newWriter(wiped)
 		for _, g := range groups {
 			rs.hint(int64(len(g)))
 			for i := 0; i < len(g); i += 1000 { // fetches of 1000 records

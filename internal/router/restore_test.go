@@ -49,6 +49,11 @@ func rsStart(t *testing.T) *rsWorld {
 	return &rsWorld{t: t, r: &Router{log: log, codec: c, store: s, metrics: newMetrics(nil)}}
 }
 
+// restorer is the restore of w's router, with its config as the test set it.
+func (w *rsWorld) restorer() *restorer {
+	return newRestorer(&w.r.cfg, w.r.log, w.r.store, w.r.metrics)
+}
+
 // rec is a changelog record of st (a tombstone when st is nil).
 func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record {
 	w.t.Helper()
@@ -67,7 +72,7 @@ func (w *rsWorld) rec(p int32, off int64, id string, st *task.State) *kgo.Record
 // wiped restored from an empty store.
 func (w *rsWorld) restore(wiped map[int32]bool, windows ...[]*kgo.Record) {
 	w.t.Helper()
-	rs := w.r.newRestorer(wiped)
+	rs := w.restorer().newWriter(wiped)
 	for i, recs := range windows {
 		if err := rs.add(recs, nil); err != nil {
 			w.t.Fatal(err)
@@ -197,7 +202,7 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 	// partition 1 is kept (not wiped); partition 2 is wiped, and the
 	// second window of its restore replaces what the first one wrote
-	rs := w.r.newRestorer(map[int32]bool{2: true})
+	rs := w.restorer().newWriter(map[int32]bool{2: true})
 	if err := rs.add([]*kgo.Record{
 		w.rec(1, 10, "kept", &task.State{TaskID: "kept", Attempts: 2, Pending: pending(1_500), ExpiresAt: 6 * rsHour}),
 		w.rec(1, 11, "finished", nil),
@@ -290,7 +295,7 @@ func TestRestoreInManyWindows(t *testing.T) {
 			off++
 		}
 	}
-	rs := w.r.newRestorer(map[int32]bool{0: true})
+	rs := w.restorer().newWriter(map[int32]bool{0: true})
 	for i := 0; i < len(recs); i += 7 { // fetches of 7 records
 		if err := rs.add(recs[i:min(i+7, len(recs))], nil); err != nil {
 			t.Fatal(err)
@@ -446,7 +451,7 @@ func TestRestoreGroups(t *testing.T) {
 func TestRestoreStopsAtAnUnreadableRecord(t *testing.T) {
 	w := rsStart(t)
 	newer := []byte{0xC3, 0x01, 0xEF, 0xCD, 0xAB, 0x89, 0x67, 0x45, 0x23, 0x01, 0x02, 0x04, 0x06}
-	rs := w.r.newRestorer(map[int32]bool{0: true})
+	rs := w.restorer().newWriter(map[int32]bool{0: true})
 	err := rs.add([]*kgo.Record{
 		w.rec(0, 0, "before", &task.State{TaskID: "before", Attempts: 1, Pending: pending(1_000), ExpiresAt: 5 * rsHour}),
 		{Topic: "faultrouter.state", Key: []byte("newer"), Value: newer, Partition: 0, Offset: 1},
@@ -519,7 +524,8 @@ func TestIndexRepairDoesNotUndoARestore(t *testing.T) {
 	t.Cleanup(func() { afterIndexScan, beforeIndexRepair = nil, nil })
 
 	b := newBatch()
-	err := w.r.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
+	swp := newSweeper(&w.r.cfg, w.r.log, w.r.store, w.r, nil)
+	err := swp.visit(b, store.DueIndex, 0, 2_000, func(st *task.State, d store.Due, inBatch bool) bool {
 		return inBatch || dueMatches(st, d)
 	})
 	if err != nil {
@@ -588,7 +594,7 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	end = write(ours, 2)
-	kept, err := w.r.trustOrWipe(ctx, ours, 0, end)
+	kept, err := w.restorer().trustOrWipe(ctx, ours, 0, end)
 	if err != nil || !kept || w.get(0, "kept") == nil {
 		t.Fatalf("changelog moved only by this instance: kept %v (%v), state %+v; want the local state kept", kept, err, w.get(0, "kept"))
 	}
@@ -599,7 +605,7 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 	}
 	mark := end
 	end = write(theirs, 1)
-	kept, err = w.r.trustOrWipe(ctx, ours, 0, end)
+	kept, err = w.restorer().trustOrWipe(ctx, ours, 0, end)
 	if err != nil || kept || w.get(0, "kept") != nil {
 		t.Fatalf("changelog written by another instance since %d: kept %v (%v), state %+v; want it wiped", mark, kept, err, w.get(0, "kept"))
 	}

@@ -14,7 +14,17 @@
 // its latency to a committed audit record is the rest of one commit interval
 // and one more, plus the broker's commit markers (README, Performance).
 //
-// handle.go holds the data path of one batch, top to bottom.
+// A Router is an orchestration of parts, each a type that owns one concern
+// and meets the others at small interfaces (parts.go: records out to the
+// batch's transaction, task states in from the store, the partitions this
+// instance owns): breakers (breaker holding: breakers, held retries,
+// latches, the shared breakers topic and the alerts), forwarder (a task's
+// home partition, forwarding, partition counts), sweeper (expiry, and the
+// sweep for due retries and overdue reviews), restorer (the store restored
+// from the changelog on an assignment), refusals (dead letters of input
+// whose output cannot be written) and txn (a batch's transaction).
+// handle.go holds the data path of one batch, top to bottom,
+// calling them.
 package router
 
 import (
@@ -192,33 +202,32 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Router routes task events. Build it with New and run it with Run.
+// Router routes task events. Build it with New and run it with Run. It
+// runs the consumer group's sessions (runSession) and their assignment
+// callbacks (onAssigned, onRevoked, onLost: the partitions it owns), and
+// routes each polled batch through its parts (handle).
 type Router struct {
 	cfg     Config
 	log     *slog.Logger
 	codec   *codec.Codec
 	store   *store.Store
 	metrics *metrics
-	brk     *breakers // breakers.go; used by the handle goroutine only
-	// parts are the partition counts of ingress, decisions and state, read
-	// before a session starts (partitioner.go); seen are the latest counts
-	// (forward.go); home is the partition count a task's home partition is
-	// hashed over, fixed for the life of the process; hash is Kafka's
-	// murmur2 partitioner. Used by the handle goroutine (parts also by the
-	// assignment callbacks, which start after it is set).
-	parts, seen    partitionCounts
-	home           int32
-	hash           kgo.TopicPartitioner
-	partsCheckedAt time.Time
+	brk     *breakers // breaker holding (breakers.go); used by the handle goroutine only
+	// fwd is the forwarding of misplaced input and the partition counts
+	// (forward.go)
+	fwd forwarder
+	// rst restores the store of the partitions assigned (restore.go); used
+	// by the assignment callbacks
+	rst *restorer
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
-	// refused are the inputs whose routed records the broker refused for
-	// a deterministic reason, dead-lettered when polled again; backoff is
-	// the wait before polling again after a failed produce (unwritable.go).
-	// Both are used by the handle goroutine only.
-	refused map[inputAt]refused
-	backoff time.Duration
+	// unw are the inputs whose routed records cannot be written
+	// (unwritable.go); used by the handle goroutine only
+	unw refusals
+	// swp is expiry and the sweep over the time indexes (sweep.go,
+	// expiry.go); used by the handle goroutine only
+	swp sweeper
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -314,17 +323,20 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{
-		brk:     brk,
+	r := &Router{
 		cfg:     cfg,
 		log:     log,
 		codec:   c,
 		store:   st,
 		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
-		hash:    kgo.StickyKeyPartitioner(nil).ForTopic(""),
-		refused: map[inputAt]refused{},
-	}, nil
+	}
+	r.attachBreakers(brk)
+	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
+	r.rst = newRestorer(&cfg, log, st, r.metrics)
+	r.unw = newRefusals(cfg.Topics, log, r)
+	r.swp = newSweeper(&cfg, log, st, r, brk)
+	return r, nil
 }
 
 // expiryBucket is the width of the store's expiry buckets for a policy: a
@@ -352,7 +364,7 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := r.startBreakerTable(ctx); err != nil { // breakertable.go
+	if err := r.brk.startTable(ctx, r.cfg.ClientOpts); err != nil { // breakertable.go
 		return nil // ctx ended
 	}
 	backoff := 100 * time.Millisecond
@@ -379,8 +391,8 @@ func (r *Router) runSession(ctx context.Context) error {
 	// loop below ends the session instead, which leaves the group, and Run
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
-	r.limits = r.loadLimits(ctx)                   // limits.go
-	if err := r.startPartitions(ctx); err != nil { // partitioner.go
+	r.limits = r.loadLimits(ctx)                               // limits.go
+	if err := r.fwd.start(ctx, r.cfg.ClientOpts); err != nil { // partitioner.go
 		return err
 	}
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
@@ -557,103 +569,4 @@ func (r *Router) closeSession(sess *kgo.GroupTransactSession) {
 		r.log.Warn("closing session: abort the open transaction", "err", err)
 	}
 	sess.Close()
-}
-
-// onAssigned restores the state of the assigned partitions. It runs in
-// franz-go's group management goroutine: on failure it reports to the run
-// loop (failed) rather than leave the group here, which would deadlock.
-// The router is ready once the restore of every assigned partition
-// succeeded, and not ready from a revoke or loss until then.
-func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
-	r.written.Lock() // the last batch's write is done before the restore writes
-	defer r.written.Unlock()
-	r.rebalances.Add(1)
-	var parts []int32
-	ingress := map[int32]bool{}
-	for _, p := range assigned[r.cfg.Topics.Ingress] {
-		ingress[p] = true
-		if p < r.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
-			parts = append(parts, p)
-		}
-	}
-	// the co-partitioned assignor never splits them (balancer.go); a group
-	// that fell back to "range" for an older member does, while counts differ
-	for _, p := range assigned[r.cfg.Topics.Decisions] {
-		if p < r.parts.state && p < r.parts.ingress && !ingress[p] {
-			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
-				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
-				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
-				"partition", p, "protocol", "range")
-		}
-	}
-	if err := r.restore(ctx, cl, parts); err != nil {
-		r.setReady(false)
-		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
-		select {
-		case failed <- err:
-		default: // one report ends the session
-		}
-		return
-	}
-	r.mu.Lock()
-	for _, p := range parts {
-		r.owned[p] = true
-	}
-	r.mu.Unlock()
-	r.setReady(true)
-}
-
-// onRevoked runs when partitions are revoked: the router is not ready until
-// the next assignment is restored. franz-go's transactional session has
-// ended the open transaction by now, so the store holds everything this
-// instance committed: it marks each revoked partition released at the
-// changelog's current end (restore.go trusts the local state of a partition
-// it gets back only if the changelog has not moved since).
-func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
-	r.setReady(false)
-	r.written.Lock() // the store holds everything committed once the last batch's write is done
-	defer r.written.Unlock()
-	r.rebalances.Add(1)
-	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
-	r.mu.Lock()
-	for _, p := range revoked[r.cfg.Topics.Ingress] {
-		if r.owned[p] {
-			held = append(held, p)
-		}
-		delete(r.owned, p)
-	}
-	r.mu.Unlock()
-	r.markReleased(ctx, cl, held)
-}
-
-// onLost runs when partitions are lost (the session expired or the group
-// errored): not ready, and no release mark, since another instance may
-// already be writing to them.
-func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	r.setReady(false)
-	r.rebalances.Add(1)
-	r.mu.Lock()
-	for _, p := range lost[r.cfg.Topics.Ingress] {
-		delete(r.owned, p)
-	}
-	r.mu.Unlock()
-}
-
-func (r *Router) setReady(ready bool) {
-	r.ready.Store(ready)
-	if ready && !r.registryDown.Load() {
-		r.metrics.ready.Set(1)
-	} else {
-		r.metrics.ready.Set(0)
-	}
-}
-
-func (r *Router) ownedPartitions() []int32 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ps := make([]int32, 0, len(r.owned))
-	for p := range r.owned {
-		ps = append(ps, p)
-	}
-	return ps
 }

@@ -7,14 +7,15 @@ package router
 // most once, in this order:
 //
 //   - held retries: those held behind breakers that have all closed since
-//     are made due now, in their own due order (breakers.go, releaseHeld).
+//     are made due now, in their own due order (breakers.go, releaseHeld,
+//     called before the sweep).
 //   - expiry: a task past its expiry that the batch's input does not touch
 //     is forgotten (a changelog tombstone in the batch's transaction). A
 //     task with a pending retry never expires before the retry is
 //     published, nor a task with an open review item before it is decided,
 //     so a forgotten task has no retry or SLA alert left to raise.
-//   - due retries: the task is loaded and touched; publishDue publishes it
-//     unless a breaker holds it.
+//   - due retries: the task is loaded and touched; publishDue (decide.go,
+//     after the sweep) publishes it unless a breaker holds it.
 //   - overdue reviews: one alert per review item, the task touched to
 //     record it.
 //
@@ -23,6 +24,7 @@ package router
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,39 +32,58 @@ import (
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
+
+// sweeper is the router's expiry and sweep, one part of the data path. It
+// owns when a task's state expires (expiresAt, expiry.go), the states a
+// batch drops as expired (forgetExpired) and forgets from the store
+// (forget), and the one sweep per batch over the time indexes of the
+// partitions this instance owns (sweep): expiry, due retries and overdue
+// review items, whose alerts go out through the breakers' alerts (an
+// alerter). It reads the store's indexes and states, repairs stale index
+// entries only while no rebalance ran (assignment), and works on the
+// batch's states. Used by the run loop's goroutine only.
+type sweeper struct {
+	store      *store.Store
+	owner      assignment
+	policy     *policy.Policy
+	stateTopic string
+	log        *slog.Logger
+	alerts     alerter
+}
+
+func newSweeper(cfg *Config, log *slog.Logger, st *store.Store, owner assignment, alerts alerter) sweeper {
+	return sweeper{store: st, owner: owner, policy: cfg.Policy, stateTopic: cfg.Topics.State, log: log, alerts: alerts}
+}
 
 // sweepLimit bounds the entries read from each index per partition and
 // batch, so that a backlog is spread over several transactions.
 const sweepLimit = 500
 
-// sweep runs the sweep over the time indexes of the owned partitions, then
-// publishes the due retries of the batch's tasks.
-func (r *Router) sweep(b *batch, now time.Time) error {
-	// breakers.go: retries held behind breakers that have closed come first
-	if err := r.releaseHeld(b, now); err != nil {
-		return err
-	}
+// sweep runs the sweep over the time indexes of the owned partitions: the
+// tasks it finds due are the batch's, touched.
+func (s *sweeper) sweep(b *batch, now time.Time) error {
 	nowMs := now.UnixMilli()
-	for _, p := range r.ownedPartitions() {
-		err := r.visit(b, store.ExpiryIndex, p, nowMs, func(st *task.State, _ store.Due, inBatch bool) bool {
+	for _, p := range s.owner.ownedPartitions() {
+		err := s.visit(b, store.ExpiryIndex, p, nowMs, func(st *task.State, _ store.Due, inBatch bool) bool {
 			if b.isTouched[st.TaskID] {
 				return true // the batch's input renews it
 			}
 			// re-check against the state itself: the index is only a hint
-			if !expired(st, nowMs) || r.expiresAt(st, now) == 0 {
+			if !expired(st, nowMs) || s.expiresAt(st, now) == 0 {
 				return false
 			}
 			b.forgotten[st.TaskID] = true
-			b.out = append(b.out, &kgo.Record{Topic: r.cfg.Topics.State, Partition: p, Key: []byte(st.TaskID)})
+			b.out = append(b.out, &kgo.Record{Topic: s.stateTopic, Partition: p, Key: []byte(st.TaskID)})
 			b.expired = append(b.expired, expiredTask{partition: p, state: st})
 			return true
 		})
 		if err != nil {
 			return err
 		}
-		err = r.visit(b, store.DueIndex, p, nowMs, func(st *task.State, d store.Due, inBatch bool) bool {
+		err = s.visit(b, store.DueIndex, p, nowMs, func(st *task.State, d store.Due, inBatch bool) bool {
 			if !inBatch && !dueMatches(st, d) {
 				return false
 			}
@@ -72,14 +93,14 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 		if err != nil {
 			return err
 		}
-		err = r.visit(b, store.OverdueIndex, p, nowMs, func(st *task.State, d store.Due, _ bool) bool {
+		err = s.visit(b, store.OverdueIndex, p, nowMs, func(st *task.State, d store.Due, _ bool) bool {
 			if st.Review != task.ReviewOpen || st.ReviewAlerted || st.ReviewDueAt != d.NotBefore {
 				return false
 			}
 			b.load(st, p)
 			st.ReviewAlerted = true
 			age := time.Duration(nowMs-st.LastSeenAt) * time.Millisecond
-			r.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
+			s.alerts.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
 				Scope: scopeTask, Key: st.TaskID, Kind: breakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
 				Reason: fmt.Sprintf("review item (%s) open for %s, past the response SLA of owner %s",
 					st.ReviewClass, age.Round(time.Second), st.ReviewOwner),
@@ -90,7 +111,7 @@ func (r *Router) sweep(b *batch, now time.Time) error {
 			return err
 		}
 	}
-	return r.publishDue(b, now)
+	return nil
 }
 
 // dueMatches reports whether a due-index entry is the one of st's pending
@@ -104,9 +125,9 @@ func dueMatches(st *task.State, d store.Due) bool {
 // store's. fn reports whether the entry matches the state; an entry that
 // does not, of a state the batch did not load, is dropped from the index.
 // Tasks forgotten earlier in the sweep are skipped.
-func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(st *task.State, e store.Due, inBatch bool) bool) error {
-	rebalances := r.rebalances.Load()
-	entries, err := r.store.Scan(ix, p, nowMs, sweepLimit)
+func (s *sweeper) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(st *task.State, e store.Due, inBatch bool) bool) error {
+	rebalances := s.owner.rebalanceCount()
+	entries, err := s.store.Scan(ix, p, nowMs, sweepLimit)
 	if err != nil {
 		return err
 	}
@@ -121,7 +142,7 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 		}
 	}
 	stored := make(map[string]*task.State, len(ids))
-	if err := r.store.Load(ids, func(string) int32 { return p }, stored); err != nil {
+	if err := s.store.Load(ids, func(string) int32 { return p }, stored); err != nil {
 		return err
 	}
 	var stale []store.Due
@@ -140,7 +161,7 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 			stale = append(stale, e)
 		}
 	}
-	return r.repair(ix, p, stale, rebalances)
+	return s.repair(ix, p, stale, rebalances)
 }
 
 // repair drops the stale entries a visit found, unless the store may have
@@ -151,35 +172,19 @@ func (r *Router) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(s
 // the state, and the task's retry would never be published. So the repair
 // runs only under the lock the callbacks hold (taken only if free: a
 // callback may be waiting for this batch's transaction to end) and only if
-// no callback ran since the visit's scan; otherwise the entries stay for a
-// later sweep, which checks them again.
-func (r *Router) repair(ix store.Index, p int32, stale []store.Due, rebalances uint64) error {
+// no callback ran since the visit's scan (assignment.unlessRebalanced);
+// otherwise the entries stay for a later sweep, which checks them again.
+func (s *sweeper) repair(ix store.Index, p int32, stale []store.Due, rebalances uint64) error {
 	if len(stale) == 0 {
 		return nil
 	}
 	if beforeIndexRepair != nil {
 		beforeIndexRepair(p)
 	}
-	if !r.written.TryLock() {
-		return nil
-	}
-	defer r.written.Unlock()
-	if r.rebalances.Load() != rebalances {
-		return nil
-	}
-	return r.store.DropStale(ix, p, stale)
+	return s.owner.unlessRebalanced(rebalances, func() error { return s.store.DropStale(ix, p, stale) })
 }
 
 // afterIndexScan and beforeIndexRepair, when set, run in a visit once its
 // index entries are read and before its stale entries are dropped: a test
 // runs a restore between them. Nil in production.
 var afterIndexScan, beforeIndexRepair func(p int32)
-
-// load makes a state the store holds part of the batch and touches it.
-func (b *batch) load(st *task.State, p int32) {
-	if _, ok := b.states[st.TaskID]; !ok {
-		b.states[st.TaskID] = st
-		b.remember(st)
-	}
-	b.touch(st.TaskID, p)
-}

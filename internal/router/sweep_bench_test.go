@@ -37,8 +37,10 @@ func BenchmarkSweepHeld(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer st.Close()
-		r := &Router{brk: brk, store: st, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		r := &Router{store: st, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		r.cfg.Now = func() time.Time { return now }
+		r.attachBreakers(brk)
+		r.swp = newSweeper(&r.cfg, r.log, st, r, brk)
 		ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 		brk.set.Trip(ref, "bench", breaker.Outcome{}, now)
 		// n retries came due before now, were held and moved past now
@@ -72,14 +74,20 @@ func BenchmarkSweepHeld(b *testing.B) {
 		start := time.Now()
 		for range sweeps {
 			bt := newBatch()
-			r.beginBreakers()
-			if err := r.sweep(bt, now); err != nil {
+			r.brk.begin(now)
+			if err := r.brk.releaseHeld(bt.states, bt.load, now); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.swp.sweep(bt, now); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.publishDue(bt, now); err != nil {
 				b.Fatal(err)
 			}
 			if len(bt.touched) != 0 {
 				b.Fatalf("%d tasks due, want none", len(bt.touched))
 			}
-			r.commitBreakers(bt)
+			r.brk.commit()
 		}
 		return time.Since(start) / sweeps
 	}

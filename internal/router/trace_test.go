@@ -46,7 +46,7 @@ func TestTraceparentCarriedToRoutedRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		recs = append(recs, &kgo.Record{Topic: topics.Ingress, Key: []byte(x.ev.TaskID), Value: v,
-			Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte(x.tp)}, {Key: "x-internal", Value: []byte("secret")}}})
+			Headers: []kgo.RecordHeader{{Key: codec.HeaderTraceparent, Value: []byte(x.tp)}, {Key: "x-internal", Value: []byte("secret")}}})
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -71,7 +71,7 @@ func TestTraceparentCarriedToRoutedRecords(t *testing.T) {
 			var tp string
 			for _, h := range r.Headers {
 				switch h.Key {
-				case "traceparent":
+				case codec.HeaderTraceparent:
 					tp = string(h.Value)
 				case "x-internal":
 					t.Errorf("%s record of %s carries the input's x-internal header", topic, r.Key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
@@ -77,6 +78,25 @@ type inputAt struct {
 
 func at(rec *kgo.Record) inputAt { return inputAt{rec.Topic, rec.Partition, rec.Offset} }
 
+// refusals are the inputs whose routed records cannot be written, one part
+// of the data path (why and how: unwritable.go). It owns the inputs the broker
+// refused for a deterministic reason, remembered until they are polled again
+// and dead-lettered (remember, checkWritable, committed), and the backoff
+// after a failed produce (pause). It asks which partitions this instance
+// owns of an assignment. Used by the run loop's goroutine; checkWritable
+// also by the decoding goroutines of a batch, which only read it.
+type refusals struct {
+	topics  Topics
+	log     *slog.Logger
+	owner   assignment
+	byInput map[inputAt]refused
+	backoff time.Duration
+}
+
+func newRefusals(topics Topics, log *slog.Logger, owner assignment) refusals {
+	return refusals{topics: topics, log: log, owner: owner, byInput: map[inputAt]refused{}}
+}
+
 // refused is what the broker said about a record routed from an input.
 type refused struct {
 	kind string
@@ -97,20 +117,21 @@ func deterministicKind(err error) (string, bool) {
 
 // checkWritable marks a task input whose routed records could not fit their
 // topics, or that the broker refused before, as unwritable: it is then
-// routed as poison at stage write (routeUnwritable).
-func (r *Router) checkWritable(in *input) {
+// routed as poison at stage write (routeUnwritable). lim are the topics'
+// record size limits.
+func (u *refusals) checkWritable(in *input, lim *limits) {
 	if in.kind != inputTask {
 		return
 	}
-	if f, ok := r.refused[at(in.rec)]; ok {
+	if f, ok := u.byInput[at(in.rec)]; ok {
 		in.kind, in.errKind, in.unwritable = inputPoison, f.kind, true
 		in.err = fmt.Errorf("the broker refused a record routed from this event: %w", f.err)
 		return
 	}
 	size := recordSize(in.rec) + decisionSlack
-	t := r.cfg.Topics
+	t := u.topics
 	for _, topic := range []string{t.Audit, t.Retry, t.Review, t.DeadLetter} {
-		if limit := r.limits.of(topic); size > limit {
+		if limit := lim.of(topic); size > limit {
 			in.kind, in.errKind, in.unwritable = inputPoison, kindTooLarge, true
 			in.err = fmt.Errorf("its routed records could be %d bytes (the input's %d plus up to %d of decision), over %s's limit of %d bytes (max.message.bytes)",
 				size, recordSize(in.rec), decisionSlack, topic, limit)
@@ -151,7 +172,7 @@ func (r *Router) routeUnwritable(in *input, b *batch, now time.Time) {
 // are dropped, and faultrouter.error.truncated says how long the original
 // value was (the original stays on the input topic at
 // faultrouter.error.topic/partition/offset).
-func (r *Router) cutRaw(dl *kgo.Record) {
+func cutRaw(dl *kgo.Record) {
 	n := len(dl.Value)
 	dl.Value = dl.Value[:min(n, maxRawCopyBytes)]
 	var hs []kgo.RecordHeader
@@ -163,14 +184,14 @@ func (r *Router) cutRaw(dl *kgo.Record) {
 	dl.Headers = append(hs, kgo.RecordHeader{Key: codec.HeaderErrorTruncated, Value: strconv.AppendInt(nil, int64(n), 10)})
 }
 
-// rememberRefused notes the inputs whose routed records the broker refused
+// remember notes the inputs whose routed records the broker refused
 // for a deterministic reason, so that the next poll of the batch
 // dead-letters them. The broker refuses a whole partition batch, so only one
 // record of each refused partition is blamed: the largest (too large) or the
 // first (invalid); the others are produced again with the batch, and if the
 // batch is refused again the next one is blamed. It reports whether any
 // input was blamed.
-func (r *Router) rememberRefused(failed map[*kgo.Record]error, origin map[*kgo.Record]*kgo.Record) bool {
+func (u *refusals) remember(failed map[*kgo.Record]error, origin map[*kgo.Record]*kgo.Record) bool {
 	type tp struct {
 		topic     string
 		partition int32
@@ -195,16 +216,13 @@ func (r *Router) rememberRefused(failed map[*kgo.Record]error, origin map[*kgo.R
 	// an input polled again by this instance is forgotten when its batch
 	// commits; one of a partition that has moved away never is: let those
 	// go, so that the map holds only inputs of partitions owned now
-	owned := map[int32]bool{}
-	for _, p := range r.ownedPartitions() {
-		owned[p] = true
-	}
-	maps.DeleteFunc(r.refused, func(k inputAt, _ refused) bool { return !owned[k.partition] })
+	owned := u.owner.ownedSet()
+	maps.DeleteFunc(u.byInput, func(k inputAt, _ refused) bool { return !owned[k.partition] })
 	for _, rec := range blame {
 		in, err := origin[rec], failed[rec]
 		kind, _ := deterministicKind(err)
-		r.refused[at(in)] = refused{kind: kind, err: err}
-		r.log.Warn("the broker refused a record routed from an input; it is dead-lettered when the batch is polled again",
+		u.byInput[at(in)] = refused{kind: kind, err: err}
+		u.log.Warn("the broker refused a record routed from an input; it is dead-lettered when the batch is polled again",
 			"task_id", string(in.Key), "topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "to", rec.Topic, "bytes", recordSize(rec), "err", err)
 	}
 	return len(blame) > 0
@@ -212,10 +230,18 @@ func (r *Router) rememberRefused(failed map[*kgo.Record]error, origin map[*kgo.R
 
 // pause waits the abort backoff (100 ms doubling to 5 s) before the batch is
 // polled again.
-func (r *Router) pause(ctx context.Context) {
-	r.backoff = min(max(2*r.backoff, 100*time.Millisecond), 5*time.Second)
+func (u *refusals) pause(ctx context.Context) {
+	u.backoff = min(max(2*u.backoff, 100*time.Millisecond), 5*time.Second)
 	select {
 	case <-ctx.Done():
-	case <-time.After(r.backoff):
+	case <-time.After(u.backoff):
+	}
+}
+
+// committed forgets the inputs of a committed batch, and the backoff.
+func (u *refusals) committed(b *batch) {
+	u.backoff = 0
+	for i := range b.inputs {
+		delete(u.byInput, at(b.inputs[i].rec))
 	}
 }

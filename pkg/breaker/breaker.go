@@ -78,6 +78,32 @@ func (s Scope) String() string {
 	return fmt.Sprintf("Scope(%d)", uint8(s))
 }
 
+// ParseState returns the State named s (its String), and false for a name
+// that is none.
+func ParseState(s string) (State, bool) {
+	for _, st := range States {
+		if st.String() == s {
+			return st, true
+		}
+	}
+	return Closed, false
+}
+
+// Scopes of the alerts that are about no breaker (the Scope of an
+// event.BreakerEvent of kind ALERT), beside the breaker scopes' names
+// (Scope.String).
+const (
+	// ScopeTask: an alert about one task (its budget exhausted, its review
+	// item past its owner's SLA); the key is the task ID.
+	ScopeTask = "TASK"
+	// ScopeTopic: an alert about a topic (its partition count changed);
+	// the key is the topic.
+	ScopeTopic = "TOPIC"
+	// ScopeRegistry: an alert about the schema registry (it did not
+	// answer); the key is its URL without credentials.
+	ScopeRegistry = "REGISTRY"
+)
+
 // ParseScope returns the Scope named s.
 func ParseScope(s string) (Scope, error) {
 	for _, sc := range Scopes {

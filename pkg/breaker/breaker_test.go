@@ -223,12 +223,20 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestStringsCoverEveryValue guards the typed enums' names.
+// TestStringsCoverEveryValue guards the typed enums' names: each has one,
+// and each name parses back to its value (the breakers topic and the alerts
+// carry them as text).
 func TestStringsCoverEveryValue(t *testing.T) {
 	for _, s := range States {
 		if strings.HasPrefix(s.String(), "State(") {
 			t.Errorf("state %d has no name", s)
 		}
+		if got, ok := ParseState(s.String()); !ok || got != s {
+			t.Errorf("ParseState(%s) = %v, %v", s, got, ok)
+		}
+	}
+	if _, ok := ParseState("NOPE"); ok {
+		t.Error("ParseState accepted NOPE")
 	}
 	for _, sc := range Scopes {
 		got, err := ParseScope(sc.String())

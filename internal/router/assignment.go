@@ -1,0 +1,155 @@
+package router
+
+// assignment.go is what this instance owns of the consumer group's partitions:
+// the assignment callbacks restore the state of the partitions assigned
+// (the restorer), mark those revoked released, and keep the set of owned
+// partitions the parts ask about (the assignment interface, parts.go).
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// onAssigned restores the state of the assigned partitions. It runs in
+// franz-go's group management goroutine: on failure it reports to the run
+// loop (failed) rather than leave the group here, which would deadlock.
+// The router is ready once the restore of every assigned partition
+// succeeded, and not ready from a revoke or loss until then.
+func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
+	r.written.Lock() // the last batch's write is done before the restore writes
+	defer r.written.Unlock()
+	r.rebalances.Add(1)
+	var parts []int32
+	ingress := map[int32]bool{}
+	for _, p := range assigned[r.cfg.Topics.Ingress] {
+		ingress[p] = true
+		if p < r.fwd.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
+			parts = append(parts, p)
+		}
+	}
+	// the co-partitioned assignor never splits them (balancer.go); a group
+	// that fell back to "range" for an older member does, while counts differ
+	for _, p := range assigned[r.cfg.Topics.Decisions] {
+		if p < r.fwd.parts.state && p < r.fwd.parts.ingress && !ingress[p] {
+			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
+				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
+				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
+				"partition", p, "protocol", "range")
+		}
+	}
+	if err := r.rst.restore(ctx, cl, parts); err != nil {
+		r.setReady(false)
+		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
+		select {
+		case failed <- err:
+		default: // one report ends the session
+		}
+		return
+	}
+	r.mu.Lock()
+	for _, p := range parts {
+		r.owned[p] = true
+	}
+	r.mu.Unlock()
+	r.setReady(true)
+}
+
+// onRevoked runs when partitions are revoked: the router is not ready until
+// the next assignment is restored. franz-go's transactional session has
+// ended the open transaction by now, so the store holds everything this
+// instance committed: it marks each revoked partition released at the
+// changelog's current end (restore.go trusts the local state of a partition
+// it gets back only if the changelog has not moved since).
+func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.setReady(false)
+	r.written.Lock() // the store holds everything committed once the last batch's write is done
+	defer r.written.Unlock()
+	r.rebalances.Add(1)
+	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark
+	r.mu.Lock()
+	for _, p := range revoked[r.cfg.Topics.Ingress] {
+		if r.owned[p] {
+			held = append(held, p)
+		}
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+	r.rst.markReleased(ctx, cl, held)
+}
+
+// onLost runs when partitions are lost (the session expired or the group
+// errored): not ready, and no release mark, since another instance may
+// already be writing to them.
+func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.setReady(false)
+	r.rebalances.Add(1)
+	r.mu.Lock()
+	for _, p := range lost[r.cfg.Topics.Ingress] {
+		delete(r.owned, p)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Router) setReady(ready bool) {
+	r.ready.Store(ready)
+	if ready && !r.registryDown.Load() {
+		r.metrics.ready.Set(1)
+	} else {
+		r.metrics.ready.Set(0)
+	}
+}
+
+func (r *Router) ownedPartitions() []int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := make([]int32, 0, len(r.owned))
+	for p := range r.owned {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// ownedSet returns the ingress partitions this instance owns, as a set.
+func (r *Router) ownedSet() map[int32]bool {
+	owned := map[int32]bool{}
+	for _, p := range r.ownedPartitions() {
+		owned[p] = true
+	}
+	return owned
+}
+
+// assignedSince returns the partitions this instance owns once a rebalance
+// after the count since is restored. The callbacks count a rebalance
+// (rebalances) before they change the owned set and clear the ready flag
+// before that, so a rebalance that changed them while they were read shows
+// in the count, and ok is false then.
+func (r *Router) assignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool) {
+	rb := r.rebalances.Load()
+	if rb == since || !r.Ready() {
+		return nil, 0, false
+	}
+	owned = r.ownedSet()
+	if r.rebalances.Load() != rb {
+		return nil, 0, false
+	}
+	return owned, rb, true
+}
+
+// rebalanceCount is the count of assignment callbacks run so far.
+func (r *Router) rebalanceCount() uint64 { return r.rebalances.Load() }
+
+// unlessRebalanced runs fn under the lock the assignment callbacks hold
+// (written), if it is free and no callback ran since the count since: a
+// callback may be waiting for the batch's transaction to end, and one that
+// ran may have restored what fn would change.
+func (r *Router) unlessRebalanced(since uint64, fn func() error) error {
+	if !r.written.TryLock() {
+		return nil
+	}
+	defer r.written.Unlock()
+	if r.rebalances.Load() != since {
+		return nil
+	}
+	return fn()
+}

@@ -1,0 +1,187 @@
+package router
+
+// batch.go is the working set of one poll batch: its records, inputs, task
+// states and output, reused batch after batch.
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// batch is the reusable working set of one poll.
+type batch struct {
+	recs       []*kgo.Record // the records polled, in order
+	inputs     []input
+	ids        []string
+	states     map[string]*task.State
+	old        map[string]*task.State // index entries the store holds, per task
+	olds       []task.State           // what old points to: remember's block
+	partOf     map[string]int32
+	touched    []string
+	rebalances uint64 // Router.rebalances before the batch's commit
+	isTouched  map[string]bool
+	encoded    map[string][]byte // the changelog value of each touched state
+	out        []*kgo.Record
+	// outOf is, for each input, the span of out its routing queued
+	// (origins)
+	outOf       [][2]int32
+	checkpoints map[int32]int64
+	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
+	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
+	// parts are new partition counts this batch alerted about (forward.go)
+	parts *partitionCounts
+	// mem holds the audit, routed and changelog records of the batch and
+	// their values (arena.go); scratch is where a state is encoded first
+	mem     arena
+	scratch []byte
+	// lastBody is, for a state's last event that is a whole copy of an
+	// input of the batch, that input's value (codec.EncodeStateFrom)
+	lastBody map[*event.TaskEvent][]byte
+	// norm are the recs in the Confluent wire format, rewritten (registry.go)
+	norm []normalized
+	// tally sums the metrics of the batch's inputs, added once it
+	// committed (metrics.go)
+	tally tally
+}
+
+func newBatch() *batch {
+	return &batch{
+		states:      map[string]*task.State{},
+		old:         map[string]*task.State{},
+		partOf:      map[string]int32{},
+		isTouched:   map[string]bool{},
+		encoded:     map[string][]byte{},
+		checkpoints: map[int32]int64{},
+		forgotten:   map[string]bool{},
+		lastBody:    map[*event.TaskEvent][]byte{},
+	}
+}
+
+func (b *batch) reset() {
+	b.releaseRecords()
+	b.ids = b.ids[:0]
+	clear(b.states)
+	clear(b.old)
+	clear(b.olds)
+	b.olds = b.olds[:0]
+	clear(b.partOf)
+	b.touched = b.touched[:0]
+	clear(b.isTouched)
+	clear(b.encoded)
+	clear(b.checkpoints)
+	clear(b.expired)
+	b.expired = b.expired[:0]
+	clear(b.forgotten)
+	b.parts = nil
+	b.mem.reset()
+}
+
+// releaseRecords drops a committed batch's input and output records (with
+// the fetched buffers their values point into), which its Pebble write does
+// not read, so that they are not kept alive while the next batch is handled:
+// runSession alternates two batches, and a batch is otherwise reset only when
+// it is used again.
+func (b *batch) releaseRecords() {
+	clear(b.recs)
+	b.recs = b.recs[:0]
+	clear(b.inputs)
+	b.inputs = b.inputs[:0]
+	clear(b.out)
+	b.out = b.out[:0]
+	b.outOf = b.outOf[:0]
+	clear(b.lastBody) // input values too
+	clear(b.norm)
+	b.norm = b.norm[:0]
+}
+
+// routedIDs lists the tasks the batch routes (ids), with the partition
+// their state is kept under (partOf); a forwarded input is routed on its
+// home partition, and needs no state here.
+func (b *batch) routedIDs() {
+	for i := range b.inputs {
+		in := &b.inputs[i]
+		if id := in.taskID(); id != "" && in.kind != inputForward {
+			b.ids = append(b.ids, id)
+			if _, ok := b.partOf[id]; !ok {
+				b.partOf[id] = in.rec.Partition
+			}
+		}
+	}
+}
+
+// partition is the partition of task id in the batch (partOf): where its
+// state is stored.
+func (b *batch) partition(id string) int32 { return b.partOf[id] }
+
+// state returns the working state of a task, creating an empty one for a
+// task the store does not know.
+func (b *batch) state(id string, p int32) *task.State {
+	st, ok := b.states[id]
+	if !ok {
+		st = &task.State{}
+		b.states[id] = st
+	}
+	if _, ok := b.old[id]; !ok {
+		b.remember(st)
+	}
+	b.partOf[id] = p
+	return st
+}
+
+// remember keeps the index entries of a state as the store holds them.
+func (b *batch) remember(st *task.State) {
+	if st.TaskID == "" {
+		return
+	}
+	if len(b.olds) == cap(b.olds) { // a new block; the last one is kept for the next batches
+		b.olds = make([]task.State, 0, max(256, 2*cap(b.olds)))
+	}
+	b.olds = b.olds[:len(b.olds)+1]
+	old := &b.olds[len(b.olds)-1]
+	*old = task.State{TaskID: st.TaskID, ExpiresAt: st.ExpiresAt,
+		Review: st.Review, ReviewDueAt: st.ReviewDueAt, ReviewAlerted: st.ReviewAlerted}
+	if st.Pending != nil {
+		p := *st.Pending
+		old.Pending = &p
+	}
+	b.old[st.TaskID] = old
+}
+
+// origins maps each record the batch's inputs queued to its input, for a
+// batch whose produce failed (unwritable.go): built only then.
+func (b *batch) origins() map[*kgo.Record]*kgo.Record {
+	m := make(map[*kgo.Record]*kgo.Record, len(b.out))
+	for i, sp := range b.outOf {
+		for _, rec := range b.out[sp[0]:sp[1]] {
+			m[rec] = b.inputs[i].rec
+		}
+	}
+	return m
+}
+
+func (b *batch) touch(id string, p int32) {
+	if id == "" {
+		return
+	}
+	if _, ok := b.partOf[id]; !ok {
+		b.partOf[id] = p
+	}
+	if !b.isTouched[id] {
+		b.isTouched[id] = true
+		b.touched = append(b.touched, id)
+	}
+}
+
+// load makes a state the store holds part of the batch and touches it.
+func (b *batch) load(st *task.State, p int32) {
+	if _, ok := b.states[st.TaskID]; !ok {
+		b.states[st.TaskID] = st
+		b.remember(st)
+	}
+	b.touch(st.TaskID, p)
+}
+
+// queue adds rec to the batch's output.
+func (b *batch) queue(rec *kgo.Record) { b.out = append(b.out, rec) }

@@ -1,0 +1,151 @@
+package router
+
+// decide.go is the decide step of the data path: each input decided by the
+// policy (pkg/policy) on its task's evolving state, in input order, and the
+// records its route queues (route, emit); and the due retries published
+// (publishDue). The breakers hold what they must (breakers.go).
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// route decides one input record and queues its output records.
+func (r *Router) route(in *input, b *batch, now time.Time) {
+	switch in.kind {
+	case inputPoison:
+		if in.unwritable {
+			r.routeUnwritable(in, b, now) // unwritable.go
+			return
+		}
+		in.decision = policy.Poison(in.errKind, in.err, now)
+		dl := r.deadLetterRaw(in, now)
+		if !r.limits.fits(dl) {
+			cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
+		}
+		b.out = append(b.out, dl)
+		b.out = append(b.out, r.audit(b, in, nil))
+		return
+	case inputCommand:
+		in.decision = r.brk.command(in, b, now) // breakers.go
+		b.out = append(b.out, r.audit(b, in, nil))
+		return
+	case inputForward:
+		b.out = append(b.out, r.fwd.forward(in, now)) // forward.go: its copy on its home partition
+		var ev *event.TaskEvent
+		if in.fwd == inputTask {
+			ev = &in.event
+		}
+		b.out = append(b.out, r.audit(b, in, ev))
+		return
+	case inputReview:
+		st := b.state(in.review.TaskID, in.rec.Partition)
+		in.state = st
+		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
+		r.trackReview(st, &in.decision, now)
+		b.touch(st.TaskID, in.rec.Partition)
+		n := len(b.out)
+		r.emit(in, st.LastEvent, st, b, now)
+		for _, rec := range b.out[n:] {
+			rec.Headers = copyHeaders(st, rec.Headers)
+		}
+		return
+	}
+	ev := &in.event
+	st := b.state(ev.TaskID, in.rec.Partition)
+	in.state = st
+	hdr := codec.ParseHeaders(in.rec.Headers)
+	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
+	// dedup, re-drive, policy (redrive.go)
+	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
+	if st.LastEvent != last { // the state keeps a bounded copy of this event
+		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+		if len(st.LastEventTruncated) == 0 { // a whole copy: its changelog record copies the input's body
+			b.lastBody[st.LastEvent] = in.value
+		}
+	}
+	if in.decision.Route != event.RouteDrop {
+		in.started, in.finished = isNew, st.Terminal && !wasTerminal
+		if isNew || st.FirstEventAt == 0 {
+			st.FirstEventAt = ev.OccurredAt.Millis()
+		}
+		if in.finished {
+			in.taskMs = ev.OccurredAt.Millis() - st.FirstEventAt
+		}
+		st.SetTraceparent(hdr.Traceparent)
+		r.trackReview(st, &in.decision, now)
+	}
+	b.touch(ev.TaskID, in.rec.Partition)
+	r.emit(in, ev, st, b, now)
+}
+
+// emit queues the audit record of in and the record of its route.
+func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, now time.Time) {
+	d := &in.decision
+	switch d.Route {
+	case event.RouteRetry:
+		switch {
+		case st.Pending == nil:
+		case st.Pending.NotBefore > now.UnixMilli():
+			r.brk.holdAhead(ev, st, in.rec.Partition, now) // breakers.go: held now if its breakers will refuse it when due
+		case !r.brk.holdRetry(ev, st, in.rec.Partition, b, now):
+			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
+			st.Pending = nil
+		}
+	case event.RouteReview, event.RouteQuarantine:
+		b.out = append(b.out, r.routed(b, r.cfg.Topics.Review, in, ev, *d))
+	case event.RouteDeadLetter:
+		b.out = append(b.out, r.routed(b, r.cfg.Topics.DeadLetter, in, ev, *d))
+	case event.RouteComplete, event.RouteDrop:
+	}
+	b.out = append(b.out, r.audit(b, in, ev))
+}
+
+// publishDue publishes the pending retries that are due, of the tasks the
+// batch touched: by its input or by the sweep of the due index.
+func (r *Router) publishDue(b *batch, now time.Time) error {
+	// tasks of this batch and of the due index alike
+	for _, id := range b.touched {
+		st := b.states[id]
+		d, due := policy.RetryDue(st, now)
+		if !due {
+			continue
+		}
+		if r.brk.holdRetry(st.LastEvent, st, b.partOf[id], b, now) { // breakers.go: stays pending while a breaker is open
+			continue
+		}
+		var hdr []kgo.RecordHeader
+		if st.Traceparent != "" {
+			hdr = []kgo.RecordHeader{{Key: codec.HeaderTraceparent, Value: []byte(st.Traceparent)}}
+		}
+		var src event.Source
+		if st.LastInput != nil {
+			src = *st.LastInput
+		}
+		rec := r.routedRecord(b, r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
+		rec.Headers = copyHeaders(st, rec.Headers)
+		b.out = appendRetry(b.out, rec)
+		st.Pending = nil
+		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
+	}
+	return nil
+}
+
+// copyHeaders adds to hs, when the state's copy of the last event was cut to
+// its bounds, the headers that say so and where the whole event is.
+func copyHeaders(st *task.State, hs []kgo.RecordHeader) []kgo.RecordHeader {
+	if len(st.LastEventTruncated) == 0 {
+		return hs
+	}
+	c := codec.EventCopy{Truncated: st.LastEventTruncated}
+	if st.LastInput != nil {
+		c.Topic, c.Partition, c.Offset = st.LastInput.Topic, st.LastInput.Partition, st.LastInput.Offset
+	}
+	return c.AppendHeaders(hs)
+}

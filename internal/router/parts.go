@@ -1,0 +1,60 @@
+package router
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// The router is an orchestration of parts (handle.go calls them in the
+// order of the data path); each is a type of its own, in the file named for
+// it, and they meet at the small interfaces below:
+//
+//   - input decoding (input.go): records in, inputs out;
+//   - dead letters of input whose output cannot be written (unwritable.go,
+//     refusals);
+//   - forwarding (forward.go, forwarder): a task's home partition, and the
+//     partition counts the router routes by;
+//   - the task states of the batch (state.go, batch.go), and the policy's
+//     decisions on them (decide.go, pkg/policy);
+//   - breaker holding (breakers.go, breakers): breakers, held retries,
+//     latches, the breakers topic and the alerts;
+//   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
+//     sweeper): expiry, due retries, overdue reviews;
+//   - the batch's transaction (txn.go, txn; fence.go);
+//   - the restore of the state store from the changelog (restore.go,
+//     restorer);
+//   - the partitions this instance owns (assignment.go).
+
+// recordsOut is where a part queues the records it produces: the batch's
+// output, produced in the batch's transaction (handle.go). A record is
+// final once queued.
+type recordsOut interface {
+	queue(rec *kgo.Record)
+}
+
+// stateLoader reads task states from the state store (store.Store.Load):
+// the state of each of ids into into, from the partition partOf names.
+type stateLoader interface {
+	Load(ids []string, partOf func(id string) int32, into map[string]*task.State) error
+}
+
+// assignment is what a part may ask about the partitions this instance
+// owns (router.go: the assignment callbacks change them).
+type assignment interface {
+	// ownedSet returns the ingress partitions this instance owns.
+	ownedSet() map[int32]bool
+	// assignedSince returns the partitions owned once the assignment is
+	// restored (ready), with the count of rebalances it is of; ok is false
+	// when no rebalance happened since the count since, or while one is
+	// under way.
+	assignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool)
+	// ownedPartitions returns the ingress partitions this instance owns.
+	ownedPartitions() []int32
+	// rebalanceCount is the count of assignment callbacks run so far.
+	rebalanceCount() uint64
+	// unlessRebalanced runs fn under the lock the assignment callbacks
+	// hold, if it is free and no callback ran since the count since; else
+	// it does nothing.
+	unlessRebalanced(since uint64, fn func() error) error
+}
