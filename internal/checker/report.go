@@ -31,6 +31,12 @@ type Report struct {
 	// MaxDecideLagMs is the longest time from an input's production to its
 	// decision; MaxRetryLateMs the latest a retry came out after it could.
 	MaxDecideLagMs, MaxRetryLateMs int64
+	// BreakerStretches counts the stretches of time a breaker was CLOSED
+	// on one process, with outcomes, whose windows were recomputed
+	// (missing.go); Unchecked those of them, and the surges, left out
+	// because decisions of the time are Unattributed (their producer
+	// wrote no alert: its instance is unknown).
+	BreakerStretches, BreakerStretchesUnchecked, SurgesUnchecked, Unattributed int
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
