@@ -14,8 +14,9 @@ import (
 type Report struct {
 	// Counts of what was read and decided.
 	Inputs, Tasks, Poison, Commands, Decisions, Redrives int
-	// Forwarded counts the inputs on the wrong partition for their task.
-	Forwarded                              int
+	// Forwarded counts the inputs on the wrong partition for their task;
+	// Unwritable the task events too large to be routed (dead-lettered).
+	Forwarded, Unwritable                  int
 	Audit, Retries, Reviews, DeadLetters   int
 	Alerts, SLAAlerts, Surges, Transitions int
 	// Superseded retries were replaced by a later decision before they were
