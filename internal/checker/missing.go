@@ -296,7 +296,12 @@ func (c *checker) closedStretch(k procKey, ref breaker.Ref, cfg breaker.Config, 
 		at := time.UnixMilli(ms)
 		f0, r0 := w.Counts(at)
 		_, tied := ties.Counts(at)
-		if fails > 0 && ms < to && cfg.Trips(f0+fails, r0+fails) && cfg.Trips(f0+fails, r0+fails+oks+tied) {
+		certain := fails > 0 && cfg.Trips(f0+fails, r0+fails) && cfg.Trips(f0+fails, r0+fails+oks+tied)
+		if certain && ms == to {
+			c.rep.BreakerTrips++ // it opened in that batch
+			return
+		}
+		if certain && ms < to {
 			until := "it stayed CLOSED"
 			if to != math.MaxInt64 {
 				until = "its next transition is at " + stamp(time.UnixMilli(to))
@@ -378,6 +383,7 @@ func (c *checker) missingSurges(k procKey, obs []observed, alerted map[surgeKey]
 			}
 			since := rearmed[sk.ref]
 			if slices.ContainsFunc(alerted[sk], func(a int64) bool { return a >= since && a <= ms }) {
+				c.rep.SurgesCertain++
 				continue
 			}
 			if overlaps(ms, ms) {

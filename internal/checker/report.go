@@ -38,6 +38,10 @@ type Report struct {
 	// because decisions of the time are Unattributed (their producer
 	// wrote no alert: its instance is unknown).
 	BreakerStretches, BreakerStretchesUnchecked, SurgesUnchecked, Unattributed int
+	// BreakerTrips counts the stretches that had to end with the breaker
+	// opening in a batch, and did; SurgesCertain the batches after which a
+	// surge had to be alerted, and was.
+	BreakerTrips, SurgesCertain int
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -181,7 +185,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
 		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
-	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task\n", r.Forwarded)
+	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
+	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance\n",
+		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	if r.Ledger != nil {
