@@ -48,7 +48,9 @@ import (
 //
 // What the check cannot attribute it leaves out: decisions whose producer
 // wrote nothing to the alerts topic (its instance is unknown) make every
-// window of the time they span unchecked; so do more keys than
+// window of the time they span unchecked; a process that wrote nothing
+// there, or wrote records without this release's headers (an earlier
+// build, during an upgrade), is not checked; nor are more keys than
 // breaker.MaxBreakers or breaker.MaxSurgeKeys (the router forgets keys
 // then).
 
@@ -84,19 +86,31 @@ func (c *checker) checkMissing() {
 		offset    int64
 	}
 	var alerts []alertRec
+	// builds says, per process, whether every record it wrote to the
+	// alerts topic carries the headers of this release (faultrouter.alert,
+	// faultrouter.breaker.latched): the model knows how such a build counts
+	// its windows; an earlier build's process is not checked
+	builds := map[procKey]bool{}
 	for _, rec := range c.logs.Alerts {
 		e, err := c.codec.DecodeBreakerEvent(rec.Value)
 		if err != nil {
 			continue
 		}
+		h := codec.ParseBreakerHeaders(rec.Headers)
 		if e.Instance == "" {
-			e.Instance = codec.ParseBreakerHeaders(rec.Headers).Instance
+			e.Instance = h.Instance
 		}
-		if e.Kind == event.BreakerKindTransition || e.Kind == event.BreakerKindAlert && codec.ParseBreakerHeaders(rec.Headers).Alert == codec.AlertSurge {
+		if e.Instance == "" {
+			continue
+		}
+		names[rec.ProducerID] = e.Instance
+		k := procKey{e.Instance, c.process(e.Instance, e.At.Time)}
+		current := e.Kind == event.BreakerKindTransition && h.LatchKnown || e.Kind == event.BreakerKindAlert && h.Alert != ""
+		if known, ok := builds[k]; !ok || known {
+			builds[k] = current
+		}
+		if e.Kind == event.BreakerKindTransition || e.Kind == event.BreakerKindAlert && h.Alert == codec.AlertSurge {
 			alerts = append(alerts, alertRec{e, rec.Partition, rec.Offset})
-		}
-		if e.Instance != "" {
-			names[rec.ProducerID] = e.Instance
 		}
 	}
 
@@ -155,6 +169,10 @@ func (c *checker) checkMissing() {
 	})
 	for _, k := range procs {
 		obs := byProc[k]
+		if !builds[k] { // wrote nothing to the alerts topic, or as an earlier build
+			c.rep.ProcessesUnchecked++
+			continue
+		}
 		slices.SortFunc(obs, func(a, b observed) int {
 			return cmp.Or(cmp.Compare(a.ms, b.ms), cmp.Compare(a.rec.rec.Partition, b.rec.rec.Partition), cmp.Compare(a.rec.rec.Offset, b.rec.rec.Offset))
 		})

@@ -46,7 +46,7 @@ func missingRun(t *testing.T, n int, make func(task string, at time.Time) event.
 // instance of producer 7.
 func instanceAlert(b *logBuilder) {
 	b.alert(event.BreakerEvent{Scope: "TOPIC", Key: "in", Kind: event.BreakerKindAlert, Reason: "partitions", Instance: "a",
-		At: event.At(b.t0.Add(-time.Second))})
+		At: event.At(b.t0.Add(-time.Second))}, kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(codec.AlertPartitions)})
 }
 
 // Guards breaker.missing_open: when the failures one instance decided fill
@@ -61,7 +61,8 @@ func TestCheckFindsABreakerThatDidNotOpen(t *testing.T) {
 		instanceAlert(b)
 		last := ds[n-1]
 		b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: event.BreakerKindTransition, From: "CLOSED", To: "OPEN",
-			Class: last.Class, TaskID: evs[n-1].TaskID, Instance: "a", At: last.DecidedAt, Reason: "20 of 20 outcomes failed"})
+			Class: last.Class, TaskID: evs[n-1].TaskID, Instance: "a", At: last.DecidedAt, Reason: "20 of 20 outcomes failed"},
+			kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte("false")})
 	})
 	if got := opened.ViolationsByCheck["breaker.missing_open"]; got != 0 || opened.BreakerStretches == 0 {
 		t.Fatalf("a breaker that opened when its window tripped: %d breaker.missing_open, %d stretches checked; want 0 and > 0:\n%s",
@@ -75,6 +76,15 @@ func TestCheckFindsABreakerThatDidNotOpen(t *testing.T) {
 	short := missingRun(t, n-1, mk, func(b *logBuilder, _ []event.Decision, _ []event.TaskEvent) { instanceAlert(b) })
 	if got := short.ViolationsByCheck["breaker.missing_open"]; got != 0 {
 		t.Fatalf("%d failures, min_requests %d: %d breaker.missing_open, want 0:\n%s", n-1, n, got, report(short))
+	}
+	// a process whose alerts lack this release's headers (an earlier
+	// build) is not checked
+	earlier := missingRun(t, n, mk, func(b *logBuilder, _ []event.Decision, _ []event.TaskEvent) {
+		b.alert(event.BreakerEvent{Scope: "TOPIC", Key: "in", Kind: event.BreakerKindAlert, Reason: "partitions", Instance: "a",
+			At: event.At(b.t0.Add(-time.Second))})
+	})
+	if got := earlier.ViolationsByCheck["breaker.missing_open"]; got != 0 || earlier.ProcessesUnchecked != 1 {
+		t.Fatalf("an earlier build's process: %d breaker.missing_open, %d processes unchecked; want 0 and 1", got, earlier.ProcessesUnchecked)
 	}
 	// decisions no alert attributes to an instance are not checked
 	unknown := missingRun(t, n, mk, func(*logBuilder, []event.Decision, []event.TaskEvent) {})

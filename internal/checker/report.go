@@ -42,6 +42,10 @@ type Report struct {
 	// opening in a batch, and did; SurgesCertain the batches after which a
 	// surge had to be alerted, and was.
 	BreakerTrips, SurgesCertain int
+	// ProcessesUnchecked counts the router processes whose windows were
+	// not recomputed: they wrote nothing to the alerts topic, or wrote it
+	// as an earlier build.
+	ProcessesUnchecked int
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -186,8 +190,8 @@ func (r *Report) WriteText(w io.Writer) {
 		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
 	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
-	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance\n",
-		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed)
+	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance, %d processes unchecked\n",
+		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed, r.ProcessesUnchecked)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	if r.Ledger != nil {
