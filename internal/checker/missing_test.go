@@ -16,9 +16,9 @@ import (
 
 // missingRun writes a run of one router instance ("a", producer 7) that
 // decides, one every 100 ms, n first attempts of distinct tasks made by
-// make, with the correct audit, retry and review records; then lets
+// newEvent, with the correct audit, retry and review records; then lets
 // router write the alerts it wrote (its own alerts name the instance).
-func missingRun(t *testing.T, n int, make func(task string, at time.Time) event.TaskEvent,
+func missingRun(t *testing.T, n int, newEvent func(task string, at time.Time) event.TaskEvent,
 	router func(b *logBuilder, ds []event.Decision, evs []event.TaskEvent)) *Report {
 	b := newLog(t)
 	p := policy.Default()
@@ -27,7 +27,7 @@ func missingRun(t *testing.T, n int, make func(task string, at time.Time) event.
 	var ins []*kgo.Record
 	for i := range n {
 		at := b.t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		ev := make(fmt.Sprintf("t-%d", i), at)
+		ev := newEvent(fmt.Sprintf("t-%d", i), at)
 		var st task.State
 		in := b.inputAt(int64(i), ev, at)
 		d := p.Decide(&ev, &st, at.Add(10*time.Millisecond))
