@@ -595,7 +595,11 @@ func (c *checker) walk(tr *taskRun) {
 		if st.Pending != nil {
 			k.pending, k.pendN = true, st.Pending.N
 		}
-		tr.touches = append(tr.touches, k)
+		// a decision that leaves no task (a review of a task the router
+		// does not know) writes no state: the task's expiry stays
+		if st.TaskID != "" {
+			tr.touches = append(tr.touches, k)
+		}
 		c.rep.Decisions++
 		c.rep.count(want)
 		dk := decisionKey{tr.id, at.UnixMilli()}
