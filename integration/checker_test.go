@@ -52,6 +52,10 @@ type checkerConfig struct {
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
 	// routerArgs are extra flags of every router instance
 	routerArgs []string
+	// unwritable adds task events too large for the router's output topics
+	// but not for ingress (the routers run with --max-record-bytes 1 MiB):
+	// each must be dead-lettered at stage write, and its partition route on
+	unwritable bool
 	// partitionsChange: the schedule adds partitions, so the model cannot
 	// tell a task's partition from its key (checker.Options.Partitions 0)
 	// and takes the router's forwarded copies as what was misplaced
@@ -111,7 +115,7 @@ func checkerSeed(t *testing.T) uint64 {
 // consistent with the audit stream.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
-	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
@@ -161,7 +165,7 @@ func TestCheckerSoak(t *testing.T) {
 	for round := 0; round == 0 || time.Since(began) < dur; round++ {
 		s := seed + uint64(round)
 		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
-			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})
+			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
 			results = append(results, res)
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
@@ -192,9 +196,15 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		c.args = append([]string{"--policy", path}, c.args...)
 		t.Logf("policy: the default policy, every duration divided by %d", timeFactor(t))
 	}
+	if cfg.unwritable {
+		c.args = append(c.args, "--max-record-bytes", strconv.Itoa(maxInputBytes))
+	}
 	c.start("a")
 
 	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration, cfg.compressed)
+	if cfg.unwritable {
+		w.addUnwritable(6, maxInputBytes-32<<10)
+	}
 	t.Logf("workload: %d records, %d tasks, scenarios %v", len(w.items), w.tasks, w.scenario)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -222,6 +232,10 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
 		Starts: c.starts, Partitions: 3}
+	if cfg.unwritable {
+		opts.MaxRecordBytes, opts.MaxOutputBytes = maxInputBytes, smallestOutputLimit(ctx, t, e)
+		t.Logf("unwritable: %d task events of about %d KiB; the smallest output topic takes %d bytes", w.scenario["unwritable"], (maxInputBytes-32<<10)>>10, opts.MaxOutputBytes)
+	}
 	if cfg.partitionsChange {
 		opts.Partitions = 0
 	}
@@ -295,6 +309,48 @@ func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker
 	}
 	logs.End = time.Now()
 	return logs
+}
+
+// maxInputBytes is the --max-record-bytes of a run with unwritable inputs:
+// ingress's max.message.bytes.
+const maxInputBytes = 1 << 20
+
+// smallestOutputLimit is the smallest max.message.bytes of the topics the
+// router writes, as the cluster has them (a topic without its own takes the
+// broker's message.max.bytes).
+func smallestOutputLimit(ctx context.Context, t *testing.T, e *env) int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var topics []string
+	for _, short := range []string{"retry", "review", "audit", "deadletter", "alerts"} {
+		topics = append(topics, e.prefix+"ai.tasks."+short)
+	}
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, append(topics, e.prefix+"faultrouter.state")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	least := 0
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			t.Fatalf("describe %s: %v", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			if n, err := strconv.Atoi(*c.Value); err == nil && (least == 0 || n < least) {
+				least = n
+			}
+		}
+	}
+	if least == 0 {
+		t.Fatal("no max.message.bytes among the output topics' configs")
+	}
+	return least
 }
 
 // writeReport writes the report as JSON beside the test's temporary files

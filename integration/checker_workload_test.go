@@ -468,6 +468,43 @@ func newWorkload(seed uint64, tasks int, duration time.Duration, compressed bool
 	return w
 }
 
+// addUnwritable adds n task events of one attempt each, spread over the
+// stream, whose value is size bytes: over what the router's output topics
+// take with a decision (checker.Options.MaxOutputBytes), under what ingress
+// and --max-record-bytes take, so that the router dead-letters them at
+// stage write and routes on. Its own random source leaves the rest of the
+// seed's stream as it was.
+func (w *workload) addUnwritable(n, size int) {
+	c, err := codec.New()
+	if err != nil {
+		panic(err)
+	}
+	rng := rand.New(rand.NewPCG(w.seed, w.seed^0x5bd1e995))
+	for i := range n {
+		at := time.Duration(rng.Int64N(int64(w.duration)))
+		id := fmt.Sprintf("s%d-unwritable%d", w.seed, i)
+		e := event.TaskEvent{EventID: id + "-e1", TaskID: id, Attempt: 1, OccurredAt: event.At(wlBase.Add(at)), Source: "checker-worker",
+			Action: "contract_review", Provider: "openai", Model: "gpt-4o", PromptTemplate: "contract-v2", Status: event.StatusOK,
+			Stage: event.StageModel, Output: &event.Output{Text: "", SchemaValid: ptr(true), Confidence: ptr(0.9)}}
+		v, err := c.EncodeTaskEvent(nil, &e)
+		if err != nil {
+			panic(err)
+		}
+		e.Output.Text = strings.Repeat("contract clause; ", (size-len(v))/17+1)
+		if v, err = c.EncodeTaskEvent(nil, &e); err != nil {
+			panic(err)
+		}
+		w.add(workItem{at: at, key: id, value: v})
+		w.scenario["unwritable"]++
+	}
+	slices.SortStableFunc(w.items, func(a, b workItem) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.seq - b.seq
+	})
+}
+
 func (w *workload) addReset(c *codec.Codec, at time.Duration, scope, key string) {
 	e := event.BreakerEvent{Scope: scope, Key: key, Kind: "RESET", Reason: "checker: breaker reset", Instance: "checker-operator",
 		At: event.At(wlBase.Add(at))}
@@ -506,6 +543,8 @@ var homeHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
 func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
 		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute),
+		// ingress's max.message.bytes: unwritable events are near it
+		kgo.ProducerBatchMaxBytes(1 << 20),
 		kgo.MetadataMinAge(time.Second), kgo.MetadataMaxAge(2 * time.Second)} // partitions added while it streams are written to soon
 	cl, err := kgo.NewClient(opts...) // keys hashed like the Java client, as workers do
 	if err != nil {

@@ -65,6 +65,11 @@ type Options struct {
 	// its key over it is forwarded there (forward.go). 0: not checked, every
 	// input is taken to be on its task's partition.
 	Partitions int32
+	// MaxOutputBytes is the smallest max.message.bytes of the topics the
+	// router writes (retry, review, audit, deadletter, alerts, state): a
+	// task event too large to be routed under it is dead-lettered
+	// (unwritable.go). 0: no input is taken to be unwritable.
+	MaxOutputBytes int
 	// Starts are the times a process of each router instance (by instance
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
@@ -75,11 +80,12 @@ type Options struct {
 type inputKind uint8
 
 const (
-	inTask    inputKind = iota // a TaskEvent on ingress
-	inReview                   // a ReviewDecision on decisions
-	inCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
-	inPoison                   // a record the router must dead-letter
-	inForward                  // a task event or review decision on the wrong partition for its task, forwarded to it (forward.go)
+	inTask       inputKind = iota // a TaskEvent on ingress
+	inReview                      // a ReviewDecision on decisions
+	inCommand                     // a breaker command (BreakerEvent of kind RESET or LATCH) on decisions
+	inPoison                      // a record the router must dead-letter
+	inForward                     // a task event or review decision on the wrong partition for its task, forwarded to it (forward.go)
+	inUnwritable                  // a task event whose routed records could not be written: dead-lettered (unwritable.go)
 )
 
 // inputKey names an input record.
@@ -178,6 +184,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck.checkRouted()
 	ck.checkRetries()
 	ck.checkAlerts()
+	ck.checkMissing()    // missing.go
 	ck.checkTombstones() // lifetime.go
 	ck.checkForwarded()  // forward.go
 	ck.checkLedger()     // ledger.go
@@ -246,6 +253,8 @@ func (c *checker) readInputs() {
 				tr.inputs = append(tr.inputs, in)
 			case inPoison:
 				c.rep.Poison++
+			case inUnwritable:
+				c.rep.Unwritable++
 			case inForward:
 				c.rep.Forwarded++
 			case inCommand:
@@ -311,6 +320,8 @@ func (c *checker) decode(rec *kgo.Record) *input {
 	in.task = id
 	if home, ok := c.misplaced(rec); ok { // forward.go
 		in.kind, in.home = inForward, home
+	} else if in.kind == inTask && c.unwritable(rec) { // unwritable.go
+		in.kind, in.errKind = inUnwritable, kindTooLarge
 	}
 	return in
 }
@@ -359,7 +370,7 @@ func taskOf(r *routed) string {
 // with the policy, and records what each decision must have produced.
 func (c *checker) model() {
 	for _, in := range c.inputs {
-		if in.kind == inPoison || in.kind == inCommand || in.kind == inForward {
+		if in.kind == inPoison || in.kind == inCommand || in.kind == inForward || in.kind == inUnwritable {
 			c.untasked(in)
 		}
 	}
@@ -448,6 +459,9 @@ func (c *checker) untasked(in *input) {
 	case inPoison:
 		want = policy.Poison(in.errKind, in.err, at)
 		c.dead[in.key] = in
+	case inUnwritable:
+		want = unwritableDecision(in)
+		c.dead[in.key] = in
 	case inForward:
 		to, ok := c.forwarded[in.key]
 		if ok && to.topic != in.key.topic {
@@ -470,7 +484,7 @@ func (c *checker) untasked(in *input) {
 	in.decided = want
 	exp := Output{Topic: "audit", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule}
 	c.expected(in.task, exp)
-	if in.kind == inPoison {
+	if in.kind == inPoison || in.kind == inUnwritable {
 		c.expected(in.task, Output{Topic: "deadletter", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule})
 	}
 	if in.audit == nil {
@@ -496,6 +510,8 @@ func kindName(k inputKind) string {
 		return "breaker command"
 	case inForward:
 		return "misplaced input"
+	case inUnwritable:
+		return "unwritable task event"
 	}
 	return "poison"
 }
@@ -579,7 +595,11 @@ func (c *checker) walk(tr *taskRun) {
 		if st.Pending != nil {
 			k.pending, k.pendN = true, st.Pending.N
 		}
-		tr.touches = append(tr.touches, k)
+		// a decision that leaves no task (a review of a task the router
+		// does not know) writes no state: the task's expiry stays
+		if st.TaskID != "" {
+			tr.touches = append(tr.touches, k)
+		}
 		c.rep.Decisions++
 		c.rep.count(want)
 		dk := decisionKey{tr.id, at.UnixMilli()}

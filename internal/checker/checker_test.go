@@ -52,7 +52,14 @@ func (b *logBuilder) routed(topic string, in *kgo.Record, ev *event.TaskEvent, d
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	rec := &kgo.Record{Topic: topic, Key: []byte(ev.TaskID), Value: v, Timestamp: d.DecidedAt.Time, ProducerID: 7}
+	key := []byte(nil)
+	switch {
+	case ev != nil:
+		key = []byte(ev.TaskID)
+	case in != nil: // a decision with no event (a review for an unknown task)
+		key = in.Key
+	}
+	rec := &kgo.Record{Topic: topic, Key: key, Value: v, Timestamp: d.DecidedAt.Time, ProducerID: 7}
 	switch topic {
 	case "audit":
 		rec.Offset = b.audit

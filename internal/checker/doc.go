@@ -32,6 +32,23 @@
 //   - a record the router forwarded to its task's partition (its copy names
 //     it in faultrouter.forwarded.from) is audited partition.forward, and the
 //     copy is the input the task's model follows;
+//   - breakers that had to open and surges that had to fire (missing.go):
+//     each process's breaker windows and surge detector are recomputed with
+//     pkg/breaker from the decisions its audit records (by producer ID)
+//     attribute to it; within a stretch of time a breaker was CLOSED there,
+//     the batch after which its window trips whatever the order of the
+//     batch's outcomes must end the stretch with a transition
+//     (breaker.missing_open), and after a batch that leaves a watched class
+//     at min_events and the ratio the process must have alerted that surge
+//     since the key's window was last empty (surge.missing). The bound is
+//     sound, not exact: a batch's order is not in the logs, outcomes decided
+//     in the millisecond a breaker closed count as successes only, and a
+//     window with decisions of no known instance is not checked;
+//   - a task event too large to be routed under the smallest output topic's
+//     limit (Options.MaxOutputBytes) is dead-lettered once with its
+//     faultrouter.error.* headers at stage write, audited INVALID_INPUT
+//     output.too_large, with no other output, and its partition routes on
+//     (unwritable.go);
 //   - the cost ledger: the spend, failed spend and cost prevented that
 //     `faultrouter cost` sums from the audit records equal the sums of the
 //     model's decisions, in total and per class.

@@ -236,3 +236,33 @@ func TestCheckForwardedInputs(t *testing.T) {
 		}
 	}
 }
+
+// Guards the model's clock for an input that leaves no state: a reviewer's
+// decision for a task whose state expired finds no item (review.no_open_item
+// on an unknown task), and the router writes no state for it, so the
+// expired state's tombstone, written after such decisions, is on time (the
+// model took each for a touch that kept the task alive for 2 x the default
+// SLA: state.expired_early); a tombstone before the state expired is still
+// reported.
+func TestCheckDecisionOnAnExpiredTaskKeepsNoState(t *testing.T) {
+	b := newLog(t)
+	t0 := b.t0
+	steps := []lifeStep{
+		{ev: success("t-gone", "g-1", 1000, t0), at: t0},
+		// 10 s later: past the task's 2 s TTL, nothing is open
+		{rd: &event.ReviewDecision{TaskID: "t-gone", Approve: true, Reason: "late", Reviewer: "ana", At: event.At(t0.Add(10 * time.Second))},
+			at: t0.Add(10 * time.Second), fresh: true},
+		// and a second reviewer's, decided in the same batch
+		{rd: &event.ReviewDecision{TaskID: "t-gone", Approve: false, Reason: "late", Reviewer: "bo", At: event.At(t0.Add(10 * time.Second))},
+			at: t0.Add(10 * time.Second)},
+	}
+	same := func(int, *event.Decision) {}
+	rep := lifeRun(t, steps, same, func(b *logBuilder, _ []event.Decision) { b.tombstone("t-gone", t0.Add(12*time.Second)) })
+	if !rep.OK() || rep.Lives != 2 { // both reviews are decided on a fresh state
+		t.Errorf("a tombstone after a decision that kept no state: lives %d, %s", rep.Lives, report(rep))
+	}
+	rep = lifeRun(t, steps, same, func(b *logBuilder, _ []event.Decision) { b.tombstone("t-gone", t0.Add(time.Second)) })
+	if rep.ViolationsByCheck["state.expired_early"] != 1 {
+		t.Errorf("a tombstone 1 s into a 2 s TTL: want state.expired_early, got %v", rep.ViolationsByCheck)
+	}
+}

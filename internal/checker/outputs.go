@@ -123,6 +123,8 @@ func (c *checker) checkRouted() {
 					short, rec.Partition, rec.Offset, k, short)
 			case seen[k]:
 				c.violate(short+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
+			case in.kind == inUnwritable:
+				c.checkUnwritableCopy(in, rec, got, ei) // unwritable.go
 			case in.kind == inPoison:
 				if got != nil || ei.Kind != in.errKind || string(rec.Value) != string(in.rec.Value) {
 					c.violate(short+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",

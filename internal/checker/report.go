@@ -14,8 +14,9 @@ import (
 type Report struct {
 	// Counts of what was read and decided.
 	Inputs, Tasks, Poison, Commands, Decisions, Redrives int
-	// Forwarded counts the inputs on the wrong partition for their task.
-	Forwarded                              int
+	// Forwarded counts the inputs on the wrong partition for their task;
+	// Unwritable the task events too large to be routed (dead-lettered).
+	Forwarded, Unwritable                  int
 	Audit, Retries, Reviews, DeadLetters   int
 	Alerts, SLAAlerts, Surges, Transitions int
 	// Superseded retries were replaced by a later decision before they were
@@ -31,6 +32,20 @@ type Report struct {
 	// MaxDecideLagMs is the longest time from an input's production to its
 	// decision; MaxRetryLateMs the latest a retry came out after it could.
 	MaxDecideLagMs, MaxRetryLateMs int64
+	// BreakerStretches counts the stretches of time a breaker was CLOSED
+	// on one process, with outcomes, whose windows were recomputed
+	// (missing.go); Unchecked those of them, and the surges, left out
+	// because decisions of the time are Unattributed (their producer
+	// wrote no alert: its instance is unknown).
+	BreakerStretches, BreakerStretchesUnchecked, SurgesUnchecked, Unattributed int
+	// BreakerTrips counts the stretches that had to end with the breaker
+	// opening in a batch, and did; SurgesCertain the batches after which a
+	// surge had to be alerted, and was.
+	BreakerTrips, SurgesCertain int
+	// ProcessesUnchecked counts the router processes whose windows were
+	// not recomputed: they wrote nothing to the alerts topic, or wrote it
+	// as an earlier build.
+	ProcessesUnchecked int
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -174,7 +189,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
 		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
-	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task\n", r.Forwarded)
+	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
+	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance, %d processes unchecked\n",
+		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed, r.ProcessesUnchecked)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	if r.Ledger != nil {

@@ -361,27 +361,11 @@ func (s *Set) evict(now time.Time) {
 
 // counts sums the window ending at now.
 func (s *Set) counts(ref Ref, b *breaker, now int64) (fail, req int32) {
-	w := s.cfg[ref.Scope].Window.Milliseconds()
-	for _, sl := range b.window {
-		if sl.start != 0 && sl.start > now-w {
-			fail += sl.fail
-			req += sl.requests
-		}
-	}
-	return fail, req
+	return sumSlots(&b.window, s.cfg[ref.Scope].Window, now)
 }
 
 func (s *Set) count(ref Ref, b *breaker, now int64, failure bool) {
-	width := max(s.cfg[ref.Scope].Window.Milliseconds()/buckets, 1)
-	start := now / width * width
-	sl := &b.window[(now/width)%buckets]
-	if sl.start != start {
-		*sl = slot{start: start}
-	}
-	sl.requests++
-	if failure {
-		sl.fail++
-	}
+	countSlots(&b.window, s.cfg[ref.Scope].Window, now, failure)
 }
 
 func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, o *Outcome) Transition {
@@ -425,7 +409,7 @@ func (s *Set) Record(o Outcome, now time.Time) []Transition {
 	switch b.state {
 	case Closed:
 		fail, req := s.counts(o.Ref, b, ms)
-		if o.Failure && req >= cfg.MinRequests && float64(fail) >= cfg.FailureRatio*float64(req) {
+		if o.Failure && cfg.Trips(fail, req) {
 			ts = append(ts, s.move(o.Ref, b, Open,
 				fmt.Sprintf("%d of %d outcomes failed within %s (ratio >= %v, min %d)", fail, req, cfg.Window, cfg.FailureRatio, cfg.MinRequests), now, &o))
 		}

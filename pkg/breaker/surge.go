@@ -186,6 +186,21 @@ func (s *Surges) Record(ref Ref, class, taskID string, now time.Time) (Surge, bo
 			float64(n)/float64(total), s.cfg.Ratio)}, true
 }
 
+// Counts sums the window of ref ending at now: the events of class (none
+// for a class not watched) and all events of ref. A key never recorded, or
+// forgotten, has none.
+func (s *Surges) Counts(ref Ref, class string, now time.Time) (n, total int32) {
+	k, ok := s.keys[ref]
+	if !ok {
+		return 0, 0
+	}
+	ci, watched := s.index[class]
+	if !watched {
+		ci = -1
+	}
+	return s.counts(k, ci, now.UnixMilli())
+}
+
 // Len returns how many keys the detector keeps.
 func (s *Surges) Len() int { return len(s.keys) }
 
