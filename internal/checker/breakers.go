@@ -125,12 +125,8 @@ func (c *checker) breakers(ts []transition) {
 			tl[len(tl)-1].to = at
 		}
 		cfg := c.breakerConfig(sc)
-		h := codec.ParseBreakerHeaders(t.rec.Headers)
-		latch := e.To == "OPEN" && h.Latched
-		if !h.LatchKnown { // a release before the header: its reasons say it
-			latch = e.To == "OPEN" && (strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(e.Reason, "latched by "))
-		}
-		isAdopted := h.AdoptedFrom != ""
+		latch := latchedOpen(t)
+		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		switch {
 		case isAdopted:
 			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) {
@@ -353,6 +349,19 @@ func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) 
 		c.violate("breaker.latch_items", e.TaskID, "%s reopened at %s when task %s's item was decided, but the item of task %s (opened %s) was still open",
 			ref, stamp(at), e.TaskID, it.task, stamp(it.opened))
 	}
+}
+
+// latchedOpen reports whether a TRANSITION latched its breaker open: its
+// faultrouter.breaker.latched header, or, on a record of a release before
+// that header, what its reason says.
+func latchedOpen(t transition) bool {
+	if t.e.To != "OPEN" {
+		return false
+	}
+	if h := codec.ParseBreakerHeaders(t.rec.Headers); h.LatchKnown {
+		return h.Latched
+	}
+	return strings.HasPrefix(t.e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(t.e.Reason, "latched by ")
 }
 
 // alertKind is what an ALERT is about: its faultrouter.alert header, or, on

@@ -178,6 +178,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck.checkRouted()
 	ck.checkRetries()
 	ck.checkAlerts()
+	ck.latchEverywhere() // latchreach.go
 	ck.checkTombstones() // lifetime.go
 	ck.checkForwarded()  // forward.go
 	ck.checkLedger()     // ledger.go

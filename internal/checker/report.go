@@ -31,6 +31,8 @@ type Report struct {
 	// MaxDecideLagMs is the longest time from an input's production to its
 	// decision; MaxRetryLateMs the latest a retry came out after it could.
 	MaxDecideLagMs, MaxRetryLateMs int64
+	// Latch is what the check that a latch holds everywhere saw.
+	Latch LatchReach
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -177,6 +179,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task\n", r.Forwarded)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
+	fmt.Fprintf(w, "latches: %s\n", r.Latch)
 	if r.Ledger != nil {
 		fmt.Fprintf(w, "ledger: %s\n", r.Ledger)
 	}
