@@ -148,7 +148,10 @@ func (c *checker) latchStretches() map[string][]stretch {
 		slices.SortFunc(ss, func(a, b stretch) int { return a.from.Compare(b.from) })
 		var merged []stretch
 		for _, s := range ss {
-			if n := len(merged); n > 0 && (merged[n-1].to.IsZero() || !s.from.After(merged[n-1].to)) {
+			// an item opened in the millisecond the last one was decided is
+			// a new stretch: one batch may reopen the template and latch it
+			// again, with retries released in between
+			if n := len(merged); n > 0 && (merged[n-1].to.IsZero() || s.from.Before(merged[n-1].to)) {
 				if last := &merged[n-1]; !last.to.IsZero() && (s.to.IsZero() || s.to.After(last.to)) {
 					last.to = s.to
 				}

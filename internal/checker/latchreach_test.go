@@ -105,3 +105,54 @@ func TestLatchHoldsEverywhere(t *testing.T) {
 		t.Fatalf("latch report %+v, want 1 stretch and 1 retry held elsewhere", rep.Latch)
 	}
 }
+
+// Guards how the check tells when a template was latched: the union of its
+// hallucination items' open times; an item opened in the millisecond the
+// last open one was decided begins a new stretch (one batch may reopen the
+// template, release its held retries and latch it again); a reset applied
+// ends the items open then.
+func TestLatchStretches(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
+	reset := func(at time.Time) *input {
+		return &input{kind: inCommand, command: event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: event.BreakerKindReset},
+			audit: &routed{r: event.Routed{Decision: event.Decision{DecidedAt: event.At(at)}}}}
+	}
+	cases := []struct {
+		name   string
+		items  []latchItem
+		resets []time.Time
+		want   [][2]time.Time // from, to (zero: still latched)
+	}{
+		{"overlapping items are one stretch", []latchItem{{task: "h-1", opened: s(0), decided: s(10)}, {task: "h-2", opened: s(5), decided: s(20)}},
+			nil, [][2]time.Time{{s(0), s(20)}}},
+		{"an item opened as the last was decided", []latchItem{{task: "h-1", opened: s(0), decided: s(10)}, {task: "h-2", opened: s(10)}},
+			nil, [][2]time.Time{{s(0), s(10)}, {s(10), {}}}},
+		{"a reset ends the items open then", []latchItem{{task: "h-1", opened: s(0)}, {task: "h-2", opened: s(5)}, {task: "h-3", opened: s(40)}},
+			[]time.Time{s(30)}, [][2]time.Time{{s(0), s(30)}, {s(40), {}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := newChecker(Logs{}, Options{Policy: policy.Default(), Ingress: "in", Decisions: "decisions"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.latchItems["tpl"] = tc.items
+			for i, at := range tc.resets {
+				c.inputs[inputKey{"decisions", 0, int64(i)}] = reset(at)
+			}
+			var got [][2]time.Time
+			for _, st := range c.latchStretches()["tpl"] {
+				got = append(got, [2]time.Time{st.from, st.to})
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("stretches %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if !got[i][0].Equal(tc.want[i][0]) || !got[i][1].Equal(tc.want[i][1]) {
+					t.Fatalf("stretches %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
