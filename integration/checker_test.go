@@ -116,6 +116,14 @@ func TestChecker(t *testing.T) {
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
 	}
+	// breaker.latch_everywhere must have had something to check: templates
+	// latched by a hallucination on one instance while retries of them came
+	// due on another
+	t.Logf("latches: %s", res.rep.Latch)
+	if res.rep.Latch.Stretches == 0 || res.rep.Latch.HeldElsewhere == 0 {
+		t.Fatalf("the run never had a retry of a latched template come due on another instance than the latch's (%s, seed %d): breaker.latch_everywhere checked nothing",
+			res.rep.Latch, seed)
+	}
 }
 
 // knownRouterBugs are checks the router fails today, each with what is
@@ -394,7 +402,9 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	c.start("c")
 	log("scale-up", s, "1 -> 3 instances")
 
-	at(12 * time.Second)
+	// three instances route together until the pause: a latch one of them
+	// sets must hold the retries of the other two (breaker.latch_everywhere)
+	at(22 * time.Second)
 	s = time.Now()
 	pause := 10*time.Second + 6*time.Second // past the session timeout (10 s)
 	b := c.routers["b"]
@@ -407,7 +417,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 		if out, err := exec.Command("../integration/kafka.sh", "brokers").Output(); err != nil || strings.TrimSpace(string(out)) != brokers {
 			t.Fatalf("kafka.sh would restart %q, but the tests run against %q (set FAULTROUTER_KAFKA_PORT)", strings.TrimSpace(string(out)), brokers)
 		}
-		at(30 * time.Second)
+		at(40 * time.Second)
 		s = time.Now()
 		cmd := exec.Command("../integration/kafka.sh", "restart")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -419,7 +429,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 		t.Logf("fault broker-restart skipped: FAULTROUTER_KAFKA_DIR is unset (integration/test.sh sets it)")
 	}
 
-	at(35 * time.Second)
+	at(44 * time.Second)
 	s = time.Now()
 	c.routers["b"].stop(t)
 	c.routers["c"].stop(t)
@@ -430,7 +440,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	// a clean stop marks the partitions released, so the restart trusts its
 	// local state and reads the checkpoints (after a SIGKILL it would wipe
 	// them unread)
-	at(40 * time.Second)
+	at(48 * time.Second)
 	s = time.Now()
 	c.routers["a"].stop(t)
 	corruptCheckpoints(t, c.dirs["a"])

@@ -65,10 +65,11 @@ type stretch struct {
 func (c *checker) latchEverywhere() {
 	stretches := c.latchStretches()
 	latched := c.latchTransitions()
+	routed := c.decisionTimes()
 	for tpl, ss := range stretches {
 		c.rep.Latch.Stretches += len(ss)
 		for _, s := range ss {
-			c.latchAdoption(latched[tpl], s)
+			c.latchAdoption(latched[tpl], routed, s)
 		}
 	}
 	for _, xs := range c.retries {
@@ -178,10 +179,11 @@ func (c *checker) latchedBy(it latchItem) string {
 	return "(unknown)"
 }
 
-// latchAdoption measures how soon each other instance running through
-// stretch s took the latch: its first latched OPEN transition of the
-// template in s (latched: those transitions, in time order).
-func (c *checker) latchAdoption(latched []transition, s stretch) {
+// latchAdoption measures how soon each other instance that went on routing
+// through stretch s took the latch: its first latched OPEN transition of
+// the template in s (latched: those transitions, in time order; routed: the
+// decision times of each instance, decisionTimes).
+func (c *checker) latchAdoption(latched []transition, routed map[string][]time.Time, s stretch) {
 	first := map[string]time.Time{}
 	for _, t := range latched {
 		if t.e.Instance == s.by || t.e.At.Before(s.from) || !s.to.IsZero() && !t.e.At.Before(s.to) {
@@ -192,14 +194,40 @@ func (c *checker) latchAdoption(latched []transition, s stretch) {
 		}
 	}
 	for inst, at := range first {
-		// a process that started meanwhile read the latch when it started
+		// a process that started meanwhile read the latch when it started;
+		// one that decided nothing in between was stopped (or paused) and
+		// takes the latch in its first batch when it goes on
 		if c.process(inst, s.from) != c.process(inst, at) {
+			continue
+		}
+		ts := routed[inst]
+		i, _ := slices.BinarySearchFunc(ts, s.from, time.Time.Compare)
+		for i < len(ts) && !ts[i].After(s.from) {
+			i++
+		}
+		if i == len(ts) || !ts[i].Before(at) {
 			continue
 		}
 		if ms := at.Sub(s.from).Milliseconds(); ms > c.rep.Latch.MaxAdoptMs {
 			c.rep.Latch.MaxAdoptMs = ms
 		}
 	}
+}
+
+// decisionTimes are the times of the audited decisions of each instance,
+// in order.
+func (c *checker) decisionTimes() map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for _, in := range c.inputs {
+		if in.audit != nil {
+			inst := c.instanceOf(in.audit.rec.ProducerID)
+			out[inst] = append(out[inst], in.audit.at())
+		}
+	}
+	for _, ts := range out {
+		slices.SortFunc(ts, time.Time.Compare)
+	}
+	return out
 }
 
 // latchTransitions are, per prompt template, the TRANSITIONs of the alerts
