@@ -328,9 +328,11 @@ type latchItem struct {
 	opened, decided time.Time
 }
 
-// itemSlack is how recent an item another instance opened may be and still
-// be unknown to the instance that reopens its template: the commit interval
-// of the instance that opened it and the delay of the breakers topic.
+// itemSlack is how recent an item may be and still be unknown to the
+// instance that reopens its template: for an item of another instance, how
+// long after the commit of the batch that opened it (its instance's next
+// batch, at the latest): the delay of the breakers topic and that
+// instance's next batch.
 const itemSlack = 5 * time.Second
 
 // lastItem checks that a reviewer's decision that reopened a latched
@@ -342,6 +344,13 @@ func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) 
 	for _, it := range c.latchItems[ref.Key] {
 		if it.task == e.TaskID || !it.opened.Before(at.Add(-itemSlack)) || !it.decided.IsZero() && !it.decided.After(at) {
 			continue
+		}
+		// another instance's item is known here once its batch committed
+		// (latchreach.go), which a broker's restart may hold up
+		if c.latchedBy(it) != e.Instance {
+			if com := c.committed(it); com.IsZero() || !com.Before(at.Add(-itemSlack)) {
+				continue
+			}
 		}
 		if slices.ContainsFunc(c.resetCommands[ref], func(r time.Time) bool { return !r.Before(it.opened) && !r.After(at) }) {
 			continue

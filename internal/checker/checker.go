@@ -147,6 +147,8 @@ type checker struct {
 	forwarded map[inputKey]inputKey
 	// pubs are the publication times of each task's retries (lifetime.go)
 	pubs map[string][]published
+	// batches are the times each instance's batches ran (latchreach.go)
+	batches map[string][]time.Time
 }
 
 // taskRun is the model's walk of one task.

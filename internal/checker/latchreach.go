@@ -12,22 +12,24 @@ import (
 )
 
 // A latch holds everywhere (breaker.latch_everywhere). A hallucination
-// routed on one instance latches its prompt template there; the latch
-// reaches the other instances through the breakers topic (and the LATCH
-// command on every decisions partition) once the batch's transaction
-// commits. So, whichever instance routes it, no retry into the template is
-// published later than latchReach after the hallucination was decided, until
-// the template is free again: every hallucination item of it opened since is
-// decided (or its task re-driven), or a reset (by hand, or the one a
-// reviewer's decision of the last item writes) was applied on some instance.
-// The per-instance checks (breakers.go) see only what each instance's own
+// routed on one instance latches its prompt template there, and opens a
+// latch item; both reach the other instances through the breakers topic
+// (and the LATCH command on every decisions partition) once the batch's
+// transaction commits. So, whichever instance routes it, no retry into the
+// template is published later than latchReach after that commit, until the
+// item is decided (or its task re-driven) or a reset (by hand, or the one a
+// reviewer's decision of the last open item writes) was applied on some
+// instance. The commit is not in the logs; the instance's next batch is
+// (its next decision or retry publication), and a batch begins only after
+// the one before committed: that is the commit's time, at the latest. The
+// per-instance checks (breakers.go) see what each instance's own
 // transitions say; this one reads the latch from the model's items, so it
 // also catches an instance that never heard of the latch.
 
-// latchReach bounds how long after a hallucination's decision every instance
-// holds its template: the batch's commit (the router's --max-batch-latency,
-// 500 ms by default), the breakers topic's delivery to the other instances,
-// and their next batch (--tick, 200 ms), with room for a loaded machine.
+// latchReach bounds how long after the commit of a hallucination's batch
+// every instance holds its template: the breakers topic's delivery to the
+// other instances and their next batch (--tick, 200 ms by default), with
+// room for a loaded machine.
 const latchReach = 5 * time.Second
 
 // LatchReach is what the latch_everywhere check saw.
@@ -36,14 +38,14 @@ type LatchReach struct {
 	// from a hallucination's decision until the template was free again.
 	Stretches int
 	// HeldElsewhere counts the retries of a latched template that came due
-	// inside a stretch, past latchReach, and were decided on another
-	// instance than the one whose hallucination latched it: the retries only
-	// the shared latch holds.
+	// while an item held it, past latchReach after its commit, and were
+	// decided on another instance than the one that opened the item: the
+	// retries only the shared latch holds.
 	HeldElsewhere int
 	// MaxAdoptMs is the latest, in ms after a stretch began, that another
-	// running instance took the latch (a latched OPEN of its own, adopted
-	// or from the LATCH command); instances that started or were stopped
-	// meanwhile are left out.
+	// instance took the latch (a latched OPEN of its own, adopted or from
+	// the LATCH command), among those that went on deciding meanwhile
+	// (neither started, stopped nor paused then).
 	MaxAdoptMs int64
 }
 
@@ -52,24 +54,33 @@ func (l LatchReach) String() string {
 		l.Stretches, l.HeldElsewhere, l.MaxAdoptMs)
 }
 
+// hold is one latch item's hold on its template: from the decision of its
+// hallucination (from) on instance by, committed by then at the latest
+// (zero: unknown), until it was decided or a reset applied (to, zero while
+// it lasts).
+type hold struct {
+	task, by            string
+	from, committed, to time.Time
+}
+
 // stretch is a time a prompt template was latched: [from, to), to zero
 // while it lasts; by is the instance whose hallucination began it.
 type stretch struct {
 	from, to time.Time
 	by       string
-	task     string
 }
 
 // latchEverywhere checks every retry published into a prompt template
-// against the stretches the template was latched, on any instance.
+// against the holds of the template's latch items, on any instance.
 func (c *checker) latchEverywhere() {
-	stretches := c.latchStretches()
+	batches := c.batchTimes()
+	holds := c.latchHolds()
 	latched := c.latchTransitions()
-	routed := c.decisionTimes()
-	for tpl, ss := range stretches {
+	for tpl, hs := range holds {
+		ss := stretches(hs)
 		c.rep.Latch.Stretches += len(ss)
 		for _, s := range ss {
-			c.latchAdoption(latched[tpl], routed, s)
+			c.latchAdoption(latched[tpl], batches, s)
 		}
 	}
 	for _, xs := range c.retries {
@@ -78,8 +89,9 @@ func (c *checker) latchEverywhere() {
 				if ref.Scope != breaker.PromptTemplate {
 					continue
 				}
-				for _, s := range stretches[ref.Key] {
-					c.retryInLatch(x, ref, s)
+				counted := false
+				for _, h := range holds[ref.Key] {
+					counted = c.retryInLatch(x, ref, h, counted) || counted
 				}
 			}
 		}
@@ -87,27 +99,30 @@ func (c *checker) latchEverywhere() {
 }
 
 // retryInLatch checks the publications of retry x into template ref against
-// one stretch s of its latch, and counts x when only the shared latch held it.
-func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, s stretch) {
-	held := s.from.Add(latchReach)
+// one hold h of its latch, and counts x when only the shared latch held it
+// (unless counted already); it reports whether it counted x.
+func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, h hold, counted bool) bool {
+	if h.committed.IsZero() {
+		return false
+	}
+	held := h.committed.Add(latchReach)
 	for _, p := range x.published {
 		at := p.at()
-		if at.After(held) && (s.to.IsZero() || at.Before(s.to)) {
-			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched since %s on instance %s by task %s's hallucination (bound %s)",
-				x.n, stamp(at), c.instanceOf(p.rec.ProducerID), ref, stamp(s.from), s.by, s.task, latchReach)
+		if at.After(held) && (h.to.IsZero() || at.Before(h.to)) {
+			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched since %s on instance %s by task %s's hallucination (committed by %s; bound %s)",
+				x.n, stamp(at), c.instanceOf(p.rec.ProducerID), ref, stamp(h.from), h.by, h.task, stamp(h.committed), latchReach)
 		}
 	}
 	due := x.notBefore
 	if x.decided.After(due) {
 		due = x.decided
 	}
-	if x.input == nil || x.input.audit == nil || !due.After(held) || !s.to.IsZero() && !due.Before(s.to) ||
-		x.superseded != nil && !x.superseded.After(due) {
-		return
+	if counted || x.input == nil || x.input.audit == nil || !due.After(held) || !h.to.IsZero() && !due.Before(h.to) ||
+		x.superseded != nil && !x.superseded.After(due) || c.instanceOf(x.input.audit.rec.ProducerID) == h.by {
+		return false
 	}
-	if by := c.instanceOf(x.input.audit.rec.ProducerID); by != s.by {
-		c.rep.Latch.HeldElsewhere++
-	}
+	c.rep.Latch.HeldElsewhere++
+	return true
 }
 
 // instanceOf names the instance of a producer ID, as its alerts do.
@@ -118,10 +133,9 @@ func (c *checker) instanceOf(producer int64) string {
 	return fmt.Sprintf("(producer %d)", producer)
 }
 
-// latchStretches are, per prompt template, the stretches it was latched, in
-// time order: the union of its hallucination items' open times, each cut
-// short by the first reset applied after it opened.
-func (c *checker) latchStretches() map[string][]stretch {
+// latchHolds are, per prompt template, the holds of its latch items, each
+// cut short by the first reset applied after it opened.
+func (c *checker) latchHolds() map[string][]hold {
 	resets := map[string][]time.Time{} // when a RESET of a template was applied, per template
 	for _, in := range c.inputs {
 		if in.kind != inCommand || in.audit == nil || in.command.Kind != event.BreakerKindReset {
@@ -131,40 +145,50 @@ func (c *checker) latchStretches() map[string][]stretch {
 			resets[ref.Key] = append(resets[ref.Key], in.audit.at())
 		}
 	}
-	out := map[string][]stretch{}
+	out := map[string][]hold{}
 	for tpl, items := range c.latchItems {
 		rs := resets[tpl]
 		slices.SortFunc(rs, time.Time.Compare)
-		var ss []stretch
 		for _, it := range items {
-			s := stretch{from: it.opened, to: it.decided, by: c.latchedBy(it), task: it.task}
-			if i, _ := slices.BinarySearchFunc(rs, it.opened, time.Time.Compare); i < len(rs) && (s.to.IsZero() || rs[i].Before(s.to)) {
-				s.to = rs[i]
+			h := hold{task: it.task, by: c.latchedBy(it), from: it.opened, committed: c.committed(it), to: it.decided}
+			if i, _ := slices.BinarySearchFunc(rs, it.opened, time.Time.Compare); i < len(rs) && (h.to.IsZero() || rs[i].Before(h.to)) {
+				h.to = rs[i]
 			}
-			if !s.to.IsZero() && !s.to.After(s.from) {
+			if !h.to.IsZero() && !h.to.After(h.from) {
 				continue
 			}
-			ss = append(ss, s)
+			out[tpl] = append(out[tpl], h)
 		}
-		slices.SortFunc(ss, func(a, b stretch) int { return a.from.Compare(b.from) })
-		var merged []stretch
-		for _, s := range ss {
-			// an item opened in the millisecond the last one was decided is
-			// a new stretch: one batch may reopen the template and latch it
-			// again, with retries released in between
-			if n := len(merged); n > 0 && (merged[n-1].to.IsZero() || s.from.Before(merged[n-1].to)) {
-				if last := &merged[n-1]; !last.to.IsZero() && (s.to.IsZero() || s.to.After(last.to)) {
-					last.to = s.to
-				}
-				continue
-			}
-			merged = append(merged, s)
-		}
-		if len(merged) > 0 {
-			out[tpl] = merged
-		}
+		slices.SortFunc(out[tpl], func(a, b hold) int { return a.from.Compare(b.from) })
 	}
 	return out
+}
+
+// stretches are the times a template was latched: the union of its holds
+// (in order of from). A hold that begins in the millisecond the one before
+// ended begins a new stretch: one batch may reopen the template, release
+// its held retries and latch it again.
+func stretches(hs []hold) []stretch {
+	var out []stretch
+	for _, h := range hs {
+		if n := len(out); n > 0 && (out[n-1].to.IsZero() || h.from.Before(out[n-1].to)) {
+			if last := &out[n-1]; !last.to.IsZero() && (h.to.IsZero() || h.to.After(last.to)) {
+				last.to = h.to
+			}
+			continue
+		}
+		out = append(out, stretch{from: h.from, to: h.to, by: h.by})
+	}
+	return out
+}
+
+// after is the index of the first time in ts (in order) after t.
+func after(ts []time.Time, t time.Time) int {
+	i, _ := slices.BinarySearchFunc(ts, t, time.Time.Compare)
+	for i < len(ts) && !ts[i].After(t) {
+		i++
+	}
+	return i
 }
 
 // latchedBy is the instance that routed the hallucination of a latch item.
@@ -179,11 +203,11 @@ func (c *checker) latchedBy(it latchItem) string {
 	return "(unknown)"
 }
 
-// latchAdoption measures how soon each other instance that went on routing
-// through stretch s took the latch: its first latched OPEN transition of
-// the template in s (latched: those transitions, in time order; routed: the
-// decision times of each instance, decisionTimes).
-func (c *checker) latchAdoption(latched []transition, routed map[string][]time.Time, s stretch) {
+// latchAdoption measures how soon each other instance that went on
+// deciding through stretch s took the latch: its first latched OPEN
+// transition of the template in s (latched: those transitions, in time
+// order; batches: each instance's batch times, batchTimes).
+func (c *checker) latchAdoption(latched []transition, batches map[string][]time.Time, s stretch) {
 	first := map[string]time.Time{}
 	for _, t := range latched {
 		if t.e.Instance == s.by || t.e.At.Before(s.from) || !s.to.IsZero() && !t.e.At.Before(s.to) {
@@ -195,17 +219,12 @@ func (c *checker) latchAdoption(latched []transition, routed map[string][]time.T
 	}
 	for inst, at := range first {
 		// a process that started meanwhile read the latch when it started;
-		// one that decided nothing in between was stopped (or paused) and
+		// one that ran no batch in between was stopped (or paused) and
 		// takes the latch in its first batch when it goes on
 		if c.process(inst, s.from) != c.process(inst, at) {
 			continue
 		}
-		ts := routed[inst]
-		i, _ := slices.BinarySearchFunc(ts, s.from, time.Time.Compare)
-		for i < len(ts) && !ts[i].After(s.from) {
-			i++
-		}
-		if i == len(ts) || !ts[i].Before(at) {
+		if ts := batches[inst]; after(ts, s.from) == len(ts) || !ts[after(ts, s.from)].Before(at) {
 			continue
 		}
 		if ms := at.Sub(s.from).Milliseconds(); ms > c.rep.Latch.MaxAdoptMs {
@@ -214,19 +233,45 @@ func (c *checker) latchAdoption(latched []transition, routed map[string][]time.T
 	}
 }
 
-// decisionTimes are the times of the audited decisions of each instance,
-// in order.
-func (c *checker) decisionTimes() map[string][]time.Time {
+// committed is when the batch that opened latch item it had committed, at
+// the latest: the next batch its instance ran. Zero when there is none in
+// the logs.
+func (c *checker) committed(it latchItem) time.Time {
+	ts := c.batchTimes()[c.latchedBy(it)]
+	if i := after(ts, it.opened); i < len(ts) {
+		return ts[i]
+	}
+	return time.Time{}
+}
+
+// batchTimes are, per instance, the times its batches ran, in order: the
+// times of its audited decisions and of its retry publications.
+func (c *checker) batchTimes() map[string][]time.Time {
+	if c.batches != nil {
+		return c.batches
+	}
 	out := map[string][]time.Time{}
+	add := func(r *routed) {
+		inst := c.instanceOf(r.rec.ProducerID)
+		out[inst] = append(out[inst], r.at())
+	}
 	for _, in := range c.inputs {
 		if in.audit != nil {
-			inst := c.instanceOf(in.audit.rec.ProducerID)
-			out[inst] = append(out[inst], in.audit.at())
+			add(in.audit)
 		}
 	}
-	for _, ts := range out {
-		slices.SortFunc(ts, time.Time.Compare)
+	for _, xs := range c.retries {
+		for _, x := range xs {
+			for _, p := range x.published {
+				add(p)
+			}
+		}
 	}
+	for inst, ts := range out {
+		slices.SortFunc(ts, time.Time.Compare)
+		out[inst] = slices.CompactFunc(ts, time.Time.Equal)
+	}
+	c.batches = out
 	return out
 }
 

@@ -42,6 +42,15 @@ func latchElsewhereRun(t *testing.T, publish time.Duration) *Report {
 		Reason: "MODEL_HALLUCINATION: open until a person resets it", Class: event.ClassHallucination, TaskID: "h-1",
 		Instance: "a", At: hd.DecidedAt}, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte("true")})
 
+	// a: a success of another task 5 s later, in the batch after the one
+	// that latched: that one had committed by then
+	ok := timeout("s-1", "e-s", 1, b.t0.Add(5*time.Second))
+	ok.Stage, ok.Status, ok.Error = event.StageModel, event.StatusOK, nil
+	ok.Output = &event.Output{Text: "Done.", SchemaValid: ptrTo(true), Confidence: ptrTo(0.9)}
+	var sst task.State
+	sin := b.input(1, ok)
+	b.routed("audit", sin, &ok, audited(p.Decide(&ok, &sst, sin.Timestamp.Add(100*time.Millisecond))))
+
 	// b: a timeout of t-1 (template tpl) 10 s later, and its retry
 	tmo := timeout("t-1", "e-1", 1, b.t0.Add(10*time.Second))
 	tmo.PromptTemplate = "tpl"
@@ -116,7 +125,7 @@ func TestLatchStretches(t *testing.T) {
 	s := func(d int) time.Time { return t0.Add(time.Duration(d) * time.Second) }
 	reset := func(at time.Time) *input {
 		return &input{kind: inCommand, command: event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: event.BreakerKindReset},
-			audit: &routed{r: event.Routed{Decision: event.Decision{DecidedAt: event.At(at)}}}}
+			audit: &routed{rec: &kgo.Record{}, r: event.Routed{Decision: event.Decision{DecidedAt: event.At(at)}}}}
 	}
 	cases := []struct {
 		name   string
@@ -142,7 +151,7 @@ func TestLatchStretches(t *testing.T) {
 				c.inputs[inputKey{"decisions", 0, int64(i)}] = reset(at)
 			}
 			var got [][2]time.Time
-			for _, st := range c.latchStretches()["tpl"] {
+			for _, st := range stretches(c.latchHolds()["tpl"]) {
 				got = append(got, [2]time.Time{st.from, st.to})
 			}
 			if len(got) != len(tc.want) {
