@@ -52,6 +52,10 @@ type checkerConfig struct {
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
 	// routerArgs are extra flags of every router instance
 	routerArgs []string
+	// previous is a build of the previous release that some instances run:
+	// its latches live in one process's memory, so breaker.latch_everywhere
+	// leaves its processes out (checker.Options.SharesLatches)
+	previous string
 	// partitionsChange: the schedule adds partitions, so the model cannot
 	// tell a task's partition from its key (checker.Options.Partitions 0)
 	// and takes the router's forwarded copies as what was misplaced
@@ -193,7 +197,8 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		bin = cfg.binary
 	}
 	pol := policy.Default()
-	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{},
+		bins: map[string][]string{}}
 	if cfg.compressed {
 		var path string
 		path, pol = compressedPolicy(t)
@@ -232,6 +237,9 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		Starts: c.starts, Partitions: 3}
 	if cfg.partitionsChange {
 		opts.Partitions = 0
+	}
+	if cfg.previous != "" {
+		opts.SharesLatches = func(instance string, at time.Time) bool { return c.binAt(instance, at) != cfg.previous }
 	}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is
@@ -355,6 +363,18 @@ type cluster struct {
 	dirs    map[string]string
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started
+	bins    map[string][]string    // and the router binary it ran
+}
+
+// binAt is the router binary the process of instance that ran at t ran.
+func (c *cluster) binAt(instance string, t time.Time) string {
+	bin := ""
+	for i, s := range c.starts[instance] {
+		if !s.After(t) {
+			bin = c.bins[instance][i]
+		}
+	}
+	return bin
 }
 
 func (c *cluster) start(name string) *router {
@@ -369,6 +389,7 @@ func (c *cluster) startBin(name, bin string) *router {
 		c.dirs[name] = c.t.TempDir()
 	}
 	c.starts[name] = append(c.starts[name], time.Now())
+	c.bins[name] = append(c.bins[name], bin)
 	r := c.e.startRouterBin(bin, name, c.dirs[name], c.args...)
 	c.routers[name] = r
 	return r

@@ -69,6 +69,13 @@ type Options struct {
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
 	Starts map[string][]time.Time
+	// SharesLatches reports whether the router process of an instance that
+	// ran at a time shares its latches with the other instances (a release
+	// with the breakers topic and its latch items). Nil: every process does.
+	// A run that mixes in an older release leaves that release's latches, and
+	// the retries it published, out of breaker.latch_everywhere (the
+	// per-instance checks still apply).
+	SharesLatches func(instance string, at time.Time) bool
 }
 
 // inputKind is what one input record is.

@@ -108,6 +108,9 @@ func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, h hold, counted 
 	held := h.committed.Add(latchReach)
 	for _, p := range x.published {
 		at := p.at()
+		if !c.sharesLatches(c.instanceOf(p.rec.ProducerID), at) {
+			continue
+		}
 		if at.After(held) && (h.to.IsZero() || at.Before(h.to)) {
 			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched since %s on instance %s by task %s's hallucination (committed by %s; bound %s)",
 				x.n, stamp(at), c.instanceOf(p.rec.ProducerID), ref, stamp(h.from), h.by, h.task, stamp(h.committed), latchReach)
@@ -123,6 +126,12 @@ func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, h hold, counted 
 	}
 	c.rep.Latch.HeldElsewhere++
 	return true
+}
+
+// sharesLatches reports whether the process of instance that ran at t
+// shares its latches (Options.SharesLatches).
+func (c *checker) sharesLatches(instance string, t time.Time) bool {
+	return c.o.SharesLatches == nil || c.o.SharesLatches(instance, t)
 }
 
 // instanceOf names the instance of a producer ID, as its alerts do.
@@ -154,7 +163,7 @@ func (c *checker) latchHolds() map[string][]hold {
 			if i, _ := slices.BinarySearchFunc(rs, it.opened, time.Time.Compare); i < len(rs) && (h.to.IsZero() || rs[i].Before(h.to)) {
 				h.to = rs[i]
 			}
-			if !h.to.IsZero() && !h.to.After(h.from) {
+			if !h.to.IsZero() && !h.to.After(h.from) || !c.sharesLatches(h.by, h.from) {
 				continue
 			}
 			out[tpl] = append(out[tpl], h)
