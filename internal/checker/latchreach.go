@@ -86,46 +86,44 @@ func (c *checker) latchEverywhere() {
 	for _, xs := range c.retries {
 		for _, x := range xs {
 			for _, ref := range x.refs {
-				if ref.Scope != breaker.PromptTemplate {
-					continue
-				}
-				counted := false
-				for _, h := range holds[ref.Key] {
-					counted = c.retryInLatch(x, ref, h, counted) || counted
+				if ref.Scope == breaker.PromptTemplate {
+					c.retryInLatch(x, ref, holds[ref.Key])
 				}
 			}
 		}
 	}
 }
 
-// retryInLatch checks the publications of retry x into template ref against
-// one hold h of its latch, and counts x when only the shared latch held it
-// (unless counted already); it reports whether it counted x.
-func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, h hold, counted bool) bool {
-	if h.committed.IsZero() {
-		return false
+// retryInLatch checks each publication of retry x into template ref against
+// the holds of the template's latch (reporting it once), and counts x when
+// it came due while a hold of another instance's item held it.
+func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, holds []hold) {
+	// holding reports whether h held the template everywhere at t
+	holding := func(h hold, t time.Time) bool {
+		return !h.committed.IsZero() && t.After(h.committed.Add(latchReach)) && (h.to.IsZero() || t.Before(h.to))
 	}
-	held := h.committed.Add(latchReach)
 	for _, p := range x.published {
-		at := p.at()
-		if !c.sharesLatches(c.instanceOf(p.rec.ProducerID), at) {
+		at, inst := p.at(), c.instanceOf(p.rec.ProducerID)
+		if !c.sharesLatches(inst, at) {
 			continue
 		}
-		if at.After(held) && (h.to.IsZero() || at.Before(h.to)) {
+		if i := slices.IndexFunc(holds, func(h hold) bool { return holding(h, at) }); i >= 0 {
+			h := holds[i]
 			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched since %s on instance %s by task %s's hallucination (committed by %s; bound %s)",
-				x.n, stamp(at), c.instanceOf(p.rec.ProducerID), ref, stamp(h.from), h.by, h.task, stamp(h.committed), latchReach)
+				x.n, stamp(at), inst, ref, stamp(h.from), h.by, h.task, stamp(h.committed), latchReach)
 		}
 	}
 	due := x.notBefore
 	if x.decided.After(due) {
 		due = x.decided
 	}
-	if counted || x.input == nil || x.input.audit == nil || !due.After(held) || !h.to.IsZero() && !due.Before(h.to) ||
-		x.superseded != nil && !x.superseded.After(due) || c.instanceOf(x.input.audit.rec.ProducerID) == h.by {
-		return false
+	if x.input == nil || x.input.audit == nil || x.superseded != nil && !x.superseded.After(due) {
+		return
 	}
-	c.rep.Latch.HeldElsewhere++
-	return true
+	by := c.instanceOf(x.input.audit.rec.ProducerID)
+	if slices.ContainsFunc(holds, func(h hold) bool { return h.by != by && holding(h, due) }) {
+		c.rep.Latch.HeldElsewhere++
+	}
 }
 
 // sharesLatches reports whether the process of instance that ran at t
