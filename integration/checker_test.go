@@ -112,7 +112,8 @@ func checkerSeed(t *testing.T) uint64 {
 // policy computes from the committed input log, task by task: one audit
 // record per input with the model's decision, every retry once and when due,
 // every review, dead-letter and alert record and no other, breakers
-// consistent with the audit stream.
+// consistent with the audit stream, and a latch one of the three instances
+// sets holding the retries of the other two.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true})

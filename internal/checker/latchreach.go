@@ -44,8 +44,9 @@ type LatchReach struct {
 	HeldElsewhere int
 	// MaxAdoptMs is the latest, in ms after a stretch began, that another
 	// instance took the latch (a latched OPEN of its own, adopted or from
-	// the LATCH command), among those that went on deciding meanwhile
-	// (neither started, stopped nor paused then).
+	// the LATCH command), among those that kept running batches: its batch
+	// before the one that took the latch ran at most a second earlier (not
+	// a process that started, was paused or waited for the broker then).
 	MaxAdoptMs int64
 }
 
@@ -226,12 +227,14 @@ func (c *checker) latchAdoption(latched []transition, batches map[string][]time.
 	}
 	for inst, at := range first {
 		// a process that started meanwhile read the latch when it started;
-		// one that ran no batch in between was stopped (or paused) and
-		// takes the latch in its first batch when it goes on
+		// one that was paused, or waited for the broker, takes it in its
+		// first batch when it goes on
 		if c.process(inst, s.from) != c.process(inst, at) {
 			continue
 		}
-		if ts := batches[inst]; after(ts, s.from) == len(ts) || !ts[after(ts, s.from)].Before(at) {
+		ts := batches[inst]
+		i, _ := slices.BinarySearchFunc(ts, at, time.Time.Compare) // ts[i-1]: its batch before
+		if i == 0 || at.Sub(ts[i-1]) > time.Second {
 			continue
 		}
 		if ms := at.Sub(s.from).Milliseconds(); ms > c.rep.Latch.MaxAdoptMs {
