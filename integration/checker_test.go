@@ -56,6 +56,10 @@ type checkerConfig struct {
 	// but not for ingress (the routers run with --max-record-bytes 1 MiB):
 	// each must be dead-lettered at stage write, and its partition route on
 	unwritable bool
+	// previous is a build of the previous release that some instances run:
+	// its latches live in one process's memory, so breaker.latch_everywhere
+	// leaves its processes out (checker.Options.SharesLatches)
+	previous string
 	// partitionsChange: the schedule adds partitions, so the model cannot
 	// tell a task's partition from its key (checker.Options.Partitions 0)
 	// and takes the router's forwarded copies as what was misplaced
@@ -112,13 +116,22 @@ func checkerSeed(t *testing.T) uint64 {
 // policy computes from the committed input log, task by task: one audit
 // record per input with the model's decision, every retry once and when due,
 // every review, dead-letter and alert record and no other, breakers
-// consistent with the audit stream.
+// consistent with the audit stream, and a latch one of the three instances
+// sets holding the retries of the other two.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
+	}
+	// breaker.latch_everywhere must have had something to check: templates
+	// latched by a hallucination on one instance while retries of them came
+	// due on another
+	t.Logf("latches: %s", res.rep.Latch)
+	if res.rep.Latch.Stretches == 0 || res.rep.Latch.HeldElsewhere == 0 {
+		t.Fatalf("the run never had a retry of a latched template come due on another instance than the latch's (%s, seed %d): breaker.latch_everywhere checked nothing",
+			res.rep.Latch, seed)
 	}
 }
 
@@ -189,7 +202,8 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		bin = cfg.binary
 	}
 	pol := policy.Default()
-	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{}}
+	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{},
+		bins: map[string][]string{}}
 	if cfg.compressed {
 		var path string
 		path, pol = compressedPolicy(t)
@@ -238,6 +252,9 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	}
 	if cfg.partitionsChange {
 		opts.Partitions = 0
+	}
+	if cfg.previous != "" {
+		opts.SharesLatches = func(instance string, at time.Time) bool { return c.binAt(instance, at) != cfg.previous }
 	}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is
@@ -403,6 +420,18 @@ type cluster struct {
 	dirs    map[string]string
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started
+	bins    map[string][]string    // and the router binary it ran
+}
+
+// binAt is the router binary the process of instance that ran at t ran.
+func (c *cluster) binAt(instance string, t time.Time) string {
+	bin := ""
+	for i, s := range c.starts[instance] {
+		if !s.After(t) {
+			bin = c.bins[instance][i]
+		}
+	}
+	return bin
 }
 
 func (c *cluster) start(name string) *router {
@@ -417,6 +446,7 @@ func (c *cluster) startBin(name, bin string) *router {
 		c.dirs[name] = c.t.TempDir()
 	}
 	c.starts[name] = append(c.starts[name], time.Now())
+	c.bins[name] = append(c.bins[name], bin)
 	r := c.e.startRouterBin(bin, name, c.dirs[name], c.args...)
 	c.routers[name] = r
 	return r
@@ -450,7 +480,9 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	c.start("c")
 	log("scale-up", s, "1 -> 3 instances")
 
-	at(12 * time.Second)
+	// three instances route together until the pause: a latch one of them
+	// sets must hold the retries of the other two (breaker.latch_everywhere)
+	at(22 * time.Second)
 	s = time.Now()
 	pause := 10*time.Second + 6*time.Second // past the session timeout (10 s)
 	b := c.routers["b"]
@@ -463,7 +495,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 		if out, err := exec.Command("../integration/kafka.sh", "brokers").Output(); err != nil || strings.TrimSpace(string(out)) != brokers {
 			t.Fatalf("kafka.sh would restart %q, but the tests run against %q (set FAULTROUTER_KAFKA_PORT)", strings.TrimSpace(string(out)), brokers)
 		}
-		at(30 * time.Second)
+		at(40 * time.Second)
 		s = time.Now()
 		cmd := exec.Command("../integration/kafka.sh", "restart")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -475,7 +507,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 		t.Logf("fault broker-restart skipped: FAULTROUTER_KAFKA_DIR is unset (integration/test.sh sets it)")
 	}
 
-	at(35 * time.Second)
+	at(44 * time.Second)
 	s = time.Now()
 	c.routers["b"].stop(t)
 	c.routers["c"].stop(t)
@@ -486,7 +518,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	// a clean stop marks the partitions released, so the restart trusts its
 	// local state and reads the checkpoints (after a SIGKILL it would wipe
 	// them unread)
-	at(40 * time.Second)
+	at(48 * time.Second)
 	s = time.Now()
 	c.routers["a"].stop(t)
 	corruptCheckpoints(t, c.dirs["a"])

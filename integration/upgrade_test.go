@@ -77,7 +77,7 @@ func TestUpgradeAndRollback(t *testing.T) {
 		})
 		return st.done
 	}
-	res := runChecker(t, checkerConfig{seed: seed, tasks: 12_000, duration: 25 * time.Second, binary: old, schedule: roll})
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 12_000, duration: 25 * time.Second, binary: old, previous: old, schedule: roll})
 	printSummary(os.Stdout, []checkerResult{res})
 	total := 0
 	for _, n := range res.rep.ViolationsByCheck {

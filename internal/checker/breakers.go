@@ -125,12 +125,8 @@ func (c *checker) breakers(ts []transition) {
 			tl[len(tl)-1].to = at
 		}
 		cfg := c.breakerConfig(sc)
-		h := codec.ParseBreakerHeaders(t.rec.Headers)
-		latch := e.To == "OPEN" && h.Latched
-		if !h.LatchKnown { // a release before the header: its reasons say it
-			latch = e.To == "OPEN" && (strings.HasPrefix(e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(e.Reason, "latched by "))
-		}
-		isAdopted := h.AdoptedFrom != ""
+		latch := latchedOpen(t)
+		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		switch {
 		case isAdopted:
 			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) {
@@ -332,9 +328,11 @@ type latchItem struct {
 	opened, decided time.Time
 }
 
-// itemSlack is how recent an item another instance opened may be and still
-// be unknown to the instance that reopens its template: the commit interval
-// of the instance that opened it and the delay of the breakers topic.
+// itemSlack is how recent an item may be and still be unknown to the
+// instance that reopens its template: for an item of another instance, how
+// long after the commit of the batch that opened it (its instance's next
+// batch, at the latest): the delay of the breakers topic and that
+// instance's next batch.
 const itemSlack = 5 * time.Second
 
 // lastItem checks that a reviewer's decision that reopened a latched
@@ -347,12 +345,32 @@ func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) 
 		if it.task == e.TaskID || !it.opened.Before(at.Add(-itemSlack)) || !it.decided.IsZero() && !it.decided.After(at) {
 			continue
 		}
+		// another instance's item is known here once its batch committed
+		// (latchreach.go), which a broker's restart may hold up
+		if c.latchedBy(it) != e.Instance {
+			if com := c.committed(it); com.IsZero() || !com.Before(at.Add(-itemSlack)) {
+				continue
+			}
+		}
 		if slices.ContainsFunc(c.resetCommands[ref], func(r time.Time) bool { return !r.Before(it.opened) && !r.After(at) }) {
 			continue
 		}
 		c.violate("breaker.latch_items", e.TaskID, "%s reopened at %s when task %s's item was decided, but the item of task %s (opened %s) was still open",
 			ref, stamp(at), e.TaskID, it.task, stamp(it.opened))
 	}
+}
+
+// latchedOpen reports whether a TRANSITION latched its breaker open: its
+// faultrouter.breaker.latched header, or, on a record of a release before
+// that header, what its reason says.
+func latchedOpen(t transition) bool {
+	if t.e.To != "OPEN" {
+		return false
+	}
+	if h := codec.ParseBreakerHeaders(t.rec.Headers); h.LatchKnown {
+		return h.Latched
+	}
+	return strings.HasPrefix(t.e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(t.e.Reason, "latched by ")
 }
 
 // alertKind is what an ALERT is about: its faultrouter.alert header, or, on

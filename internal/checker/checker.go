@@ -74,6 +74,13 @@ type Options struct {
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
 	Starts map[string][]time.Time
+	// SharesLatches reports whether the router process of an instance that
+	// ran at a time shares its latches with the other instances (a release
+	// with the breakers topic and its latch items). Nil: every process does.
+	// A run that mixes in an older release leaves that release's latches, and
+	// the retries it published, out of breaker.latch_everywhere (the
+	// per-instance checks still apply).
+	SharesLatches func(instance string, at time.Time) bool
 }
 
 // inputKind is what one input record is.
@@ -153,6 +160,8 @@ type checker struct {
 	forwarded map[inputKey]inputKey
 	// pubs are the publication times of each task's retries (lifetime.go)
 	pubs map[string][]published
+	// batches are the times each instance's batches ran (latchreach.go)
+	batches map[string][]time.Time
 }
 
 // taskRun is the model's walk of one task.
@@ -185,6 +194,7 @@ func Check(logs Logs, o Options) (*Report, error) {
 	ck.checkRetries()
 	ck.checkAlerts()
 	ck.checkMissing()    // missing.go
+	ck.latchEverywhere() // latchreach.go
 	ck.checkTombstones() // lifetime.go
 	ck.checkForwarded()  // forward.go
 	ck.checkLedger()     // ledger.go

@@ -29,6 +29,10 @@
 //     by hallucinations reopens at a reviewer's decision only when no other
 //     hallucination item of it is open (transitions adopted from another
 //     instance and latches are told by their faultrouter.breaker.* headers);
+//   - a latch holds everywhere (latchreach.go): once the batch of a
+//     hallucination that latched its template on one instance committed, no
+//     instance publishes a retry into it later than 5 s after, until its
+//     item is decided or a reset;
 //   - a record the router forwarded to its task's partition (its copy names
 //     it in faultrouter.forwarded.from) is audited partition.forward, and the
 //     copy is the input the task's model follows;

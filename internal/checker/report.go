@@ -46,6 +46,8 @@ type Report struct {
 	// not recomputed: they wrote nothing to the alerts topic, or wrote it
 	// as an earlier build.
 	ProcessesUnchecked int
+	// Latch is what the check that a latch holds everywhere saw.
+	Latch LatchReach
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
@@ -194,6 +196,7 @@ func (r *Report) WriteText(w io.Writer) {
 		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed, r.ProcessesUnchecked)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
+	fmt.Fprintf(w, "latches: %s\n", r.Latch)
 	if r.Ledger != nil {
 		fmt.Fprintf(w, "ledger: %s\n", r.Ledger)
 	}
