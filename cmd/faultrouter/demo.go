@@ -177,7 +177,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			switch rec.Topic {
 			case cfg.Topics.Alerts:
 				if b, err := c.DecodeBreakerEvent(rec.Value); err == nil {
-					rs.alert(b)
+					rs.alert(b, codec.ParseBreakerHeaders(rec.Headers).Latched)
 				}
 				return
 			case cfg.Topics.Retry:

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/console"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
@@ -32,14 +33,16 @@ type retryStory struct {
 	lastRetry   map[string]*event.Routed
 	retryAt     map[string]time.Time
 	publishedAt map[string]time.Time
-	// breakers holds the last transition of each breaker; alerts all of them.
+	// breakers holds the last transition of each breaker, latched those
+	// latched open (faultrouter.breaker.latched); alerts all of them.
 	breakers map[string]event.BreakerEvent
+	latched  map[string]bool
 	alerts   []event.BreakerEvent
 }
 
 func newRetryStory() *retryStory {
 	return &retryStory{lastRetry: map[string]*event.Routed{}, retryAt: map[string]time.Time{},
-		publishedAt: map[string]time.Time{}, breakers: map[string]event.BreakerEvent{}}
+		publishedAt: map[string]time.Time{}, breakers: map[string]event.BreakerEvent{}, latched: map[string]bool{}}
 }
 
 func (rs *retryStory) audited(r event.Routed, at time.Time) {
@@ -61,12 +64,13 @@ func (rs *retryStory) published(task string, at time.Time) {
 	}
 }
 
-func (rs *retryStory) alert(b event.BreakerEvent) {
+func (rs *retryStory) alert(b event.BreakerEvent, latched bool) {
 	rs.alerts = append(rs.alerts, b)
-	if b.Kind == "TRANSITION" {
+	if b.Kind == event.BreakerKindTransition {
 		k := b.Scope + "/" + b.Key
 		if prev, ok := rs.breakers[k]; !ok || !b.At.Before(prev.At.Time) {
 			rs.breakers[k] = b
+			rs.latched[k] = latched
 		}
 	}
 }
@@ -103,10 +107,10 @@ func (rs *retryStory) why(r *event.Routed, now time.Time) string {
 	refs := []string{"PROVIDER_MODEL/" + e.Provider + "/" + e.Model, "DOWNSTREAM/" + e.Action, "PROMPT_TEMPLATE/" + e.PromptTemplate}
 	for _, ref := range refs {
 		b, ok := rs.breakers[ref]
-		if !ok || b.To == "CLOSED" {
+		if !ok || b.To == breaker.Closed.String() {
 			continue
 		}
-		if strings.Contains(b.Reason, "until a person resets it") {
+		if rs.latched[ref] {
 			scope, key, _ := strings.Cut(ref, "/")
 			return fmt.Sprintf("held: breaker %s is %s until a person resets it (faultrouter breaker reset --scope %s --key %s --reason ...)", ref, b.To, scope, key)
 		}

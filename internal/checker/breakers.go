@@ -3,7 +3,6 @@ package checker
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,17 +14,21 @@ import (
 )
 
 // Breaker windows depend on how the partitions' traffic interleaves in each
-// instance, so the checker does not predict transitions: it checks that
+// instance, so this file does not predict transitions (missing.go checks
+// the trips that had to happen whatever the interleaving): it checks that
 // those on the alerts topic are consistent with each other and with the
 // audit stream, per instance process. A transition names its instance; a
 // retry record is tied to its instance by its producer ID (the instance's
 // transactional producer, also on its alert records). A process that
 // restarted (Options.Starts) begins with every breaker CLOSED in memory and
 // takes the states of the breakers topic in its first batch, as transitions
-// whose reason begins "adopted from ", like those it takes from the other
-// instances while it runs: an adopted transition must follow a transition of
-// the same breaker to the same state on some instance (its writer), and the
-// cooldown of an adopted OPEN is its writer's.
+// with a faultrouter.breaker.adopted_from header, like those it takes from
+// the other instances while it runs: an adopted transition must follow a
+// transition of the same breaker to the same state on some instance (its
+// writer), and the cooldown of an adopted OPEN is its writer's. Whether a
+// transition latched its breaker, and what an alert is about, are headers
+// too (faultrouter.breaker.latched, faultrouter.alert): reasons are prose
+// for people and are never parsed.
 
 // transition is a TRANSITION record of the alerts topic.
 type transition struct {
@@ -109,13 +112,13 @@ func (c *checker) breakers(ts []transition) {
 		tl := timelines[k]
 		at := e.At.Time
 		proc := c.process(e.Instance, at)
-		prev := span{state: "CLOSED", process: proc}
+		prev := span{state: breaker.Closed.String(), process: proc}
 		if len(tl) > 0 {
 			prev = tl[len(tl)-1]
 		}
 		restarted := prev.process != proc
 		if restarted {
-			prev = span{state: "CLOSED", process: proc}
+			prev = span{state: breaker.Closed.String(), process: proc}
 		}
 		if e.From != prev.state {
 			c.violate("breaker.chain", e.TaskID, "%s on instance %s: transition %s -> %s at %s, but its last transition left it %s",
@@ -138,36 +141,36 @@ func (c *checker) breakers(ts []transition) {
 		case latch && !c.has(e.TaskID, at, event.ClassHallucination):
 			c.violate("breaker.cause", e.TaskID, "%s on instance %s latched at %s by task %s, which has neither a MODEL_HALLUCINATION decision nor a LATCH command audited then",
 				k.ref, e.Instance, stamp(at), e.TaskID)
-		case e.To == "OPEN" && e.TaskID != "":
+		case e.To == breaker.Open.String() && e.TaskID != "":
 			if !c.has(e.TaskID, at, e.Class) {
 				c.violate("breaker.cause", e.TaskID, "%s opened at %s by task %s (%s), but the task has no %s decision at that time",
 					k.ref, stamp(at), e.TaskID, e.Class, e.Class)
 			}
-			if latch && !halluc[alertKey{"PROMPT_TEMPLATE", e.Key, e.TaskID, at.UnixMilli()}] {
+			if latch && !halluc[alertKey{breaker.PromptTemplate.String(), e.Key, e.TaskID, at.UnixMilli()}] {
 				c.violate("breaker.latch_alert", e.TaskID, "%s latched open at %s by task %s without its hallucination alert", k.ref, stamp(at), e.TaskID)
 			}
-		case e.To == "OPEN":
+		case e.To == breaker.Open.String():
 			c.violate("breaker.cause", e.TaskID, "%s opened at %s without a triggering task", k.ref, stamp(at))
-		case e.To == "HALF_OPEN":
-			if prev.state == "OPEN" && !prev.latched && !prev.adopted && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
+		case e.To == breaker.HalfOpen.String():
+			if prev.state == breaker.Open.String() && !prev.latched && !prev.adopted && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
 				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %dms",
 					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.CooldownMs)
 			}
 			if prev.latched {
 				c.violate("breaker.latch", e.TaskID, "%s on instance %s half-opened at %s while latched open by a hallucination", k.ref, e.Instance, stamp(at))
 			}
-		case e.To == "CLOSED" && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
+		case e.To == breaker.Closed.String() && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
 			// a reviewer's decision of a hallucination's item reopened the
 			// template: no other item of it may be open
 			c.lastItem(k.ref, e, at)
-		case e.To == "CLOSED" && e.TaskID != "" && e.Class != event.ClassHallucination:
+		case e.To == breaker.Closed.String() && e.TaskID != "" && e.Class != event.ClassHallucination:
 			// a success while half-open (a reviewer's decision of a
 			// hallucination item names its task too)
 			if !c.has(e.TaskID, at, event.ClassSucceeded) {
 				c.violate("breaker.cause", e.TaskID, "%s closed at %s by task %s, which has no SUCCEEDED decision at that time", k.ref, stamp(at), e.TaskID)
 			}
 		}
-		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == "OPEN", adopted: isAdopted})
+		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == breaker.Open.String(), adopted: isAdopted})
 	}
 	c.retriesVsBreakers(timelines)
 	for _, xs := range c.retries {
@@ -213,19 +216,19 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 				in = append(in, p)
 			}
 			switch s.state {
-			case "OPEN":
+			case breaker.Open.String():
 				for _, p := range in {
 					if p.at.After(s.from) {
 						c.violate("breaker.retry_into_open", p.x.task, "retry n=%d published at %s into %s, open since %s",
 							p.x.n, stamp(p.at), k.ref, stamp(s.from))
 					}
 				}
-			case "HALF_OPEN":
+			case breaker.HalfOpen.String():
 				if int32(len(in)) > cfg.HalfOpenProbes {
 					c.violate("breaker.probes", in[0].x.task, "%s let %d retries through while half-open from %s, probes %d",
 						k.ref, len(in), stamp(s.from), cfg.HalfOpenProbes)
 				}
-			case "CLOSED":
+			case breaker.Closed.String():
 				if i == 0 {
 					continue
 				}
@@ -312,7 +315,7 @@ func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry
 			continue
 		}
 		for _, s := range timelines[breakerKey{k.instance, ref}] {
-			if s.state != "CLOSED" && s.from.Before(until) && (s.to.IsZero() || s.to.After(x.notBefore)) {
+			if s.state != breaker.Closed.String() && s.from.Before(until) && (s.to.IsZero() || s.to.After(x.notBefore)) {
 				return true
 			}
 		}
@@ -361,35 +364,15 @@ func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) 
 }
 
 // latchedOpen reports whether a TRANSITION latched its breaker open: its
-// faultrouter.breaker.latched header, or, on a record of a release before
-// that header, what its reason says.
+// faultrouter.breaker.latched header says so. Reasons are prose for people
+// and are never parsed; every release in the upgrade window writes the
+// header.
 func latchedOpen(t transition) bool {
-	if t.e.To != "OPEN" {
-		return false
-	}
-	if h := codec.ParseBreakerHeaders(t.rec.Headers); h.LatchKnown {
-		return h.Latched
-	}
-	return strings.HasPrefix(t.e.Reason, "MODEL_HALLUCINATION") || strings.HasPrefix(t.e.Reason, "latched by ")
+	return t.e.To == breaker.Open.String() && codec.ParseBreakerHeaders(t.rec.Headers).Latched
 }
 
-// alertKind is what an ALERT is about: its faultrouter.alert header, or, on
-// a record of a release before that header, what its scope and reason say.
-func alertKind(rec *kgo.Record, e *event.BreakerEvent) string {
-	if k := codec.ParseBreakerHeaders(rec.Headers).Alert; k != "" {
-		return k
-	}
-	switch {
-	case e.Scope == "TASK" && strings.HasPrefix(e.Reason, "review item ("):
-		return codec.AlertReviewOverdue
-	case e.Scope == "TASK":
-		return codec.AlertBudget
-	case e.Scope == "PROMPT_TEMPLATE" && strings.HasPrefix(e.Reason, "output quarantined"):
-		return codec.AlertQuarantined
-	case e.Scope == "TOPIC":
-		return codec.AlertPartitions
-	case e.Scope == "REGISTRY":
-		return codec.AlertRegistry
-	}
-	return codec.AlertSurge
+// alertKind is what an ALERT is about: its faultrouter.alert header ("" on a
+// record without it, which matches no alert the model expects).
+func alertKind(rec *kgo.Record, _ *event.BreakerEvent) string {
+	return codec.ParseBreakerHeaders(rec.Headers).Alert
 }

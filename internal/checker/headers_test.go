@@ -43,8 +43,8 @@ func headerRun(t *testing.T, alertReason string, alertHdrs []kgo.RecordHeader, o
 // Guards the checker's reading of the breaker facts the router states in
 // headers: whether a transition latched its breaker is its
 // faultrouter.breaker.latched header and what an alert is about its
-// faultrouter.alert header, whatever their reasons say; only a record
-// without the header (a release before it) is read by its reason.
+// faultrouter.alert header, whatever their reasons say; a reason is never
+// parsed, so a record without the headers neither latches nor alerts.
 func TestCheckerReadsBreakerHeaders(t *testing.T) {
 	hdr := func(k, v string) []kgo.RecordHeader { return []kgo.RecordHeader{{Key: k, Value: []byte(v)}} }
 	quarantined := hdr(codec.HeaderAlert, codec.AlertQuarantined)
@@ -62,8 +62,8 @@ func TestCheckerReadsBreakerHeaders(t *testing.T) {
 			"MODEL_HALLUCINATION: open until a person resets it", hdr(codec.HeaderBreakerLatched, "false"), 0, 0},
 		{"an alert is what its header says, not its reason", "output quarantined: fabricated", hdr(codec.HeaderAlert, codec.AlertSurge),
 			"tripped", hdr(codec.HeaderBreakerLatched, "true"), 1, 1},
-		{"a record without the headers: its reasons", "output quarantined: fabricated", nil,
-			"MODEL_HALLUCINATION: open until a person resets it", nil, 1, 0},
+		{"a record without the headers: its reasons are not read", "output quarantined: fabricated", nil,
+			"MODEL_HALLUCINATION: open until a person resets it", nil, 0, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -244,7 +245,7 @@ func (c *checker) retryLateness(x *expectRetry, p *routed, timelines map[breaker
 			continue
 		}
 		for _, s := range tl {
-			if s.state == "CLOSED" || !s.from.Before(at) || !s.to.IsZero() && s.to.Before(ready) {
+			if s.state == breaker.Closed.String() || !s.from.Before(at) || !s.to.IsZero() && s.to.Before(ready) {
 				continue
 			}
 			end := s.to

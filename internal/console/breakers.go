@@ -70,25 +70,25 @@ func (s *Server) breakerRows(now time.Time) ([]breakerRow, error) {
 			return true
 		}
 		r := breakerRow{breakerView: b, Rate: b.failureRate()}
-		if b.State != "CLOSED" {
+		if b.State != breaker.Closed.String() {
 			r.Held = held[b.Scope+"/"+b.Key]
 		}
 		switch {
-		case b.State == "OPEN" && b.Latched:
+		case b.State == breaker.Open.String() && b.Latched:
 			r.NextProbe = "latched until a person resets it"
-		case b.State == "OPEN":
+		case b.State == breaker.Open.String():
 			at := b.OpenedAt.Add(s.cooldown(b.Scope))
 			r.NextProbe = at.UTC().Format("15:04:05Z") + " (in " + roundDur(at.Sub(now)) + ")"
 			if !at.After(now) {
 				r.NextProbe = at.UTC().Format("15:04:05Z") + " (due: the next retry or outcome probes)"
 			}
-		case b.State == "HALF_OPEN":
+		case b.State == breaker.HalfOpen.String():
 			r.NextProbe = "now: probing"
 		}
 		rows = append(rows, r)
 		return true
 	})
-	order := map[string]int{"OPEN": 0, "HALF_OPEN": 1, "CLOSED": 2}
+	order := map[string]int{breaker.Open.String(): 0, breaker.HalfOpen.String(): 1, breaker.Closed.String(): 2}
 	slices.SortFunc(rows, func(a, b breakerRow) int {
 		if c := cmp.Compare(order[a.State], order[b.State]); c != 0 {
 			return c

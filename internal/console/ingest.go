@@ -265,7 +265,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			if _, err := b.get(key, &bv); err != nil {
 				return nil, err
 			}
-			applyTransition(&bv, v, ts)
+			applyTransition(&bv, v, codec.ParseBreakerHeaders(rec.Headers).Latched, ts)
 			if err := b.put(key, bv); err != nil {
 				return nil, err
 			}

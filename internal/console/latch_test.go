@@ -43,11 +43,12 @@ func TestQueueSaysWhatDecidingAHallucinationDoesToItsTemplate(t *testing.T) {
 		}
 	}
 	v, err := c.EncodeBreakerEvent(nil, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl-x", Kind: event.BreakerKindTransition,
-		From: "CLOSED", To: "OPEN", Reason: "MODEL_HALLUCINATION: open " + latchPhrase, Class: event.ClassHallucination, TaskID: "h-1", Instance: "a", At: event.At(now)})
+		From: "CLOSED", To: "OPEN", Reason: "MODEL_HALLUCINATION: open until a person resets it", Class: event.ClassHallucination, TaskID: "h-1", Instance: "a", At: event.At(now)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: alerts, Key: []byte("PROMPT_TEMPLATE/tpl-x"), Value: v}).FirstErr(); err != nil {
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: alerts, Key: []byte("PROMPT_TEMPLATE/tpl-x"), Value: v,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerLatched, Value: []byte("true")}}}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	base, _ := startConsole(t, opts, set, Config{Users: testUsers(t)})

@@ -11,9 +11,9 @@ import (
 
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -179,12 +179,9 @@ type transition struct {
 
 const maxRecent = 8
 
-// latchPhrase is how the router words a breaker latched open until a person
-// resets it (a hallucination's template breaker).
-const latchPhrase = "until a person resets it"
-
-// applyTransition records a TRANSITION alert.
-func applyTransition(b *breakerView, e *event.BreakerEvent, ts time.Time) {
+// applyTransition records a TRANSITION alert; latched is its
+// faultrouter.breaker.latched header (the reason is prose for people).
+func applyTransition(b *breakerView, e *event.BreakerEvent, latched bool, ts time.Time) {
 	t := transition{From: e.From, To: e.To, Reason: e.Reason, Instance: e.Instance, Failures: e.Failures, Requests: e.Requests, At: ts}
 	i := 0
 	for i < len(b.Recent) && b.Recent[i].At.After(ts) {
@@ -199,11 +196,11 @@ func applyTransition(b *breakerView, e *event.BreakerEvent, ts time.Time) {
 	}
 	b.Scope, b.Key, b.State, b.Instance, b.Since = e.Scope, e.Key, e.To, e.Instance, ts
 	b.Failures, b.Requests = e.Failures, e.Requests
-	if e.To == "OPEN" {
+	if e.To == breaker.Open.String() {
 		b.OpenedAt, b.OpenReason = ts, e.Reason
-		b.Latched = strings.Contains(e.Reason, latchPhrase)
+		b.Latched = latched
 	}
-	if e.To == "CLOSED" {
+	if e.To == breaker.Closed.String() {
 		b.Latched = false
 	}
 }

@@ -63,15 +63,15 @@ func TestBreakerViewFollowsTheNewestTransition(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
 	var b breakerView
 	applyTransition(&b, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "ship-v2", From: "CLOSED", To: "OPEN",
-		Reason: "MODEL_HALLUCINATION: open until a person resets it", Failures: 1, Requests: 1}, t0.Add(time.Second))
-	applyTransition(&b, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "ship-v2", From: "OPEN", To: "CLOSED", Reason: "old"}, t0)
+		Reason: "MODEL_HALLUCINATION: open until a person resets it", Failures: 1, Requests: 1}, true, t0.Add(time.Second))
+	applyTransition(&b, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "ship-v2", From: "OPEN", To: "CLOSED", Reason: "old"}, false, t0)
 	if b.State != "OPEN" || !b.Latched || len(b.Recent) != 2 || b.Recent[0].To != "OPEN" {
 		t.Fatalf("after a late older transition: %+v, want OPEN latched with both in the history, newest first", b)
 	}
 	if got := b.failureRate(); got != "100% (1/1)" {
 		t.Errorf("failure rate %q", got)
 	}
-	applyTransition(&b, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "ship-v2", From: "OPEN", To: "CLOSED", Reason: "alice reset"}, t0.Add(time.Minute))
+	applyTransition(&b, &event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "ship-v2", From: "OPEN", To: "CLOSED", Reason: "alice reset"}, false, t0.Add(time.Minute))
 	if b.State != "CLOSED" || b.Latched {
 		t.Errorf("after the reset: %+v, want CLOSED and not latched", b)
 	}

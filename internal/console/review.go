@@ -83,7 +83,7 @@ func (s *Server) latchNotes(rows []row, halluc []string) error {
 			if err != nil {
 				return err
 			}
-			l = ok && b.State == "OPEN" && b.Latched
+			l = ok && b.State == breaker.Open.String() && b.Latched
 			latched[r.Template] = l
 		}
 		if !l {
