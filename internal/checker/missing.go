@@ -272,9 +272,7 @@ func (c *checker) missingOpens(k procKey, obs []observed, transitionsOf func(bre
 
 // breakerWindow is the breaker.Config of a scope's policy.
 func (c *checker) breakerWindow(sc breaker.Scope) breaker.Config {
-	b := c.breakerConfig(sc)
-	return breaker.Config{Window: time.Duration(b.WindowMs) * time.Millisecond, MinRequests: b.MinRequests,
-		FailureRatio: b.FailureRatio, Cooldown: time.Duration(b.CooldownMs) * time.Millisecond, HalfOpenProbes: b.HalfOpenProbes}
+	return c.breakerConfig(sc).Config()
 }
 
 // closedStretch checks one stretch [from, to] (Unix ms) during which ref was
@@ -350,16 +348,9 @@ func (c *checker) missingSurges(k procKey, obs []observed, alerted map[surgeKey]
 	if len(p.Classes) == 0 {
 		return
 	}
-	cfg := breaker.SurgeConfig{Window: time.Duration(p.WindowMs) * time.Millisecond, MinEvents: p.MinEvents, Ratio: p.Ratio}
-	for _, cl := range p.Classes {
-		cfg.Classes = append(cfg.Classes, string(cl))
-	}
-	for _, s := range p.Scopes {
-		sc, err := breaker.ParseScope(s)
-		if err != nil {
-			return
-		}
-		cfg.Scopes = append(cfg.Scopes, sc)
+	cfg, err := p.Config()
+	if err != nil {
+		return
 	}
 	sg, err := breaker.NewSurges(cfg)
 	if err != nil {

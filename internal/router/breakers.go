@@ -151,19 +151,9 @@ type breakers struct {
 	heldGauge        prometheus.Gauge
 }
 
-func breakerConfig(b policy.Breaker) breaker.Config {
-	return breaker.Config{
-		Window:         time.Duration(b.WindowMs) * time.Millisecond,
-		MinRequests:    b.MinRequests,
-		FailureRatio:   b.FailureRatio,
-		Cooldown:       time.Duration(b.CooldownMs) * time.Millisecond,
-		HalfOpenProbes: b.HalfOpenProbes,
-	}
-}
-
 func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error) {
-	set, err := breaker.NewSet(breakerConfig(p.Breakers.ProviderModel), breakerConfig(p.Breakers.Downstream),
-		breakerConfig(p.Breakers.PromptTemplate))
+	set, err := breaker.NewSet(p.Breakers.ProviderModel.Config(), p.Breakers.Downstream.Config(),
+		p.Breakers.PromptTemplate.Config())
 	if err != nil {
 		return nil, fmt.Errorf("router: Policy.Breakers: %w", err)
 	}
@@ -211,16 +201,9 @@ func (r *Router) attachBreakers(k *breakers) {
 }
 
 func newSurges(p policy.Surge) (*breaker.Surges, error) {
-	cfg := breaker.SurgeConfig{Window: time.Duration(p.WindowMs) * time.Millisecond, MinEvents: p.MinEvents, Ratio: p.Ratio}
-	for _, c := range p.Classes {
-		cfg.Classes = append(cfg.Classes, string(c))
-	}
-	for _, s := range p.Scopes {
-		sc, err := breaker.ParseScope(s)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Scopes = append(cfg.Scopes, sc)
+	cfg, err := p.Config()
+	if err != nil {
+		return nil, err
 	}
 	return breaker.NewSurges(cfg)
 }

@@ -3,7 +3,6 @@ package whatif
 import (
 	"cmp"
 	"slices"
-	"time"
 
 	"github.com/faultrouter/faultrouter/internal/checker"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
@@ -26,11 +25,7 @@ type BreakerRow struct {
 // decisions that reset them to a breaker set of p, in decision time order,
 // and counts the transitions to OPEN per breaker.
 func openings(ds []checker.Decided, p *policy.Policy) map[string]int {
-	cfg := func(b policy.Breaker) breaker.Config {
-		return breaker.Config{Window: time.Duration(b.WindowMs) * time.Millisecond, MinRequests: b.MinRequests,
-			FailureRatio: b.FailureRatio, Cooldown: time.Duration(b.CooldownMs) * time.Millisecond, HalfOpenProbes: b.HalfOpenProbes}
-	}
-	set, err := breaker.NewSet(cfg(p.Breakers.ProviderModel), cfg(p.Breakers.Downstream), cfg(p.Breakers.PromptTemplate))
+	set, err := breaker.NewSet(p.Breakers.ProviderModel.Config(), p.Breakers.Downstream.Config(), p.Breakers.PromptTemplate.Config())
 	if err != nil {
 		return nil // a validated policy's breakers are valid
 	}

@@ -5,6 +5,8 @@ package policy
 // outcomes into its breaker set.
 
 import (
+	"time"
+
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -121,4 +123,33 @@ func ReviewResetsTemplate(d *event.Decision, last *event.TaskEvent) (breaker.Ref
 // holds it; a decision by a person closes it too (ReviewResetsTemplate).
 func HoldsLatchItem(st *task.State) bool {
 	return st != nil && st.Review == task.ReviewOpen && st.ReviewClass == event.ClassHallucination
+}
+
+// Config is the breaker.Config of these settings, for the router, the
+// checker and `policy whatif` alike.
+func (b Breaker) Config() breaker.Config {
+	return breaker.Config{
+		Window:         time.Duration(b.WindowMs) * time.Millisecond,
+		MinRequests:    b.MinRequests,
+		FailureRatio:   b.FailureRatio,
+		Cooldown:       time.Duration(b.CooldownMs) * time.Millisecond,
+		HalfOpenProbes: b.HalfOpenProbes,
+	}
+}
+
+// Config is the breaker.SurgeConfig of these settings; an unknown scope is
+// an error (Validate rejects it first).
+func (s Surge) Config() (breaker.SurgeConfig, error) {
+	cfg := breaker.SurgeConfig{Window: time.Duration(s.WindowMs) * time.Millisecond, MinEvents: s.MinEvents, Ratio: s.Ratio}
+	for _, c := range s.Classes {
+		cfg.Classes = append(cfg.Classes, string(c))
+	}
+	for _, name := range s.Scopes {
+		sc, err := breaker.ParseScope(name)
+		if err != nil {
+			return breaker.SurgeConfig{}, err
+		}
+		cfg.Scopes = append(cfg.Scopes, sc)
+	}
+	return cfg, nil
 }
