@@ -8,23 +8,35 @@ import (
 
 // The router is an orchestration of parts (handle.go calls them in the
 // order of the data path); each is a type of its own, in the file named for
-// it, and they meet at the small interfaces below:
+// it, and they meet at the small interfaces below. Every file belongs to
+// one part:
 //
-//   - input decoding (input.go): records in, inputs out;
+//   - the run loop and the group session (router.go; batchsize.go, the
+//     batch that follows the lag; lag.go; limits.go, the record size
+//     limits; metrics.go; errors.go);
+//   - input decoding (input.go; registry.go, the Confluent wire format):
+//     records in, inputs out;
 //   - dead letters of input whose output cannot be written (unwritable.go,
 //     refusals);
-//   - forwarding (forward.go, forwarder): a task's home partition, and the
-//     partition counts the router routes by;
-//   - the task states of the batch (state.go, batch.go), and the policy's
-//     decisions on them (decide.go, pkg/policy);
-//   - breaker holding (breakers.go, breakers): breakers, held retries,
-//     latches, the breakers topic and the alerts;
+//   - forwarding (forward.go, forwarder; partitioner.go): a task's home
+//     partition, and the partition counts the router routes by;
+//   - the task states of the batch (state.go, batch.go; arena.go, the
+//     batch's memory), and the policy's decisions on them (decide.go and
+//     retry_append.go, with pkg/policy; review_sla.go, the owners' SLA
+//     clock);
+//   - breaker holding (breakers.go, breakers; heldset.go, the held retries;
+//     latchitems.go, the open items of latched templates; breakertable.go,
+//     the breakers topic): breakers, held retries, latches and the alerts;
 //   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
 //     sweeper): expiry, due retries, overdue reviews;
 //   - the batch's transaction (txn.go, txn; fence.go);
 //   - the restore of the state store from the changelog (restore.go,
 //     restorer);
-//   - the partitions this instance owns (assignment.go).
+//   - the partitions this instance owns (assignment.go; balancer.go, the
+//     co-partitioned group balancer).
+//
+// retry_append_fault.go is a deliberately broken build for the checker's
+// self-test (build tag checkerfault), never part of a release.
 
 // recordsOut is where a part queues the records it produces: the batch's
 // output, produced in the batch's transaction (handle.go). A record is
