@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -202,21 +203,25 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 
 // restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
-// and adds its writes to the window's store.Bulk while the next fetch is
-// read, and a committer goroutine writes each full window (sorts it, writes
-// its sstables, has Pebble ingest them) while the builder fills the next.
+// and keeps each task's last record while the next fetch is read, and at
+// the window's end sorts the window's tasks and builds their writes in a
+// store.Bulk; a committer goroutine writes each full window (sorts its
+// indexes, writes its sstables, has Pebble ingest them) while the builder
+// fills the next.
 //
-// Only a task's last record in a window is written: at the window's end
-// its tasks are sorted, and the writes of a task's earlier records are left
-// out (Bulk.Order). Each record's writes replace the index entries of the
-// state the store holds before the window: nothing in a partition this
-// restore wiped and has not written yet, else the store's (a point read,
-// once the windows before are written). A task changed twice (a retry
-// decided, then published) must not leave the first state's due-index
-// entry behind, or stale entries pile up at the head of the due index. A
-// record that does not decode stops the restore (ErrUnreadableState):
-// nothing of its window is written and its partition's checkpoint stays
-// before it, so the partition is not routed on a state that lost the record.
+// Only a task's last record in a window is written: the states a later
+// record of the window replaces are read (a record this build cannot read
+// stops the restore) but not written, nor are their index entries. The
+// writes of a task replace the index entries of the state the store holds
+// before the window: nothing in a partition this restore wiped and has not
+// written yet, else the store's (a point read at the task's first record
+// in the window, once the windows before are written). A task changed twice
+// (a retry decided, then published) must not leave the first state's
+// due-index entry behind, or stale entries pile up at the head of the due
+// index. A record that does not decode stops the restore
+// (ErrUnreadableState): nothing of its window is written and its
+// partition's checkpoint stays before it, so the partition is not routed
+// on a state that lost the record.
 type restoreWriter struct {
 	store   *store.Store
 	metrics *metrics
@@ -224,27 +229,37 @@ type restoreWriter struct {
 	in      chan restoreStep
 	built   chan struct{} // closed when the builder has stopped
 
-	// the builder's
-	bulk    *store.Bulk     // the window being built
-	size    int             // the records of the group being read
-	tasks   []written       // the records it writes, a task's last one kept
-	parts   map[int32]bool  // the partitions it has records of
-	bytes   int             // of the records in bulk
-	waited  bool            // the windows before this one are written
-	lastOps int             // the writes of the window before
-	next    map[int32]int64 // the checkpoints to write with the window
+	// the builder's, of the window being built
+	size   int                      // the records of the group being read
+	tasks  []written                // its tasks, in the order first read
+	states []lastState              // each task's last record, tasks[i].i indexes it
+	last   map[int32]map[string]int // the index in tasks of each task, by partition
+	parts  map[int32]bool           // the partitions it has records of
+	bytes  int                      // of the records read into it
+	waited bool                     // the windows before this one are written
+	next   map[int32]int64          // the checkpoints to write with the window
+	order  []written                // sortWritten's merge buffer, kept for the next windows
 
 	commits   chan *store.Bulk // to the committer
 	committed sync.WaitGroup   // windows sent to the committer and not yet written
 	failed    atomic.Pointer[error]
 }
 
-// written is a record a window writes: its task, its writes in the
-// window's Bulk, and the order it was read in.
+// written is a task a window writes, i its lastState.
 type written struct {
-	id   []byte
-	p    int32
-	span [2]int32
+	id []byte
+	p  int32
+	i  int32
+}
+
+// lastState is the last record of a task in a window: its state (nil for
+// a tombstone) and its index entries, and the index entries of the state
+// the store holds before the window (stored: it holds one).
+type lastState struct {
+	value  []byte
+	x      store.Entries
+	before store.Entries
+	stored bool
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
@@ -262,7 +277,7 @@ type restoreStep struct {
 func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
-		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
+		parts: map[int32]bool{}, next: map[int32]int64{}, last: map[int32]map[string]int{}, commits: make(chan *store.Bulk)}
 	for p, ok := range w.fresh {
 		if !ok {
 			delete(w.fresh, p)
@@ -365,18 +380,8 @@ func (w *restoreWriter) advance(recs []*kgo.Record) {
 	}
 }
 
-// apply adds the writes of one changelog record to the window.
+// apply adds one changelog record to the window.
 func (w *restoreWriter) apply(rec *kgo.Record) error {
-	if w.bulk == nil {
-		// a state's writes: itself and its expiry entry, and now and then
-		// a due or overdue entry, or the deletes of the entries of the
-		// state it replaces
-		n := 3 * min(max(w.size, 1024), restoreWindow/restoreRecordBytes)
-		if w.lastOps > 0 {
-			n = min(n, w.lastOps+w.lastOps/8)
-		}
-		w.bulk = w.store.NewBulk(n)
-	}
 	key, p := rec.Key, rec.Partition
 	var x store.Entries
 	if rec.Value != nil {
@@ -387,61 +392,77 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
 	}
+	last := w.last[p]
+	if last == nil {
+		last = make(map[string]int, min(w.size, restoreWindow/restoreRecordBytes)/4)
+		w.last[p] = last
+	}
+	w.parts[p] = true
+	w.bytes += len(key) + len(rec.Value)
+	if i, ok := last[string(key)]; ok {
+		// a later record of the task: it replaces the earlier one's state
+		// and index entries, not those of the state before the window
+		st := &w.states[w.tasks[i].i]
+		st.value, st.x = rec.Value, x
+		return nil
+	}
+	st := lastState{value: rec.Value, x: x}
 	// the state before this window: none in a fresh partition, else the
 	// store's, once every window before this one is written
-	var before *store.Entries // nil: the store holds none
 	if !w.fresh[p] {
 		if !w.waited {
 			w.committed.Wait()
 			w.waited = true
 		}
-		stored, ok, err := w.store.EntriesOf(p, key)
-		if err != nil {
+		var err error
+		if st.before, st.stored, err = w.store.EntriesOf(p, key); err != nil {
 			return err
 		}
-		if ok {
-			before = &stored
-		}
 	}
-	from := w.bulk.Len()
-	var err error
-	if rec.Value == nil {
-		err = w.bulk.DeleteIndexed(p, key, before)
-	} else {
-		err = w.bulk.PutIndexed(p, key, before, x, rec.Value)
-	}
-	if err != nil {
-		return err
-	}
-	w.tasks = append(w.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(w.bulk.Len())}})
-	w.parts[p] = true
-	w.bytes += len(key) + len(rec.Value)
+	// the ID shares the key's bytes, which the window keeps until it is
+	// written
+	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(w.tasks)
+	w.tasks = append(w.tasks, written{id: key, p: p, i: int32(len(w.states))})
+	w.states = append(w.states, st)
 	return nil
 }
 
 // cut ends the window: its writes and checkpoints go to the committer.
 func (w *restoreWriter) cut() {
-	if w.bulk == nil && len(w.next) == 0 {
+	if len(w.tasks) == 0 && len(w.next) == 0 {
 		return
 	}
-	if w.bulk == nil {
-		w.bulk = w.store.NewBulk(len(w.next))
+	// the writes in task order: the Bulk's indexes then come mostly sorted
+	w.order = sortWritten(w.tasks, w.order)
+	n := len(w.next)
+	for i := range w.states {
+		n += writesOf(&w.states[i])
 	}
-	// in task order, each task's records in the order read: the Bulk's
-	// indexes then come mostly sorted, and only a task's last record is
-	// kept
-	sortWritten(w.tasks)
-	spans := make([][2]int32, 0, len(w.tasks))
-	for i, t := range w.tasks {
-		if i+1 < len(w.tasks) && w.tasks[i+1].p == t.p && bytes.Equal(w.tasks[i+1].id, t.id) {
-			continue // a later record of the task replaces this one
+	bulk := w.store.NewBulk(n)
+	for _, t := range w.tasks {
+		st := &w.states[t.i]
+		var before *store.Entries // nil: the store holds none
+		if st.stored {
+			before = &st.before
 		}
-		spans = append(spans, t.span)
+		var err error
+		if st.value == nil {
+			err = bulk.DeleteIndexed(t.p, t.id, before)
+		} else {
+			err = bulk.PutIndexed(t.p, t.id, before, st.x, st.value)
+		}
+		if err != nil {
+			w.fail(err)
+			return
+		}
 	}
-	w.bulk.Order(spans)
-	w.tasks = w.tasks[:0]
+	clear(w.states) // holds no records' values until the next window
+	w.tasks, w.states = w.tasks[:0], w.states[:0]
+	for _, last := range w.last {
+		clear(last)
+	}
 	for p, n := range w.next {
-		if err := w.bulk.SetCheckpoint(p, n); err != nil {
+		if err := bulk.SetCheckpoint(p, n); err != nil {
 			w.fail(err)
 			return
 		}
@@ -451,30 +472,44 @@ func (w *restoreWriter) cut() {
 		delete(w.fresh, p)
 	}
 	clear(w.parts)
-	w.lastOps = w.bulk.Len()
 	w.committed.Add(1)
-	w.commits <- w.bulk
-	w.bulk, w.bytes, w.next, w.waited = nil, 0, map[int32]int64{}, false
+	w.commits <- bulk
+	w.bytes, w.next, w.waited = 0, map[int32]int64{}, false
 }
 
-// writtenOrder orders the records of a window by task (partition, then ID),
-// a task's records in the order they were read.
+// writesOf is the most writes a task's last state makes: itself and its
+// index entries, and the deletes of the entries of the state before.
+func writesOf(st *lastState) int {
+	n := 1
+	for _, x := range []*store.Entries{&st.x, &st.before} {
+		if x.Pending {
+			n++
+		}
+		if x.ExpiresAt > 0 {
+			n++
+		}
+		if x.OverdueAt > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// writtenOrder orders the tasks of a window by partition, then ID.
 func writtenOrder(x, y written) int {
 	if c := cmp.Compare(x.p, y.p); c != 0 {
 		return c
 	}
-	if c := bytes.Compare(x.id, y.id); c != 0 {
-		return c
-	}
-	return cmp.Compare(x.span[0], y.span[0])
+	return bytes.Compare(x.id, y.id)
 }
 
 // sortWritten sorts ws by writtenOrder, its halves on two cores, then
-// merged.
-func sortWritten(ws []written) {
+// merged through buf (grown as needed), which it returns for the next
+// sort.
+func sortWritten(ws, buf []written) []written {
 	if len(ws) < 4096 || runtime.GOMAXPROCS(0) < 2 {
 		slices.SortFunc(ws, writtenOrder)
-		return
+		return buf
 	}
 	x, y := ws[:len(ws)/2], ws[len(ws)/2:]
 	done := make(chan struct{})
@@ -484,7 +519,7 @@ func sortWritten(ws []written) {
 	}()
 	slices.SortFunc(y, writtenOrder)
 	<-done
-	out := make([]written, 0, len(ws))
+	out := buf[:0]
 	for len(x) > 0 && len(y) > 0 {
 		if writtenOrder(y[0], x[0]) < 0 {
 			out, y = append(out, y[0]), y[1:]
@@ -492,7 +527,9 @@ func sortWritten(ws []written) {
 			out, x = append(out, x[0]), x[1:]
 		}
 	}
-	copy(ws, append(append(out, x...), y...))
+	out = append(append(out, x...), y...)
+	copy(ws, out)
+	return out[:0]
 }
 
 // relaxGC lets the heap grow by up to eight windows (a restore in flight
