@@ -230,10 +230,10 @@ type restoreWriter struct {
 	built   chan struct{} // closed when the builder has stopped
 
 	// the builder's, of the window being built
-	size   int                      // the records of the group being read
 	tasks  []written                // its tasks, in the order first read
 	states []lastState              // each task's last record, tasks[i].i indexes it
-	last   map[int32]map[string]int // the index in tasks of each task, by partition
+	last   map[int32]map[string]int // the index in states of each task, by partition
+	spare  []map[string]int         // emptied maps of last, for the next windows
 	parts  map[int32]bool           // the partitions it has records of
 	bytes  int                      // of the records read into it
 	waited bool                     // the windows before this one are written
@@ -345,7 +345,9 @@ func (w *restoreWriter) close() error {
 
 func (w *restoreWriter) step(st restoreStep) error {
 	if st.size > 0 {
-		w.size = st.size
+		// room for a task a record of the next group (the window's)
+		n := min(st.size, restoreWindow/restoreRecordBytes)
+		w.tasks, w.states = slices.Grow(w.tasks, n), slices.Grow(w.states, n)
 	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
@@ -394,7 +396,11 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	}
 	last := w.last[p]
 	if last == nil {
-		last = make(map[string]int, min(w.size, restoreWindow/restoreRecordBytes)/4)
+		if n := len(w.spare); n > 0 {
+			last, w.spare = w.spare[n-1], w.spare[:n-1]
+		} else {
+			last = map[string]int{}
+		}
 		w.last[p] = last
 	}
 	w.parts[p] = true
@@ -402,8 +408,7 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	if i, ok := last[string(key)]; ok {
 		// a later record of the task: it replaces the earlier one's state
 		// and index entries, not those of the state before the window
-		st := &w.states[w.tasks[i].i]
-		st.value, st.x = rec.Value, x
+		w.states[i].value, w.states[i].x = rec.Value, x
 		return nil
 	}
 	st := lastState{value: rec.Value, x: x}
@@ -421,7 +426,7 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	}
 	// the ID shares the key's bytes, which the window keeps until it is
 	// written
-	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(w.tasks)
+	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(w.states)
 	w.tasks = append(w.tasks, written{id: key, p: p, i: int32(len(w.states))})
 	w.states = append(w.states, st)
 	return nil
@@ -458,8 +463,10 @@ func (w *restoreWriter) cut() {
 	}
 	clear(w.states) // holds no records' values until the next window
 	w.tasks, w.states = w.tasks[:0], w.states[:0]
-	for _, last := range w.last {
+	for p, last := range w.last {
 		clear(last)
+		w.spare = append(w.spare, last)
+		delete(w.last, p)
 	}
 	for p, n := range w.next {
 		if err := bulk.SetCheckpoint(p, n); err != nil {
