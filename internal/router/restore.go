@@ -203,11 +203,10 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 
 // restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
-// and keeps each task's last record while the next fetch is read, and at
-// the window's end sorts the window's tasks and builds their writes in a
-// store.Bulk; a committer goroutine writes each full window (sorts its
-// indexes, writes its sstables, has Pebble ingest them) while the builder
-// fills the next.
+// and keeps each task's last record while the next fetch is read, and a
+// committer goroutine writes each full window while the builder fills the
+// next: it sorts the window's tasks, builds their writes in a store.Bulk,
+// which sorts its indexes, writes its sstables and has Pebble ingest them.
 //
 // Only a task's last record in a window is written: the states a later
 // record of the window replaces are read (a record this build cannot read
@@ -230,19 +229,26 @@ type restoreWriter struct {
 	built   chan struct{} // closed when the builder has stopped
 
 	// the builder's, of the window being built
-	tasks  []written                // its tasks, in the order first read
-	states []lastState              // each task's last record, tasks[i].i indexes it
-	last   map[int32]map[string]int // the index in states of each task, by partition
+	win    *window
+	last   map[int32]map[string]int // the index in win.states of each task, by partition
 	spare  []map[string]int         // emptied maps of last, for the next windows
 	parts  map[int32]bool           // the partitions it has records of
 	bytes  int                      // of the records read into it
 	waited bool                     // the windows before this one are written
-	next   map[int32]int64          // the checkpoints to write with the window
-	order  []written                // sortWritten's merge buffer, kept for the next windows
 
-	commits   chan *store.Bulk // to the committer
-	committed sync.WaitGroup   // windows sent to the committer and not yet written
+	order     []written      // the committer's merge buffer for sortWritten
+	commits   chan *window   // to the committer
+	done      chan *window   // written windows, emptied, for the next ones
+	committed sync.WaitGroup // windows sent to the committer and not yet written
 	failed    atomic.Pointer[error]
+}
+
+// window is what a window writes: its tasks, each with its last record,
+// and the checkpoints of its partitions.
+type window struct {
+	tasks  []written       // in the order first read
+	states []lastState     // tasks[i].i indexes its task's
+	next   map[int32]int64 // the checkpoints to write with it
 }
 
 // written is a task a window writes, i its lastState.
@@ -277,18 +283,26 @@ type restoreStep struct {
 func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
-		parts: map[int32]bool{}, next: map[int32]int64{}, last: map[int32]map[string]int{}, commits: make(chan *store.Bulk)}
+		win: &window{next: map[int32]int64{}}, parts: map[int32]bool{}, last: map[int32]map[string]int{},
+		commits: make(chan *window), done: make(chan *window, 2)}
 	for p, ok := range w.fresh {
 		if !ok {
 			delete(w.fresh, p)
 		}
 	}
 	go func() { // the committer
-		for b := range w.commits {
+		for win := range w.commits {
 			if w.failed.Load() == nil {
-				if err := b.Commit(); err != nil {
+				if err := w.write(win); err != nil {
 					w.fail(err)
 				}
+			}
+			clear(win.states) // holds no records' values
+			win.tasks, win.states = win.tasks[:0], win.states[:0]
+			clear(win.next)
+			select {
+			case w.done <- win:
+			default:
 			}
 			w.committed.Done()
 		}
@@ -347,7 +361,7 @@ func (w *restoreWriter) step(st restoreStep) error {
 	if st.size > 0 {
 		// room for a task a record of the next group (the window's)
 		n := min(st.size, restoreWindow/restoreRecordBytes)
-		w.tasks, w.states = slices.Grow(w.tasks, n), slices.Grow(w.states, n)
+		w.win.tasks, w.win.states = slices.Grow(w.win.tasks, n), slices.Grow(w.win.states, n)
 	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
@@ -364,7 +378,7 @@ func (w *restoreWriter) step(st restoreStep) error {
 	}
 	w.advance(st.recs[from:])
 	for p, n := range st.next {
-		w.next[p] = n
+		w.win.next[p] = n
 	}
 	if st.cut {
 		w.cut()
@@ -377,7 +391,7 @@ func (w *restoreWriter) step(st restoreStep) error {
 func (w *restoreWriter) advance(recs []*kgo.Record) {
 	for i, rec := range recs {
 		if i+1 == len(recs) || recs[i+1].Partition != rec.Partition {
-			w.next[rec.Partition] = max(w.next[rec.Partition], rec.Offset+1)
+			w.win.next[rec.Partition] = max(w.win.next[rec.Partition], rec.Offset+1)
 		}
 	}
 }
@@ -408,7 +422,7 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	if i, ok := last[string(key)]; ok {
 		// a later record of the task: it replaces the earlier one's state
 		// and index entries, not those of the state before the window
-		w.states[i].value, w.states[i].x = rec.Value, x
+		w.win.states[i].value, w.win.states[i].x = rec.Value, x
 		return nil
 	}
 	st := lastState{value: rec.Value, x: x}
@@ -426,26 +440,50 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	}
 	// the ID shares the key's bytes, which the window keeps until it is
 	// written
-	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(w.states)
-	w.tasks = append(w.tasks, written{id: key, p: p, i: int32(len(w.states))})
-	w.states = append(w.states, st)
+	win := w.win
+	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(win.states)
+	win.tasks = append(win.tasks, written{id: key, p: p, i: int32(len(win.states))})
+	win.states = append(win.states, st)
 	return nil
 }
 
-// cut ends the window: its writes and checkpoints go to the committer.
+// cut ends the window: it goes to the committer.
 func (w *restoreWriter) cut() {
-	if len(w.tasks) == 0 && len(w.next) == 0 {
+	if len(w.win.tasks) == 0 && len(w.win.next) == 0 {
 		return
 	}
-	// the writes in task order: the Bulk's indexes then come mostly sorted
-	w.order = sortWritten(w.tasks, w.order)
-	n := len(w.next)
-	for i := range w.states {
-		n += writesOf(&w.states[i])
+	for p, last := range w.last {
+		clear(last)
+		w.spare = append(w.spare, last)
+		delete(w.last, p)
+	}
+	// a later window of these partitions replaces what this one wrote
+	for p := range w.parts {
+		delete(w.fresh, p)
+	}
+	clear(w.parts)
+	w.committed.Add(1)
+	w.commits <- w.win
+	select {
+	case w.win = <-w.done:
+	default:
+		w.win = &window{next: map[int32]int64{}}
+	}
+	w.bytes, w.waited = 0, false
+}
+
+// write writes a window: its tasks in order (the Bulk's indexes then come
+// mostly sorted), each task's last state and index entries, and its
+// checkpoints.
+func (w *restoreWriter) write(win *window) error {
+	w.order = sortWritten(win.tasks, w.order)
+	n := len(win.next)
+	for i := range win.states {
+		n += writesOf(&win.states[i])
 	}
 	bulk := w.store.NewBulk(n)
-	for _, t := range w.tasks {
-		st := &w.states[t.i]
+	for _, t := range win.tasks {
+		st := &win.states[t.i]
 		var before *store.Entries // nil: the store holds none
 		if st.stored {
 			before = &st.before
@@ -457,31 +495,15 @@ func (w *restoreWriter) cut() {
 			err = bulk.PutIndexed(t.p, t.id, before, st.x, st.value)
 		}
 		if err != nil {
-			w.fail(err)
-			return
+			return err
 		}
 	}
-	clear(w.states) // holds no records' values until the next window
-	w.tasks, w.states = w.tasks[:0], w.states[:0]
-	for p, last := range w.last {
-		clear(last)
-		w.spare = append(w.spare, last)
-		delete(w.last, p)
-	}
-	for p, n := range w.next {
+	for p, n := range win.next {
 		if err := bulk.SetCheckpoint(p, n); err != nil {
-			w.fail(err)
-			return
+			return err
 		}
 	}
-	// a later window of these partitions replaces what this one wrote
-	for p := range w.parts {
-		delete(w.fresh, p)
-	}
-	clear(w.parts)
-	w.committed.Add(1)
-	w.commits <- bulk
-	w.bytes, w.next, w.waited = 0, map[int32]int64{}, false
+	return bulk.Commit()
 }
 
 // writesOf is the most writes a task's last state makes: itself and its

@@ -29,19 +29,22 @@ import (
 // Nothing here overlaps the writes with the read of the topic, as a restore
 // does: the time is that of the writes alone.
 //
-// states=5 is a changelog shaped like the one `make bench` restores: each
-// task written about five times (three attempts, two of them retries
+// states=1 is a compacted changelog, a record a task (as the changelog
+// `make bench` restores, which the log cleaner has compacted); states=5 one
+// of tasks written about five times (three attempts, two of them retries
 // decided and then published), 5.3 records a task.
 func BenchmarkRestoreApply(b *testing.B) {
 	for _, tasks := range []int{40_000, 100_000} {
 		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) { benchmarkRestoreApply(b, tasks, 0) })
 	}
+	b.Run("tasks=175000,states=1", func(b *testing.B) { benchmarkRestoreApply(b, 175_000, -1) })
 	b.Run("tasks=30000,states=5", func(b *testing.B) { benchmarkRestoreApply(b, 30_000, 2) })
 }
 
 // benchmarkRestoreApply restores tasks tasks; with retries > 0, each task
 // has that many retries before its last state, each written as decided
-// (pending) and then as published.
+// (pending) and then as published; with retries < 0, each task has one
+// record, its last state.
 func benchmarkRestoreApply(b *testing.B, tasks, retries int) {
 	c, err := codec.New()
 	if err != nil {
@@ -80,6 +83,11 @@ func benchmarkRestoreApply(b *testing.B, tasks, retries int) {
 			Review: task.ReviewOpen, ReviewClass: event.ClassAuthFailed, ReviewOwner: "security", ReviewDueAt: now + 3_600_000,
 			LastClass: event.ClassAuthFailed, LastRoute: event.RouteReview, FirstEventAt: now, LastEventAt: now, LastSeenAt: now,
 			SLAMs: 21_600_000, LastEvent: ev}
+		if retries < 0 {
+			st.Retries = 1
+			add(id, st)
+			continue
+		}
 		if retries > 0 {
 			add(id, st) // the first attempt's state
 			for n := range retries {
