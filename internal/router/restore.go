@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -203,9 +202,9 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 
 // restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
-// and keeps each task's last record while the next fetch is read, and a
-// committer goroutine writes each full window while the builder fills the
-// next: it sorts the window's tasks, builds their writes in a store.Bulk,
+// while the next fetch is read, and a committer goroutine writes each full
+// window while the builder fills the next: it sorts the window's records
+// by task, builds the writes of each task's last record in a store.Bulk,
 // which sorts its indexes, writes its sstables and has Pebble ingest them.
 //
 // Only a task's last record in a window is written: the states a later
@@ -213,14 +212,13 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // stops the restore) but not written, nor are their index entries. The
 // writes of a task replace the index entries of the state the store holds
 // before the window: nothing in a partition this restore wiped and has not
-// written yet, else the store's (a point read at the task's first record
-// in the window, once the windows before are written). A task changed twice
-// (a retry decided, then published) must not leave the first state's
-// due-index entry behind, or stale entries pile up at the head of the due
-// index. A record that does not decode stops the restore
-// (ErrUnreadableState): nothing of its window is written and its
-// partition's checkpoint stays before it, so the partition is not routed
-// on a state that lost the record.
+// written yet, else the store's (a point read by the committer, which has
+// written the windows before). A task changed twice (a retry decided, then
+// published) must not leave the first state's due-index entry behind, or
+// stale entries pile up at the head of the due index. A record that does
+// not decode stops the restore (ErrUnreadableState): nothing of its window
+// is written and its partition's checkpoint stays before it, so the
+// partition is not routed on a state that lost the record.
 type restoreWriter struct {
 	store   *store.Store
 	metrics *metrics
@@ -229,12 +227,9 @@ type restoreWriter struct {
 	built   chan struct{} // closed when the builder has stopped
 
 	// the builder's, of the window being built
-	win    *window
-	last   map[int32]map[string]int // the index in win.states of each task, by partition
-	spare  []map[string]int         // emptied maps of last, for the next windows
-	parts  map[int32]bool           // the partitions it has records of
-	bytes  int                      // of the records read into it
-	waited bool                     // the windows before this one are written
+	win   *window
+	parts map[int32]bool // the partitions it has records of
+	bytes int            // of the records read into it
 
 	order     []written      // the committer's merge buffer for sortWritten
 	commits   chan *window   // to the committer
@@ -243,29 +238,29 @@ type restoreWriter struct {
 	failed    atomic.Pointer[error]
 }
 
-// window is what a window writes: its tasks, each with its last record,
+// window is what a window writes: its records, a task's last one kept,
 // and the checkpoints of its partitions.
 type window struct {
-	tasks  []written       // in the order first read
-	states []lastState     // tasks[i].i indexes its task's
-	next   map[int32]int64 // the checkpoints to write with it
+	tasks []written       // a record's task, in the order read until sorted
+	recs  []windowRec     // tasks[i].i indexes its record's
+	next  map[int32]int64 // the checkpoints to write with it
 }
 
-// written is a task a window writes, i its lastState.
+// written is the task of a record of a window, i the record's windowRec
+// (the order it was read in).
 type written struct {
 	id []byte
 	p  int32
 	i  int32
 }
 
-// lastState is the last record of a task in a window: its state (nil for
-// a tombstone) and its index entries, and the index entries of the state
-// the store holds before the window (stored: it holds one).
-type lastState struct {
-	value  []byte
-	x      store.Entries
-	before store.Entries
-	stored bool
+// windowRec is a record of a window: its state (nil for a tombstone) and
+// index entries, and whether the store held nothing of its partition
+// before the window (fresh).
+type windowRec struct {
+	value []byte
+	x     store.Entries
+	fresh bool
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
@@ -283,7 +278,7 @@ type restoreStep struct {
 func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
-		win: &window{next: map[int32]int64{}}, parts: map[int32]bool{}, last: map[int32]map[string]int{},
+		win: &window{next: map[int32]int64{}}, parts: map[int32]bool{},
 		commits: make(chan *window), done: make(chan *window, 2)}
 	for p, ok := range w.fresh {
 		if !ok {
@@ -297,8 +292,8 @@ func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 					w.fail(err)
 				}
 			}
-			clear(win.states) // holds no records' values
-			win.tasks, win.states = win.tasks[:0], win.states[:0]
+			clear(win.recs) // holds no records' values
+			win.tasks, win.recs = win.tasks[:0], win.recs[:0]
 			clear(win.next)
 			select {
 			case w.done <- win:
@@ -361,7 +356,7 @@ func (w *restoreWriter) step(st restoreStep) error {
 	if st.size > 0 {
 		// room for a task a record of the next group (the window's)
 		n := min(st.size, restoreWindow/restoreRecordBytes)
-		w.win.tasks, w.win.states = slices.Grow(w.win.tasks, n), slices.Grow(w.win.states, n)
+		w.win.tasks, w.win.recs = slices.Grow(w.win.tasks, n), slices.Grow(w.win.recs, n)
 	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
@@ -408,42 +403,11 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
 	}
-	last := w.last[p]
-	if last == nil {
-		if n := len(w.spare); n > 0 {
-			last, w.spare = w.spare[n-1], w.spare[:n-1]
-		} else {
-			last = map[string]int{}
-		}
-		w.last[p] = last
-	}
+	win := w.win
+	win.tasks = append(win.tasks, written{id: key, p: p, i: int32(len(win.recs))})
+	win.recs = append(win.recs, windowRec{value: rec.Value, x: x, fresh: w.fresh[p]})
 	w.parts[p] = true
 	w.bytes += len(key) + len(rec.Value)
-	if i, ok := last[string(key)]; ok {
-		// a later record of the task: it replaces the earlier one's state
-		// and index entries, not those of the state before the window
-		w.win.states[i].value, w.win.states[i].x = rec.Value, x
-		return nil
-	}
-	st := lastState{value: rec.Value, x: x}
-	// the state before this window: none in a fresh partition, else the
-	// store's, once every window before this one is written
-	if !w.fresh[p] {
-		if !w.waited {
-			w.committed.Wait()
-			w.waited = true
-		}
-		var err error
-		if st.before, st.stored, err = w.store.EntriesOf(p, key); err != nil {
-			return err
-		}
-	}
-	// the ID shares the key's bytes, which the window keeps until it is
-	// written
-	win := w.win
-	last[unsafe.String(unsafe.SliceData(key), len(key))] = len(win.states)
-	win.tasks = append(win.tasks, written{id: key, p: p, i: int32(len(win.states))})
-	win.states = append(win.states, st)
 	return nil
 }
 
@@ -451,11 +415,6 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 func (w *restoreWriter) cut() {
 	if len(w.win.tasks) == 0 && len(w.win.next) == 0 {
 		return
-	}
-	for p, last := range w.last {
-		clear(last)
-		w.spare = append(w.spare, last)
-		delete(w.last, p)
 	}
 	// a later window of these partitions replaces what this one wrote
 	for p := range w.parts {
@@ -469,30 +428,38 @@ func (w *restoreWriter) cut() {
 	default:
 		w.win = &window{next: map[int32]int64{}}
 	}
-	w.bytes, w.waited = 0, false
+	w.bytes = 0
 }
 
-// write writes a window: its tasks in order (the Bulk's indexes then come
-// mostly sorted), each task's last state and index entries, and its
-// checkpoints.
+// write writes a window, once the windows before it are written: its
+// records in task order (the Bulk's indexes then come mostly sorted), a
+// task's last one only, each replacing the index entries of the state the
+// store holds, and its checkpoints.
 func (w *restoreWriter) write(win *window) error {
 	w.order = sortWritten(win.tasks, w.order)
-	n := len(win.next)
-	for i := range win.states {
-		n += writesOf(&win.states[i])
-	}
-	bulk := w.store.NewBulk(n)
-	for _, t := range win.tasks {
-		st := &win.states[t.i]
+	bulk := w.store.NewBulk(2*len(win.tasks) + len(win.next))
+	for j, t := range win.tasks {
+		if j+1 < len(win.tasks) && win.tasks[j+1].p == t.p && bytes.Equal(win.tasks[j+1].id, t.id) {
+			continue // a later record of the task replaces this one
+		}
+		rec := &win.recs[t.i]
+		// the state before this window: none in a fresh partition, else
+		// the store's
 		var before *store.Entries // nil: the store holds none
-		if st.stored {
-			before = &st.before
+		if !rec.fresh {
+			stored, ok, err := w.store.EntriesOf(t.p, t.id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				before = &stored
+			}
 		}
 		var err error
-		if st.value == nil {
+		if rec.value == nil {
 			err = bulk.DeleteIndexed(t.p, t.id, before)
 		} else {
-			err = bulk.PutIndexed(t.p, t.id, before, st.x, st.value)
+			err = bulk.PutIndexed(t.p, t.id, before, rec.x, rec.value)
 		}
 		if err != nil {
 			return err
@@ -506,30 +473,16 @@ func (w *restoreWriter) write(win *window) error {
 	return bulk.Commit()
 }
 
-// writesOf is the most writes a task's last state makes: itself and its
-// index entries, and the deletes of the entries of the state before.
-func writesOf(st *lastState) int {
-	n := 1
-	for _, x := range []*store.Entries{&st.x, &st.before} {
-		if x.Pending {
-			n++
-		}
-		if x.ExpiresAt > 0 {
-			n++
-		}
-		if x.OverdueAt > 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// writtenOrder orders the tasks of a window by partition, then ID.
+// writtenOrder orders the records of a window by task (partition, then
+// ID), a task's records in the order they were read.
 func writtenOrder(x, y written) int {
 	if c := cmp.Compare(x.p, y.p); c != 0 {
 		return c
 	}
-	return bytes.Compare(x.id, y.id)
+	if c := bytes.Compare(x.id, y.id); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.i, y.i)
 }
 
 // sortWritten sorts ws by writtenOrder, its halves on two cores, then

@@ -241,31 +241,32 @@ func TestRestoreReplacesStoredIndexEntries(t *testing.T) {
 	}
 }
 
-// Guards the order a restore writes a window's tasks in: by partition,
-// then task ID, each task with its own state, whether sorted on one core or
-// on two, with a merge buffer reused from the sort before.
+// Guards the order a restore writes a window in: by partition, then task
+// ID, a task's records in the order read (its last one is kept), whether
+// sorted on one core or on two, with a merge buffer reused from the sort
+// before.
 func TestSortWritten(t *testing.T) {
 	var buf []written
 	for _, n := range []int{0, 1, 100, 4096, 10_001, 5000} {
 		rng := rand.New(rand.NewPCG(uint64(n), 7))
-		ws := make([]written, 0, n)
-		var want []string
-		seen := map[string]bool{}
-		for len(ws) < n {
-			p, id := int32(rng.IntN(3)), fmt.Sprintf("task-%05d", rng.IntN(2*n))
-			if seen[fmt.Sprint(p, id)] {
-				continue // a window has a task once
-			}
-			seen[fmt.Sprint(p, id)] = true
-			ws = append(ws, written{id: []byte(id), p: p, i: int32(len(ws))})
-			want = append(want, fmt.Sprintf("%d/%s/%08d", p, id, len(ws)-1))
+		ws := make([]written, n)
+		want := make([]string, n)
+		for i := range ws {
+			p, id := int32(rng.IntN(3)), fmt.Sprintf("task-%05d", rng.IntN(n/3+1))
+			ws[i] = written{id: []byte(id), p: p, i: int32(i)}
+			want[i] = fmt.Sprintf("%d/%s/%08d", p, id, i)
 		}
 		slices.Sort(want)
 		buf = sortWritten(ws, buf)
+		seen := map[int32]bool{}
 		for i, w := range ws {
 			if got := fmt.Sprintf("%d/%s/%08d", w.p, w.id, w.i); got != want[i] {
-				t.Fatalf("n=%d: task %d is %s, want %s", n, i, got, want[i])
+				t.Fatalf("n=%d: record %d is %s, want %s", n, i, got, want[i])
 			}
+			seen[w.i] = true
+		}
+		if len(seen) != n {
+			t.Fatalf("n=%d: %d distinct records after the sort, want %d", n, len(seen), n)
 		}
 	}
 }
