@@ -203,9 +203,10 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
 // while the next fetch is read, and a committer goroutine writes each full
-// window while the builder fills the next: it sorts the window's records
-// by task, builds the writes of each task's last record in a store.Bulk,
-// which sorts its indexes, writes its sstables and has Pebble ingest them.
+// window while the builder fills the next: the builder sorts the window's
+// records by task, and the committer builds the writes of each task's last
+// record in a store.Bulk, which sorts its indexes, writes its sstables and
+// has Pebble ingest them.
 //
 // Only a task's last record in a window is written: the states a later
 // record of the window replaces are read (a record this build cannot read
@@ -231,7 +232,7 @@ type restoreWriter struct {
 	parts map[int32]bool // the partitions it has records of
 	bytes int            // of the records read into it
 
-	order     []written      // the committer's merge buffer for sortWritten
+	order     []written      // sortWritten's merge buffer, kept for the next windows
 	commits   chan *window   // to the committer
 	done      chan *window   // written windows, emptied, for the next ones
 	committed sync.WaitGroup // windows sent to the committer and not yet written
@@ -421,6 +422,10 @@ func (w *restoreWriter) cut() {
 		delete(w.fresh, p)
 	}
 	clear(w.parts)
+	// in task order, each task's records in the order read: the
+	// committer keeps each task's last record, and the Bulk's indexes come
+	// mostly sorted
+	w.order = sortWritten(w.win.tasks, w.order)
 	w.committed.Add(1)
 	w.commits <- w.win
 	select {
@@ -432,11 +437,9 @@ func (w *restoreWriter) cut() {
 }
 
 // write writes a window, once the windows before it are written: its
-// records in task order (the Bulk's indexes then come mostly sorted), a
-// task's last one only, each replacing the index entries of the state the
+// records in task order (cut sorted them), a task's last one only, each replacing the index entries of the state the
 // store holds, and its checkpoints.
 func (w *restoreWriter) write(win *window) error {
-	w.order = sortWritten(win.tasks, w.order)
 	bulk := w.store.NewBulk(2*len(win.tasks) + len(win.next))
 	for j, t := range win.tasks {
 		if j+1 < len(win.tasks) && win.tasks[j+1].p == t.p && bytes.Equal(win.tasks[j+1].id, t.id) {
