@@ -29,10 +29,10 @@ import (
 // Nothing here overlaps the writes with the read of the topic, as a restore
 // does: the time is that of the writes alone.
 //
-// states=1 is a compacted changelog, a record a task (as the changelog
-// `make bench` restores, which the log cleaner has compacted); states=5 one
-// of tasks written about five times (three attempts, two of them retries
-// decided and then published), 5.3 records a task.
+// states=1 is a changelog of a record a task (as the one `make bench`
+// restores nearly is); states=5 one of tasks written about five times
+// (three attempts, two of them retries decided and then published), 5.3
+// records a task.
 func BenchmarkRestoreApply(b *testing.B) {
 	for _, tasks := range []int{40_000, 100_000} {
 		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) { benchmarkRestoreApply(b, tasks, 0) })
