@@ -239,8 +239,8 @@ type restoreWriter struct {
 	failed    atomic.Pointer[error]
 }
 
-// window is what a window writes: its records, a task's last one kept,
-// and the checkpoints of its partitions.
+// window is what the builder hands the committer: a window's records and
+// the checkpoints of its partitions.
 type window struct {
 	tasks []written       // a record's task, in the order read until sorted
 	recs  []windowRec     // tasks[i].i indexes its record's
@@ -437,8 +437,9 @@ func (w *restoreWriter) cut() {
 }
 
 // write writes a window, once the windows before it are written: its
-// records in task order (cut sorted them), a task's last one only, each replacing the index entries of the state the
-// store holds, and its checkpoints.
+// records in task order (cut sorted them), a task's last one only, each
+// replacing the index entries of the state the store holds, and its
+// checkpoints.
 func (w *restoreWriter) write(win *window) error {
 	bulk := w.store.NewBulk(2*len(win.tasks) + len(win.next))
 	for j, t := range win.tasks {
