@@ -202,24 +202,21 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 
 // restoreWriter applies changelog records to the store as the restore reads
 // them: a builder goroutine reads each record's state for its index entries
-// while the next fetch is read, and a committer goroutine writes each full
-// window while the builder fills the next: the builder sorts the window's
-// records by task, and the committer builds the writes of each task's last
-// record in a store.Bulk, which sorts its indexes, writes its sstables and
-// has Pebble ingest them.
+// and adds its writes to the window's store.Bulk while the next fetch is
+// read, and a committer goroutine writes each full window (sorts it, writes
+// its sstables, has Pebble ingest them) while the builder fills the next.
 //
-// Only a task's last record in a window is written: the states a later
-// record of the window replaces are read (a record this build cannot read
-// stops the restore) but not written, nor are their index entries. The
-// writes of a task replace the index entries of the state the store holds
-// before the window: nothing in a partition this restore wiped and has not
-// written yet, else the store's (a point read by the committer, which has
-// written the windows before). A task changed twice (a retry decided, then
-// published) must not leave the first state's due-index entry behind, or
-// stale entries pile up at the head of the due index. A record that does
-// not decode stops the restore (ErrUnreadableState): nothing of its window
-// is written and its partition's checkpoint stays before it, so the
-// partition is not routed on a state that lost the record.
+// Only a task's last record in a window is written: at the window's end
+// its tasks are sorted, and the writes of a task's earlier records are left
+// out (Bulk.Order). Each record's writes replace the index entries of the
+// state the store holds before the window: nothing in a partition this
+// restore wiped and has not written yet, else the store's (a point read,
+// once the windows before are written). A task changed twice (a retry
+// decided, then published) must not leave the first state's due-index
+// entry behind, or stale entries pile up at the head of the due index. A
+// record that does not decode stops the restore (ErrUnreadableState):
+// nothing of its window is written and its partition's checkpoint stays
+// before it, so the partition is not routed on a state that lost the record.
 type restoreWriter struct {
 	store   *store.Store
 	metrics *metrics
@@ -227,41 +224,27 @@ type restoreWriter struct {
 	in      chan restoreStep
 	built   chan struct{} // closed when the builder has stopped
 
-	// the builder's, of the window being built
-	win   *window
-	parts map[int32]bool // the partitions it has records of
-	bytes int            // of the records read into it
+	// the builder's
+	bulk    *store.Bulk     // the window being built
+	size    int             // the records of the group being read
+	tasks   []written       // the records it writes, a task's last one kept
+	parts   map[int32]bool  // the partitions it has records of
+	bytes   int             // of the records in bulk
+	waited  bool            // the windows before this one are written
+	lastOps int             // the writes of the window before
+	next    map[int32]int64 // the checkpoints to write with the window
 
-	order     []written      // sortWritten's merge buffer, kept for the next windows
-	commits   chan *window   // to the committer
-	done      chan *window   // written windows, emptied, for the next ones
-	committed sync.WaitGroup // windows sent to the committer and not yet written
+	commits   chan *store.Bulk // to the committer
+	committed sync.WaitGroup   // windows sent to the committer and not yet written
 	failed    atomic.Pointer[error]
 }
 
-// window is what the builder hands the committer: a window's records and
-// the checkpoints of its partitions.
-type window struct {
-	tasks []written       // a record's task, in the order read until sorted
-	recs  []windowRec     // tasks[i].i indexes its record's
-	next  map[int32]int64 // the checkpoints to write with it
-}
-
-// written is the task of a record of a window, i the record's windowRec
-// (the order it was read in).
+// written is a record a window writes: its task, its writes in the
+// window's Bulk, and the order it was read in.
 type written struct {
-	id []byte
-	p  int32
-	i  int32
-}
-
-// windowRec is a record of a window: its state (nil for a tombstone) and
-// index entries, and whether the store held nothing of its partition
-// before the window (fresh).
-type windowRec struct {
-	value []byte
-	x     store.Entries
-	fresh bool
+	id   []byte
+	p    int32
+	span [2]int32
 }
 
 // restoreStep is what the builder is handed: a fetch's records and where
@@ -279,26 +262,18 @@ type restoreStep struct {
 func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
-		win: &window{next: map[int32]int64{}}, parts: map[int32]bool{},
-		commits: make(chan *window), done: make(chan *window, 2)}
+		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk)}
 	for p, ok := range w.fresh {
 		if !ok {
 			delete(w.fresh, p)
 		}
 	}
 	go func() { // the committer
-		for win := range w.commits {
+		for b := range w.commits {
 			if w.failed.Load() == nil {
-				if err := w.write(win); err != nil {
+				if err := b.Commit(); err != nil {
 					w.fail(err)
 				}
-			}
-			clear(win.recs) // holds no records' values
-			win.tasks, win.recs = win.tasks[:0], win.recs[:0]
-			clear(win.next)
-			select {
-			case w.done <- win:
-			default:
 			}
 			w.committed.Done()
 		}
@@ -355,9 +330,7 @@ func (w *restoreWriter) close() error {
 
 func (w *restoreWriter) step(st restoreStep) error {
 	if st.size > 0 {
-		// room for a task a record of the next group (the window's)
-		n := min(st.size, restoreWindow/restoreRecordBytes)
-		w.win.tasks, w.win.recs = slices.Grow(w.win.tasks, n), slices.Grow(w.win.recs, n)
+		w.size = st.size
 	}
 	from := 0 // the fetch's records not yet in a window's checkpoints
 	for i, rec := range st.recs {
@@ -374,7 +347,7 @@ func (w *restoreWriter) step(st restoreStep) error {
 	}
 	w.advance(st.recs[from:])
 	for p, n := range st.next {
-		w.win.next[p] = n
+		w.next[p] = n
 	}
 	if st.cut {
 		w.cut()
@@ -387,13 +360,23 @@ func (w *restoreWriter) step(st restoreStep) error {
 func (w *restoreWriter) advance(recs []*kgo.Record) {
 	for i, rec := range recs {
 		if i+1 == len(recs) || recs[i+1].Partition != rec.Partition {
-			w.win.next[rec.Partition] = max(w.win.next[rec.Partition], rec.Offset+1)
+			w.next[rec.Partition] = max(w.next[rec.Partition], rec.Offset+1)
 		}
 	}
 }
 
-// apply adds one changelog record to the window.
+// apply adds the writes of one changelog record to the window.
 func (w *restoreWriter) apply(rec *kgo.Record) error {
+	if w.bulk == nil {
+		// a state's writes: itself and its expiry entry, and now and then
+		// a due or overdue entry, or the deletes of the entries of the
+		// state it replaces
+		n := 3 * min(max(w.size, 1024), restoreWindow/restoreRecordBytes)
+		if w.lastOps > 0 {
+			n = min(n, w.lastOps+w.lastOps/8)
+		}
+		w.bulk = w.store.NewBulk(n)
+	}
 	key, p := rec.Key, rec.Partition
 	var x store.Entries
 	if rec.Value != nil {
@@ -404,81 +387,78 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
 	}
-	win := w.win
-	win.tasks = append(win.tasks, written{id: key, p: p, i: int32(len(win.recs))})
-	win.recs = append(win.recs, windowRec{value: rec.Value, x: x, fresh: w.fresh[p]})
+	// the state before this window: none in a fresh partition, else the
+	// store's, once every window before this one is written
+	var before *store.Entries // nil: the store holds none
+	if !w.fresh[p] {
+		if !w.waited {
+			w.committed.Wait()
+			w.waited = true
+		}
+		stored, ok, err := w.store.EntriesOf(p, key)
+		if err != nil {
+			return err
+		}
+		if ok {
+			before = &stored
+		}
+	}
+	from := w.bulk.Len()
+	var err error
+	if rec.Value == nil {
+		err = w.bulk.DeleteIndexed(p, key, before)
+	} else {
+		err = w.bulk.PutIndexed(p, key, before, x, rec.Value)
+	}
+	if err != nil {
+		return err
+	}
+	w.tasks = append(w.tasks, written{id: key, p: p, span: [2]int32{int32(from), int32(w.bulk.Len())}})
 	w.parts[p] = true
 	w.bytes += len(key) + len(rec.Value)
 	return nil
 }
 
-// cut ends the window: it goes to the committer.
+// cut ends the window: its writes and checkpoints go to the committer.
 func (w *restoreWriter) cut() {
-	if len(w.win.tasks) == 0 && len(w.win.next) == 0 {
+	if w.bulk == nil && len(w.next) == 0 {
 		return
+	}
+	if w.bulk == nil {
+		w.bulk = w.store.NewBulk(len(w.next))
+	}
+	// in task order, each task's records in the order read: the Bulk's
+	// indexes then come mostly sorted, and only a task's last record is
+	// kept
+	sortWritten(w.tasks)
+	spans := make([][2]int32, 0, len(w.tasks))
+	for i, t := range w.tasks {
+		if i+1 < len(w.tasks) && w.tasks[i+1].p == t.p && bytes.Equal(w.tasks[i+1].id, t.id) {
+			continue // a later record of the task replaces this one
+		}
+		spans = append(spans, t.span)
+	}
+	w.bulk.Order(spans)
+	w.tasks = w.tasks[:0]
+	for p, n := range w.next {
+		if err := w.bulk.SetCheckpoint(p, n); err != nil {
+			w.fail(err)
+			return
+		}
 	}
 	// a later window of these partitions replaces what this one wrote
 	for p := range w.parts {
 		delete(w.fresh, p)
 	}
 	clear(w.parts)
-	// in task order, each task's records in the order read: the
-	// committer keeps each task's last record, and the Bulk's indexes come
-	// mostly sorted
-	w.order = sortWritten(w.win.tasks, w.order)
+	w.lastOps = w.bulk.Len()
 	w.committed.Add(1)
-	w.commits <- w.win
-	select {
-	case w.win = <-w.done:
-	default:
-		w.win = &window{next: map[int32]int64{}}
-	}
-	w.bytes = 0
+	w.commits <- w.bulk
+	w.bulk, w.bytes, w.next, w.waited = nil, 0, map[int32]int64{}, false
 }
 
-// write writes a window, once the windows before it are written: its
-// records in task order (cut sorted them), a task's last one only, each
-// replacing the index entries of the state the store holds, and its
-// checkpoints.
-func (w *restoreWriter) write(win *window) error {
-	bulk := w.store.NewBulk(2*len(win.tasks) + len(win.next))
-	for j, t := range win.tasks {
-		if j+1 < len(win.tasks) && win.tasks[j+1].p == t.p && bytes.Equal(win.tasks[j+1].id, t.id) {
-			continue // a later record of the task replaces this one
-		}
-		rec := &win.recs[t.i]
-		// the state before this window: none in a fresh partition, else
-		// the store's
-		var before *store.Entries // nil: the store holds none
-		if !rec.fresh {
-			stored, ok, err := w.store.EntriesOf(t.p, t.id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				before = &stored
-			}
-		}
-		var err error
-		if rec.value == nil {
-			err = bulk.DeleteIndexed(t.p, t.id, before)
-		} else {
-			err = bulk.PutIndexed(t.p, t.id, before, rec.x, rec.value)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	for p, n := range win.next {
-		if err := bulk.SetCheckpoint(p, n); err != nil {
-			return err
-		}
-	}
-	return bulk.Commit()
-}
-
-// writtenOrder orders the records of a window by task (partition, then
-// ID), a task's records in the order they were read.
+// writtenOrder orders the records of a window by task (partition, then ID),
+// a task's records in the order they were read.
 func writtenOrder(x, y written) int {
 	if c := cmp.Compare(x.p, y.p); c != 0 {
 		return c
@@ -486,16 +466,15 @@ func writtenOrder(x, y written) int {
 	if c := bytes.Compare(x.id, y.id); c != 0 {
 		return c
 	}
-	return cmp.Compare(x.i, y.i)
+	return cmp.Compare(x.span[0], y.span[0])
 }
 
 // sortWritten sorts ws by writtenOrder, its halves on two cores, then
-// merged through buf (grown as needed), which it returns for the next
-// sort.
-func sortWritten(ws, buf []written) []written {
+// merged.
+func sortWritten(ws []written) {
 	if len(ws) < 4096 || runtime.GOMAXPROCS(0) < 2 {
 		slices.SortFunc(ws, writtenOrder)
-		return buf
+		return
 	}
 	x, y := ws[:len(ws)/2], ws[len(ws)/2:]
 	done := make(chan struct{})
@@ -505,7 +484,7 @@ func sortWritten(ws, buf []written) []written {
 	}()
 	slices.SortFunc(y, writtenOrder)
 	<-done
-	out := buf[:0]
+	out := make([]written, 0, len(ws))
 	for len(x) > 0 && len(y) > 0 {
 		if writtenOrder(y[0], x[0]) < 0 {
 			out, y = append(out, y[0]), y[1:]
@@ -513,9 +492,7 @@ func sortWritten(ws, buf []written) []written {
 			out, x = append(out, x[0]), x[1:]
 		}
 	}
-	out = append(append(out, x...), y...)
-	copy(ws, out)
-	return out[:0]
+	copy(ws, append(append(out, x...), y...))
 }
 
 // relaxGC lets the heap grow by up to eight windows (a restore in flight

@@ -28,24 +28,13 @@ import (
 // time per changelog record, the compactions of what it wrote included.
 // Nothing here overlaps the writes with the read of the topic, as a restore
 // does: the time is that of the writes alone.
-//
-// states=1 is a changelog of a record a task (as the one `make bench`
-// restores nearly is); states=5 one of tasks written about five times
-// (three attempts, two of them retries decided and then published), 5.3
-// records a task.
 func BenchmarkRestoreApply(b *testing.B) {
 	for _, tasks := range []int{40_000, 100_000} {
-		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) { benchmarkRestoreApply(b, tasks, 0) })
+		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) { benchmarkRestoreApply(b, tasks) })
 	}
-	b.Run("tasks=175000,states=1", func(b *testing.B) { benchmarkRestoreApply(b, 175_000, -1) })
-	b.Run("tasks=30000,states=5", func(b *testing.B) { benchmarkRestoreApply(b, 30_000, 2) })
 }
 
-// benchmarkRestoreApply restores tasks tasks; with retries > 0, each task
-// has that many retries before its last state, each written as decided
-// (pending) and then as published; with retries < 0, each task has one
-// record, its last state.
-func benchmarkRestoreApply(b *testing.B, tasks, retries int) {
+func benchmarkRestoreApply(b *testing.B, tasks int) {
 	c, err := codec.New()
 	if err != nil {
 		b.Fatal(err)
@@ -83,26 +72,6 @@ func benchmarkRestoreApply(b *testing.B, tasks, retries int) {
 			Review: task.ReviewOpen, ReviewClass: event.ClassAuthFailed, ReviewOwner: "security", ReviewDueAt: now + 3_600_000,
 			LastClass: event.ClassAuthFailed, LastRoute: event.RouteReview, FirstEventAt: now, LastEventAt: now, LastSeenAt: now,
 			SLAMs: 21_600_000, LastEvent: ev}
-		if retries < 0 {
-			st.Retries = 1
-			add(id, st)
-			continue
-		}
-		if retries > 0 {
-			add(id, st) // the first attempt's state
-			for n := range retries {
-				st.Pending = &task.PendingRetry{N: int32(n + 1), DelayMs: 1000, NotBefore: now + int64(i)}
-				add(id, st)
-				st.Pending = nil
-				st.SeenEvents = append(st.SeenEvents, fmt.Sprintf("ev-%s-%d", id, n+2))
-				st.Retries = int32(n + 1)
-				add(id, st)
-			}
-			if i%3 == 0 {
-				add(id, nil)
-			}
-			continue
-		}
 		if i%4 != 0 {
 			st.Pending = &task.PendingRetry{N: 1, DelayMs: 1000, NotBefore: now + int64(i)}
 			add(id, st)
@@ -160,7 +129,7 @@ func benchmarkRestoreApply(b *testing.B, tasks, retries int) {
 		if err := rs.close(); err != nil {
 			b.Fatal(err)
 		}
-		if st, err := s.Get(1, "task-1"); err != nil || st == nil || st.Retries != int32(max(retries, 1)) {
+		if st, err := s.Get(1, "task-1"); err != nil || st == nil || st.Retries != 1 {
 			b.Fatalf("task-1 restored as %+v, %v", st, err)
 		}
 		if testing.Verbose() {

@@ -35,10 +35,12 @@ import (
 // a wiped store) go to Pebble's last level; others go above what they
 // overlap, and Pebble compacts them in the background.
 type Bulk struct {
-	s      *Store
-	ops    []bulkOp
-	arena  []byte   // the keys it built, in chunks: what is appended stays put
-	chunks [][]byte // the arena's chunks, released after Commit
+	s       *Store
+	ops     []bulkOp
+	arena   []byte     // the keys it built, in chunks: what is appended stays put
+	chunks  [][]byte   // the arena's chunks, released after Commit
+	spans   [][2]int32 // the order of the writes before ordered (Order)
+	ordered int
 }
 
 type bulkOp struct {
@@ -146,6 +148,14 @@ func (b *Bulk) DeleteTask(p int32, old *task.State) error { return deleteTask(b,
 func (b *Bulk) DeleteIndexed(p int32, id []byte, old *Entries) error {
 	return deleteIndexed(b, p, id, old)
 }
+
+// Order keeps the writes in spans (each a from..to range of writes
+// numbered as Len counts them), in the order of spans, followed by the
+// writes made after Order; the other writes are discarded. Writes made in task ID order come mostly sorted to Commit, which
+// then sorts each index in about linear time: a restore builds its writes
+// in the order it reads them, sorts its tasks once and orders the writes
+// by them.
+func (b *Bulk) Order(spans [][2]int32) { b.spans, b.ordered = spans, len(b.ops) }
 
 // SetCheckpoint is Batch.SetCheckpoint.
 func (b *Bulk) SetCheckpoint(p int32, next int64) error {
@@ -420,7 +430,7 @@ func (w *bufferedWritable) Finish() error {
 
 func (w *bufferedWritable) Abort() { _ = w.f.Close() }
 
-// sort sorts the writes by key, a key's writes in the order they were
+// sort sorts the writes kept by key, a key's writes in the order they were
 // made, and returns how many there are.
 // Keys are grouped first by their prefix and partition (the index a key
 // belongs to), keeping their order (a counting sort into one new slice),
@@ -428,14 +438,28 @@ func (w *bufferedWritable) Abort() { _ = w.f.Close() }
 // task ID order hands over groups that are mostly sorted already, which
 // pdqsort checks in linear time.
 func (b *Bulk) sort() int {
+	// the writes kept, in their order (Order)
+	idx := make([]int32, 0, len(b.ops))
+	from := 0 // the writes after Order, or all of them
+	if b.spans != nil {
+		for _, sp := range b.spans {
+			for i := sp[0]; i < sp[1]; i++ {
+				idx = append(idx, i)
+			}
+		}
+		from = b.ordered
+	}
+	for i := from; i < len(b.ops); i++ {
+		idx = append(idx, int32(i))
+	}
 	// the group of each write, and the size of each group; a map lookup
 	// by string(bytes) does not allocate, and there are a few dozen groups
 	ids := map[string]int{}
 	var names []string
 	var counts []int
-	of := make([]int32, len(b.ops))
-	for j, op := range b.ops {
-		g := groupOf(op.key)
+	of := make([]int32, len(idx))
+	for j, i := range idx {
+		g := groupOf(b.ops[i].key)
 		id, ok := ids[string(g)]
 		if !ok {
 			id = len(names)
@@ -457,10 +481,10 @@ func (b *Bulk) sort() int {
 		starts[id] = total
 		total += counts[id]
 	}
-	out := getOps(len(b.ops))[:len(b.ops)]
+	out := getOps(len(idx))[:len(idx)]
 	at := slices.Clone(starts)
-	for j, op := range b.ops {
-		out[at[of[j]]] = op
+	for j, i := range idx {
+		out[at[of[j]]] = b.ops[i]
 		at[of[j]]++
 	}
 	// the groups are sorted on every core, the largest first
@@ -479,7 +503,7 @@ func (b *Bulk) sort() int {
 		})
 	})
 	putOps(b.ops)
-	b.ops = out
+	b.ops, b.spans = out, nil
 	return len(out)
 }
 
