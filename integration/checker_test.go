@@ -245,7 +245,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	}
 
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
-		Starts: c.starts, Partitions: 3}
+		Starts: c.starts, Rebalances: c.rebalances, Partitions: 3}
 	if cfg.unwritable {
 		opts.MaxRecordBytes, opts.MaxOutputBytes = maxInputBytes, smallestOutputLimit(ctx, t, e)
 		t.Logf("unwritable: %d task events of about %d KiB; the smallest output topic takes %d bytes", w.scenario["unwritable"], (maxInputBytes-32<<10)>>10, opts.MaxOutputBytes)
@@ -421,6 +421,10 @@ type cluster struct {
 	routers map[string]*router
 	starts  map[string][]time.Time // when each process of an instance started
 	bins    map[string][]string    // and the router binary it ran
+	// rebalances are when the group may have begun to rebalance for
+	// another reason: a pause's session timeout and its resume, a stop, the
+	// broker's restart
+	rebalances []time.Time
 }
 
 // binAt is the router binary the process of instance that ran at t ran.
@@ -484,11 +488,13 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	// sets must hold the retries of the other two (breaker.latch_everywhere)
 	at(22 * time.Second)
 	s = time.Now()
-	pause := 10*time.Second + 6*time.Second // past the session timeout (10 s)
+	sessionTimeout := 10 * time.Second // the router's default
+	pause := sessionTimeout + 6*time.Second
 	b := c.routers["b"]
 	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGSTOP)
 	time.Sleep(pause)
 	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGCONT)
+	c.rebalances = append(c.rebalances, s.Add(sessionTimeout), time.Now())
 	log("pause", s, "SIGSTOP b for %s, then SIGCONT", pause)
 
 	if os.Getenv("FAULTROUTER_KAFKA_DIR") != "" {
@@ -502,6 +508,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("kafka.sh restart: %v", err)
 		}
+		c.rebalances = append(c.rebalances, s, time.Now())
 		log("broker-restart", s, "kafka.sh restart")
 	} else {
 		t.Logf("fault broker-restart skipped: FAULTROUTER_KAFKA_DIR is unset (integration/test.sh sets it)")
@@ -509,6 +516,7 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 
 	at(44 * time.Second)
 	s = time.Now()
+	c.rebalances = append(c.rebalances, s)
 	c.routers["b"].stop(t)
 	c.routers["c"].stop(t)
 	delete(c.routers, "b")

@@ -273,26 +273,25 @@ func (c *checker) decidedBy(x *expectRetry, instance string, proc int) bool {
 	return ok && inst == instance && c.process(instance, x.decided) == proc
 }
 
-// joined reports whether a router process started in (from - rebalanceSpan,
-// to]: the group rebalanced then, and a partition that moved away from an
-// instance and came back took its held retries with it (they come out at
-// their moved times, like those of another process). A join's rebalance
-// goes on after the process started (it joins, is assigned, restores, and
-// a member that cannot restore holds partitions until it leaves), hence
-// the span before from.
+// joined reports whether a router process started, or the group may have
+// rebalanced for another reason (Options.Rebalances), in (from -
+// rebalanceSpan, to]: a partition that moved away from an instance and came
+// back took its held retries with it (they come out at their moved times,
+// like those of another process). A rebalance goes on after its cause (a
+// member joins, is assigned, restores, and a member that cannot restore
+// holds partitions until it leaves), hence the span before from.
 func (c *checker) joined(from, to time.Time) bool {
+	in := func(s time.Time) bool { return s.After(from.Add(-rebalanceSpan)) && !s.After(to) }
 	for _, starts := range c.o.Starts {
-		for _, s := range starts {
-			if s.After(from.Add(-rebalanceSpan)) && !s.After(to) {
-				return true
-			}
+		if slices.ContainsFunc(starts, in) {
+			return true
 		}
 	}
-	return false
+	return slices.ContainsFunc(c.o.Rebalances, in)
 }
 
-// rebalanceSpan is how long after a process started the group's
-// assignment may still be moving because of it.
+// rebalanceSpan is how long after a process started (or another cause of
+// a rebalance) the group's assignment may still be moving because of it.
 const rebalanceSpan = 15 * time.Second
 
 // breakerConfig is the policy's breaker configuration of a scope.

@@ -74,6 +74,12 @@ type Options struct {
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
 	Starts map[string][]time.Time
+	// Rebalances are other times the group's assignment may have begun to
+	// move, as the fault injector knows them: a member paused past its
+	// session timeout or resumed, a member stopped, the broker restarted.
+	// Like a process start, each exempts the retries it may have moved from
+	// breaker.held_order (joined).
+	Rebalances []time.Time
 	// SharesLatches reports whether the router process of an instance that
 	// ran at a time shares its latches with the other instances (a release
 	// with the breakers topic and its latch items). Nil: every process does.
