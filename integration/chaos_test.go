@@ -34,7 +34,8 @@ func TestRestoreFromChangelogOnEmptyStateDir(t *testing.T) {
 
 	// a new router, same instance ID, nothing on disk
 	r = e.startRouter("a", t.TempDir())
-	if !strings.Contains(r.logs.String(), "state restored") {
+	// the line is written by the router's log goroutine, shortly after ready
+	if !waitFor(10*time.Second, func() bool { return strings.Contains(r.logs.String(), "state restored") }) {
 		t.Errorf("the new router did not log a restore from the changelog; logs:\n%s", r.logs.String())
 	}
 	e.cli(taskEvent("x-3", "t-x", 3, timeoutFields)+taskEvent("x-1", "t-x", 1, timeoutFields), "produce", "--topic", "ingress")

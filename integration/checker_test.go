@@ -535,7 +535,12 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	// changelog's start, or (when its release marks do not match the
 	// changelog's end) drops its local state of the partition unread first
 	how := "read the corrupt checkpoints and restored from the changelog's start"
-	switch logs := c.routers["a"].logs.String(); {
+	logs := func() string { return c.routers["a"].logs.String() }
+	// the lines are written by the router's log goroutine, shortly after ready
+	waitFor(10*time.Second, func() bool {
+		return strings.Contains(logs(), "checkpoint is corrupt") || strings.Contains(logs(), "local state of the partition dropped")
+	})
+	switch logs := logs(); {
 	case strings.Contains(logs, "checkpoint is corrupt"):
 	case strings.Contains(logs, "local state of the partition dropped"):
 		how = "did not trust its local state (release marks) and restored from the changelog's start"

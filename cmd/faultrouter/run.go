@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -76,10 +77,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	log, err := g.logger(stderr)
+	// a line per decision: formatted and written off the routing goroutine
+	log, closeLog, err := logging.NewAsync(stderr, logging.Format(g.logFormat), g.logLevel)
 	if err != nil {
 		return err
 	}
+	defer closeLog()
 	pol := policy.Default()
 	if *policyFile != "" {
 		if pol, err = policy.Load(*policyFile); err != nil {

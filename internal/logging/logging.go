@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 )
 
@@ -44,13 +43,41 @@ func New(w io.Writer, format Format, level string) (*slog.Logger, error) {
 
 // TaskHandler is a text handler that prints [TASK:<id>] before every line
 // that carries a task_id attribute.
+//
+// A line costs what slog's own TextHandler costs: the handler and its
+// attributes are built once (WithAttrs, WithGroup), not for every line, and
+// the prefix goes out in the line's single write. The router logs a line
+// for every decision, so a line is on its hot path.
 type TaskHandler struct {
-	mu    *sync.Mutex
-	w     io.Writer
+	out   *prefixWriter // shared by the handlers derived from one
+	inner slog.Handler  // a TextHandler writing to out, with the attributes and groups so far
 	opts  *slog.HandlerOptions
-	task  string
-	attrs []slog.Attr
-	group string
+	task  string // the task_id given by WithAttrs outside any group
+	group bool   // a group is open: attributes added now are not the task's
+}
+
+// prefixWriter writes each line it is given after the prefix of the line
+// being handled, in one write. Its mutex is held from setting the prefix
+// to the line's write (TaskHandler.Handle).
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(line []byte) (int, error) {
+	if p.prefix == "" {
+		return p.w.Write(line)
+	}
+	p.buf = append(append(append(append(p.buf[:0], "[TASK:"...), p.prefix...), "] "...), line...)
+	if _, err := p.w.Write(p.buf); err != nil {
+		return 0, err
+	}
+	if cap(p.buf) > 64<<10 { // an outsized line's buffer is not kept
+		p.buf = nil
+	}
+	return len(line), nil
 }
 
 // NewTaskHandler returns a TaskHandler writing to w.
@@ -58,22 +85,19 @@ func NewTaskHandler(w io.Writer, opts *slog.HandlerOptions) *TaskHandler {
 	if opts == nil {
 		opts = &slog.HandlerOptions{}
 	}
-	return &TaskHandler{mu: new(sync.Mutex), w: w, opts: opts}
+	out := &prefixWriter{w: w}
+	return &TaskHandler{out: out, inner: slog.NewTextHandler(out, opts), opts: opts}
 }
 
 // Enabled implements slog.Handler.
-func (h *TaskHandler) Enabled(_ context.Context, l slog.Level) bool {
-	min := slog.LevelInfo
-	if h.opts.Level != nil {
-		min = h.opts.Level.Level()
-	}
-	return l >= min
+func (h *TaskHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
 }
 
 // Handle implements slog.Handler.
 func (h *TaskHandler) Handle(ctx context.Context, r slog.Record) error {
 	task := h.task
-	if task == "" {
+	if task == "" && !h.group {
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == TaskKey {
 				task = a.Value.String()
@@ -82,33 +106,17 @@ func (h *TaskHandler) Handle(ctx context.Context, r slog.Record) error {
 			return true
 		})
 	}
-	var b strings.Builder
-	if task != "" {
-		b.WriteString("[TASK:")
-		b.WriteString(task)
-		b.WriteString("] ")
-	}
-	var inner slog.Handler = slog.NewTextHandler(&b, h.opts)
-	if len(h.attrs) > 0 {
-		inner = inner.WithAttrs(h.attrs)
-	}
-	if h.group != "" {
-		inner = inner.WithGroup(h.group)
-	}
-	if err := inner.Handle(ctx, r); err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, b.String())
-	return err
+	h.out.mu.Lock()
+	defer h.out.mu.Unlock()
+	h.out.prefix = task
+	return h.inner.Handle(ctx, r)
 }
 
 // WithAttrs implements slog.Handler.
 func (h *TaskHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
-	c.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
-	if h.group == "" {
+	c.inner = h.inner.WithAttrs(attrs)
+	if !h.group {
 		for _, a := range attrs {
 			if a.Key == TaskKey {
 				c.task = a.Value.String()
@@ -120,10 +128,166 @@ func (h *TaskHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 // WithGroup implements slog.Handler.
 func (h *TaskHandler) WithGroup(name string) slog.Handler {
-	c := *h
-	if c.group != "" {
-		name = c.group + "." + name
+	if name == "" {
+		return h
 	}
-	c.group = name
+	c := *h
+	c.inner = h.inner.WithGroup(name)
+	c.group = true
 	return &c
+}
+
+// asyncQueue is the size of an async logger's queue of lines: a burst of
+// this many lines does not wait for the writer.
+const asyncQueue = 16384
+
+// NewAsync is New for a process that logs a line per decision on its hot
+// path (faultrouter run): a line is formatted and written by a goroutine of
+// its own, in the order the lines were logged, so that the goroutine that
+// logs it pays only for taking its attributes. A line at level Error waits
+// until it and every line before it are written. When the queue is full a
+// line waits for room: no line is dropped. close writes every line queued
+// and stops the goroutine; lines logged after it are written at once. A
+// process killed with lines queued loses them (at most the queue's length
+// of lines, usually the last milliseconds of them); the audit topic holds
+// every decision.
+//
+// Lines that come faster than one write each are written several to a
+// write: the goroutine writes what it has formatted whenever its queue is
+// empty, before an error line returns, and every 64 KiB.
+func NewAsync(w io.Writer, format Format, level string) (log *slog.Logger, close func(), err error) {
+	out := &coalescer{w: w}
+	l, err := New(out, format, level)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := &lineQueue{lines: make(chan queued, asyncQueue), done: make(chan struct{}), out: out}
+	go q.run()
+	return slog.New(&asyncHandler{inner: l.Handler(), q: q}), q.close, nil
+}
+
+// coalescer keeps the lines written to it until flush, up to 64 KiB; once
+// direct, it writes each line at once.
+type coalescer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	buf    []byte
+	direct bool
+}
+
+const coalesceBytes = 64 << 10
+
+func (c *coalescer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.direct {
+		return c.w.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= coalesceBytes {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (c *coalescer) flush(direct bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.flushLocked() // a line that cannot be written is lost, as with slog's own handlers
+	c.direct = c.direct || direct
+}
+
+func (c *coalescer) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.w.Write(c.buf)
+	if cap(c.buf) > 4*coalesceBytes {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
+	return err
+}
+
+// queued is a line waiting to be written by the handler it was logged with;
+// written, if not nil, is closed once it is.
+type queued struct {
+	h       slog.Handler
+	r       slog.Record
+	written chan struct{}
+}
+
+type lineQueue struct {
+	mu     sync.RWMutex // held for writing by close, for reading while a line is queued
+	closed bool
+	lines  chan queued
+	done   chan struct{}
+	out    *coalescer // what the handlers write to
+}
+
+func (q *lineQueue) run() {
+	defer close(q.done)
+	for l := range q.lines {
+		_ = l.h.Handle(context.Background(), l.r) // slog.Logger drops a handler's error too
+		if l.written != nil || len(q.lines) == 0 {
+			q.out.flush(false)
+		}
+		if l.written != nil {
+			close(l.written)
+		}
+	}
+	q.out.flush(true)
+}
+
+func (q *lineQueue) close() {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.lines)
+	}
+	q.mu.Unlock()
+	<-q.done
+}
+
+// asyncHandler queues each line for the lineQueue's goroutine.
+type asyncHandler struct {
+	inner slog.Handler
+	q     *lineQueue
+}
+
+// Enabled implements slog.Handler.
+func (h *asyncHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
+
+// Handle implements slog.Handler.
+func (h *asyncHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.q.mu.RLock()
+	if h.q.closed {
+		h.q.mu.RUnlock()
+		return h.inner.Handle(ctx, r)
+	}
+	l := queued{h: h.inner, r: r.Clone()} // r's attributes may be reused once Handle returns
+	if r.Level >= slog.LevelError {
+		l.written = make(chan struct{})
+	}
+	h.q.lines <- l
+	h.q.mu.RUnlock()
+	if l.written != nil {
+		<-l.written
+	}
+	return nil
+}
+
+// WithAttrs implements slog.Handler.
+func (h *asyncHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &asyncHandler{inner: h.inner.WithAttrs(attrs), q: h.q}
+}
+
+// WithGroup implements slog.Handler.
+func (h *asyncHandler) WithGroup(name string) slog.Handler {
+	return &asyncHandler{inner: h.inner.WithGroup(name), q: h.q}
 }

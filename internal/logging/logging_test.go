@@ -2,8 +2,11 @@ package logging
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Guards the log contract: a line with a task_id starts with [TASK:<id>], so
@@ -38,5 +41,115 @@ func TestBadFlags(t *testing.T) {
 	}
 	if _, err := New(nil, FormatText, "loud"); err == nil || !strings.Contains(err.Error(), "--log-level") {
 		t.Errorf("bad level: %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer the test and the logging goroutine share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+}
+
+// Guards the async logger's contract: every line is written, in the order
+// it was logged, with its own attributes (a record's attributes are copied
+// before the call returns), in both formats; and close writes what is
+// queued.
+func TestAsyncKeepsEveryLineInOrder(t *testing.T) {
+	for _, format := range []Format{FormatText, FormatJSON} {
+		var w lockedBuffer
+		log, closeLog, err := NewAsync(&w, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 3 * asyncQueue / 2 // more than the queue holds: some lines wait for room
+		attrs := make([]any, 0, 16)
+		for i := range n {
+			attrs = append(attrs[:0], "task_id", fmt.Sprintf("t-%d", i), "topic", "in", "partition", i%6, "offset", i,
+				"class", "NETWORK_TIMEOUT", "route", "RETRY", "rule", "r", "reason", fmt.Sprintf("line %d", i))
+			if i%100 == 0 {
+				log.Warn("routed", attrs...)
+			} else {
+				log.Info("routed", attrs...)
+			}
+		}
+		closeLog()
+		lines := w.lines()
+		if len(lines) != n {
+			t.Fatalf("%s: %d lines written, want %d", format, len(lines), n)
+		}
+		for i, l := range lines {
+			if !strings.Contains(l, fmt.Sprintf("line %d", i)) || !strings.Contains(l, fmt.Sprintf("t-%d", i)) {
+				t.Fatalf("%s: line %d is %q", format, i, l)
+			}
+			if format == FormatText && !strings.HasPrefix(l, fmt.Sprintf("[TASK:t-%d] ", i)) {
+				t.Fatalf("line %d has no task prefix: %q", i, l)
+			}
+		}
+		log.Info("after close", "task_id", "t-last")
+		if l := w.lines(); len(l) != n+1 || !strings.Contains(l[n], "after close") {
+			t.Fatalf("%s: a line logged after close was not written at once", format)
+		}
+	}
+}
+
+// gate is a writer that blocks every write until it is opened.
+type gate struct {
+	open chan struct{}
+	lockedBuffer
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	<-g.open
+	return g.lockedBuffer.Write(p)
+}
+
+// Guards what the async logger is for: the goroutine that logs does not
+// wait for a slow writer (a blocked stderr pipe, a slow disk) while the
+// queue has room; an error line waits until it and everything before it
+// are written.
+func TestAsyncDoesNotWaitForTheWriter(t *testing.T) {
+	w := &gate{open: make(chan struct{})}
+	log, closeLog, err := NewAsync(w, FormatText, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLog()
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for i := range 100 {
+			log.Info("routed", "task_id", fmt.Sprintf("t-%d", i))
+		}
+	}()
+	select {
+	case <-logged:
+	case <-time.After(time.Minute):
+		t.Fatal("100 info lines waited for a writer that writes nothing")
+	}
+	if l := w.lines(); len(l) != 1 || l[0] != "" {
+		t.Fatalf("lines written through a closed gate: %q", l)
+	}
+	errored := make(chan struct{})
+	go func() {
+		defer close(errored)
+		log.Error("store write failed", "task_id", "t-err")
+	}()
+	close(w.open)
+	<-errored
+	lines := w.lines()
+	if len(lines) != 101 || !strings.Contains(lines[100], "store write failed") {
+		t.Fatalf("an error line returned before it and the lines before it were written: %d lines", len(lines))
 	}
 }
