@@ -9,8 +9,8 @@ package router
 //
 // Label values come from bounded sets: class, route, stop and outcome are
 // fixed; owners are the policy's; provider/model and prompt template keep
-// their first maxLedgerKeys values each, and any later one is counted as
-// "other", so that a worker reporting a new model per request cannot grow the
+// their first maxLedgerKeys values each (those of one batch in no
+// particular order), and any later one is counted as "other", so that a worker reporting a new model per request cannot grow the
 // series without bound.
 
 import (
@@ -74,32 +74,28 @@ func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
 	return m
 }
 
-// account adds one committed decision of a task event to the ledger's
-// series in t, the batch's tally.
-func (m *ledgerMetrics) account(t *tally, ev *event.TaskEvent, d *event.Decision) {
-	if !ledger.Counts(ev, d) {
-		return
-	}
-	class, route := string(d.Class), string(d.Route)
+// account adds a group of committed decisions of task events (g, labelled
+// by k) to the ledger's series in t.
+func (m *ledgerMetrics) account(t *tally, k tallyKey, g *tallySums) {
+	class, route := string(k.class), string(k.route)
 	outcome := "failed"
-	if d.Class == event.ClassSucceeded {
+	if k.class == event.ClassSucceeded {
 		outcome = "succeeded"
 	}
-	cost := ev.Usage.CostUSD
-	model, tmpl := m.models.label(ledger.ModelKey(ev)), m.templates.label(ev.PromptTemplate)
-	t.add(m.spend, class, route, cost)
-	t.add(m.tokens, class, route, float64(ev.Usage.Tokens))
-	t.add(m.elapsed, class, route, float64(ev.Usage.ElapsedMs)/1000)
-	t.add(m.byModel, model, outcome, cost)
-	t.add(m.byTemplate, tmpl, outcome, cost)
-	if d.Review != nil {
-		t.add(m.byOwner, d.Review.Owner, "", cost)
+	model, tmpl := m.models.label(ledger.ModelKey(&event.TaskEvent{Provider: k.provider, Model: k.model})), m.templates.label(k.template)
+	t.add(m.spend, class, route, g.cost)
+	t.add(m.tokens, class, route, g.tokens)
+	t.add(m.elapsed, class, route, g.elapsed)
+	t.add(m.byModel, model, outcome, g.cost)
+	t.add(m.byTemplate, tmpl, outcome, g.cost)
+	if k.review {
+		t.add(m.byOwner, k.owner, "", g.cost)
 	}
-	if pr, ok := m.policy.PreventedBy(d); ok {
-		t.add(m.prevented, class, string(pr.Stop), pr.USD)
-		t.add(m.preventedTries, class, string(pr.Stop), float64(pr.Attempts))
-		t.add(m.preventedByKey, "provider_model", model, pr.USD)
-		t.add(m.preventedByKey, "prompt_template", tmpl, pr.USD)
+	if k.prevented {
+		t.add(m.prevented, class, string(k.stop), g.preventedUSD)
+		t.add(m.preventedTries, class, string(k.stop), g.preventedTries)
+		t.add(m.preventedByKey, "provider_model", model, g.preventedUSD)
+		t.add(m.preventedByKey, "prompt_template", tmpl, g.preventedUSD)
 	}
 }
 

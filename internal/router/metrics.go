@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
 
@@ -35,6 +36,7 @@ type metrics struct {
 	tasksStarted      prometheus.Counter
 	tasksFinished     *prometheus.CounterVec
 	taskSeconds       *prometheus.HistogramVec
+	taskSecondsOf     map[event.Class]prometheus.Observer // taskObserver
 	costUSD           *prometheus.CounterVec
 	tokens            *prometheus.CounterVec
 	forwarded         *prometheus.CounterVec // forward.go
@@ -97,6 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.taskSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "task_terminal_seconds",
 		Help:    "Time from a task's first event to its terminal decision (event time), by class.",
 		Buckets: prometheus.ExponentialBuckets(0.5, 2, 16)}, []string{"class"})
+	m.taskSecondsOf = map[event.Class]prometheus.Observer{}
 	m.costUSD = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cost_usd_total",
 		Help: "Reported cost of the routed attempts, by class."}, []string{"class"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tokens_total",
@@ -118,32 +121,83 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// countTask adds the per-task and usage metrics of one routed input to t,
-// the batch's tally.
+// countTask puts one routed input in t, the batch's tally: its group gets
+// the input and, for a task event decided (not a redelivery dropped), its
+// usage and the cost its stop prevented (ledger.go).
 func (m *metrics) countTask(t *tally, in *input) {
-	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
+	d := &in.decision
+	k := tallyKey{class: d.Class, route: d.Route}
+	task := in.kind == inputTask && d.Route != event.RouteDrop
+	if !task {
+		t.group(k).inputs++
 		return
 	}
-	class := string(in.decision.Class)
+	ev := &in.event
+	k.task, k.finished = true, in.finished
+	k.provider, k.model, k.template = ev.Provider, ev.Model, ev.PromptTemplate
+	if d.Review != nil {
+		k.review, k.owner = true, d.Review.Owner
+	}
+	pr, prevented := m.ledger.policy.PreventedBy(d)
+	k.stop, k.prevented = pr.Stop, prevented
+	g := t.group(k)
+	g.inputs++
+	g.cost += ev.Usage.CostUSD
+	g.tokens += float64(ev.Usage.Tokens)
+	g.elapsed += float64(ev.Usage.ElapsedMs) / 1000
+	g.preventedUSD += pr.USD
+	g.preventedTries += float64(pr.Attempts)
 	if in.started {
 		t.started++
 	}
 	if in.finished {
-		t.add(m.tasksFinished, class, string(in.decision.Route), 1)
-		m.taskSeconds.WithLabelValues(class).Observe(float64(max(in.taskMs, 0)) / 1000)
+		m.taskObserver(d.Class).Observe(float64(max(in.taskMs, 0)) / 1000)
 	}
-	t.add(m.costUSD, class, "", in.event.Usage.CostUSD)
-	t.add(m.tokens, class, "", float64(in.event.Usage.Tokens))
-	m.ledger.account(t, &in.event, &in.decision)
 }
 
-// tally sums a batch's counter updates by series, so that each series is
-// updated once per batch instead of once per input: looking a series up by
-// its label values and adding to it cost more per input than deciding a
-// retry. Used by the handle goroutine only.
+// taskObserver is faultrouter_task_terminal_seconds of a class, looked up
+// once per class.
+func (m *metrics) taskObserver(c event.Class) prometheus.Observer {
+	o, ok := m.taskSecondsOf[c]
+	if !ok {
+		o = m.taskSeconds.WithLabelValues(string(c))
+		m.taskSecondsOf[c] = o
+	}
+	return o
+}
+
+// tally sums a batch's committed decisions, so that each series is updated
+// once per batch instead of once per input: looking a series up by its
+// label values and adding to it cost more per input than deciding a retry.
+// An input costs one lookup, of its group: the inputs whose every label
+// value is the same. flush spreads the groups over their series. Used by
+// the handle goroutine only.
 type tally struct {
+	groups  map[tallyKey]*tallySums
+	free    []*tallySums // the sums of the groups of earlier batches, reused
 	adds    map[series]float64
 	started int
+}
+
+// tallyKey is what a routed input's series are labelled by.
+type tallyKey struct {
+	class     event.Class
+	route     event.Route
+	task      bool // a task event decided, not dropped: its usage counts
+	finished  bool // the decision ended its task
+	provider  string
+	model     string
+	template  string
+	review    bool // the decision opened a review item of owner
+	owner     string
+	prevented bool // the decision stopped the task (policy.PreventedBy)
+	stop      policy.Stop
+}
+
+// tallySums are a group's sums.
+type tallySums struct {
+	inputs, cost, tokens, elapsed float64
+	preventedUSD, preventedTries  float64
 }
 
 // series is one counter series: its family and one or two label values
@@ -151,6 +205,24 @@ type tally struct {
 type series struct {
 	vec  *prometheus.CounterVec
 	a, b string
+}
+
+func (t *tally) group(k tallyKey) *tallySums {
+	if g, ok := t.groups[k]; ok {
+		return g
+	}
+	if t.groups == nil {
+		t.groups = map[tallyKey]*tallySums{}
+	}
+	var g *tallySums
+	if n := len(t.free); n > 0 {
+		g, t.free = t.free[n-1], t.free[:n-1]
+		*g = tallySums{}
+	} else {
+		g = new(tallySums)
+	}
+	t.groups[k] = g
+	return g
 }
 
 // add adds v to the series vec{a, b}; b "" for a family of one label. An
@@ -164,6 +236,20 @@ func (t *tally) add(vec *prometheus.CounterVec, a, b string, v float64) {
 
 // flush adds the tally to the counters and empties it.
 func (t *tally) flush(m *metrics) {
+	for k, g := range t.groups {
+		class, route := string(k.class), string(k.route)
+		t.add(m.routed, class, route, g.inputs)
+		if k.task {
+			if k.finished {
+				t.add(m.tasksFinished, class, route, g.inputs)
+			}
+			t.add(m.costUSD, class, "", g.cost)
+			t.add(m.tokens, class, "", g.tokens)
+			m.ledger.account(t, k, g)
+		}
+		t.free = append(t.free, g)
+	}
+	clear(t.groups)
 	for s, v := range t.adds {
 		if s.b == "" {
 			s.vec.WithLabelValues(s.a).Add(v)
@@ -195,7 +281,6 @@ func (r *Router) countCommitted(b *batch) {
 			r.logDecision(in)
 			continue
 		}
-		b.tally.add(r.metrics.routed, string(in.decision.Class), string(in.decision.Route), 1)
 		r.metrics.countTask(&b.tally, in)
 		switch {
 		case in.kind == inputPoison:
