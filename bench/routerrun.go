@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
@@ -23,10 +23,11 @@ import (
 // runningRouter is a router built with router.New, as `faultrouter run`
 // builds it, running in this process.
 type runningRouter struct {
-	rt     *router.Router
-	reg    *prometheus.Registry
-	cancel context.CancelFunc
-	done   chan error
+	rt       *router.Router
+	reg      *prometheus.Registry
+	cancel   context.CancelFunc
+	done     chan error
+	closeLog func() // writes the log's queued lines and closes its file
 }
 
 // startRouter builds a router with the default policy on topics and a state
@@ -50,20 +51,34 @@ func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, g
 	cfg.StateDir = stateDir
 	cfg.Group = group
 	cfg.InstanceID = instance
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	cfg.Registerer = reg
-	rt, err := router.New(cfg)
+	// it logs as `faultrouter run` does by default (a line per decision,
+	// text, info), to a file beside its state directory
+	f, err := os.Create(filepath.Clean(stateDir) + ".log")
 	if err != nil {
 		return nil, 0, err
 	}
+	log, closeLog, err := logging.NewAsync(f, logging.FormatText, "info")
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	closeFile := func() { closeLog(); f.Close() }
+	cfg.Logger = log
+	cfg.Registerer = reg
+	rt, err := router.New(cfg)
+	if err != nil {
+		closeFile()
+		return nil, 0, err
+	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1), closeLog: closeFile}
 	start := time.Now()
 	go func() { r.done <- rt.Run(rctx) }()
 	for !rt.Ready() {
 		select {
 		case err := <-r.done:
 			cancel()
+			closeFile()
 			return nil, 0, fmt.Errorf("router stopped before it was ready: %v", err)
 		case <-ctx.Done():
 			r.stop()
@@ -76,7 +91,9 @@ func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, g
 
 func (r *runningRouter) stop() error {
 	r.cancel()
-	return <-r.done
+	err := <-r.done
+	r.closeLog()
+	return err
 }
 
 // counter sums every sample of a counter, gauge or histogram family (all
