@@ -5,9 +5,12 @@ package logging
 
 import (
 	"context"
+	"encoding"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 )
 
@@ -150,7 +153,9 @@ const asyncQueue = 16384
 // and stops the goroutine; lines logged after it are written at once. A
 // process killed with lines queued loses them (at most the queue's length
 // of lines, usually the last milliseconds of them); the audit topic holds
-// every decision.
+// every decision. A value that is not a string, a number, a bool, a time or
+// a duration (a map, a slice, a pointer, an error) is formatted when it is
+// logged, so that the line shows it as it was then.
 //
 // Lines that come faster than one write each are written several to a
 // write: the goroutine writes what it has formatted whenever its queue is
@@ -163,7 +168,7 @@ func NewAsync(w io.Writer, format Format, level string) (log *slog.Logger, close
 	}
 	q := &lineQueue{lines: make(chan queued, asyncQueue), done: make(chan struct{}), out: out}
 	go q.run()
-	return slog.New(&asyncHandler{inner: l.Handler(), q: q}), q.close, nil
+	return slog.New(&asyncHandler{inner: l.Handler(), q: q, json: format == FormatJSON}), q.close, nil
 }
 
 // coalescer keeps the lines written to it until flush, up to 64 KiB; once
@@ -256,6 +261,72 @@ func (q *lineQueue) close() {
 type asyncHandler struct {
 	inner slog.Handler
 	q     *lineQueue
+	json  bool // the lines are JSON: a value is frozen as JSON, not as text
+}
+
+// frozen is r with every value the caller could still change (a map, a
+// slice, a pointer: anything but a string, a number, a bool, a time or a
+// duration) formatted now, as the handler would format it, so that the
+// goroutine that writes the line later reads nothing the caller shares: a
+// map the caller writes to while a line is formatted from it would crash
+// the process.
+func (h *asyncHandler) frozen(r slog.Record) slog.Record {
+	f := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		f.AddAttrs(h.freeze(a))
+		return true
+	})
+	return f
+}
+
+func (h *asyncHandler) freeze(a slog.Attr) slog.Attr {
+	a.Value = a.Value.Resolve()
+	switch a.Value.Kind() {
+	case slog.KindGroup:
+		g := a.Value.Group()
+		frozen := make([]slog.Attr, len(g))
+		for i, ga := range g {
+			frozen[i] = h.freeze(ga)
+		}
+		return slog.Attr{Key: a.Key, Value: slog.GroupValue(frozen...)}
+	case slog.KindAny:
+		return slog.Attr{Key: a.Key, Value: h.freezeAny(a.Value.Any())}
+	}
+	return a
+}
+
+func (h *asyncHandler) freezeAny(v any) slog.Value {
+	switch x := v.(type) {
+	case nil:
+		return slog.AnyValue(nil)
+	case error:
+		return slog.StringValue(x.Error())
+	case encoding.TextMarshaler:
+		if !h.json {
+			if b, err := x.MarshalText(); err == nil {
+				return slog.StringValue(string(b))
+			}
+		}
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String: // a string type of its own, e.g. a class or a route
+		return slog.StringValue(rv.String())
+	case reflect.Bool:
+		return slog.BoolValue(rv.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return slog.Int64Value(rv.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return slog.Uint64Value(rv.Uint())
+	case reflect.Float32, reflect.Float64:
+		return slog.Float64Value(rv.Float())
+	}
+	if h.json {
+		if b, err := json.Marshal(v); err == nil {
+			return slog.AnyValue(json.RawMessage(b))
+		}
+	}
+	return slog.StringValue(fmt.Sprintf("%+v", v))
 }
 
 // Enabled implements slog.Handler.
@@ -270,7 +341,7 @@ func (h *asyncHandler) Handle(ctx context.Context, r slog.Record) error {
 		h.q.mu.RUnlock()
 		return h.inner.Handle(ctx, r)
 	}
-	l := queued{h: h.inner, r: r.Clone()} // r's attributes may be reused once Handle returns
+	l := queued{h: h.inner, r: h.frozen(r)}
 	if r.Level >= slog.LevelError {
 		l.written = make(chan struct{})
 	}
@@ -284,10 +355,10 @@ func (h *asyncHandler) Handle(ctx context.Context, r slog.Record) error {
 
 // WithAttrs implements slog.Handler.
 func (h *asyncHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &asyncHandler{inner: h.inner.WithAttrs(attrs), q: h.q}
+	return &asyncHandler{inner: h.inner.WithAttrs(attrs), q: h.q, json: h.json}
 }
 
 // WithGroup implements slog.Handler.
 func (h *asyncHandler) WithGroup(name string) slog.Handler {
-	return &asyncHandler{inner: h.inner.WithGroup(name), q: h.q}
+	return &asyncHandler{inner: h.inner.WithGroup(name), q: h.q, json: h.json}
 }

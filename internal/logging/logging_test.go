@@ -3,6 +3,7 @@ package logging
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -151,5 +152,48 @@ func TestAsyncDoesNotWaitForTheWriter(t *testing.T) {
 	lines := w.lines()
 	if len(lines) != 101 || !strings.Contains(lines[100], "store write failed") {
 		t.Fatalf("an error line returned before it and the lines before it were written: %d lines", len(lines))
+	}
+}
+
+// Guards the async logger against the caller's later writes: a map, a
+// slice or a pointer logged is shown as it was when logged, and formatting
+// it later does not read what the caller goes on writing (under -race this
+// test fails if it does; without -race a map written while it is formatted
+// can crash the process). Values keep their form: a string type as a
+// string, a map as a JSON object in JSON.
+func TestAsyncFreezesWhatTheCallerMayChange(t *testing.T) {
+	type route string
+	for _, format := range []Format{FormatText, FormatJSON} {
+		w := &gate{open: make(chan struct{})} // nothing is formatted and written until the writes below are done
+		log, closeLog, err := NewAsync(w, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := map[string][]int32{"ingress": {0, 1}}
+		offsets := []int64{7, 8}
+		type pos struct{ Offset int64 }
+		at := &pos{Offset: 41}
+		log.Info("assigned", "task_id", "t-1", "parts", parts, "offsets", offsets, "at", at, "route", route("RETRY"),
+			slog.Group("g", "parts", parts))
+		for i := range 1000 {
+			parts["ingress"] = append(parts["ingress"], int32(i))
+			parts[fmt.Sprint("t", i)] = nil
+			offsets[0]++
+			at.Offset++
+		}
+		close(w.open)
+		closeLog()
+		line := w.lines()[0]
+		var want []string
+		if format == FormatText {
+			want = []string{`parts="map[ingress:[0 1]]"`, `offsets="[7 8]"`, "at=&{Offset:41}", "route=RETRY", `g.parts="map[ingress:[0 1]]"`}
+		} else {
+			want = []string{`"parts":{"ingress":[0,1]}`, `"offsets":[7,8]`, `"at":{"Offset":41}`, `"route":"RETRY"`, `"g":{"parts":{"ingress":[0,1]}}`}
+		}
+		for _, s := range want {
+			if !strings.Contains(line, s) {
+				t.Errorf("%s: the line does not show %s as logged: %s", format, s, line)
+			}
+		}
 	}
 }
