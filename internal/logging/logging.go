@@ -301,6 +301,10 @@ func (h *asyncHandler) freezeAny(v any) slog.Value {
 		return slog.AnyValue(nil)
 	case error:
 		return slog.StringValue(x.Error())
+	case []byte: // as the text handler shows bytes: a string
+		if !h.json {
+			return slog.StringValue(string(x))
+		}
 	case encoding.TextMarshaler:
 		if !h.json {
 			if b, err := x.MarshalText(); err == nil {

@@ -173,22 +173,24 @@ func TestAsyncFreezesWhatTheCallerMayChange(t *testing.T) {
 		offsets := []int64{7, 8}
 		type pos struct{ Offset int64 }
 		at := &pos{Offset: 41}
+		key := []byte("k-1")
 		log.Info("assigned", "task_id", "t-1", "parts", parts, "offsets", offsets, "at", at, "route", route("RETRY"),
-			slog.Group("g", "parts", parts))
+			slog.Group("g", "parts", parts), "key", key)
 		for i := range 1000 {
 			parts["ingress"] = append(parts["ingress"], int32(i))
 			parts[fmt.Sprint("t", i)] = nil
 			offsets[0]++
 			at.Offset++
+			key[2]++
 		}
 		close(w.open)
 		closeLog()
 		line := w.lines()[0]
 		var want []string
 		if format == FormatText {
-			want = []string{`parts="map[ingress:[0 1]]"`, `offsets="[7 8]"`, "at=&{Offset:41}", "route=RETRY", `g.parts="map[ingress:[0 1]]"`}
+			want = []string{`parts="map[ingress:[0 1]]"`, `offsets="[7 8]"`, "at=&{Offset:41}", "route=RETRY", `g.parts="map[ingress:[0 1]]"`, "key=k-1"}
 		} else {
-			want = []string{`"parts":{"ingress":[0,1]}`, `"offsets":[7,8]`, `"at":{"Offset":41}`, `"route":"RETRY"`, `"g":{"parts":{"ingress":[0,1]}}`}
+			want = []string{`"parts":{"ingress":[0,1]}`, `"offsets":[7,8]`, `"at":{"Offset":41}`, `"route":"RETRY"`, `"g":{"parts":{"ingress":[0,1]}}`, `"key":"ay0x"`}
 		}
 		for _, s := range want {
 			if !strings.Contains(line, s) {
