@@ -166,7 +166,7 @@ func NewAsync(w io.Writer, format Format, level string) (log *slog.Logger, close
 	if err != nil {
 		return nil, nil, err
 	}
-	q := &lineQueue{lines: make(chan queued, asyncQueue), done: make(chan struct{}), out: out}
+	q := newLineQueue(out)
 	go q.run()
 	return slog.New(&asyncHandler{inner: l.Handler(), q: q, json: format == FormatJSON}), q.close, nil
 }
@@ -226,34 +226,90 @@ type queued struct {
 }
 
 type lineQueue struct {
-	mu     sync.RWMutex // held for writing by close, for reading while a line is queued
-	closed bool
-	lines  chan queued
-	done   chan struct{}
-	out    *coalescer // what the handlers write to
+	mu      sync.Mutex
+	room    *sync.Cond // signalled when the writer takes the lines queued
+	pending []queued   // the lines queued, oldest first
+	idle    bool       // the writer waits for wake
+	closed  bool
+	wake    chan struct{} // one token: lines were queued while the writer was idle, or close
+	done    chan struct{}
+	out     *coalescer // what the handlers write to
 }
 
+func newLineQueue(out *coalescer) *lineQueue {
+	q := &lineQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), out: out}
+	q.room = sync.NewCond(&q.mu)
+	return q
+}
+
+// put queues l, waiting for room when the queue is full. It reports false,
+// queuing nothing, once the queue is closed and its lines written.
+func (q *lineQueue) put(l queued) bool {
+	q.mu.Lock()
+	for len(q.pending) >= asyncQueue && !q.closed {
+		q.room.Wait()
+	}
+	if q.closed {
+		q.mu.Unlock()
+		<-q.done // the lines before this one are written
+		return false
+	}
+	q.pending = append(q.pending, l)
+	wake := q.idle
+	q.idle = false
+	q.mu.Unlock()
+	if wake {
+		q.signal()
+	}
+	return true
+}
+
+func (q *lineQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default: // a token is there already
+	}
+}
+
+// run writes the queued lines, taking all there are at a time: a logging
+// goroutine wakes the writer only when it was idle.
 func (q *lineQueue) run() {
 	defer close(q.done)
-	for l := range q.lines {
-		_ = l.h.Handle(context.Background(), l.r) // slog.Logger drops a handler's error too
-		if l.written != nil || len(q.lines) == 0 {
-			q.out.flush(false)
+	var lines []queued
+	for {
+		q.mu.Lock()
+		for len(q.pending) == 0 && !q.closed {
+			q.idle = true
+			q.mu.Unlock()
+			<-q.wake
+			q.mu.Lock()
 		}
-		if l.written != nil {
-			close(l.written)
+		if len(q.pending) == 0 { // closed, and everything written
+			q.mu.Unlock()
+			q.out.flush(true)
+			return
 		}
+		lines, q.pending = q.pending, lines[:0]
+		q.room.Broadcast()
+		q.mu.Unlock()
+		for _, l := range lines {
+			_ = l.h.Handle(context.Background(), l.r) // slog.Logger drops a handler's error too
+			if l.written != nil {
+				q.out.flush(false)
+				close(l.written)
+			}
+		}
+		q.out.flush(false)
+		clear(lines)
 	}
-	q.out.flush(true)
 }
 
 func (q *lineQueue) close() {
 	q.mu.Lock()
-	if !q.closed {
-		q.closed = true
-		close(q.lines)
-	}
+	q.closed = true
+	q.room.Broadcast()
 	q.mu.Unlock()
+	q.signal()
 	<-q.done
 }
 
@@ -271,6 +327,17 @@ type asyncHandler struct {
 // map the caller writes to while a line is formatted from it would crash
 // the process.
 func (h *asyncHandler) frozen(r slog.Record) slog.Record {
+	fixed := true // every value is one the caller cannot change
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Value.Kind() {
+		case slog.KindAny, slog.KindGroup, slog.KindLogValuer:
+			fixed = false
+		}
+		return fixed
+	})
+	if fixed {
+		return r.Clone() // the attributes past the first few are in a slice the caller may reuse
+	}
 	f := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		f.AddAttrs(h.freeze(a))
@@ -340,17 +407,13 @@ func (h *asyncHandler) Enabled(ctx context.Context, l slog.Level) bool {
 
 // Handle implements slog.Handler.
 func (h *asyncHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.q.mu.RLock()
-	if h.q.closed {
-		h.q.mu.RUnlock()
-		return h.inner.Handle(ctx, r)
-	}
 	l := queued{h: h.inner, r: h.frozen(r)}
 	if r.Level >= slog.LevelError {
 		l.written = make(chan struct{})
 	}
-	h.q.lines <- l
-	h.q.mu.RUnlock()
+	if !h.q.put(l) {
+		return h.inner.Handle(ctx, r) // closed: written at once
+	}
 	if l.written != nil {
 		<-l.written
 	}

@@ -246,7 +246,7 @@ func (r *Router) logDecision(in *input) {
 	}
 	r.log.Log(context.Background(), lvl, "routed",
 		"task_id", id, "topic", in.rec.Topic, "partition", in.rec.Partition, "offset", in.rec.Offset,
-		"class", d.Class, "route", d.Route, "rule", d.Rule, "reason", d.Reason)
+		"class", string(d.Class), "route", string(d.Route), "rule", d.Rule, "reason", d.Reason)
 }
 
 // parallelDecodeMin is the fewest records a core is given to decode: for
