@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 )
 
@@ -57,6 +58,10 @@ type TaskHandler struct {
 	opts  *slog.HandlerOptions
 	task  string // the task_id given by WithAttrs outside any group
 	group bool   // a group is open: attributes added now are not the task's
+	// fast: lines whose attributes fastAttrs takes are formatted by
+	// appendFastLine (fasttext.go), with pre, the attributes of WithAttrs
+	fast bool
+	pre  []byte
 }
 
 // prefixWriter writes each line it is given after the prefix of the line
@@ -83,13 +88,29 @@ func (p *prefixWriter) Write(line []byte) (int, error) {
 	return len(line), nil
 }
 
+// writeLine writes r, formatted by appendFastLine after the prefix of task,
+// in one write. The caller holds p.mu.
+func (p *prefixWriter) writeLine(task string, r *slog.Record, pre []byte) error {
+	p.buf = p.buf[:0]
+	if task != "" {
+		p.buf = append(append(append(p.buf, "[TASK:"...), task...), "] "...)
+	}
+	p.buf = appendFastLine(p.buf, r, pre)
+	_, err := p.w.Write(p.buf)
+	if cap(p.buf) > 64<<10 {
+		p.buf = nil
+	}
+	return err
+}
+
 // NewTaskHandler returns a TaskHandler writing to w.
 func NewTaskHandler(w io.Writer, opts *slog.HandlerOptions) *TaskHandler {
 	if opts == nil {
 		opts = &slog.HandlerOptions{}
 	}
 	out := &prefixWriter{w: w}
-	return &TaskHandler{out: out, inner: slog.NewTextHandler(out, opts), opts: opts}
+	return &TaskHandler{out: out, inner: slog.NewTextHandler(out, opts), opts: opts,
+		fast: opts.ReplaceAttr == nil && !opts.AddSource}
 }
 
 // Enabled implements slog.Handler.
@@ -111,6 +132,9 @@ func (h *TaskHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	h.out.mu.Lock()
 	defer h.out.mu.Unlock()
+	if h.fast && fastAttrs(&r) {
+		return h.out.writeLine(task, &r, h.pre)
+	}
 	h.out.prefix = task
 	return h.inner.Handle(ctx, r)
 }
@@ -119,6 +143,9 @@ func (h *TaskHandler) Handle(ctx context.Context, r slog.Record) error {
 func (h *TaskHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
 	c.inner = h.inner.WithAttrs(attrs)
+	if c.fast {
+		c.pre, c.fast = appendFastAttrs(slices.Clip(h.pre), attrs)
+	}
 	if !h.group {
 		for _, a := range attrs {
 			if a.Key == TaskKey {
@@ -136,7 +163,7 @@ func (h *TaskHandler) WithGroup(name string) slog.Handler {
 	}
 	c := *h
 	c.inner = h.inner.WithGroup(name)
-	c.group = true
+	c.group, c.fast = true, false
 	return &c
 }
 

@@ -244,9 +244,13 @@ func (r *Router) logDecision(in *input) {
 	if id == "" {
 		id = string(in.rec.Key)
 	}
-	r.log.Log(context.Background(), lvl, "routed",
-		"task_id", id, "topic", in.rec.Topic, "partition", in.rec.Partition, "offset", in.rec.Offset,
-		"class", string(d.Class), "route", string(d.Route), "rule", d.Rule, "reason", d.Reason)
+	// the record is built here, not by Logger.Log: a line per decision, and
+	// Logger.Log also looks up its caller, which no handler here prints
+	rec := slog.NewRecord(time.Now(), lvl, "routed", 0)
+	rec.AddAttrs(slog.String("task_id", id), slog.String("topic", in.rec.Topic), slog.Int("partition", int(in.rec.Partition)),
+		slog.Int64("offset", in.rec.Offset), slog.String("class", string(d.Class)), slog.String("route", string(d.Route)),
+		slog.String("rule", d.Rule), slog.String("reason", d.Reason))
+	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
 }
 
 // parallelDecodeMin is the fewest records a core is given to decode: for
