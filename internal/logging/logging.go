@@ -48,10 +48,12 @@ func New(w io.Writer, format Format, level string) (*slog.Logger, error) {
 // TaskHandler is a text handler that prints [TASK:<id>] before every line
 // that carries a task_id attribute.
 //
-// A line costs what slog's own TextHandler costs: the handler and its
-// attributes are built once (WithAttrs, WithGroup), not for every line, and
-// the prefix goes out in the line's single write. The router logs a line
-// for every decision, so a line is on its hot path.
+// The router logs a line for every decision, so a line is on its hot path:
+// the handler and its attributes are built once (WithAttrs, WithGroup), not
+// for every line; a line of plain values (strings, numbers, bools, times,
+// durations) is formatted by the fast path of fasttext.go, the same bytes
+// as slog's TextHandler, which formats the others; and the prefix goes out
+// in the line's single write.
 type TaskHandler struct {
 	out   *prefixWriter // shared by the handlers derived from one
 	inner slog.Handler  // a TextHandler writing to out, with the attributes and groups so far
