@@ -80,12 +80,8 @@ func (p *prefixWriter) Write(line []byte) (int, error) {
 	if p.prefix == "" {
 		return p.w.Write(line)
 	}
-	p.buf = append(append(append(append(p.buf[:0], "[TASK:"...), p.prefix...), "] "...), line...)
-	if _, err := p.w.Write(p.buf); err != nil {
+	if err := p.write(append(appendTaskPrefix(p.buf[:0], p.prefix), line...)); err != nil {
 		return 0, err
-	}
-	if cap(p.buf) > 64<<10 { // an outsized line's buffer is not kept
-		p.buf = nil
 	}
 	return len(line), nil
 }
@@ -93,16 +89,26 @@ func (p *prefixWriter) Write(line []byte) (int, error) {
 // writeLine writes r, formatted by appendFastLine after the prefix of task,
 // in one write. The caller holds p.mu.
 func (p *prefixWriter) writeLine(task string, r *slog.Record, pre []byte) error {
-	p.buf = p.buf[:0]
-	if task != "" {
-		p.buf = append(append(append(p.buf, "[TASK:"...), task...), "] "...)
-	}
-	p.buf = appendFastLine(p.buf, r, pre)
-	_, err := p.w.Write(p.buf)
+	return p.write(appendFastLine(appendTaskPrefix(p.buf[:0], task), r, pre))
+}
+
+// write writes line, built in p.buf, and keeps the buffer for the next
+// line unless an outsized line grew it.
+func (p *prefixWriter) write(line []byte) error {
+	_, err := p.w.Write(line)
+	p.buf = line
 	if cap(p.buf) > 64<<10 {
 		p.buf = nil
 	}
 	return err
+}
+
+// appendTaskPrefix appends "[TASK:<task>] ", or nothing for no task.
+func appendTaskPrefix(b []byte, task string) []byte {
+	if task == "" {
+		return b
+	}
+	return append(append(append(b, "[TASK:"...), task...), "] "...)
 }
 
 // NewTaskHandler returns a TaskHandler writing to w.
@@ -358,10 +364,7 @@ type asyncHandler struct {
 func (h *asyncHandler) frozen(r slog.Record) slog.Record {
 	fixed := true // every value is one the caller cannot change
 	r.Attrs(func(a slog.Attr) bool {
-		switch a.Value.Kind() {
-		case slog.KindAny, slog.KindGroup, slog.KindLogValuer:
-			fixed = false
-		}
+		fixed = fastKind(a.Value.Kind()) // the kinds held by value
 		return fixed
 	})
 	if fixed {

@@ -10,8 +10,9 @@ package router
 // Label values come from bounded sets: class, route, stop and outcome are
 // fixed; owners are the policy's; provider/model and prompt template keep
 // their first maxLedgerKeys values each (those of one batch in no
-// particular order), and any later one is counted as "other", so that a worker reporting a new model per request cannot grow the
-// series without bound.
+// particular order), and any later one is counted as "other", so that a
+// worker reporting a new model per request cannot grow the series without
+// bound.
 
 import (
 	"sync"
