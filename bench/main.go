@@ -146,7 +146,9 @@ type result struct {
 	RouterOverCapped float64 `json:"router_over_raw_capped"`
 	// RouterBatch is the mean records per committed transaction of the
 	// router's backlog run.
-	RouterBatch float64        `json:"router_mean_batch_records"`
+	RouterBatch float64 `json:"router_mean_batch_records"`
+	// RouterCPU is the CPU of the router's backlog run.
+	RouterCPU   *cpuUse        `json:"router_cpu,omitempty"`
 	Classes     map[string]int `json:"classes"`
 	LatencyHalf latencyResult  `json:"latency_half_load"`
 	LatencyLow  latencyResult  `json:"latency_low_rate"`
@@ -176,6 +178,9 @@ type latencyResult struct {
 	// of the end of the run: the router fell behind, and the percentiles
 	// leave them out.
 	Missing int `json:"not_read_in_time"`
+	// CPU is this process's (the router, the producer and the reader) and
+	// the machine's over the run.
+	CPU *cpuUse `json:"cpu,omitempty"`
 }
 
 type restoreResult struct {
@@ -186,6 +191,10 @@ type restoreResult struct {
 	ReadyS       float64 `json:"start_to_ready_s"`
 	RestorePerS  float64 `json:"restore_records_per_s"`
 	RestoreRatio float64 `json:"restore_over_plain"`
+	// PlainCPU and RestoreCPU are the CPU of the read and of the restore
+	// (from the router's start to ready), a record each.
+	PlainCPU   *cpuUse `json:"plain_read_cpu,omitempty"`
+	RestoreCPU *cpuUse `json:"restore_cpu,omitempty"`
 }
 
 func run(ctx context.Context, c config, out io.Writer) error {
@@ -266,6 +275,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cpu0 := markCPU()
 	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir, c.tune)
 	if err != nil {
 		stopProfile()
@@ -273,6 +283,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	took, err := rt.waitRouted(ctx, n)
 	stopProfile()
+	res.RouterCPU = cpu0.since(n)
 	if err != nil {
 		rt.stop()
 		return err
@@ -317,14 +328,15 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			break
 		}
 		step(out, "latency at %.0f events/s for %s", l.rate, c.latencyDur)
-		tx0, t0 := rt.counter("faultrouter_transactions_committed_total"), time.Now()
+		tx0, t0, cpu0 := rt.counter("faultrouter_transactions_committed_total"), time.Now(), markCPU()
 		p, err := latency(ctx, seeds, w, topics.Audit, next, l.rate, c.latencyDur)
 		if err != nil {
 			rt.stop()
 			return err
 		}
 		next += int(l.rate*c.latencyDur.Seconds()) + 1
-		*l.dst = latencyResult{Rate: l.rate, N: p.N, P50: ms(p.P50), P99: ms(p.P99), P999: ms(p.P999), MaxMs: ms(p.Max), Missing: p.Missing}
+		*l.dst = latencyResult{Rate: l.rate, N: p.N, P50: ms(p.P50), P99: ms(p.P99), P999: ms(p.P999), MaxMs: ms(p.Max), Missing: p.Missing,
+			CPU: cpu0.since(int(l.rate * c.latencyDur.Seconds()))}
 		// the commit interval: the mean time between two of the router's
 		// commits over the run (README, "commit interval")
 		if tx := rt.counter("faultrouter_transactions_committed_total") - tx0; tx > 0 {
@@ -359,10 +371,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 
 	step(out, "restore from an empty state directory vs a plain read of the changelog")
+	cpu0 = markCPU()
 	recs, plain, err := plainRead(ctx, seeds, topics.State)
 	if err != nil {
 		return err
 	}
+	plainCPU := cpu0.since(recs)
 	empty, err := tempDir(c.workDir, "state-empty")
 	if err != nil {
 		return err
@@ -371,18 +385,20 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cpu0 = markCPU()
 	rt2, ready, err := startRouter(ctx, seeds, topics, prefix+"router", empty, c.tune)
 	stopProfile()
 	if err != nil {
 		return err
 	}
 	restored := rt2.counter("faultrouter_restore_records_total")
+	restoreCPU := cpu0.since(int(restored))
 	restoreS := rt2.counter("faultrouter_restore_seconds")
 	if err := rt2.stop(); err != nil {
 		return err
 	}
 	res.Restore = restoreResult{Records: recs, PlainS: plain.Seconds(), PlainPerSec: float64(recs) / plain.Seconds(),
-		RestoreS: restoreS, ReadyS: ready.Seconds()}
+		RestoreS: restoreS, ReadyS: ready.Seconds(), PlainCPU: plainCPU, RestoreCPU: restoreCPU}
 	if restoreS > 0 {
 		res.Restore.RestorePerS = restored / restoreS
 		res.Restore.RestoreRatio = res.Restore.RestorePerS / res.Restore.PlainPerSec
@@ -462,6 +478,9 @@ func printTable(out io.Writer, r *result) {
 	row("  router over the raw passthrough with its poll size", "", fmt.Sprintf("%.2f", r.RouterOverCapped))
 	row("router, mean time per batch (poll to committed state)", fmt.Sprintf("%.1f ms", r.CommitMs), "")
 	row("router, mean records per transaction; commit interval", fmt.Sprintf("%.0f records", r.RouterBatch), fmt.Sprintf("%.1f ms", r.BacklogCommitMs))
+	if r.RouterCPU != nil {
+		row("  CPU: the router's, an event; the machine's", cpuRow(r.RouterCPU), "")
+	}
 	for _, l := range []struct {
 		name string
 		l    latencyResult
@@ -476,6 +495,9 @@ func printTable(out io.Writer, r *result) {
 		}
 		row("  commit interval in that run (goal: p99 <= it + 25 ms)",
 			fmt.Sprintf("%.1f ms", l.l.CommitIntervalMs), fmt.Sprintf("p99 - it: %.0f", l.l.P99-l.l.CommitIntervalMs))
+		if l.l.CPU != nil {
+			row("  CPU: router, producer and reader, an event; the machine's", cpuRow(l.l.CPU), "")
+		}
 	}
 	if j := r.Join; j != nil {
 		row(fmt.Sprintf("join at half load (%.0f events/s): restored by the first", j.Rate),
@@ -492,6 +514,11 @@ func printTable(out io.Writer, r *result) {
 		fmt.Sprintf("%.0f records/s", r.Restore.PlainPerSec), "1")
 	row("restore into an empty state directory",
 		fmt.Sprintf("%.0f records/s (%.2f s)", r.Restore.RestorePerS, r.Restore.RestoreS), fmt.Sprintf("%.2f", r.Restore.RestoreRatio))
+	if r.Restore.PlainCPU != nil && r.Restore.RestoreCPU != nil {
+		row("  CPU a record: the plain read's; the restore's (start to ready)",
+			fmt.Sprintf("%.1f; %.1f µs", r.Restore.PlainCPU.PerEventUs, r.Restore.RestoreCPU.PerEventUs),
+			fmt.Sprintf("busy %.0f%%; %.0f%%", 100*r.Restore.PlainCPU.MachineBusy, 100*r.Restore.RestoreCPU.MachineBusy))
+	}
 	if r.Peer != nil {
 		row("Kafka Streams peer, same backlog (ratio: router/peer)",
 			fmt.Sprintf("%.0f events/s", r.Peer.PerSec), fmt.Sprintf("%.2f", r.Peer.RouterOver))

@@ -610,3 +610,103 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 		t.Fatalf("changelog written by another instance since %d: kept %v (%v), state %+v; want it wiped", mark, kept, err, w.get(0, "kept"))
 	}
 }
+
+// Guards the restore's index entries against the router's own write path:
+// a changelog of tasks written many times (pending retries moved, review
+// items opened and alerted, tombstones, tasks written again after their
+// tombstone) restored in two parts, the second onto the store the first
+// left (as a restart restores from its checkpoints), in windows and
+// fetches of random sizes, must leave the store exactly as writing each
+// record in turn with store.Batch does: the same states and the same
+// entries in every time index, none stale and none missing.
+func TestRestoreMatchesTheRecordsWrittenInTurn(t *testing.T) {
+	defer func(n int) { restoreWindow = n }(restoreWindow)
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 17))
+			restoreWindow = 1<<10 + rng.IntN(4<<10)
+			w := rsStart(t)
+			ref := rsStart(t)
+			const parts, ids = 3, 40
+			var recs []*kgo.Record
+			offs := [parts]int64{}
+			last := map[string]*task.State{} // p/id: the reference's state
+			for range 700 {
+				p := int32(rng.IntN(parts))
+				id := fmt.Sprintf("task-%d-%02d", p, rng.IntN(ids))
+				var st *task.State
+				if rng.IntN(8) != 0 {
+					st = &task.State{TaskID: id, Attempts: int32(rng.IntN(9) + 1), ExpiresAt: int64(rng.IntN(96)+1) * rsHour}
+					if rng.IntN(2) == 0 {
+						st.Pending = pending(int64(rng.IntN(100_000)))
+					}
+					if rng.IntN(3) == 0 {
+						st.Review, st.ReviewDueAt, st.ReviewAlerted = task.ReviewOpen, int64(rng.IntN(100_000)+1), rng.IntN(2) == 0
+					}
+				}
+				recs = append(recs, w.rec(p, offs[p], id, st))
+				offs[p]++
+				// the reference: the record written in turn, replacing the
+				// entries of the state before it
+				key := fmt.Sprint(p, "/", id)
+				b := ref.r.store.NewBatch()
+				var err error
+				if st == nil {
+					err = b.Delete(p, last[key])
+				} else {
+					err = b.PutEncoded(p, last[key], st, recs[len(recs)-1].Value)
+				}
+				if err == nil {
+					err = b.Commit()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				last[key] = st
+			}
+			cut := len(recs)/3 + rng.IntN(len(recs)/3)
+			for part, wiped := range []map[int32]bool{{0: true, 1: true, 2: true}, {}} {
+				todo := recs[:cut]
+				if part == 1 {
+					todo = recs[cut:]
+				}
+				rs := w.restorer().newWriter(wiped)
+				for len(todo) > 0 {
+					n := min(len(todo), 1+rng.IntN(40))
+					if err := rs.add(todo[:n], nil); err != nil {
+						t.Fatal(err)
+					}
+					todo = todo[n:]
+					if rng.IntN(6) == 0 {
+						rs.endWindow()
+					}
+				}
+				if err := rs.close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for key, want := range last {
+				var p int32
+				var id string
+				fmt.Sscanf(key, "%d/%s", &p, &id)
+				got := w.get(p, id)
+				switch {
+				case want == nil && got != nil:
+					t.Errorf("%s: %+v, want none", key, got)
+				case want != nil && (got == nil || got.Attempts != want.Attempts || got.ExpiresAt != want.ExpiresAt):
+					t.Errorf("%s: %+v, want %+v", key, got, want)
+				}
+			}
+			for p := range int32(parts) {
+				for _, ix := range []store.Index{store.DueIndex, store.ExpiryIndex, store.OverdueIndex} {
+					if got, want := w.index(ix, p), ref.index(ix, p); !slices.Equal(got, want) {
+						t.Errorf("partition %d, index %c:\n got %v\nwant %v", p, ix, got, want)
+					}
+				}
+				if next, ok, err := w.r.store.Checkpoint(p); err != nil || !ok || next != offs[p] {
+					t.Errorf("partition %d: checkpoint %d (%v, %v), want %d", p, next, ok, err, offs[p])
+				}
+			}
+		})
+	}
+}
