@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faultrouter/faultrouter/internal/console"
-	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 const consoleSynopsis = `usage: faultrouter console --listen :8080 [--state-dir DIR] [--users FILE] [--trust-proxy-header --trusted-proxies CIDRS]
@@ -130,7 +129,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		}
 	}
 	if *policyFile != "" {
-		if cfg.Policy, err = policy.Load(*policyFile); err != nil {
+		if cfg.Policy, err = loadPolicy(*policyFile); err != nil {
 			return err
 		}
 	}

@@ -59,7 +59,7 @@ func costCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	p := policy.Default()
 	if *file != "" {
-		if p, err = policy.Load(*file); err != nil {
+		if p, err = loadPolicy(*file); err != nil {
 			return err
 		}
 	}

@@ -54,7 +54,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var candidate *policy.Policy
 	if *whatifFile != "" {
 		var err error
-		if candidate, err = policy.Load(*whatifFile); err != nil {
+		if candidate, err = loadPolicy(*whatifFile); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func policyCheck(args []string, stdout io.Writer) error {
 		return fmt.Errorf("policy check: want exactly one FILE, got %d arguments; %s", fs.NArg(), policyUsage)
 	}
 	file := fs.Arg(0)
-	if _, err := policy.Load(file); err != nil {
+	if _, err := loadPolicy(file); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(stdout, "ok: %s\n", file)
@@ -98,7 +99,7 @@ func policyExplain(args []string, stdin io.Reader, stdout io.Writer) error {
 	p := policy.Default()
 	if *file != "" {
 		var err error
-		if p, err = policy.Load(*file); err != nil {
+		if p, err = loadPolicy(*file); err != nil {
 			return err
 		}
 	}
@@ -199,4 +200,14 @@ func writeDecision(w io.Writer, ev *event.TaskEvent, d event.Decision) error {
 		t.Attempts, t.Retries, t.CostUSD, t.Tokens, t.ElapsedMs)))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// loadPolicy reads and parses the policy file at path; an error names the
+// file, and a field error its key and line.
+func loadPolicy(path string) (*policy.Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return policy.ParseFile(path, b)
 }

@@ -160,6 +160,7 @@ func TestPolicyUsageErrors(t *testing.T) {
 		{nil, "", "missing subcommand"},
 		{[]string{"lint"}, "", `unknown subcommand "lint"`},
 		{[]string{"check"}, "", "want exactly one FILE"},
+		{[]string{"check", "no-such-policy.yaml"}, "", "policy: open no-such-policy.yaml: no such file"},
 		{[]string{"explain", "--format", "xml"}, "", "--format must be text or json"},
 		{[]string{"explain"}, "", "no event on stdin"},
 		{[]string{"explain"}, `{"event_id":"e1"}`, "event 1: field task_id"},

@@ -85,7 +85,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer closeLog()
 	pol := policy.Default()
 	if *policyFile != "" {
-		if pol, err = policy.Load(*policyFile); err != nil {
+		if pol, err = loadPolicy(*policyFile); err != nil {
 			return err
 		}
 	}

@@ -65,13 +65,13 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	candidate, err := policy.Load(*cand)
+	candidate, err := loadPolicy(*cand)
 	if err != nil {
 		return err
 	}
 	baseline := policy.Default()
 	if *base != "" {
-		if baseline, err = policy.Load(*base); err != nil {
+		if baseline, err = loadPolicy(*base); err != nil {
 			return err
 		}
 	}

@@ -13,9 +13,9 @@
 // LatchesTemplate, ReviewResetsTemplate).
 //
 // The numbers, phrase lists, code ranges and review owners come from a Policy:
-// Default() is the policy of docs/design.md, Load and Parse read a YAML policy file
-// (default-policy.yaml is the commented default, `faultrouter policy default`
-// prints it).
+// Default() is the policy of docs/design.md; Parse and ParseFile read the
+// bytes of a YAML policy file, which the caller reads (default-policy.yaml is
+// the commented default, `faultrouter policy default` prints it).
 //
 // # Precedence
 //

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -21,15 +20,12 @@ var defaultYAML []byte
 // point for a policy file. Parse(DefaultYAML()) equals Default().
 func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
 
-// Load reads, parses and validates the policy file at path. See Parse.
-func Load(path string) (*Policy, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
+// ParseFile is Parse for the contents b of the policy file name: an error
+// names the file. The package does no I/O: the caller reads the file.
+func ParseFile(name string, b []byte) (*Policy, error) {
 	p, err := Parse(b)
 	if fe, ok := errors.AsType[*FieldError](err); ok {
-		fe.File = path
+		fe.File = name
 	}
 	return p, err
 }

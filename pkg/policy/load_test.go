@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -58,9 +57,13 @@ func TestDefaultYAMLMatchesDefault(t *testing.T) {
 // TestLoadExample guards the example policy file: it loads, the keys it sets
 // override the defaults, and every other key keeps its default.
 func TestLoadExample(t *testing.T) {
-	p, err := Load("testdata/example-policy.yaml")
+	b, err := os.ReadFile("testdata/example-policy.yaml")
 	if err != nil {
-		t.Fatalf("Load = %v", err)
+		t.Fatal(err)
+	}
+	p, err := ParseFile("testdata/example-policy.yaml", b)
+	if err != nil {
+		t.Fatalf("ParseFile = %v", err)
 	}
 	d := Default()
 	if p.RetryBudget != 2 || p.NetworkTimeout.MaxRetries != 1 || p.NetworkTimeout.BaseDelayMs != 500 {
@@ -152,20 +155,13 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-// TestLoadNamesFile guards policy check's message: a bad file's error names
-// the file, the line and the field.
-func TestLoadNamesFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(path, []byte("# header\nnetwork_timeout:\n  max_delay_ms: -5\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Load(path)
-	want := "policy: " + path + ":3: network_timeout.max_delay_ms: must be >= 0, got -5"
+// TestParseFileNamesFile guards policy check's message: a bad file's error
+// names the file, the line and the field.
+func TestParseFileNamesFile(t *testing.T) {
+	_, err := ParseFile("conf/bad.yaml", []byte("# header\nnetwork_timeout:\n  max_delay_ms: -5\n"))
+	want := "policy: conf/bad.yaml:3: network_timeout.max_delay_ms: must be >= 0, got -5"
 	if err == nil || err.Error() != want {
-		t.Errorf("Load = %v\nwant %s", err, want)
-	}
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
-		t.Error("Load of a missing file succeeded")
+		t.Errorf("ParseFile = %v\nwant %s", err, want)
 	}
 }
 
