@@ -96,7 +96,7 @@ func (c *checker) checkRouted() {
 			if short == "deadletter" && (ei.Stage == codec.StageDecode || ei.Stage == codec.StageValidate) {
 				k = inputKey{ei.Topic, ei.Partition, ei.Offset}
 				out = Output{Topic: short, Input: k.String(), Class: string(event.ClassInvalidInput), Route: "DEADLETTER",
-					Rule: "input." + ei.Kind, At: stamp(rec.Timestamp)}
+					Rule: policy.InputRule(ei.Kind), At: stamp(rec.Timestamp)}
 			} else {
 				r, ok := c.routed(short, rec)
 				if !ok {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -148,7 +149,7 @@ func (u *refusals) checkWritable(in *input, lim *limits) {
 func (r *Router) routeUnwritable(in *input, b *batch, now time.Time) {
 	ev, cut := task.BoundedCopy(&in.event)
 	in.decision = event.Decision{
-		Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: "output." + in.errKind,
+		Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: policy.OutputRule(in.errKind),
 		Reason: fmt.Sprintf("event %s cannot be routed: %v; dead-lettered with a bounded copy of the event, the original is at %s/%d@%d",
 			ev.EventID, in.err, in.rec.Topic, in.rec.Partition, in.rec.Offset),
 		DecidedAt: event.At(now),

@@ -71,7 +71,7 @@ func (p *Policy) classify(ev *event.TaskEvent, st *task.State) verdict {
 		}
 	}
 	return verdict{
-		class: event.ClassUnclassified, route: event.RouteReview, rule: "unclassified.no_rule",
+		class: event.ClassUnclassified, route: event.RouteReview, rule: RuleUnclassified,
 		reason: fmt.Sprintf("%s matches no rule; a person classifies it", describeOutcome(ev)),
 		esc:    p.Unclassified,
 	}
@@ -85,7 +85,7 @@ func (p *Policy) downstreamDuplicate(ev *event.TaskEvent, st *task.State) (verdi
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: "duplicate_execution.downstream",
+		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: RuleDuplicateDownstream,
 		reason: fmt.Sprintf("downstream reports the work was already done (%s); the task ends, audited only", m),
 	}, true
 }
@@ -97,7 +97,7 @@ func (p *Policy) hallucination(ev *event.TaskEvent, st *task.State) (verdict, bo
 	for _, f := range ev.Output.Flags {
 		if containsFold(p.Hallucination.Flags, f) {
 			return verdict{
-				class: event.ClassHallucination, route: event.RouteQuarantine, rule: "model_hallucination.quarantine",
+				class: event.ClassHallucination, route: event.RouteQuarantine, rule: RuleHallucinationQuarantine,
 				reason: fmt.Sprintf("output flagged %s: output quarantined, prompt template breaker opens until a person resets it", f),
 				esc:    p.Hallucination.Escalation,
 			}, true
@@ -113,12 +113,12 @@ func (p *Policy) refusal(ev *event.TaskEvent, st *task.State) (verdict, bool) {
 	}
 	v := verdict{class: event.ClassModelRefusal, route: event.RouteReview, esc: p.ModelRefusal.Escalation}
 	if phrase, ok := p.phrases().match(out.Text); ok {
-		v.rule = "model_refusal.phrase"
+		v.rule = RuleRefusalPhrase
 		v.reason = fmt.Sprintf("output.text matches refusal phrase %q: terminal, a retry would be refused again", phrase)
 		return v, true
 	}
 	if c := out.Confidence; c != nil && *c < p.ModelRefusal.MinConfidence {
-		v.rule = "model_refusal.low_confidence"
+		v.rule = RuleRefusalLowConfidence
 		v.reason = fmt.Sprintf("output.confidence %v is below %v: terminal, a retry would not be surer", *c, p.ModelRefusal.MinConfidence)
 		return v, true
 	}
@@ -130,7 +130,7 @@ func (p *Policy) succeeded(ev *event.TaskEvent, st *task.State) (verdict, bool) 
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassSucceeded, route: event.RouteComplete, rule: "succeeded.complete",
+		class: event.ClassSucceeded, route: event.RouteComplete, rule: RuleSucceeded,
 		reason: "status OK and the output checks passed: the task is complete",
 	}, true
 }
@@ -151,7 +151,7 @@ func (p *Policy) budgetExhausted(ev *event.TaskEvent, st *task.State) (verdict, 
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassBudgetExhausted, route: event.RouteReview, rule: "budget_exhausted.review",
+		class: event.ClassBudgetExhausted, route: event.RouteReview, rule: RuleBudgetExhausted,
 		reason: fmt.Sprintf("%s after %s: no more automatic attempts, to review at once", over, describeOutcome(ev)),
 		esc:    b.Escalation,
 	}, true
@@ -177,17 +177,17 @@ func (p *Policy) validationCode(ev *event.TaskEvent, st *task.State) (verdict, b
 	r := vf.Ranges[i]
 	v := verdict{class: event.ClassValidationFixable, esc: vf.Escalation}
 	if r.Route == event.RouteReview {
-		v.route, v.rule = event.RouteReview, "validation_fixable.review_range"
+		v.route, v.rule = event.RouteReview, RuleValidationReviewRange
 		v.reason = fmt.Sprintf("validator code %s is in the %s range %d-%d, which a person decides", code, r.Name, r.From, r.To)
 		return v, true
 	}
 	used := st.RetriesByClass[event.ClassValidationFixable]
 	if used >= vf.MaxRetries {
-		v.route, v.rule = event.RouteReview, "validation_fixable.exhausted"
+		v.route, v.rule = event.RouteReview, RuleValidationExhausted
 		v.reason = "validator code " + code + " (" + r.Name + ") after " + itoa(int64(used)) + " of " + itoa(int64(vf.MaxRetries)) + " feedback retries: to review"
 		return v, true
 	}
-	v.route, v.rule, v.delayMs = event.RouteRetry, "validation_fixable.retry", vf.DelayMs
+	v.route, v.rule, v.delayMs = event.RouteRetry, RuleValidationRetry, vf.DelayMs
 	v.feedback = feedback(ev.Error, r)
 	v.suggestedModel = r.SuggestedModel
 	v.reason = "validator code " + code + " (" + r.Name + "): feedback retry " + itoa(int64(used+1)) + " of " + itoa(int64(vf.MaxRetries))
@@ -210,11 +210,11 @@ func feedback(e *event.Error, r CodeRange) string {
 func (p *Policy) schemaViolation(ev *event.TaskEvent, st *task.State) (verdict, bool) {
 	v := verdict{class: event.ClassSchemaViolation, route: event.RouteReview, esc: p.SchemaViolation.Escalation}
 	if out := ev.Output; out != nil && out.SchemaValid != nil && !*out.SchemaValid {
-		v.rule, v.reason = "schema_violation.output", "output.schema_valid is false: terminal, a retry of the same prompt repeats the defect"
+		v.rule, v.reason = RuleSchemaViolationOutput, "output.schema_valid is false: terminal, a retry of the same prompt repeats the defect"
 		return v, true
 	}
 	if ev.Error != nil && containsFold(p.SchemaViolation.Codes, ev.Error.Code) {
-		v.rule, v.reason = "schema_violation.code", fmt.Sprintf("error.code %s: the output breaks its schema; terminal", ev.Error.Code)
+		v.rule, v.reason = RuleSchemaViolationCode, fmt.Sprintf("error.code %s: the output breaks its schema; terminal", ev.Error.Code)
 		return v, true
 	}
 	return verdict{}, false
@@ -232,13 +232,13 @@ func (p *Policy) rateLimited(ev *event.TaskEvent, st *task.State) (verdict, bool
 	for _, prev := range st.RateLimitedAt {
 		if gap := abs(at - prev); gap <= rl.WindowMs {
 			return verdict{
-				class: event.ClassRateLimitExceeded, route: event.RouteDeadLetter, rule: "rate_limit_exceeded.deadletter",
+				class: event.ClassRateLimitExceeded, route: event.RouteDeadLetter, rule: RuleRateLimitExceeded,
 				reason:      fmt.Sprintf("second rate limit (%s) %d ms after the previous one, within %d ms: terminal", m, gap, rl.WindowMs),
 				rateLimited: true,
 			}, true
 		}
 	}
-	v := verdict{class: event.ClassRateLimited, route: event.RouteRetry, rule: "rate_limited.retry", rateLimited: true}
+	v := verdict{class: event.ClassRateLimited, route: event.RouteRetry, rule: RuleRateLimitedRetry, rateLimited: true}
 	if ra := ev.Error.RetryAfterMs; ra != nil && *ra > rl.MaxRetryAfterMs {
 		v.delayMs = rl.MaxRetryAfterMs
 		v.reason = fmt.Sprintf("rate limited (%s): retry_after_ms %d is above the ceiling rate_limited.max_retry_after_ms: retry after %d ms", m, *ra, rl.MaxRetryAfterMs)
@@ -261,13 +261,13 @@ func (p *Policy) authFailed(ev *event.TaskEvent, st *task.State) (verdict, bool)
 	used := st.RetriesByClass[event.ClassAuthFailed]
 	if used >= af.MaxRetries {
 		return verdict{
-			class: event.ClassAuthFailed, route: event.RouteReview, rule: "auth_failed.review",
+			class: event.ClassAuthFailed, route: event.RouteReview, rule: RuleAuthFailedReview,
 			reason: "authentication failed again (" + m + ") after " + itoa(int64(used)) + " credentials-refresh retries: terminal, to security",
 			esc:    af.Escalation,
 		}, true
 	}
 	return verdict{
-		class: event.ClassAuthFailed, route: event.RouteRetry, rule: "auth_failed.refresh_retry", delayMs: af.DelayMs,
+		class: event.ClassAuthFailed, route: event.RouteRetry, rule: RuleAuthFailedRetry, delayMs: af.DelayMs,
 		reason: "authentication failed (" + m + "): refresh credentials and retry " + itoa(int64(used+1)) + " of " + itoa(int64(af.MaxRetries)) + " with the same task ID",
 	}, true
 }
@@ -281,14 +281,14 @@ func (p *Policy) networkTimeout(ev *event.TaskEvent, st *task.State) (verdict, b
 	used := st.RetriesByClass[event.ClassNetworkTimeout]
 	if used >= nt.MaxRetries {
 		return verdict{
-			class: event.ClassNetworkTimeout, route: event.RouteDeadLetter, rule: "network_timeout.exhausted",
+			class: event.ClassNetworkTimeout, route: event.RouteDeadLetter, rule: RuleNetworkTimeoutExhausted,
 			reason: "network failure (" + m + ") after " + itoa(int64(used)) + " of " + itoa(int64(nt.MaxRetries)) + " retries: terminal, dead letter",
 		}, true
 	}
 	n := used + 1
 	delay := backoff(nt.BaseDelayMs, nt.MaxDelayMs, n)
 	return verdict{
-		class: event.ClassNetworkTimeout, route: event.RouteRetry, rule: "network_timeout.retry", delayMs: delay,
+		class: event.ClassNetworkTimeout, route: event.RouteRetry, rule: RuleNetworkTimeoutRetry, delayMs: delay,
 		reason: "transient network failure (" + m + "): retry " + itoa(int64(n)) + " of " + itoa(int64(nt.MaxRetries)) + " after " + itoa(delay) + " ms",
 	}, true
 }
@@ -323,7 +323,7 @@ func (p *Policy) businessRejected(ev *event.TaskEvent, st *task.State) (verdict,
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassBusinessRejected, route: event.RouteReview, rule: "business_rejected.review",
+		class: event.ClassBusinessRejected, route: event.RouteReview, rule: RuleBusinessRejected,
 		reason: fmt.Sprintf("the business system rejected the request (%s): never retried, to review", m),
 		esc:    br.Escalation,
 	}, true
@@ -347,7 +347,7 @@ func (p *Policy) inputQuality(ev *event.TaskEvent, st *task.State) (verdict, boo
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassInputQuality, route: event.RouteReview, rule: "input_quality_issue.review",
+		class: event.ClassInputQuality, route: event.RouteReview, rule: RuleInputQuality,
 		reason: fmt.Sprintf("the input is unusable (%s): never retried, to review with the input snapshot", m),
 		esc:    iq.Escalation,
 	}, true

@@ -20,7 +20,7 @@ import (
 func Poison(kind string, err error, now time.Time) event.Decision {
 	return event.Decision{
 		Class: event.ClassInvalidInput, Route: event.RouteDeadLetter,
-		Rule: "input." + kind, Reason: err.Error(), DecidedAt: event.At(now),
+		Rule: InputRule(kind), Reason: err.Error(), DecidedAt: event.At(now),
 	}
 }
 
@@ -32,7 +32,7 @@ func RetryDue(st *task.State, now time.Time) (event.Decision, bool) {
 	}
 	p := st.Pending
 	return event.Decision{
-		Class: st.LastClass, Route: event.RouteRetry, Rule: "retry.due",
+		Class: st.LastClass, Route: event.RouteRetry, Rule: RuleRetryDue,
 		Reason: fmt.Sprintf("retry %d is due (not before %s)", p.N, event.FromMillis(p.NotBefore).Format(time.RFC3339Nano)),
 		Retry:  &event.RetryPlan{N: p.N, DelayMs: p.DelayMs, NotBefore: event.FromMillis(p.NotBefore)},
 		Totals: st.Totals(), DecidedAt: event.At(now),
@@ -49,7 +49,7 @@ func BreakerCommand(c *event.BreakerEvent, now time.Time) (breaker.Ref, *event.D
 		return breaker.Ref{Scope: scope, Key: c.Key}, nil
 	}
 	return breaker.Ref{}, &event.Decision{
-		Class: event.ClassUnclassified, Route: event.RouteDrop, Rule: "breaker." + commandName(c.Kind) + "_invalid",
+		Class: event.ClassUnclassified, Route: event.RouteDrop, Rule: breakerRule(c.Kind) + "_invalid",
 		Reason: fmt.Sprintf("breaker %s names scope %q key %q: want a scope of PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE and a key",
 			commandName(c.Kind), c.Scope, c.Key),
 		DecidedAt: event.At(now),
@@ -66,7 +66,7 @@ func BreakerCommandApplied(c *event.BreakerEvent, ref breaker.Ref, changed bool,
 	if who == "" {
 		who = "an operator"
 	}
-	d := event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "breaker." + commandName(c.Kind), DecidedAt: event.At(now)}
+	d := event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: breakerRule(c.Kind), DecidedAt: event.At(now)}
 	switch {
 	case c.Kind == event.BreakerKindLatch && changed:
 		d.Reason = fmt.Sprintf("%s latched %s open: %s", who, ref, c.Reason)
@@ -94,7 +94,7 @@ func commandName(kind string) string {
 // the task's partition.
 func Forward(taskID, topic string, from, to, partitions int32, now time.Time) event.Decision {
 	return event.Decision{
-		Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: "partition.forward",
+		Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: RulePartitionForward,
 		Reason: fmt.Sprintf("task %s belongs to partition %d of %s (murmur2 of the key over %d partitions), not %d: forwarded",
 			taskID, to, topic, partitions, from),
 		DecidedAt: event.At(now),

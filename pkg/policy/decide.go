@@ -49,7 +49,7 @@ func (p *Policy) Decide(ev *event.TaskEvent, st *task.State, now time.Time) even
 	v := p.classify(ev, st)
 	if v.route == event.RouteRetry && st.Retries >= p.RetryBudget {
 		v = verdict{
-			class: v.class, route: event.RouteDeadLetter, rule: "budget.retries_exhausted",
+			class: v.class, route: event.RouteDeadLetter, rule: RuleRetryBudgetExhausted,
 			reason: fmt.Sprintf("%s; but the task's shared retry budget is used up (%d of %d retries): terminal, dead letter",
 				v.reason, st.Retries, p.RetryBudget),
 			rateLimited: v.rateLimited,
@@ -165,7 +165,7 @@ func (p *Policy) recordOperation(op *event.Operation, st *task.State, v verdict)
 // class (UNCLASSIFIED if the task has none).
 func (p *Policy) Drop(ev *event.TaskEvent, st *task.State, now time.Time) event.Decision {
 	return event.Decision{
-		Class: lastClass(st), Route: event.RouteDrop, Rule: "dedup.redelivery",
+		Class: lastClass(st), Route: event.RouteDrop, Rule: RuleRedelivery,
 		Reason:    "event " + ev.EventID + " was already routed for task " + ev.TaskID + ": exact redelivery, dropped",
 		Totals:    st.Totals(),
 		DecidedAt: event.At(now),

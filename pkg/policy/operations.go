@@ -23,7 +23,7 @@ func (p *Policy) paramsMismatch(ev *event.TaskEvent, st *task.State) (verdict, b
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassParamsMismatch, route: event.RouteReview, rule: "params_mismatch.review",
+		class: event.ClassParamsMismatch, route: event.RouteReview, rule: RuleParamsMismatch,
 		reason: fmt.Sprintf("operation %s proposes params_sha256 %s but %s was approved; the approved parameters stand and these are never executed",
 			op.OpID, short(op.ParamsSHA256), short(known.ParamsSHA256)),
 		esc:           p.ParamsMismatch,
@@ -47,12 +47,12 @@ func (p *Policy) heldOperationReceipt(ev *event.TaskEvent, st *task.State) (verd
 	switch op.State {
 	case event.OpConfirmed:
 		return verdict{
-			class: event.ClassSucceeded, route: event.RouteComplete, rule: "outcome_unknown.confirmed",
+			class: event.ClassSucceeded, route: event.RouteComplete, rule: RuleOutcomeConfirmed,
 			reason: fmt.Sprintf("receipt: operation %s held as %s is CONFIRMED; the task is complete and any open review item is resolved", op.OpID, known.State),
 		}, true
 	case event.OpRejected:
 		return verdict{
-			class: event.ClassBusinessRejected, route: event.RouteReview, rule: "outcome_unknown.rejected",
+			class: event.ClassBusinessRejected, route: event.RouteReview, rule: RuleOutcomeRejected,
 			reason: fmt.Sprintf("receipt: operation %s held as %s was REJECTED by the business system; never retried", op.OpID, known.State),
 			esc:    p.BusinessRejected.Escalation,
 		}, true
@@ -65,7 +65,7 @@ func (p *Policy) terminalTask(ev *event.TaskEvent, st *task.State) (verdict, boo
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: "duplicate_execution.terminal_task",
+		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: RuleDuplicateTerminalTask,
 		reason:    "task already ended as " + string(terminalClass(st)) + "; a new event for it is a duplicate execution, audited only",
 		auditOnly: true,
 	}, true
@@ -81,7 +81,7 @@ func (p *Policy) confirmedOperationResubmitted(ev *event.TaskEvent, st *task.Sta
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: "duplicate_execution.operation_confirmed",
+		class: event.ClassDuplicateExecution, route: event.RouteComplete, rule: RuleDuplicateOperationConfirmed,
 		reason: fmt.Sprintf("operation %s was already %s; submitting it again is a duplicate execution", op.OpID, known.State),
 	}, true
 }
@@ -92,7 +92,7 @@ func (p *Policy) outcomeUnknown(ev *event.TaskEvent, st *task.State) (verdict, b
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassOutcomeUnknown, route: event.RouteReview, rule: "outcome_unknown.hold",
+		class: event.ClassOutcomeUnknown, route: event.RouteReview, rule: RuleOutcomeUnknownHold,
 		reason: fmt.Sprintf("WRITE operation %s is %s with no receipt: held for reconciliation, never retried automatically", op.OpID, op.State),
 		esc:    p.OutcomeUnknown,
 	}, true
@@ -104,7 +104,7 @@ func (p *Policy) operationRejected(ev *event.TaskEvent, st *task.State) (verdict
 		return verdict{}, false
 	}
 	return verdict{
-		class: event.ClassBusinessRejected, route: event.RouteReview, rule: "business_rejected.operation_rejected",
+		class: event.ClassBusinessRejected, route: event.RouteReview, rule: RuleOperationRejected,
 		reason: fmt.Sprintf("operation %s was REJECTED by the business system; never retried", op.OpID),
 		esc:    p.BusinessRejected.Escalation,
 	}, true
