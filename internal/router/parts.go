@@ -11,6 +11,8 @@ import (
 // it, and they meet at the small interfaces below. Every file belongs to
 // one part:
 //
+//   - the orchestration of one batch's data path (handle.go) and these
+//     parts' interfaces (parts.go);
 //   - the run loop and the group session (router.go; batchsize.go, the
 //     batch that follows the lag; lag.go; limits.go, the record size
 //     limits; metrics.go; errors.go);
@@ -29,6 +31,8 @@ import (
 //     the breakers topic): breakers, held retries, latches and the alerts;
 //   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
 //     sweeper): expiry, due retries, overdue reviews;
+//   - the cost ledger (ledger.go): each decision's spend and cost
+//     prevented, in the metrics and the audit record's running totals;
 //   - the batch's transaction (txn.go, txn; fence.go);
 //   - the restore of the state store from the changelog (restore.go,
 //     restorer);
