@@ -366,8 +366,8 @@ func TestConsoleCostPageInTheBrowser(t *testing.T) {
 // router: a candidate raising network_timeout.max_retries to 4, pasted into
 // the page, shows 0 disagreements first, then exactly the changed decisions
 // the test computes from the events (the third timeouts, DEADLETTER ->
-// RETRY), with links to their timelines. The page is screenshot
-// (console-whatif.png).
+// RETRY), with links to their timelines; the same candidate uploaded as a
+// file shows the same. The page is screenshot (console-whatif.png).
 func TestConsoleWhatifInTheBrowser(t *testing.T) {
 	ctx := browser(t)
 	e := newEnv(t)
@@ -404,5 +404,28 @@ func TestConsoleWhatifInTheBrowser(t *testing.T) {
 		if !strings.Contains(list, task) {
 			t.Errorf("the changed decisions do not list %s:\n%s", task, list)
 		}
+	}
+
+	// the same candidate uploaded as a file, the text box emptied: the
+	// page shows the uploaded file and the same changed decisions
+	file := filepath.Join(t.TempDir(), "candidate.yaml")
+	if err := os.WriteFile(file, []byte("# uploaded\nnetwork_timeout:\n  max_retries: 4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, c, "upload the candidate as a file",
+		chromedp.Clear(css("#policy")),
+		chromedp.SetUploadFiles(css("#policy-file"), []string{file}),
+		chromedp.SetValue(css("#hours"), "1"),
+		// the report of the run before goes, so that the wait below is
+		// for the new one
+		chromedp.Evaluate[chromedp.Void](`document.querySelector("#whatif-summary").remove()`),
+		chromedp.Click(css("#whatif-run")),
+		chromedp.WaitVisible(css("#whatif-summary")),
+	)
+	if got, err := chromedp.Run(ctx, chromedp.Value(css("#policy"))); err != nil || !strings.Contains(got, "# uploaded") {
+		t.Errorf("the page after the upload shows the candidate %q (%v), want the uploaded file", got, err)
+	}
+	if got := text(t, ctx, c, "#whatif-changed"); got != fmt.Sprint(len(want)) {
+		t.Errorf("uploaded: changed %q, want %d", got, len(want))
 	}
 }

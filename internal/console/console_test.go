@@ -144,6 +144,20 @@ func (c *client) do(method, path string, form url.Values) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// doBody sends a request with a body of its own content type.
+func (c *client) doBody(method, path, contentType string, body io.Reader) (int, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, c.base+path, body)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 var tokenRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 func (c *client) token(path string) string {

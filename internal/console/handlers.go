@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"mime"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -226,8 +227,8 @@ func (s *Server) signedIn(role string, fn pageFunc) http.Handler {
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-			if err := r.ParseForm(); err != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			if err := parseForm(r); err != nil {
 				s.fail(w, r, p, badRequest("The form could not be read: "+err.Error()))
 				return
 			}
@@ -245,6 +246,21 @@ func (s *Server) signedIn(role string, fn pageFunc) http.Handler {
 			s.fail(w, r, p, err)
 		}
 	})
+}
+
+// maxFormBytes bounds the body of a state-changing request: a form, or a
+// multipart form with an uploaded file (the What-if page's candidate
+// policy).
+const maxFormBytes = 1 << 20
+
+// parseForm parses a request's form: URL-encoded, or multipart (held in
+// memory whole: the body is at most maxFormBytes, so no file part ever goes
+// to disk).
+func parseForm(r *http.Request) error {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		return r.ParseMultipartForm(maxFormBytes)
+	}
+	return r.ParseForm()
 }
 
 // fail renders err on an error page; only a bug is a 500.

@@ -152,6 +152,7 @@ var zh = map[string]string{
 	"Succeeded spend":                        "成功尝试的花费",
 	"Cost prevented":                         "避免的花费",
 	"Range":                                  "范围",
+	"or upload it":                           "或上传文件",
 	"Show":                                   "显示",
 	"attempts":                               "次尝试",
 	"failed attempts":                        "次失败尝试",

@@ -1,10 +1,10 @@
 package console
 
-// whatif.go: the What-if page. An operator pastes a candidate policy file
-// and picks a range; the console replays the committed task events and
-// review decisions of the range through the policy it runs with (--policy,
-// the router's file) and the candidate (internal/whatif, the code of `faultrouter
-// policy whatif`) and shows the self-check first, then the transition
+// whatif.go: the What-if page. An operator pastes or uploads a candidate
+// policy file and picks a range; the console replays the committed task
+// events and review decisions of the range through the policy it runs with
+// (--policy, the router's file) and the candidate (internal/whatif, the code
+// of `faultrouter policy whatif`) and shows the self-check first, then the transition
 // matrix, routes, review load per owner and the cost impact as SVG bars,
 // and the changed decisions with links to their timelines.
 //
@@ -14,7 +14,9 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -46,6 +48,29 @@ type whatifPage struct {
 	More    int
 }
 
+// candidateText is the candidate policy of a what-if: the file uploaded
+// (policy_file), if one was chosen, else the text pasted (policy). A file
+// is read up to one byte past maxCandidateBytes, so that an oversized one is
+// refused by its size.
+func candidateText(r *http.Request) (string, error) {
+	f, _, err := r.FormFile("policy_file")
+	switch {
+	case errors.Is(err, http.ErrMissingFile), errors.Is(err, http.ErrNotMultipart):
+		return r.PostFormValue("policy"), nil
+	case err != nil:
+		return "", badRequest("The uploaded policy file could not be read: " + err.Error())
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCandidateBytes+1))
+	if err != nil {
+		return "", badRequest("The uploaded policy file could not be read: " + err.Error())
+	}
+	if len(b) == 0 { // a file input left empty sends an empty part
+		return r.PostFormValue("policy"), nil
+	}
+	return string(b), nil
+}
+
 // pairBar is one row of a chart comparing the baseline and the candidate.
 type pairBar struct {
 	Label               string
@@ -62,7 +87,10 @@ func (s *Server) whatifRun(w http.ResponseWriter, r *http.Request, p *person) er
 	if err := needOperator(p, "running a what-if"); err != nil {
 		return err
 	}
-	text := r.PostFormValue("policy")
+	text, err := candidateText(r)
+	if err != nil {
+		return err
+	}
 	pg := whatifPage{Policy: text, Hours: 24, Ranges: whatifRanges}
 	if h := r.PostFormValue("hours"); h != "" {
 		n, err := strconv.Atoi(h)
@@ -75,7 +103,7 @@ func (s *Server) whatifRun(w http.ResponseWriter, r *http.Request, p *person) er
 	case len(text) > maxCandidateBytes:
 		return badRequest(fmt.Sprintf("The candidate policy is %d bytes; at most %d.", len(text), maxCandidateBytes))
 	case len(text) == 0:
-		return badRequest("Paste the candidate policy file (YAML) first.")
+		return badRequest("Paste or upload the candidate policy file (YAML) first.")
 	}
 	cand, err := policy.Parse([]byte(text))
 	if err != nil {

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"bytes"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -54,7 +56,7 @@ func TestWhatifPage(t *testing.T) {
 		form url.Values
 		want string
 	}{
-		{url.Values{"policy": {""}}, "Paste the candidate policy"},
+		{url.Values{"policy": {""}}, "Paste or upload the candidate policy"},
 		{url.Values{"policy": {strings.Repeat("#", maxCandidateBytes+1)}}, "at most 262144"},
 		{url.Values{"policy": {"network_timeout:\n  max_retries: -1\n"}}, "network_timeout.max_retries"},
 		{url.Values{"policy": {"network_timeout:\n  max_retrys: 4\n"}}, "max_retrys"},
@@ -72,5 +74,43 @@ func TestWhatifPage(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("the what-if page lacks %q", want)
 		}
+	}
+
+	// the candidate uploaded as a file (the form is multipart): the file
+	// wins over the text box, an oversized or invalid file is refused like
+	// a pasted one, and a multipart form without the CSRF token is refused
+	upload := func(csrf bool, text, file string) (int, string) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		if csrf {
+			mw.WriteField("csrf", o.token("/whatif"))
+		}
+		mw.WriteField("policy", text)
+		mw.WriteField("hours", "1")
+		fw, err := mw.CreateFormFile("policy_file", "candidate.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.Write([]byte(file))
+		mw.Close()
+		return o.doBody(http.MethodPost, "/whatif", mw.FormDataContentType(), &buf)
+	}
+	if code, _ := upload(false, "", "retry_budget: 2\n"); code != http.StatusForbidden {
+		t.Errorf("an upload without a CSRF token: %d, want 403", code)
+	}
+	for _, c := range []struct{ file, want string }{
+		{strings.Repeat("#", maxCandidateBytes+1), "at most 262144"},
+		{"auth_failed:\n  max_retries: -2\n", "auth_failed.max_retries"},
+	} {
+		if code, body := upload(true, "retry_budget: 2\n", c.file); code != http.StatusBadRequest || !strings.Contains(body, c.want) {
+			t.Errorf("an uploaded policy %.30q: %d, want 400 naming %q:\n%s", c.file, code, c.want, pageError(body))
+		}
+	}
+	code, body = upload(true, "retry_budget: 2\n", "auth_failed:\n  max_retries: 3\n")
+	if code != http.StatusOK || !strings.Contains(body, "auth_failed:\n  max_retries: 3") || !strings.Contains(body, `id="whatif-changed">0<`) {
+		t.Errorf("an operator's uploaded what-if: %d, want the report of the uploaded file:\n%s", code, pageError(body))
+	}
+	if code, body = upload(true, "network_timeout:\n  max_retries: 5\n", ""); code != http.StatusOK || !strings.Contains(body, "max_retries: 5") {
+		t.Errorf("a what-if with the file input left empty: %d, want the pasted text's report:\n%s", code, pageError(body))
 	}
 }
