@@ -55,7 +55,8 @@ func confluentEvent(t *testing.T, c *codec.Codec, e event.TaskEvent, id uint32) 
 }
 
 // Guards reading and writing the Confluent wire format on kfake: a record
-// framed with a registered ID is routed and its audit record is written in
+// framed with a registered ID and one in the single-object encoding, to the
+// same router, are both routed, and their audit records are written in
 // the Confluent format with the ID of the audit subject; a record with an ID
 // the registry does not know goes to the dead-letter topic as it came, with
 // the error kind unknown_schema.
@@ -66,6 +67,10 @@ func TestConfluentOnKfake(t *testing.T) {
 	fake.SeedSchema("ingress-value", 1, 7, sr.Schema{Schema: cur.JSON})
 	_, topics, seeds, c := newRegistryRouter(t, fake, registry.Confluent)
 	unknown := confluentEvent(t, c, okEvent("t-unknown"), 99)
+	single, err := c.EncodeTaskEvent(nil, ptr(okEvent("t-single")))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -73,19 +78,29 @@ func TestConfluentOnKfake(t *testing.T) {
 	if err := cl.ProduceSync(ctx,
 		&kgo.Record{Key: []byte("t-ok"), Value: confluentEvent(t, c, okEvent("t-ok"), 7)},
 		&kgo.Record{Key: []byte("t-unknown"), Value: unknown},
+		&kgo.Record{Key: []byte("t-single"), Value: single}, // the other framing, to the same router
 	).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	audit, dead := collectAuditAndDead(ctx, t, cl, topics.Audit, 2, 1)
+	audit, dead := collectAuditAndDead(ctx, t, cl, topics.Audit, 3, 1)
 	ss, _ := fake.GetSchema(registry.Subject(topics.Audit), 1)
 	auditID := ss.ID
-	id, ok := codec.ConfluentID(audit[0].Value)
-	if !ok || int(id) != auditID {
-		t.Fatalf("audit record starts % x, want 00 and the audit subject's ID %d", audit[0].Value[:5], auditID)
+	routed := map[string]bool{} // succeeded, by task
+	for _, a := range audit {
+		id, ok := codec.ConfluentID(a.Value)
+		if !ok || int(id) != auditID {
+			t.Fatalf("audit record starts % x, want 00 and the audit subject's ID %d", a.Value[:5], auditID)
+		}
+		r, err := c.WithSchemas(mustClient(t, fake, c)).DecodeRouted(a.Value)
+		if err != nil {
+			t.Fatalf("audit record: %v", err)
+		}
+		if r.Event != nil && r.Decision.Class == event.ClassSucceeded {
+			routed[r.Event.TaskID] = true
+		}
 	}
-	r, err := c.WithSchemas(mustClient(t, fake, c)).DecodeRouted(audit[0].Value)
-	if err != nil || r.Decision.Class != event.ClassSucceeded || r.Event == nil || r.Event.TaskID != "t-ok" {
-		t.Fatalf("audit of the Confluent-framed event: %v %+v", err, r.Decision)
+	if !routed["t-ok"] || !routed["t-single"] {
+		t.Fatalf("audited %v, want the Confluent-framed t-ok and the single-object t-single", routed)
 	}
 	if !bytes.Equal(dead[0].Value, unknown) || header(dead[0], codec.HeaderErrorKind) != "unknown_schema" {
 		t.Fatalf("dead letter of the unknown ID: kind %q, original bytes %v", header(dead[0], codec.HeaderErrorKind), bytes.Equal(dead[0].Value, unknown))
