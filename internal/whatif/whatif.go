@@ -82,7 +82,17 @@ type Report struct {
 	Cost     Cost         `json:"cost"`
 	// Changes are the changed decisions (the CSV).
 	Changes []Change `json:"changes"`
-	Limits  []string `json:"limits"`
+	// Timelines holds, for each example task of a changed cell, every
+	// decision of the task in the range under both policies, in order.
+	Timelines map[string][]Step `json:"timelines,omitempty"`
+	Limits    []string          `json:"limits"`
+}
+
+// Step is one decision of an example task's timeline: the baseline's and
+// the candidate's, and whether they differ.
+type Step struct {
+	Change
+	Changed bool `json:"changed"`
 }
 
 // Disagreement is one baseline decision that differs from the recorded one.
@@ -287,6 +297,26 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 				r.Cost.AddedUSD += means.of(bd.Class, ledger.ModelKey(b.Event))
 			}
 		}
+	}
+	// the example tasks' timelines: each of their decisions, changed or not
+	examples := map[string]bool{}
+	for _, cell := range cells {
+		for _, t := range cell.Examples {
+			examples[t] = true
+		}
+	}
+	for i := range base {
+		b, c := &base[i], &cand[i]
+		if !examples[b.Task] {
+			continue
+		}
+		if r.Timelines == nil {
+			r.Timelines = map[string][]Step{}
+		}
+		bd, cd := &b.Model, &c.Model
+		r.Timelines[b.Task] = append(r.Timelines[b.Task], Step{Changed: Differs(bd, cd), Change: Change{Task: b.Task, Input: b.Input, DecidedAt: b.At,
+			BaselineClass: bd.Class, BaselineRoute: bd.Route, BaselineRule: bd.Rule,
+			CandidateClass: cd.Class, CandidateRoute: cd.Route, CandidateRule: cd.Rule}})
 	}
 	r.Tasks = len(tasks)
 	r.DisagreementTasks = len(disagreeing)

@@ -1,7 +1,9 @@
 package whatif
 
 import (
+	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +86,22 @@ func TestCompareCountsWhatChanges(t *testing.T) {
 	}
 	if len(r.Changes) != 4 || r.Changes[0].Task != "a" || r.Changes[3].Task != "b" {
 		t.Errorf("changes %+v", r.Changes)
+	}
+	// the example tasks' timelines: every decision of a and b, none of c
+	if len(r.Timelines) != 2 || len(r.Timelines["c"]) != 0 {
+		t.Errorf("timelines of %d tasks (c: %d steps), want a and b only", len(r.Timelines), len(r.Timelines["c"]))
+	}
+	a := r.Timelines["a"]
+	if len(a) != 3 || a[0].Input != "i/0@0" || a[2].Input != "i/0@2" || !a[0].Changed ||
+		a[0].BaselineRoute != event.RouteRetry || a[0].CandidateRoute != event.RouteDeadLetter || a[2].BaselineRoute != event.RouteComplete {
+		t.Errorf("timeline of a: %+v, want its three decisions, RETRY -> DEADLETTER first", a)
+	}
+	var out bytes.Buffer
+	if err := r.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "i/0@2") || !strings.Contains(out.String(), "SUCCEEDED COMPLETE") {
+		t.Errorf("the table does not tell a's story:\n%s", out.String())
 	}
 }
 

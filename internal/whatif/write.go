@@ -119,10 +119,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			continue
 		}
 		if first {
-			fmt.Fprintln(w, "\nthe story of a changed task, per changed cell:")
+			fmt.Fprintln(w, "\nthe story of a changed task, per changed cell (* the candidate decides differently):")
 			first = false
 		}
-		fmt.Fprintf(w, "  %s %s -> %s %s: faultrouter replay --task %s --timeline\n", c.Class, c.From, c.ToClass, c.To, c.Examples[0])
+		task := c.Examples[0]
+		fmt.Fprintf(w, "  %s %s -> %s %s: task %s (its records: faultrouter replay --task %s --timeline)\n", c.Class, c.From, c.ToClass, c.To, task, task)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, st := range r.Timelines[task] {
+			mark := " "
+			if st.Changed {
+				mark = "*"
+			}
+			fmt.Fprintf(tw, "    %s\t%s\t%s %s %s\t%s\t%s %s %s\t\n", st.DecidedAt.UTC().Format(time.RFC3339), st.Input,
+				st.BaselineClass, st.BaselineRoute, st.BaselineRule, mark, st.CandidateClass, st.CandidateRoute, st.CandidateRule)
+		}
+		tw.Flush()
 	}
 	fmt.Fprintln(w, "\nlimits of a what-if:")
 	for _, l := range r.Limits {
