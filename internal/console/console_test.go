@@ -128,27 +128,24 @@ func newClient(t *testing.T, base string) *client {
 
 func (c *client) do(method, path string, form url.Values) (int, string) {
 	c.t.Helper()
-	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(form.Encode()))
+	contentType := ""
 	if method == http.MethodPost {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		contentType = "application/x-www-form-urlencoded"
+	}
+	return c.doBody(method, path, contentType, strings.NewReader(form.Encode()))
+}
+
+// doBody sends a request with a body of its own content type ("" for
+// none).
+func (c *client) doBody(method, path, contentType string, body io.Reader) (int, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, c.base+path, body)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.lang != "" {
 		req.Header.Set("Accept-Language", c.lang)
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// doBody sends a request with a body of its own content type.
-func (c *client) doBody(method, path, contentType string, body io.Reader) (int, string) {
-	c.t.Helper()
-	req, _ := http.NewRequest(method, c.base+path, body)
-	req.Header.Set("Content-Type", contentType)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
