@@ -37,7 +37,8 @@ const (
 	RuleDuplicateOperationConfirmed = "duplicate_execution.operation_confirmed"
 )
 
-// Rules of decisions that do not classify the event.
+// Rules over and beside the classes': the shared retry budget, dedup, due
+// retries and forwarding.
 const (
 	RuleRetryBudgetExhausted = "budget.retries_exhausted" // the task's retry budget is spent: dead letter
 	RuleRedelivery           = "dedup.redelivery"         // an event the task has already seen: dropped
