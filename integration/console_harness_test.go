@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 )
 
 // chromium is Debian's browser; integration/test.sh installs it.
@@ -25,7 +27,7 @@ const chromium = "/usr/bin/chromium"
 // consoleProc is a running `faultrouter console`.
 type consoleProc struct {
 	url  string
-	logs *syncBuffer
+	logs *lockedbuf.Buffer
 }
 
 // startConsole starts `faultrouter console` with a users file and waits
@@ -41,7 +43,7 @@ func (e *env) startConsole(users string, extra ...string) *consoleProc {
 	args := append([]string{"console", "--listen", addr, "--users", usersFile, "--state-dir", filepath.Join(dir, "view")}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = e.cmdEnv()
-	logs := &syncBuffer{}
+	logs := &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -6,17 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 )
 
 var (
@@ -98,7 +98,7 @@ func (e *env) tryCLI(stdin string, args ...string) (string, string, error) {
 // router is a running `faultrouter run` process.
 type router struct {
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *lockedbuf.Buffer
 	metrics string
 	done    chan error
 }
@@ -130,7 +130,7 @@ func (e *env) launchRouter(bin, instance, stateDir string, extra ...string) *rou
 		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
 	cmd := exec.Command(bin, append(args, e.flags...)...)
 	cmd.Env = e.cmdEnv()
-	logs := &syncBuffer{}
+	logs := &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -261,22 +261,3 @@ func httpOK(url string) bool {
 	out, err := httpGet(url)
 	return err == nil && out != ""
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)

@@ -22,13 +22,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 )
 
 // Guards the redirect after sign-in: it stays on this site whatever "next"
@@ -90,7 +91,7 @@ func (c *client) raw(method, path string, form url.Values) (int, string) {
 // (a worker's pod, say) the header is stripped, the request is as anonymous
 // as it is without it, and the refusal is logged and counted.
 func TestProxyHeaderOnlyFromTrustedProxies(t *testing.T) {
-	var logs syncBuf
+	var logs lockedbuf.Buffer
 	reg := prometheus.NewRegistry()
 	// the test's requests come from 127.0.0.1, which is no proxy here
 	base, _, _ := testConsole(t, Config{TrustProxy: true, Users: testUsers(t), TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
@@ -151,24 +152,6 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
-}
-
-// syncBuf is a log buffer safe for the server's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Guards the cookies and headers over HTTPS: when TLS ends at an ingress
@@ -334,7 +317,7 @@ func TestSecretsCostsAndInternalErrors(t *testing.T) {
 		t.Errorf("comparing with the dummy hash: %v, want a mismatch after the full compare", err)
 	}
 
-	var logs syncBuf
+	var logs lockedbuf.Buffer
 	s := &Server{cfg: Config{}, log: slog.New(slog.NewTextHandler(&logs, nil)), met: newMetrics(nil)}
 	ps, err := parsePages()
 	if err != nil {
@@ -357,7 +340,7 @@ func TestSecretsCostsAndInternalErrors(t *testing.T) {
 // even for the right password. Another name from the same address is still
 // let in until the address's own limit. Each failure is logged and counted.
 func TestLoginThrottledPerUserAndAddress(t *testing.T) {
-	var logs syncBuf
+	var logs lockedbuf.Buffer
 	reg := prometheus.NewRegistry()
 	base, _, _ := testConsole(t, Config{Users: testUsers(t), LoginFailuresPerUser: 3, LoginFailuresPerAddress: 6,
 		Registerer: reg, Log: slog.New(slog.NewTextHandler(&logs, nil))})

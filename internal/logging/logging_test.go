@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 )
 
 // Guards the log contract: a line with a task_id starts with [TASK:<id>], so
@@ -45,22 +46,12 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer the test and the logging goroutine share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+// lockedBuffer is what the test and the logging goroutine share: a
+// lockedbuf.Buffer read as lines.
+type lockedBuffer struct{ lockedbuf.Buffer }
 
 func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }
 
 // Guards the async logger's contract: every line is written, in the order
