@@ -411,6 +411,21 @@ func (h *asyncHandler) freezeAny(v any) slog.Value {
 			}
 		}
 	}
+	// a type that formats or marshals itself is shown as the handler would
+	// show it: text by fmt's %+v (its String or Format method), JSON by
+	// json.Marshal (its MarshalJSON or MarshalText method)
+	switch v.(type) {
+	case fmt.Stringer, fmt.Formatter:
+		if !h.json {
+			return slog.StringValue(fmt.Sprintf("%+v", v))
+		}
+	case json.Marshaler, encoding.TextMarshaler:
+		if h.json {
+			if b, err := json.Marshal(v); err == nil {
+				return slog.AnyValue(json.RawMessage(b))
+			}
+		}
+	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.String: // a string type of its own, e.g. a class or a route

@@ -2,8 +2,10 @@ package logging
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +189,47 @@ func TestAsyncFreezesWhatTheCallerMayChange(t *testing.T) {
 			if !strings.Contains(line, s) {
 				t.Errorf("%s: the line does not show %s as logged: %s", format, s, line)
 			}
+		}
+	}
+}
+
+// level is a number that names itself (String), as breaker.State does;
+// code one that marshals itself (MarshalJSON).
+type level uint8
+
+func (l level) String() string { return [...]string{"CLOSED", "OPEN"}[l] }
+
+type code int
+
+func (c code) MarshalJSON() ([]byte, error) { return []byte(fmt.Sprintf(`"C%d"`, int(c))), nil }
+
+// Guards the async logger's lines against the synchronous handler's: the
+// same call, with values that format or marshal themselves, a string type,
+// a number type and a struct, writes the same line (time aside) in text and
+// in JSON.
+func TestAsyncWritesWhatTheHandlerWould(t *testing.T) {
+	type route string
+	type count int
+	args := []any{"task_id", "t-1", "state", level(1), "code", code(7), "route", route("RETRY"), "n", count(3),
+		"at", struct{ Offset int64 }{41}, "err", fmt.Errorf("wrapped: %w", errors.New("boom"))}
+	stamp := regexp.MustCompile(`time=\S+ |"time":"[^"]+",`)
+	for _, format := range []Format{FormatText, FormatJSON} {
+		var sync bytes.Buffer
+		slog1, err := New(&sync, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		slog1.Info("breaker", args...)
+		var async lockedBuffer
+		slog2, closeLog, err := NewAsync(&async, format, "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		slog2.Info("breaker", args...)
+		closeLog()
+		want, got := stamp.ReplaceAllString(sync.String(), ""), stamp.ReplaceAllString(async.String(), "")
+		if got != want {
+			t.Errorf("%s:\nasync %s\n sync %s", format, got, want)
 		}
 	}
 }
