@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -132,6 +133,15 @@ func (e *env) launchRouter(bin, instance, stateDir string, extra ...string) *rou
 	cmd.Env = e.cmdEnv()
 	logs := &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
+	if dir := os.Getenv("FAULTROUTER_ROUTER_LOGS"); dir != "" { // every line of every router, kept for a post-mortem
+		f, err := os.CreateTemp(dir, e.prefix+instance+"-*.log")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { f.Close() })
+		w := io.MultiWriter(logs, f)
+		cmd.Stdout, cmd.Stderr = w, w
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
