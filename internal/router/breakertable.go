@@ -19,12 +19,18 @@ package router
 // it: a latched OPEN is adopted unless a reset newer than it was applied; a
 // reset closes a latched breaker unless it is older than the latch; any
 // other state is ignored by a latched breaker, and by one whose last change
-// here is newer than it.
+// here is newer than it. So that the rules see every latch and reset, the
+// states waiting to be applied are not one per breaker: a breaker keeps its
+// latest latch, its latest reset and its latest other state apart, and they
+// are applied in the order they were written. (Kept as one, a latch another
+// instance wrote would be lost here when an instance that had not seen it
+// yet wrote a state of its own after it, or when this instance did.)
 
 import (
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +51,7 @@ type breakerTable struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	pending map[breaker.Ref]event.BreakerState
+	pending map[breaker.Ref]*pendingStates
 	// items are the latch items (latchitems.go) not applied yet, by record
 	// key, the latest of each: nil for one decided
 	items  map[string]*latchItem
@@ -54,7 +60,7 @@ type breakerTable struct {
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
-	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]event.BreakerState{},
+	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]*pendingStates{},
 		items: map[string]*latchItem{}, loaded: make(chan struct{})}
 }
 
@@ -151,10 +157,35 @@ func (t *breakerTable) put(s event.BreakerState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done && s.Instance == t.self {
-		delete(t.pending, ref) // this instance's own change, newer than any pending one
-		return
+		return // this instance's own change: it made it itself
 	}
-	t.pending[ref] = s
+	t.keep(ref, s)
+}
+
+// pendingStates are the states of one breaker not applied yet: the latest
+// latch, the latest reset and the latest of any other state.
+type pendingStates struct {
+	latch, reset, other *event.BreakerState
+}
+
+// keep keeps s among the pending states of ref, unless one of its kind
+// written later is there (under mu).
+func (t *breakerTable) keep(ref breaker.Ref, s event.BreakerState) {
+	p := t.pending[ref]
+	if p == nil {
+		p = &pendingStates{}
+		t.pending[ref] = p
+	}
+	slot := &p.other
+	switch {
+	case s.Latched:
+		slot = &p.latch
+	case s.Reset:
+		slot = &p.reset
+	}
+	if *slot == nil || !s.UpdatedAt.Time.Before((*slot).UpdatedAt.Time) {
+		*slot = &s
+	}
 }
 
 // putItem keeps an item record (a tombstone for one decided) as the latest
@@ -201,27 +232,35 @@ func (t *breakerTable) takeItems() map[string]*latchItem {
 	return p
 }
 
-// take returns the states not applied yet and forgets them.
-func (t *breakerTable) take() map[breaker.Ref]event.BreakerState {
+// take returns the states not applied yet, in the order they were written,
+// and forgets them.
+func (t *breakerTable) take() []event.BreakerState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.pending) == 0 {
 		return nil
 	}
-	p := t.pending
-	t.pending = map[breaker.Ref]event.BreakerState{}
-	return p
+	var out []event.BreakerState
+	for _, p := range t.pending {
+		for _, s := range [...]*event.BreakerState{p.latch, p.reset, p.other} {
+			if s != nil {
+				out = append(out, *s)
+			}
+		}
+	}
+	clear(t.pending)
+	slices.SortStableFunc(out, func(x, y event.BreakerState) int { return x.UpdatedAt.Time.Compare(y.UpdatedAt.Time) })
+	return out
 }
 
-// giveBack returns the states of a batch that did not commit, unless a newer
-// one of the same breaker arrived meanwhile.
-func (t *breakerTable) giveBack(p map[breaker.Ref]event.BreakerState) {
+// giveBack returns the states of a batch that did not commit, each unless
+// one of its breaker and kind written later arrived meanwhile.
+func (t *breakerTable) giveBack(p []event.BreakerState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for ref, s := range p {
-		if _, newer := t.pending[ref]; !newer {
-			t.pending[ref] = s
-		}
+	for _, s := range p {
+		sc, _ := breaker.ParseScope(s.Scope) // put parsed it
+		t.keep(breaker.Ref{Scope: sc, Key: s.Key}, s)
 	}
 }
 
@@ -259,8 +298,10 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	}
 	p := k.table.take()
 	k.adopting = p
-	for ref, s := range p {
-		k.adopt(ref, &s, out, now)
+	for i := range p {
+		s := &p[i]
+		sc, _ := breaker.ParseScope(s.Scope) // the table parsed it
+		k.adopt(breaker.Ref{Scope: sc, Key: s.Key}, s, out, now)
 	}
 	k.gauges()
 }

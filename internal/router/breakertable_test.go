@@ -118,33 +118,77 @@ func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
 
 // Guards the reader's bookkeeping: before the initial read is done, this
 // instance's own states are kept (a restart restores them); after, they are
-// skipped and drop an older pending state of the same breaker; a batch that
-// did not commit gives its states back unless a newer one arrived.
+// skipped; a batch that did not commit gives its states back unless a newer
+// one of the same kind arrived.
 func TestBreakerTablePendingStates(t *testing.T) {
 	tb := newBreakerTable("breakers", "b", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	own := remote(breaker.Open.String(), true, false, t0)
 	own.Instance = "b"
 	tb.put(own)
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
-	if p := tb.take(); p[ref].Instance != "b" {
+	if p := tb.take(); len(p) != 1 || p[0].Instance != "b" {
 		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
 	}
 	tb.done = true
-	tb.put(remote(breaker.Open.String(), false, false, t0))
 	tb.put(own)
 	if p := tb.take(); len(p) != 0 {
-		t.Fatalf("after the initial read, an own state did not drop the pending one: %v", p)
+		t.Fatalf("after the initial read, an own state was kept: %v", p)
 	}
 	tb.put(remote(breaker.Closed.String(), false, false, t0.Add(time.Second)))
 	given := tb.take()
 	tb.put(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Second)))
 	tb.giveBack(given)
-	if p := tb.take(); p[ref].State != breaker.HalfOpen.String() {
+	if p := tb.take(); len(p) != 1 || p[0].State != breaker.HalfOpen.String() {
 		t.Fatalf("giveBack replaced a newer pending state: %v", p)
 	}
 	tb.giveBack(given)
-	if p := tb.take(); p[ref].State != breaker.Closed.String() {
+	if p := tb.take(); len(p) != 1 || p[0].State != breaker.Closed.String() {
 		t.Fatalf("giveBack lost the state of a batch that did not commit: %v", p)
+	}
+}
+
+// Guards a latch's way through the reader when other states of its breaker
+// follow it before the run loop applies them: a newer state that is not a
+// latch, written by an instance that had not seen the latch yet, or this
+// instance's own, leaves the latch pending, and the batch adopts it (the
+// later state is then ignored by the latched breaker); a batch that did not
+// commit gives the latch back though a newer state arrived.
+func TestBreakerTableKeepsALatchBehindLaterStates(t *testing.T) {
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	for _, later := range []string{"another instance's HALF_OPEN", "another instance's CLOSED", "this instance's OPEN"} {
+		t.Run(later, func(t *testing.T) {
+			r := adoptRouter(t) // instance b
+			tb := newBreakerTable("breakers", "b", r.log)
+			tb.done = true
+			r.brk.table = tb
+			tb.put(remote(breaker.Open.String(), true, false, t0)) // a's latch
+			var s event.BreakerState
+			switch later {
+			case "another instance's HALF_OPEN":
+				s = remote(breaker.HalfOpen.String(), false, false, t0.Add(time.Second))
+			case "another instance's CLOSED":
+				s = remote(breaker.Closed.String(), false, false, t0.Add(time.Second))
+			default:
+				s = remote(breaker.Open.String(), false, false, t0.Add(time.Second))
+			}
+			s.Instance = map[bool]string{true: "b", false: "c"}[strings.HasPrefix(later, "this")]
+			tb.put(s)
+
+			b := newBatch()
+			r.brk.begin(t0.Add(2 * time.Second))
+			r.brk.adoptShared(b, t0.Add(2*time.Second))
+			if !r.brk.set.Latched(ref) {
+				t.Fatalf("a's latch, followed by %s, was not adopted: %s", later, r.brk.set.State(ref))
+			}
+			r.brk.rollback() // the batch did not commit
+			tb.put(remote(breaker.HalfOpen.String(), false, false, t0.Add(3*time.Second)))
+			b = newBatch()
+			r.brk.begin(t0.Add(4 * time.Second))
+			r.brk.adoptShared(b, t0.Add(4*time.Second))
+			if !r.brk.set.Latched(ref) {
+				t.Fatalf("the latch given back by a batch that did not commit was not adopted again: %s", r.brk.set.State(ref))
+			}
+		})
 	}
 }
