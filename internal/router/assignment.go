@@ -7,6 +7,7 @@ package router
 
 import (
 	"context"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -16,10 +17,27 @@ import (
 // loop (failed) rather than leave the group here, which would deadlock.
 // The router is ready once the restore of every assigned partition
 // succeeded, and not ready from a revoke or loss until then.
+//
+// The group is eager (balancer.go): every assignment is the member's whole
+// assignment, after a revoke of everything. The owned set becomes exactly
+// the assignment, whether or not this instance was told of the revoke:
+// franz-go's transactional session passes a revoke (or loss) on only if no
+// revoke or loss came since its last End, so a second rebalance while the
+// run loop had not ended a transaction since the first (a restore that
+// waits for an open transaction takes seconds) revokes without a word. An
+// instance that kept the partitions it had lost then kept writing their
+// state: stale states, committed, that their new owner restored.
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
 	r.written.Lock() // the last batch's write is done before the restore writes
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
+	r.mu.Lock()
+	if len(r.owned) > 0 {
+		r.log.Warn("partitions revoked without notice are let go", "partitions", sortedKeys(r.owned))
+	}
+	clear(r.owned) // a revoke that was not passed on
+	r.ownedGen = -1
+	r.mu.Unlock()
 	var parts []int32
 	ingress := map[int32]bool{}
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
@@ -47,12 +65,24 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 		return
 	}
+	_, gen := cl.GroupMetadata()
 	r.mu.Lock()
 	for _, p := range parts {
 		r.owned[p] = true
 	}
+	r.ownedGen = gen
 	r.mu.Unlock()
 	r.setReady(true)
+}
+
+// sortedKeys returns the partitions of a set in order.
+func sortedKeys(set map[int32]bool) []int32 {
+	ps := make([]int32, 0, len(set))
+	for p := range set {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
 }
 
 // onRevoked runs when partitions are revoked: the router is not ready until
@@ -74,6 +104,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 		}
 		delete(r.owned, p)
 	}
+	r.ownedGen = -1
 	r.mu.Unlock()
 	r.rst.markReleased(ctx, cl, held)
 }
@@ -88,6 +119,7 @@ func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 	for _, p := range lost[r.cfg.Topics.Ingress] {
 		delete(r.owned, p)
 	}
+	r.ownedGen = -1
 	r.mu.Unlock()
 }
 
@@ -108,6 +140,14 @@ func (r *Router) ownedPartitions() []int32 {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// ownedWithGeneration returns the ingress partitions this instance owns and
+// the group generation they were assigned in (-1: none).
+func (r *Router) ownedWithGeneration() ([]int32, int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return sortedKeys(r.owned), r.ownedGen
 }
 
 // ownedSet returns the ingress partitions this instance owns, as a set.

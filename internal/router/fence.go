@@ -3,8 +3,10 @@ package router
 // fence.go fences every transaction by the consumer group.
 
 import (
+	"fmt"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -20,10 +22,24 @@ import (
 // the offset commit of a transaction that consumed nothing; it calls this
 // function before that check, under its transaction lock, so it only
 // mutates the request. A partition with no committed offset yet is left out.
+//
+// The broker checks that the member is of the group's current generation,
+// not that it owns what it wrote: an instance whose owned set is of an
+// earlier generation than the one it commits in (a rebalance it was not
+// told of has completed) would commit state of partitions that are now
+// another's. Such a transaction is aborted (ILLEGAL_GENERATION, which
+// franz-go aborts on), and the batch consumed again once the assignment of
+// the new generation is restored. An instance that owns nothing writes no
+// partition's state: its transactions (breaker changes it adopted, on the
+// alerts topic) are not held to a generation.
 func (r *Router) fence(cl *kgo.Client) func(*kmsg.TxnOffsetCommitRequest) error {
-	owned := r.ownedPartitions()
+	owned, gen := r.ownedWithGeneration()
 	committed := cl.CommittedOffsets()
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		if len(owned) > 0 && req.Generation != gen {
+			return fmt.Errorf("router: the transaction commits in group generation %d, the partitions this instance owns are of generation %d: %w",
+				req.Generation, gen, kerr.IllegalGeneration)
+		}
 		for _, topic := range []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions} {
 			ti := slices.IndexFunc(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return t.Topic == topic })
 			for _, p := range owned {

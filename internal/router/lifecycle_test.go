@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,6 +294,29 @@ func (w *lcWorld) committed(topic, taskID string, d time.Duration) []event.Route
 	}
 }
 
+// routedByTask returns the committed routed records of topic by task, read
+// from the start of the topic until d passes without a new one.
+func (w *lcWorld) routedByTask(topic string, d time.Duration) map[string][]event.Routed {
+	w.t.Helper()
+	cl := testClient(w.t, w.seeds, topic, topic)
+	out := map[string][]event.Routed{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if rt, err := w.codec.DecodeRouted(r.Value); err == nil && rt.Event != nil {
+				out[rt.Event.TaskID] = append(out[rt.Event.TaskID], rt)
+			}
+		})
+		if n == 0 {
+			return out
+		}
+	}
+}
+
 // Guards exactly-once publication of due retries against a zombie instance:
 // instance a is evicted from the group without knowing it yet (its
 // heartbeats do not reach the coordinator but are answered, as in the window
@@ -378,4 +403,198 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) 
 		return m.GetGauge().GetValue(), true
 	}
 	return 0, false
+}
+
+// Guards the partitions an instance owns against a revoke it is not told
+// of. franz-go's transactional session passes a revoke on only if no revoke
+// came since the session last ended a transaction, so when the group
+// rebalances twice while the run loop ends none (a restore that waits for
+// an open transaction, in the field), the second revoke is silent. The
+// instance kept the partitions it had lost and went on writing their
+// states and publishing their due retries, stale and committed, beside
+// their new owner. Here the run loop is held while two members join: the
+// router must publish the due retries of the partition it was given, and
+// none of the partitions the others took.
+func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
+	w := lcStart(t, 3)
+	var skew atomic.Int64 // the router's clock runs ahead by this much
+	w.rt = w.start("lc", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } })
+	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
+		t.Fatal("the router does not own the three partitions within 30 s")
+	}
+
+	// a rate-limited task per partition: each has a retry due in a minute
+	byPartition := map[int32][]string{}
+	cl := testClient(t, w.seeds, w.topics.Ingress)
+	ra := int64(60_000)
+	for i := 0; len(byPartition) < 3 || i < 12; i++ {
+		id := fmt.Sprintf("t-silent-%d", i)
+		ev := event.TaskEvent{EventID: "e-" + id, TaskID: id, Attempt: 1, OccurredAt: event.At(time.Now()),
+			Source: "unit", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}}
+		v, err := w.codec.EncodeTaskEvent(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Key: []byte(id), Value: v}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		byPartition[rec.Partition] = append(byPartition[rec.Partition], id)
+	}
+	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
+	for _, ids := range byPartition {
+		for _, id := range ids {
+			if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
+				t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
+			}
+		}
+	}
+
+	// the run loop waits before its next poll while two members join
+	hold := make(chan struct{})
+	var held atomic.Bool
+	held.Store(true)
+	beforePoll = func() {
+		if held.Load() {
+			<-hold
+		}
+	}
+	t.Cleanup(func() { beforePoll = nil })
+	release := sync.OnceFunc(func() { held.Store(false); close(hold) })
+	t.Cleanup(release)
+	var mu sync.Mutex
+	others := map[string][]int32{} // the ingress partitions each other member was assigned last
+	join := func(name string) *kgo.Client {
+		other, err := kgo.NewClient(append(w.seeds,
+			kgo.ConsumerGroup(Default().Group),
+			kgo.ConsumeTopics(w.topics.Ingress, w.topics.Decisions),
+			kgo.Balancers(kgo.RangeBalancer()),
+			kgo.DisableAutoCommit(),
+			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+				mu.Lock()
+				others[name] = a[w.topics.Ingress]
+				mu.Unlock()
+			}),
+		)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(other.Close)
+		go func() {
+			for !other.PollFetches(context.Background()).IsClientClosed() {
+			}
+		}()
+		return other
+	}
+	adm := kadm.NewClient(cl)
+	// settle waits until the group is stable with the router and the
+	// members named, every one assigned, and the router has restored its
+	// share; it returns the partitions left to the router
+	settle := func(rb uint64, names ...string) []int32 {
+		t.Helper()
+		var mine []int32
+		ok := lcWaitFor(60*time.Second, func() bool {
+			mu.Lock()
+			gone := map[int32]bool{}
+			assigned := 0
+			for _, n := range names {
+				if len(others[n]) > 0 {
+					assigned++
+				}
+				for _, p := range others[n] {
+					gone[p] = true
+				}
+			}
+			mu.Unlock()
+			gs, err := adm.DescribeGroups(context.Background(), Default().Group)
+			if err != nil {
+				return false
+			}
+			g := gs[Default().Group]
+			if g.State != "Stable" || len(g.Members) != len(names)+1 || w.rt.rebalanceCount() <= rb || !w.rt.Ready() ||
+				assigned != len(names) || len(gone) > 3-1 {
+				return false
+			}
+			mine = mine[:0]
+			for p := range int32(3) {
+				if !gone[p] {
+					mine = append(mine, p)
+				}
+			}
+			return true
+		})
+		if !ok {
+			t.Fatalf("the group did not settle with the router and %v, each assigned, within 60 s", names)
+		}
+		return mine
+	}
+
+	rb := w.rt.rebalanceCount()
+	join("x")
+	// the router is told of the revoke, and restores its new assignment
+	if !lcWaitFor(60*time.Second, func() bool { return w.rt.rebalanceCount() >= rb+2 && w.rt.Ready() }) {
+		t.Fatal("the router was not revoked and assigned again within 60 s of a member joining")
+	}
+	had := map[int32]bool{} // what the router was assigned since the revoke it was told of
+	for _, p := range w.rt.ownedPartitions() {
+		had[p] = true
+	}
+	// a third member joins: that revoke is not passed on. Which partition
+	// each member gets follows their member IDs; until the router has lost
+	// a partition it was assigned since, the third member is replaced
+	var mine int32
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("y%d", i)
+		rb = w.rt.rebalanceCount()
+		y := join(name)
+		mine = settle(rb, "x", name)[0] // three members, a partition each
+		if len(had) > 1 || !had[mine] {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("in 20 rebalances the router never lost a partition it was assigned (%v)", had)
+		}
+		rb = w.rt.rebalanceCount()
+		y.Close()
+		mu.Lock()
+		delete(others, name)
+		mu.Unlock()
+		for _, p := range settle(rb, "x") {
+			had[p] = true
+		}
+	}
+	gone := map[int32]bool{}
+	for p := range int32(3) {
+		if p != mine {
+			gone[p] = true
+		}
+	}
+
+	// the retries come due; the loop runs on
+	skew.Store(int64(2 * time.Minute))
+	release()
+	after := "t-after-release"
+	for i, part := 0, kgo.StickyKeyPartitioner(nil).ForTopic(w.topics.Ingress); part.Partition(&kgo.Record{Key: []byte(after)}, 3) != int(mine); i++ {
+		after = fmt.Sprintf("t-after-release-%d", i)
+	}
+	if !w.routes(after) { // the loop has run since
+		t.Fatalf("the router routes nothing on its partition %d after the rebalances", mine)
+	}
+	retries := w.routedByTask(w.topics.Retry, 3*time.Second)
+	for _, id := range byPartition[mine] {
+		if r := retries[id]; len(r) != 1 {
+			t.Errorf("%s (partition %d, the router's): %d retries published, want 1", id, mine, len(r))
+		}
+	}
+	for p := range gone {
+		for _, id := range byPartition[p] {
+			if r := retries[id]; len(r) != 0 {
+				t.Errorf("%s (partition %d, taken by another member): %d retries published by the router, want none", id, p, len(r))
+			}
+		}
+	}
+	if owned := w.rt.ownedPartitions(); len(owned) != 1 || owned[0] != mine {
+		t.Errorf("the router owns %v, want only partition %d", owned, mine)
+	}
 }

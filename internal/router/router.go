@@ -231,6 +231,9 @@ type Router struct {
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
+	// ownedGen is the group generation owned was assigned in (-1: none):
+	// a transaction of another generation is aborted (fence.go)
+	ownedGen int32
 
 	// written is held while the Pebble write of a committed batch runs
 	// (handle.go); writeErr is that write's error, set before written is
@@ -330,6 +333,7 @@ func New(cfg Config) (*Router, error) {
 		store:   st,
 		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
 		owned:   map[int32]bool{},
+		ownedGen: -1,
 	}
 	r.attachBreakers(brk)
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
@@ -452,6 +456,9 @@ func (r *Router) runSession(ctx context.Context) error {
 	sizer := newBatchSizer(&r.cfg)          // batchsize.go
 	limit := sizer.base
 	for n := 0; ; n++ {
+		if beforePoll != nil {
+			beforePoll()
+		}
 		b := bs[n%2]
 		start := time.Now()
 		pollCtx, cancel := context.WithTimeout(ctx, r.cfg.Tick)
@@ -489,6 +496,10 @@ func (r *Router) runSession(ctx context.Context) error {
 		}
 	}
 }
+
+// beforePoll, when set, runs before each poll of the run loop: a test
+// holds the loop there while the group rebalances. Nil in production.
+var beforePoll func()
 
 // fetchPartitionBytes bounds what one fetch takes from a partition (or the
 // largest record routed, if larger): franz-go decompresses a fetch response
