@@ -327,12 +327,12 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{
-		cfg:     cfg,
-		log:     log,
-		codec:   c,
-		store:   st,
-		metrics: newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
-		owned:   map[int32]bool{},
+		cfg:      cfg,
+		log:      log,
+		codec:    c,
+		store:    st,
+		metrics:  newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
+		owned:    map[int32]bool{},
 		ownedGen: -1,
 	}
 	r.attachBreakers(brk)
