@@ -31,6 +31,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	r.written.Lock() // the last batch's write is done before the restore writes
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
+	r.setReady(false) // also after a revoke that was not passed on
 	r.mu.Lock()
 	if len(r.owned) > 0 {
 		r.log.Warn("partitions revoked without notice are let go", "partitions", sortedKeys(r.owned))
