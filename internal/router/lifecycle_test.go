@@ -418,6 +418,16 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) 
 func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	w := lcStart(t, 3)
 	var skew atomic.Int64 // the router's clock runs ahead by this much
+	// the run loop waits before its next poll while held (set before the
+	// router starts, reset after it stopped)
+	hold := make(chan struct{})
+	var held atomic.Bool
+	beforePoll = func() {
+		if held.Load() {
+			<-hold
+		}
+	}
+	t.Cleanup(func() { beforePoll = nil })
 	w.rt = w.start("lc", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } })
 	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
 		t.Fatal("the router does not own the three partitions within 30 s")
@@ -452,15 +462,7 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	}
 
 	// the run loop waits before its next poll while two members join
-	hold := make(chan struct{})
-	var held atomic.Bool
 	held.Store(true)
-	beforePoll = func() {
-		if held.Load() {
-			<-hold
-		}
-	}
-	t.Cleanup(func() { beforePoll = nil })
 	release := sync.OnceFunc(func() { held.Store(false); close(hold) })
 	t.Cleanup(release)
 	var mu sync.Mutex
