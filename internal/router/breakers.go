@@ -119,7 +119,7 @@ type breakers struct {
 	// adopting are the states it gave the batch (adoptShared), given back
 	// if the batch does not commit
 	table    *breakerTable
-	adopting []event.BreakerState
+	adopting []pendingState
 	// lastChange and lastReset are, per breaker, the time (Unix ms) of the
 	// latest change and person's reset made or adopted here: an older state
 	// from the topic is not adopted. They are not undone with a batch that

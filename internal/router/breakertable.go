@@ -22,11 +22,14 @@ package router
 // here is newer than it. So that the rules see every latch and reset, the
 // states waiting to be applied are not one per breaker: a breaker keeps its
 // latest latch, its latest reset and its latest other state apart, and they
-// are applied in the order they were written. (Kept as one, a latch another
-// instance wrote would be lost here when an instance that had not seen it
-// yet wrote a state of its own after it, or when this instance did.)
+// are applied in the order they were written (the order of the topic's
+// partition, which one breaker's records share; their times may be equal).
+// (Kept as one, a latch another instance wrote would be lost here when an
+// instance that had not seen it yet wrote a state of its own after it, or
+// when this instance did.)
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -52,6 +55,7 @@ type breakerTable struct {
 
 	mu      sync.Mutex
 	pending map[breaker.Ref]*pendingStates
+	seq     uint64 // counts the states read, in the order read
 	// items are the latch items (latchitems.go) not applied yet, by record
 	// key, the latest of each: nil for one decided
 	items  map[string]*latchItem
@@ -159,18 +163,26 @@ func (t *breakerTable) put(s event.BreakerState) {
 	if t.done && s.Instance == t.self {
 		return // this instance's own change: it made it itself
 	}
-	t.keep(ref, s)
+	t.seq++
+	t.keep(ref, pendingState{s, t.seq})
+}
+
+// pendingState is a state read and not applied yet, with its place in the
+// order read.
+type pendingState struct {
+	event.BreakerState
+	seq uint64
 }
 
 // pendingStates are the states of one breaker not applied yet: the latest
 // latch, the latest reset and the latest of any other state.
 type pendingStates struct {
-	latch, reset, other *event.BreakerState
+	latch, reset, other *pendingState
 }
 
-// keep keeps s among the pending states of ref, unless one of its kind
-// written later is there (under mu).
-func (t *breakerTable) keep(ref breaker.Ref, s event.BreakerState) {
+// keep keeps s among the pending states of ref, unless one of its kind read
+// later is there (under mu).
+func (t *breakerTable) keep(ref breaker.Ref, s pendingState) {
 	p := t.pending[ref]
 	if p == nil {
 		p = &pendingStates{}
@@ -183,7 +195,7 @@ func (t *breakerTable) keep(ref breaker.Ref, s event.BreakerState) {
 	case s.Reset:
 		slot = &p.reset
 	}
-	if *slot == nil || !s.UpdatedAt.Time.Before((*slot).UpdatedAt.Time) {
+	if *slot == nil || (*slot).seq < s.seq {
 		*slot = &s
 	}
 }
@@ -232,30 +244,30 @@ func (t *breakerTable) takeItems() map[string]*latchItem {
 	return p
 }
 
-// take returns the states not applied yet, in the order they were written,
+// take returns the states not applied yet, in the order they were read,
 // and forgets them.
-func (t *breakerTable) take() []event.BreakerState {
+func (t *breakerTable) take() []pendingState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.pending) == 0 {
 		return nil
 	}
-	var out []event.BreakerState
+	var out []pendingState
 	for _, p := range t.pending {
-		for _, s := range [...]*event.BreakerState{p.latch, p.reset, p.other} {
+		for _, s := range [...]*pendingState{p.latch, p.reset, p.other} {
 			if s != nil {
 				out = append(out, *s)
 			}
 		}
 	}
 	clear(t.pending)
-	slices.SortStableFunc(out, func(x, y event.BreakerState) int { return x.UpdatedAt.Time.Compare(y.UpdatedAt.Time) })
+	slices.SortFunc(out, func(x, y pendingState) int { return cmp.Compare(x.seq, y.seq) })
 	return out
 }
 
 // giveBack returns the states of a batch that did not commit, each unless
-// one of its breaker and kind written later arrived meanwhile.
-func (t *breakerTable) giveBack(p []event.BreakerState) {
+// one of its breaker and kind read later arrived meanwhile.
+func (t *breakerTable) giveBack(p []pendingState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range p {
@@ -299,7 +311,7 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	p := k.table.take()
 	k.adopting = p
 	for i := range p {
-		s := &p[i]
+		s := &p[i].BreakerState
 		sc, _ := breaker.ParseScope(s.Scope) // the table parsed it
 		k.adopt(breaker.Ref{Scope: sc, Key: s.Key}, s, out, now)
 	}

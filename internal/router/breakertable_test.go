@@ -192,3 +192,40 @@ func TestBreakerTableKeepsALatchBehindLaterStates(t *testing.T) {
 		})
 	}
 }
+
+// Guards the order of adoption: states of one breaker read in one interval
+// are applied in the order they were written, whatever their times say.
+// An instance that applies a RESET and then a LATCH in one batch writes
+// both in the same millisecond; applied latch first, the reset undid the
+// latch on every other instance.
+func TestBreakerTableAppliesStatesInTheOrderWritten(t *testing.T) {
+	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	latch := remote(breaker.Open.String(), true, false, t0)
+	reset := remote(breaker.Closed.String(), false, true, t0)
+	for _, tc := range []struct {
+		name    string
+		written []event.BreakerState
+		latched bool
+	}{
+		{"a reset, then a latch", []event.BreakerState{reset, latch}, true},
+		{"a latch, then a reset", []event.BreakerState{latch, reset}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := adoptRouter(t) // instance b
+			tb := newBreakerTable("breakers", "b", r.log)
+			tb.done = true
+			r.brk.table = tb
+			// the breaker was latched here before: the reset has something to undo
+			r.brk.set.Trip(ref, "earlier", breaker.Outcome{}, t0.Add(-time.Minute))
+			for _, s := range tc.written {
+				tb.put(s)
+			}
+			r.brk.begin(t0.Add(time.Second))
+			r.brk.adoptShared(newBatch(), t0.Add(time.Second))
+			if got := r.brk.set.Latched(ref); got != tc.latched {
+				t.Fatalf("after %s: latched %v, want %v", tc.name, got, tc.latched)
+			}
+		})
+	}
+}
