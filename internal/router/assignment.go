@@ -7,6 +7,7 @@ package router
 
 import (
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -34,7 +35,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	r.setReady(false) // also after a revoke that was not passed on
 	r.mu.Lock()
 	if len(r.owned) > 0 {
-		r.log.Warn("partitions revoked without notice are let go", "partitions", sortedKeys(r.owned))
+		r.log.Warn("partitions revoked without notice are let go", "partitions", slices.Sorted(maps.Keys(r.owned)))
 	}
 	clear(r.owned) // a revoke that was not passed on
 	r.ownedGen = -1
@@ -74,16 +75,6 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	r.ownedGen = gen
 	r.mu.Unlock()
 	r.setReady(true)
-}
-
-// sortedKeys returns the partitions of a set in order.
-func sortedKeys(set map[int32]bool) []int32 {
-	ps := make([]int32, 0, len(set))
-	for p := range set {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	return ps
 }
 
 // onRevoked runs when partitions are revoked: the router is not ready until
@@ -148,7 +139,7 @@ func (r *Router) ownedPartitions() []int32 {
 func (r *Router) ownedWithGeneration() ([]int32, int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return sortedKeys(r.owned), r.ownedGen
+	return slices.Sorted(maps.Keys(r.owned)), r.ownedGen
 }
 
 // ownedSet returns the ingress partitions this instance owns, as a set.

@@ -275,23 +275,7 @@ func (w *lcWorld) produce(ev event.TaskEvent) {
 // from the start of the topic until d passes without a new one.
 func (w *lcWorld) committed(topic, taskID string, d time.Duration) []event.Routed {
 	w.t.Helper()
-	cl := testClient(w.t, w.seeds, topic, topic)
-	var out []event.Routed
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			if rt, err := w.codec.DecodeRouted(r.Value); err == nil && rt.Event != nil && rt.Event.TaskID == taskID {
-				out = append(out, rt)
-			}
-		})
-		if n == 0 {
-			return out
-		}
-	}
+	return w.routedByTask(topic, d)[taskID]
 }
 
 // routedByTask returns the committed routed records of topic by task, read
