@@ -124,13 +124,10 @@ func (r *Router) setReady(ready bool) {
 	}
 }
 
+// ownedPartitions returns the ingress partitions this instance owns, in
+// order.
 func (r *Router) ownedPartitions() []int32 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ps := make([]int32, 0, len(r.owned))
-	for p := range r.owned {
-		ps = append(ps, p)
-	}
+	ps, _ := r.ownedWithGeneration()
 	return ps
 }
 

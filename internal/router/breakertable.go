@@ -164,13 +164,14 @@ func (t *breakerTable) put(s event.BreakerState) {
 		return // this instance's own change: it made it itself
 	}
 	t.seq++
-	t.keep(ref, pendingState{s, t.seq})
+	t.keep(pendingState{s, ref, t.seq})
 }
 
-// pendingState is a state read and not applied yet, with its place in the
-// order read.
+// pendingState is a state read and not applied yet, with its breaker and
+// its place in the order read.
 type pendingState struct {
 	event.BreakerState
+	ref breaker.Ref
 	seq uint64
 }
 
@@ -180,13 +181,13 @@ type pendingStates struct {
 	latch, reset, other *pendingState
 }
 
-// keep keeps s among the pending states of ref, unless one of its kind read
-// later is there (under mu).
-func (t *breakerTable) keep(ref breaker.Ref, s pendingState) {
-	p := t.pending[ref]
+// keep keeps s among the pending states of its breaker, unless one of its
+// kind read later is there (under mu).
+func (t *breakerTable) keep(s pendingState) {
+	p := t.pending[s.ref]
 	if p == nil {
 		p = &pendingStates{}
-		t.pending[ref] = p
+		t.pending[s.ref] = p
 	}
 	slot := &p.other
 	switch {
@@ -271,8 +272,7 @@ func (t *breakerTable) giveBack(p []pendingState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range p {
-		sc, _ := breaker.ParseScope(s.Scope) // put parsed it
-		t.keep(breaker.Ref{Scope: sc, Key: s.Key}, s)
+		t.keep(s)
 	}
 }
 
@@ -311,9 +311,7 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	p := k.table.take()
 	k.adopting = p
 	for i := range p {
-		s := &p[i].BreakerState
-		sc, _ := breaker.ParseScope(s.Scope) // the table parsed it
-		k.adopt(breaker.Ref{Scope: sc, Key: s.Key}, s, out, now)
+		k.adopt(p[i].ref, &p[i].BreakerState, out, now)
 	}
 	k.gauges()
 }
