@@ -28,10 +28,19 @@ import (
 // time per changelog record, the compactions of what it wrote included.
 // Nothing here overlaps the writes with the read of the topic, as a restore
 // does: the time is that of the writes alone.
+//
+// The last case restores the 100k tasks in windows of 8 MiB, so that each
+// partition (about 17 MiB of changelog) is written in two or three windows,
+// as a partition larger than the 64 MiB window is.
 func BenchmarkRestoreApply(b *testing.B) {
 	for _, tasks := range []int{40_000, 100_000} {
 		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) { benchmarkRestoreApply(b, tasks) })
 	}
+	b.Run("tasks=100000/window=8MiB", func(b *testing.B) {
+		defer func(n int) { restoreWindow = n }(restoreWindow)
+		restoreWindow = 8 << 20
+		benchmarkRestoreApply(b, 100_000)
+	})
 }
 
 func benchmarkRestoreApply(b *testing.B, tasks int) {

@@ -620,11 +620,14 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 // record in turn with store.Batch does: the same states and the same
 // entries in every time index, none stale and none missing.
 func TestRestoreMatchesTheRecordsWrittenInTurn(t *testing.T) {
-	defer func(n int) { restoreWindow = n }(restoreWindow)
+	defer func(n, c int) { restoreWindow, maxCarried = n, c }(restoreWindow, maxCarried)
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 17))
 			restoreWindow = 1<<10 + rng.IntN(4<<10)
+			// the later windows of a partition take the state before them
+			// from memory, or, past maxCarried tasks, from the store
+			maxCarried = []int{1 << 20, 10 + rng.IntN(30)}[seed%2]
 			w := rsStart(t)
 			ref := rsStart(t)
 			const parts, ids = 3, 40
