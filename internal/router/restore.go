@@ -224,7 +224,7 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // the first of a partition the restore wiped takes the state before it from
 // what the windows before wrote (carried, up to maxCarried tasks), kept in
 // memory, not from the store: a point read of every record, after waiting
-// for the window before to be written, was half the time of a restore of
+// for the window before to be written, was about half the time of a restore of
 // partitions of three windows (BenchmarkRestoreApply, window=8MiB).
 //
 // A record that does not decode stops the restore (ErrUnreadableState):
