@@ -67,6 +67,9 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 		return
 	}
+	// breakers.go: the breaker states other instances wrote meanwhile are
+	// adopted before the assignment's first decision
+	r.brk.catchUpTable(ctx, cl)
 	_, gen := cl.GroupMetadata()
 	r.mu.Lock()
 	for _, p := range parts {

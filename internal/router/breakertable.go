@@ -61,11 +61,15 @@ type breakerTable struct {
 	items  map[string]*latchItem
 	done   bool          // the initial read reached the end (under mu)
 	loaded chan struct{} // closed then
+	// read is, per partition, the offset after the last record the
+	// table has read (control records included), under mu; catchUp
+	// waits on it
+	read map[int32]int64
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]*pendingStates{},
-		items: map[string]*latchItem{}, loaded: make(chan struct{})}
+		items: map[string]*latchItem{}, loaded: make(chan struct{}), read: map[int32]int64{}}
 }
 
 // run reads the topic until ctx ends, starting again from the beginning
@@ -121,6 +125,9 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if beforeTableFetch != nil {
+			beforeTableFetch()
+		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
@@ -130,6 +137,7 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 			if r, ok := short[rec.Partition]; ok && rec.Offset+1 >= r.End {
 				delete(short, rec.Partition)
 			}
+			defer t.readTo(rec.Partition, rec.Offset+1) // after the record is in pending
 			if rec.Attrs.IsControl() {
 				return
 			}
@@ -147,6 +155,66 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 			}
 			t.put(s)
 		})
+	}
+}
+
+// beforeTableFetch, in tests, runs before the table handles each fetch: a
+// test holds the table back with it. Nil in production.
+var beforeTableFetch func()
+
+// readTo records that the table has read partition p up to next.
+func (t *breakerTable) readTo(p int32, next int64) {
+	t.mu.Lock()
+	t.read[p] = max(t.read[p], next)
+	t.mu.Unlock()
+}
+
+// catchUp waits until the table has read every record written to the
+// topic before it was called: to the end offsets adm lists now, so past
+// every record committed by then, and past the end of every transaction
+// open then (its commit or abort marker). It gives up after wait (or when
+// ctx ends) and reports whether it caught up.
+func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	starts, err := adm.ListStartOffsets(ctx, t.topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return false, err
+	}
+	ends, err := adm.ListEndOffsets(ctx, t.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return false, err
+	}
+	want := map[int32]int64{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if s, ok := starts.Lookup(e.Topic, e.Partition); !ok || e.Offset > s.Offset {
+			want[e.Partition] = e.Offset
+		}
+	})
+	for {
+		t.mu.Lock()
+		behind := false
+		for p, end := range want {
+			if t.read[p] < end {
+				behind = true
+				break
+			}
+		}
+		t.mu.Unlock()
+		if !behind {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
@@ -293,6 +361,34 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// tableCatchUp bounds how long an assignment waits for the breakers table
+// (catchUpTable): a transaction of a paused instance that wrote to the
+// topic is open until that instance resumes or the transaction times out.
+var tableCatchUp = 15 * time.Second
+
+// catchUpTable waits, when an assignment begins (onAssigned), until the
+// table has read every breaker state and latch item written to the topic
+// before: the first batch of the assignment then adopts them (adoptShared)
+// before it decides. An instance that was paused, or whose table could not
+// read past another instance's open transaction, would otherwise publish
+// the due retries of its new assignment on the breakers it knew before: a
+// template another instance latched meanwhile among them.
+func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
+	if k == nil || k.table == nil {
+		return
+	}
+	began := time.Now()
+	ok, err := k.table.catchUp(ctx, kadm.NewClient(cl), tableCatchUp)
+	switch {
+	case err != nil:
+		k.log.Warn("breakers topic: could not list its end offsets; the assignment begins with the breaker states read so far", "topic", k.table.topic, "err", err)
+	case !ok:
+		k.log.Warn("breakers topic: not read to its end in time; the assignment begins with the breaker states read so far", "topic", k.table.topic, "waited", tableCatchUp)
+	default:
+		k.log.Info("breakers topic read to its end for the assignment", "topic", k.table.topic, "took", time.Since(began).Round(time.Millisecond))
 	}
 }
 

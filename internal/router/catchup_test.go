@@ -1,0 +1,148 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
+)
+
+// Guards the breakers an assignment begins with: another instance latched a
+// prompt template while this instance's breakers table had not read it (it
+// was paused, or held back by an open transaction on the topic), and a
+// rebalance then gives this instance its partitions again. Its first batch
+// must not publish the template's due retries on the breakers it knew: the
+// assignment waits until the table has read the topic to its end, and the
+// retries stay held behind the latch.
+func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
+	w := lcStart(t, 3)
+	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
+	var skew atomic.Int64              // the router's clock runs ahead by this much
+	// the breakers table waits before handling its next fetch while held
+	// (set before the router starts, reset after it stopped)
+	hold := make(chan struct{})
+	var held atomic.Bool
+	beforeTableFetch = func() {
+		if held.Load() {
+			<-hold
+		}
+	}
+	t.Cleanup(func() { beforeTableFetch = nil })
+	w.rt = w.start("lc", func(c *Config) {
+		c.Topics.Breakers = breakers
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
+		t.Fatal("the router does not own the three partitions within 30 s")
+	}
+
+	// a rate-limited task of template tpl-latched on every partition: each
+	// has a retry due in a minute
+	const tpl = "tpl-latched"
+	cl := testClient(t, w.seeds, w.topics.Ingress)
+	var ids []string
+	parts := map[int32]bool{}
+	ra := int64(60_000)
+	for i := 0; len(parts) < 3 || i < 9; i++ {
+		id := fmt.Sprintf("t-catchup-%d", i)
+		ev := event.TaskEvent{EventID: "e-" + id, TaskID: id, Attempt: 1, OccurredAt: event.At(time.Now()),
+			Source: "unit", Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl,
+			Stage: event.StageModel, Status: event.StatusError,
+			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}}
+		v, err := w.codec.EncodeTaskEvent(nil, &ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &kgo.Record{Key: []byte(id), Value: v}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		parts[rec.Partition] = true
+	}
+	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
+	for _, id := range ids {
+		if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
+			t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
+		}
+	}
+
+	// the table is held; another instance latches the template
+	held.Store(true)
+	release := sync.OnceFunc(func() { held.Store(false); close(hold) })
+	t.Cleanup(release)
+	now := w.rt.cfg.Now()
+	opened := event.At(now)
+	st := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: tpl, State: breaker.Open.String(), Latched: true,
+		OpenedAt: &opened, Reason: "MODEL_HALLUCINATION: open until a person resets it", UpdatedAt: event.At(now), Instance: "other"}
+	v, err := event.EncodeBreakerState(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcl := testClient(t, w.seeds, breakers)
+	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerStateKey(st.Scope, st.Key)), Value: v}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	// a member joins that takes decisions partitions only: the router is
+	// assigned every ingress partition again
+	rb := w.rt.rebalanceCount()
+	other, err := kgo.NewClient(append(w.seeds,
+		kgo.ConsumerGroup(Default().Group),
+		kgo.ConsumeTopics(w.topics.Decisions),
+		kgo.Balancers(kgo.RangeBalancer()),
+		kgo.DisableAutoCommit(),
+	)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	go func() {
+		for !other.PollFetches(context.Background()).IsClientClosed() {
+		}
+	}()
+	adm := kadm.NewClient(cl)
+	if !lcWaitFor(60*time.Second, func() bool {
+		gs, err := adm.DescribeGroups(context.Background(), Default().Group)
+		return err == nil && gs[Default().Group].State == "Stable" && len(gs[Default().Group].Members) == 2 && w.rt.rebalanceCount() >= rb+2
+	}) {
+		t.Fatal("the group did not settle with the router and the new member within 60 s")
+	}
+	// the retries come due: while the table is held, nothing of the
+	// template is published
+	skew.Store(int64(2 * time.Minute))
+	time.Sleep(time.Second)
+	retries := w.routedByTask(w.topics.Retry, time.Second)
+	for _, id := range ids {
+		if r := retries[id]; len(r) != 0 {
+			t.Errorf("%s: %d retries published into %s, latched by another instance before the assignment, while this instance had not read the latch", id, len(r), tpl)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// the table reads the latch; the assignment begins with it
+	release()
+	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() }) {
+		t.Fatal("the router is not ready within 30 s of its breakers table reading on")
+	}
+	after := "t-after-catchup"
+	if !w.routes(after) { // the loop has run since
+		t.Fatal("the router routes nothing after the assignment")
+	}
+	retries = w.routedByTask(w.topics.Retry, 2*time.Second)
+	for _, id := range ids {
+		if r := retries[id]; len(r) != 0 {
+			t.Errorf("%s: %d retries published into %s, latched by another instance before the assignment", id, len(r), tpl)
+		}
+	}
+}
