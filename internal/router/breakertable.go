@@ -169,39 +169,24 @@ func (t *breakerTable) readTo(p int32, next int64) {
 	t.mu.Unlock()
 }
 
-// catchUp waits until the table has read every record written to the
-// topic before it was called: to the end offsets adm lists now, so past
-// every record committed by then, and past the end of every transaction
-// open then (its commit or abort marker). It gives up after wait (or when
-// ctx ends) and reports whether it caught up.
+// catchUp waits until the table has read every record committed to the
+// topic before it was called: to the last stable offsets adm lists now. It
+// does not wait for a transaction open then: that may be another
+// instance's, itself waiting for its own assignment to end (a transaction's
+// end waits on the group's heartbeat). It gives up after wait (or when ctx
+// ends) and reports whether it caught up.
 func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	starts, err := adm.ListStartOffsets(ctx, t.topic)
-	if err == nil {
-		err = starts.Error()
-	}
+	ranges, err := scan.Committed(ctx, adm, t.topic)
 	if err != nil {
 		return false, err
 	}
-	ends, err := adm.ListEndOffsets(ctx, t.topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return false, err
-	}
-	want := map[int32]int64{}
-	ends.Each(func(e kadm.ListedOffset) {
-		if s, ok := starts.Lookup(e.Topic, e.Partition); !ok || e.Offset > s.Offset {
-			want[e.Partition] = e.Offset
-		}
-	})
 	for {
 		t.mu.Lock()
 		behind := false
-		for p, end := range want {
-			if t.read[p] < end {
+		for p, r := range ranges[t.topic] {
+			if r.End > r.Start && t.read[p] < r.End {
 				behind = true
 				break
 			}
@@ -365,17 +350,18 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 }
 
 // tableCatchUp bounds how long an assignment waits for the breakers table
-// (catchUpTable): a transaction of a paused instance that wrote to the
-// topic is open until that instance resumes or the transaction times out.
-var tableCatchUp = 15 * time.Second
+// to read what is committed (catchUpTable): a reader that cannot reach the
+// broker should not hold the assignment for longer.
+var tableCatchUp = 10 * time.Second
 
 // catchUpTable waits, when an assignment begins (onAssigned), until the
-// table has read every breaker state and latch item written to the topic
+// table has read every breaker state and latch item committed to the topic
 // before: the first batch of the assignment then adopts them (adoptShared)
 // before it decides. An instance that was paused, or whose table could not
-// read past another instance's open transaction, would otherwise publish
-// the due retries of its new assignment on the breakers it knew before: a
-// template another instance latched meanwhile among them.
+// read past a paused instance's open transaction (aborted by the time that
+// instance rejoins), would otherwise publish the due retries of its new
+// assignment on the breakers it knew before: a template another instance
+// latched meanwhile among them.
 func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	if k == nil || k.table == nil {
 		return
