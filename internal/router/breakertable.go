@@ -31,6 +31,7 @@ package router
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -65,11 +66,14 @@ type breakerTable struct {
 	// table has read (control records included), under mu; catchUp
 	// waits on it
 	read map[int32]int64
+	// stopped is closed when the reader has stopped (the router stops)
+	stopped chan struct{}
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]*pendingStates{},
-		items: map[string]*latchItem{}, loaded: make(chan struct{}), read: map[int32]int64{}}
+		items: map[string]*latchItem{}, loaded: make(chan struct{}), read: map[int32]int64{},
+		stopped: make(chan struct{})}
 }
 
 // run reads the topic until ctx ends, starting again from the beginning
@@ -174,7 +178,7 @@ func (t *breakerTable) readTo(p int32, next int64) {
 // does not wait for a transaction open then: that may be another
 // instance's, itself waiting for its own assignment to end (a transaction's
 // end waits on the group's heartbeat). It gives up after wait (or when ctx
-// ends) and reports whether it caught up.
+// ends, or the reader stops) and reports whether it caught up.
 func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -198,10 +202,15 @@ func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.
 		select {
 		case <-ctx.Done():
 			return false, nil
+		case <-t.stopped:
+			return false, errTableStopped
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
+
+// errTableStopped is catchUp's error once the reader has stopped.
+var errTableStopped = errors.New("the breakers topic's reader has stopped")
 
 // put keeps s as the latest state of its breaker not yet applied.
 func (t *breakerTable) put(s event.BreakerState) {
@@ -339,7 +348,10 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 	}
 	t := newBreakerTable(k.topics.Breakers, k.instance, k.log)
 	k.table = t
-	go t.run(ctx, clientOpts)
+	go func() {
+		defer close(t.stopped)
+		t.run(ctx, clientOpts)
+	}()
 	select {
 	case <-t.loaded:
 		k.log.Info("breakers topic read to its end", "topic", t.topic)
@@ -369,6 +381,8 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	began := time.Now()
 	ok, err := k.table.catchUp(ctx, kadm.NewClient(cl), tableCatchUp)
 	switch {
+	case errors.Is(err, errTableStopped):
+		// the router is stopping: the assignment will not route
 	case err != nil:
 		k.log.Warn("breakers topic: could not list its end offsets; the assignment begins with the breaker states read so far", "topic", k.table.topic, "err", err)
 	case !ok:
