@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,15 +26,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
 	var skew atomic.Int64              // the router's clock runs ahead by this much
 	// the breakers table waits before handling its next fetch while held
-	// (set before the router starts, reset after it stopped)
-	hold := make(chan struct{})
-	var held atomic.Bool
-	beforeTableFetch = func() {
-		if held.Load() {
-			<-hold
-		}
-	}
-	t.Cleanup(func() { beforeTableFetch = nil })
+	held := lcHook(t, &beforeTableFetch)
 	w.rt = w.start("lc", func(c *Config) {
 		c.Topics.Breakers = breakers
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
@@ -76,9 +67,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	}
 
 	// the table is held; another instance latches the template
-	held.Store(true)
-	release := sync.OnceFunc(func() { held.Store(false); close(hold) })
-	t.Cleanup(release)
+	held.hold()
 	now := w.rt.cfg.Now()
 	opened := event.At(now)
 	st := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: tpl, State: breaker.Open.String(), Latched: true,
@@ -131,7 +120,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	}
 
 	// the table reads the latch; the assignment begins with it
-	release()
+	held.release()
 	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() }) {
 		t.Fatal("the router is not ready within 30 s of its breakers table reading on")
 	}

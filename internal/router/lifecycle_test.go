@@ -402,16 +402,8 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) 
 func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	w := lcStart(t, 3)
 	var skew atomic.Int64 // the router's clock runs ahead by this much
-	// the run loop waits before its next poll while held (set before the
-	// router starts, reset after it stopped)
-	hold := make(chan struct{})
-	var held atomic.Bool
-	beforePoll = func() {
-		if held.Load() {
-			<-hold
-		}
-	}
-	t.Cleanup(func() { beforePoll = nil })
+	// the run loop waits before its next poll while held
+	held := lcHook(t, &beforePoll)
 	w.rt = w.start("lc", func(c *Config) { c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) } })
 	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
 		t.Fatal("the router does not own the three partitions within 30 s")
@@ -446,9 +438,7 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	}
 
 	// the run loop waits before its next poll while two members join
-	held.Store(true)
-	release := sync.OnceFunc(func() { held.Store(false); close(hold) })
-	t.Cleanup(release)
+	held.hold()
 	var mu sync.Mutex
 	others := map[string][]int32{} // the ingress partitions each other member was assigned last
 	join := func(name string) *kgo.Client {
@@ -559,7 +549,7 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 
 	// the retries come due; the loop runs on
 	skew.Store(int64(2 * time.Minute))
-	release()
+	held.release()
 	after := "t-after-release"
 	for i, part := 0, kgo.StickyKeyPartitioner(nil).ForTopic(w.topics.Ingress); part.Partition(&kgo.Record{Key: []byte(after)}, 3) != int(mine); i++ {
 		after = fmt.Sprintf("t-after-release-%d", i)
@@ -584,3 +574,29 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 		t.Errorf("the router owns %v, want only partition %d", owned, mine)
 	}
 }
+
+// lcHold is a test hook of the router's (beforePoll, beforeTableFetch) that
+// waits while held, until released.
+type lcHold struct {
+	held    atomic.Bool
+	ch      chan struct{}
+	release func() // lets it go, for good
+}
+
+// lcHook sets *hook to wait while the returned hold is held, before the
+// router starts, and resets it once the test (and its router) is done.
+func lcHook(t *testing.T, hook *func()) *lcHold {
+	h := &lcHold{ch: make(chan struct{})}
+	h.release = sync.OnceFunc(func() { h.held.Store(false); close(h.ch) })
+	*hook = func() {
+		if h.held.Load() {
+			<-h.ch
+		}
+	}
+	t.Cleanup(func() { *hook = nil })
+	t.Cleanup(h.release)
+	return h
+}
+
+// hold makes the hook wait from now on.
+func (h *lcHold) hold() { h.held.Store(true) }
