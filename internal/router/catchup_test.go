@@ -41,23 +41,10 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	cl := testClient(t, w.seeds, w.topics.Ingress)
 	var ids []string
 	parts := map[int32]bool{}
-	ra := int64(60_000)
 	for i := 0; len(parts) < 3 || i < 9; i++ {
 		id := fmt.Sprintf("t-catchup-%d", i)
-		ev := event.TaskEvent{EventID: "e-" + id, TaskID: id, Attempt: 1, OccurredAt: event.At(time.Now()),
-			Source: "unit", Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl,
-			Stage: event.StageModel, Status: event.StatusError,
-			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}}
-		v, err := w.codec.EncodeTaskEvent(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := &kgo.Record{Key: []byte(id), Value: v}
-		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		parts[w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl})] = true
 		ids = append(ids, id)
-		parts[rec.Partition] = true
 	}
 	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
 	for _, id := range ids {

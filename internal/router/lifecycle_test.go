@@ -412,21 +412,10 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	// a rate-limited task per partition: each has a retry due in a minute
 	byPartition := map[int32][]string{}
 	cl := testClient(t, w.seeds, w.topics.Ingress)
-	ra := int64(60_000)
 	for i := 0; len(byPartition) < 3 || i < 12; i++ {
 		id := fmt.Sprintf("t-silent-%d", i)
-		ev := event.TaskEvent{EventID: "e-" + id, TaskID: id, Attempt: 1, OccurredAt: event.At(time.Now()),
-			Source: "unit", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusError,
-			Error: &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}}
-		v, err := w.codec.EncodeTaskEvent(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec := &kgo.Record{Key: []byte(id), Value: v}
-		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		byPartition[rec.Partition] = append(byPartition[rec.Partition], id)
+		p := w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket"})
+		byPartition[p] = append(byPartition[p], id)
 	}
 	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
 	for _, ids := range byPartition {
@@ -600,3 +589,23 @@ func lcHook(t *testing.T, hook *func()) *lcHold {
 
 // hold makes the hook wait from now on.
 func (h *lcHold) hold() { h.held.Store(true) }
+
+// rateLimited produces, with cl, the first attempt of task ev.TaskID (its
+// fields as ev gives them) failed with a 429 whose retry-after is a minute,
+// and returns its partition: the router decides a retry due in a minute.
+func (w *lcWorld) rateLimited(cl *kgo.Client, ev event.TaskEvent) int32 {
+	w.t.Helper()
+	ra := int64(60_000)
+	ev.EventID, ev.Attempt, ev.OccurredAt, ev.Source = "e-"+ev.TaskID, 1, event.At(time.Now()), "unit"
+	ev.Stage, ev.Status = event.StageModel, event.StatusError
+	ev.Error = &event.Error{Type: "RateLimitError", HTTPStatus: 429, RetryAfterMs: &ra}
+	v, err := w.codec.EncodeTaskEvent(nil, &ev)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rec := &kgo.Record{Key: []byte(ev.TaskID), Value: v}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		w.t.Fatal(err)
+	}
+	return rec.Partition
+}
