@@ -364,7 +364,7 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 // tableCatchUp bounds how long an assignment waits for the breakers table
 // to read what is committed (catchUpTable): a reader that cannot reach the
 // broker should not hold the assignment for longer.
-var tableCatchUp = 10 * time.Second
+const tableCatchUp = 10 * time.Second
 
 // catchUpTable waits, when an assignment begins (onAssigned), until the
 // table has read every breaker state and latch item committed to the topic
@@ -384,7 +384,7 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	case errors.Is(err, errTableStopped):
 		// the router is stopping: the assignment will not route
 	case err != nil:
-		k.log.Warn("breakers topic: could not list its end offsets; the assignment begins with the breaker states read so far", "topic", k.table.topic, "err", err)
+		k.log.Warn("breakers topic: could not list its last stable offsets; the assignment begins with the breaker states read so far", "topic", k.table.topic, "err", err)
 	case !ok:
 		k.log.Warn("breakers topic: not read to its end in time; the assignment begins with the breaker states read so far", "topic", k.table.topic, "waited", tableCatchUp)
 	default:
