@@ -112,15 +112,9 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 	if err != nil {
 		return err
 	}
-	short := map[int32]scan.Range{} // the partitions not read to their end yet
-	for p, r := range ranges[t.topic] {
-		if r.End > r.Start {
-			short[p] = r
-		}
-	}
 	for {
 		t.mu.Lock()
-		if len(short) == 0 && !t.done {
+		if !t.done && !t.behind(ranges) {
 			t.done = true
 			close(t.loaded)
 		}
@@ -138,9 +132,6 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 			return ferr
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
-			if r, ok := short[rec.Partition]; ok && rec.Offset+1 >= r.End {
-				delete(short, rec.Partition)
-			}
 			defer t.readTo(rec.Partition, rec.Offset+1) // after the record is in pending
 			if rec.Attrs.IsControl() {
 				return
@@ -173,6 +164,17 @@ func (t *breakerTable) readTo(p int32, next int64) {
 	t.mu.Unlock()
 }
 
+// behind reports whether the table has not read some partition of the
+// topic up to its end in ranges; under mu.
+func (t *breakerTable) behind(ranges scan.Ranges) bool {
+	for p, r := range ranges[t.topic] {
+		if r.End > r.Start && t.read[p] < r.End {
+			return true
+		}
+	}
+	return false
+}
+
 // catchUp waits until the table has read every record committed to the
 // topic before it was called: to the last stable offsets adm lists now. It
 // does not wait for a transaction open then: that may be another
@@ -188,13 +190,7 @@ func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.
 	}
 	for {
 		t.mu.Lock()
-		behind := false
-		for p, r := range ranges[t.topic] {
-			if r.End > r.Start && t.read[p] < r.End {
-				behind = true
-				break
-			}
-		}
+		behind := t.behind(ranges)
 		t.mu.Unlock()
 		if !behind {
 			return true, nil

@@ -468,19 +468,12 @@ func (w *restoreWriter) cut(last bool) {
 	// the partitions that go on in the next window and whose whole state
 	// in the store this restore wrote: the next window takes what this one
 	// writes from memory
-	var carry map[int32]map[string]store.Entries
 	if last {
 		clear(w.carried) // a partition is read in one group
 	} else {
 		for p := range w.parts {
 			if _, ok := w.carried[p]; !ok && w.fresh[p] {
 				w.carried[p] = map[string]store.Entries{}
-			}
-			if m, ok := w.carried[p]; ok {
-				if carry == nil {
-					carry = map[int32]map[string]store.Entries{}
-				}
-				carry[p] = m
 			}
 		}
 	}
@@ -490,7 +483,7 @@ func (w *restoreWriter) cut(last bool) {
 			continue // a later record of the task replaces this one
 		}
 		spans = append(spans, t.span)
-		if m, ok := carry[t.p]; ok {
+		if m, ok := w.carried[t.p]; ok {
 			if e := w.entries[t.n]; e.del {
 				delete(m, string(t.id))
 			} else {
