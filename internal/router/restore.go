@@ -263,7 +263,7 @@ type written struct {
 	id   []byte
 	p    int32
 	span [2]int32
-	n    int32 // its place in restoreWriter.entries
+	n    int32 // its place in restoreWriter.entries: the order it was read in
 }
 
 // writtenState is the state a record of a window writes: its index
@@ -521,7 +521,10 @@ func (w *restoreWriter) cut(last bool) {
 }
 
 // writtenOrder orders the records of a window by task (partition, then ID),
-// a task's records in the order they were read.
+// a task's records in the order they were read (n). Not by where their
+// writes start in the Bulk: a tombstone of a task the store does not hold
+// writes nothing, so its empty span starts where the next record's does,
+// and a tie there could keep the tombstone and drop the state after it.
 func writtenOrder(x, y written) int {
 	if c := cmp.Compare(x.p, y.p); c != 0 {
 		return c
@@ -529,7 +532,7 @@ func writtenOrder(x, y written) int {
 	if c := bytes.Compare(x.id, y.id); c != 0 {
 		return c
 	}
-	return cmp.Compare(x.span[0], y.span[0])
+	return cmp.Compare(x.n, y.n)
 }
 
 // sortWritten sorts ws by writtenOrder, its halves on two cores, then

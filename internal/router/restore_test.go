@@ -251,7 +251,7 @@ func TestSortWritten(t *testing.T) {
 		want := make([]string, n)
 		for i := range ws {
 			p, id := int32(rng.IntN(3)), fmt.Sprintf("task-%05d", rng.IntN(n/3+1))
-			ws[i] = written{id: []byte(id), p: p, span: [2]int32{int32(i), int32(i + 1)}}
+			ws[i] = written{id: []byte(id), p: p, span: [2]int32{int32(i), int32(i + 1)}, n: int32(i)}
 			want[i] = fmt.Sprintf("%d/%s/%08d", p, id, i)
 		}
 		slices.Sort(want)
@@ -621,7 +621,11 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 // entries in every time index, none stale and none missing.
 func TestRestoreMatchesTheRecordsWrittenInTurn(t *testing.T) {
 	defer func(n, c int) { restoreWindow, maxCarried = n, c }(restoreWindow, maxCarried)
-	for seed := range uint64(8) {
+	seeds := uint64(200)
+	if testing.Short() {
+		seeds = 40
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 17))
 			restoreWindow = 1<<10 + rng.IntN(4<<10)
@@ -711,5 +715,41 @@ func TestRestoreMatchesTheRecordsWrittenInTurn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Guards the path of every task that expired and came back: a tombstone of
+// a task the store does not hold, then a new state of it, in one window.
+// The tombstone writes nothing, so its span in the window is empty and
+// starts where the new state's does; the restore keeps the task's last
+// record by the order read, so the new state is there after every restore.
+func TestRestoreKeepsTheStateAfterATombstoneOfAnAbsentTask(t *testing.T) {
+	lost := 0
+	for i := range 100 {
+		rng := rand.New(rand.NewPCG(uint64(i), 33))
+		w := rsStart(t)
+		st := &task.State{TaskID: "task-back", Attempts: 2, ExpiresAt: 5 * rsHour, Pending: pending(int64(1000 + i))}
+		// other tasks around it, so the window's sort is not an insertion sort
+		var recs []*kgo.Record
+		at := rng.IntN(60)
+		for j := range 60 {
+			if j == at {
+				recs = append(recs, w.rec(0, int64(len(recs)), "task-back", nil), w.rec(0, int64(len(recs)+1), "task-back", st))
+			}
+			id := fmt.Sprintf("task-%c%02d", 'a'+rng.IntN(26), j)
+			recs = append(recs, w.rec(0, int64(len(recs)), id, &task.State{TaskID: id, Attempts: 1, ExpiresAt: rsHour}))
+		}
+		w.restore(map[int32]bool{0: true}, recs)
+		got := w.get(0, "task-back")
+		if got == nil || got.Pending == nil || got.Pending.NotBefore != st.Pending.NotBefore {
+			lost++
+			continue
+		}
+		if due := w.index(store.DueIndex, 0); !slices.Contains(due, "task-back@"+itoa(st.Pending.NotBefore)) {
+			t.Fatalf("restore %d: due index %v lacks task-back's pending retry", i, due)
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("task-back lost its state after its tombstone in %d of 100 restores", lost)
 	}
 }
