@@ -13,25 +13,37 @@ import (
 )
 
 const breakerSynopsis = `usage: faultrouter breaker reset --scope SCOPE --key KEY --reason TEXT [--operator NAME]
+       faultrouter breaker latch --scope SCOPE --key KEY --reason TEXT [--operator NAME]
 
-Closes a circuit breaker by hand, for example the prompt template breaker a
-MODEL_HALLUCINATION latched open. SCOPE is PROVIDER_MODEL (key provider/model),
-DOWNSTREAM (key: the event's action) or PROMPT_TEMPLATE (key: the template).
-The command is written to every partition of the decisions topic, so every
-router instance receives it; each audits it and publishes the transition on
-the alerts topic.`
+reset closes a circuit breaker by hand, for example the prompt template
+breaker a MODEL_HALLUCINATION latched open: it ends every latch item written
+before it (the hallucinations' review items stay open for their reviewers)
+and none written after it, so a template that hallucinates again after the
+reset is latched again.
+
+latch latches a breaker open by hand, as a hallucination does, until a reset:
+a cheap stop of a broken prompt template (or model, or downstream) while it
+is fixed.
+
+SCOPE is PROVIDER_MODEL (key provider/model), DOWNSTREAM (key: the event's
+action) or PROMPT_TEMPLATE (key: the template). The reset or latch is one
+record on the breakers topic, which every router instance applies in the
+topic's order, written in one transaction with a command on every partition
+of the decisions topic, which every instance audits with the operator's
+name; each publishes its transition on the alerts topic.`
 
 func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "reset" {
+	if len(args) == 0 || (args[0] != "reset" && args[0] != "latch") {
 		fmt.Fprintln(stderr, breakerSynopsis)
-		return errors.New("breaker: the only subcommand is reset")
+		return errors.New("breaker: the subcommands are reset and latch")
 	}
-	fs, g := newFlagSet("breaker reset", breakerSynopsis, stderr)
+	verb := args[0]
+	fs, g := newFlagSet("breaker "+verb, breakerSynopsis, stderr)
 	var (
 		scope    = fs.String("scope", "", "PROVIDER_MODEL, DOWNSTREAM or PROMPT_TEMPLATE (required)")
 		key      = fs.String("key", "", "the breaker's key within its scope (required)")
-		reason   = fs.String("reason", "", "why it is safe to close (required)")
-		operator = fs.String("operator", os.Getenv("USER"), "who resets it")
+		reason   = fs.String("reason", "", "why (required): it is audited with your name")
+		operator = fs.String("operator", os.Getenv("USER"), "who resets or latches it")
 	)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -39,28 +51,38 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	sc, err := breaker.ParseScope(*scope)
 	switch {
 	case err != nil:
-		return fmt.Errorf("breaker reset: --scope %q: allowed PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE", *scope)
+		return fmt.Errorf("breaker %s: --scope %q: allowed PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE", verb, *scope)
 	case *key == "":
-		return errors.New("breaker reset: --key is required")
+		return fmt.Errorf("breaker %s: --key is required", verb)
 	case *reason == "":
-		return errors.New("breaker reset: --reason is required")
+		return fmt.Errorf("breaker %s: --reason is required", verb)
+	case *operator == "":
+		return fmt.Errorf("breaker %s: --operator is required (USER is not set)", verb)
 	}
 	c, err := codec.New()
 	if err != nil {
 		return err
 	}
-	name, err := g.topicName("decisions")
-	if err != nil {
+	var topics control.Topics
+	if topics.Decisions, err = g.topicName("decisions"); err != nil {
+		return err
+	}
+	if topics.Breakers, err = g.topicName("breakers"); err != nil {
 		return err
 	}
 	opts, err := g.clientOpts(nil)
 	if err != nil {
 		return err
 	}
-	n, err := control.ResetBreaker(ctx, opts, c, name, control.Reset{Scope: sc, Key: *key, Reason: *reason, Operator: *operator})
-	if err != nil {
-		return fmt.Errorf("breaker reset: %w", err)
+	var n int
+	if verb == "latch" {
+		n, err = control.LatchBreaker(ctx, opts, c, topics, control.Latch{Scope: sc, Key: *key, Reason: *reason, Operator: *operator})
+	} else {
+		n, err = control.ResetBreaker(ctx, opts, c, topics, control.Reset{Scope: sc, Key: *key, Reason: *reason, Operator: *operator})
 	}
-	fmt.Fprintf(stdout, "reset of %s/%s written to %d partitions of %s\n", sc, *key, n, name)
+	if err != nil {
+		return fmt.Errorf("breaker %s: %w", verb, err)
+	}
+	fmt.Fprintf(stdout, "%s of %s/%s written to %s and audited on %d partitions of %s\n", verb, sc, *key, topics.Breakers, n, topics.Decisions)
 	return nil
 }

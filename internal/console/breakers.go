@@ -122,7 +122,7 @@ func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person)
 	case reason == "":
 		return badRequest("A reason is required to reset a breaker: it goes on the alerts topic with your name.")
 	}
-	n, err := control.ResetBreaker(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), control.Reset{Scope: scope, Key: key, Reason: reason, Operator: p.Name})
+	n, err := control.ResetBreaker(r.Context(), s.cfg.Kafka, s.codec, control.Topics{Decisions: s.topic("decisions"), Breakers: s.topic("breakers")}, control.Reset{Scope: scope, Key: key, Reason: reason, Operator: p.Name})
 	if err != nil {
 		return err
 	}

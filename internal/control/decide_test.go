@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,8 +23,8 @@ import (
 // produce retried without end (tested on the real broker's SASL_SSL listener
 // in integration/sasl_test.go). A decision to an existing topic is written.
 func TestInstructionsFailFast(t *testing.T) {
-	const topic = "ai.tasks.review.decisions"
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+	const topic, breakers = "ai.tasks.review.decisions", "faultrouter.breakers"
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.SeedTopics(1, breakers))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestInstructionsFailFast(t *testing.T) {
 	if err := Decide(ctx, opts, c, "wrong-prefix."+topic, d); !errors.Is(err, ErrNoTopic) {
 		t.Errorf("Decide to a missing topic: %v, want ErrNoTopic", err)
 	}
-	if _, err := ResetBreaker(ctx, opts, c, "wrong-prefix."+topic, Reset{Scope: breaker.PromptTemplate, Key: "k", Reason: "r"}); !errors.Is(err, ErrNoTopic) {
+	if _, err := ResetBreaker(ctx, opts, c, Topics{Decisions: "wrong-prefix." + topic, Breakers: breakers}, Reset{Scope: breaker.PromptTemplate, Key: "k", Reason: "r"}); !errors.Is(err, ErrNoTopic) {
 		t.Errorf("ResetBreaker on a missing topic: %v, want ErrNoTopic", err)
 	}
 	if ctx.Err() != nil {
@@ -50,7 +51,40 @@ func TestInstructionsFailFast(t *testing.T) {
 	if err := Decide(ctx, opts, c, topic, d); err != nil {
 		t.Errorf("Decide to the decisions topic: %v", err)
 	}
-	if n, err := ResetBreaker(ctx, opts, c, topic, Reset{Scope: breaker.PromptTemplate, Key: "k", Reason: "r"}); err != nil || n != 2 {
+	if n, err := ResetBreaker(ctx, opts, c, Topics{Decisions: topic, Breakers: breakers}, Reset{Scope: breaker.PromptTemplate, Key: "k", Reason: "r", Operator: "ops"}); err != nil || n != 2 {
 		t.Errorf("ResetBreaker: %d partitions, %v; want 2, nil", n, err)
+	}
+	if n, err := LatchBreaker(ctx, opts, c, Topics{Decisions: topic, Breakers: breakers}, Latch{Scope: breaker.PromptTemplate, Key: "k", Reason: "r", Operator: "ops"}); err != nil || n != 2 {
+		t.Errorf("LatchBreaker: %d partitions, %v; want 2, nil", n, err)
+	}
+	if _, err := LatchBreaker(ctx, opts, c, Topics{Decisions: topic, Breakers: breakers}, Latch{Scope: breaker.PromptTemplate, Key: "k", Operator: "ops"}); !errors.Is(err, ErrMissing) {
+		t.Errorf("LatchBreaker without a reason: %v, want ErrMissing", err)
+	}
+
+	// what the routers read, committed: the RESET record, then the latch
+	// item, on the breakers topic; each command on both decisions partitions
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic, breakers), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var keys []string
+	commands := 0
+	for len(keys) < 2 || commands < 4 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %v on the breakers topic and %d commands, want 2 and 4", keys, commands)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Topic == breakers {
+				keys = append(keys, string(r.Key))
+			} else {
+				commands++
+			}
+		})
+	}
+	if keys[0] != event.BreakerResetKey("PROMPT_TEMPLATE", "k") || !strings.HasPrefix(keys[1], event.BreakerItemPrefix+"PROMPT_TEMPLATE/latch:ops:") {
+		t.Errorf("breakers topic keys %v, want the RESET, then the latch item", keys)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -67,8 +68,8 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 		return
 	}
-	// breakers.go: the breaker states other instances wrote meanwhile are
-	// adopted before the assignment's first decision
+	// breakertable.go: no retry is published until the breakers topic is
+	// read to where it stood now; its latches and states are adopted before
 	r.brk.catchUpTable(ctx, cl)
 	_, gen := cl.GroupMetadata()
 	r.mu.Lock()
@@ -120,7 +121,12 @@ func (r *Router) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 
 func (r *Router) setReady(ready bool) {
 	r.ready.Store(ready)
-	if ready && !r.registryDown.Load() {
+	r.readyGauge()
+}
+
+// readyGauge sets faultrouter_ready from Ready.
+func (r *Router) readyGauge() {
+	if r.Ready() {
 		r.metrics.ready.Set(1)
 	} else {
 		r.metrics.ready.Set(0)
@@ -184,4 +190,35 @@ func (r *Router) unlessRebalanced(since uint64, fn func() error) error {
 		return nil
 	}
 	return fn()
+}
+
+// publishing reports whether the batch may publish retries: not while the
+// assignment waits for the breakers topic to be read to where it stood
+// when the assignment began (catchUpTable). Its due retries, expiries and
+// alerts wait in the store's time indexes meanwhile, and the wait shows in
+// faultrouter_breakers_catching_up, in readiness, and in a log line every
+// tableCatchUp.
+func (r *Router) publishing(now time.Time) bool {
+	k := r.brk
+	cur := k.table.current()
+	switch {
+	case cur && !k.waitingSince.IsZero():
+		k.log.Info("breakers topic read to where the assignment began: retries are published again",
+			"topic", k.table.topic, "waited", time.Since(k.waitingSince).Round(time.Millisecond))
+		k.waitingSince, k.waitLogged = time.Time{}, time.Time{}
+		k.catchingUp.Set(0)
+		r.readyGauge()
+	case !cur && k.waitingSince.IsZero():
+		k.waitingSince, k.waitLogged = time.Now(), time.Now()
+		k.catchingUp.Set(1)
+		r.readyGauge()
+	case !cur && time.Since(k.waitLogged) >= tableCatchUp:
+		k.waitLogged = time.Now()
+		k.table.mu.Lock()
+		target, read := maps.Clone(k.table.target), maps.Clone(k.table.read)
+		k.table.mu.Unlock()
+		k.log.Warn("breakers topic not read to where the assignment began: no retry is published until it is",
+			"topic", k.table.topic, "waiting", time.Since(k.waitingSince).Round(time.Second), "target", target, "read", read)
+	}
+	return cur
 }

@@ -39,17 +39,15 @@ package router
 //     half-open, or a person's reset), the next sweep releases it
 //     (releaseHeld), in due order with the others, without waiting for the
 //     time it was moved to: before any retry that comes due after the close.
-// While a template breaker is latched open by a hallucination, its retries
-// are held until a person resets it, on every instance and across restarts
-// (the breakers topic keeps the latch); a reviewer's decision of a
-// hallucination's item is that reset only once every other open item of a
-// hallucination of that template is decided too (latchitems.go).
-//
-// Latches and resets reach every instance as commands on the decisions
-// topic: the instance that latches a breaker (or routes the review decision
-// that resets it) writes a LATCH (or RESET) BreakerEvent to every decisions
-// partition in the batch's transaction; each partition's owner applies it
-// (command) and audits it.
+// While a breaker is latched (a hallucination's item of its prompt template,
+// or a person's latch by hand), its retries are held until a person decides
+// the item or resets the breaker, on every instance and across restarts:
+// the latch is the breakers topic's, read in offset order
+// (breakertable.go, internal/latch), not any instance's. A reviewer's
+// decision ends its item; a RESET, written by `faultrouter breaker reset` or
+// the console, ends the items written before it. Breaker commands on the
+// decisions topic (RESET, LATCH) are the audit of those: every instance
+// audits them, and none changes a breaker on reading one.
 
 import (
 	"cmp"
@@ -62,6 +60,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/latch"
 	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -115,40 +114,47 @@ type breakers struct {
 	// refs is observe's scratch: the breakers of the event it observes
 	refs []breaker.Ref
 
-	// table reads the breakers topic (breakertable.go); nil without one.
-	// adopting are the states it gave the batch (adoptShared), given back
-	// if the batch does not commit
+	// table reads the breakers topic and keeps the latches
+	// (breakertable.go). adopting are the states it gave the batch
+	// (adoptShared) and checked the breakers whose latch the batch checked:
+	// given back if the batch does not commit
 	table    *breakerTable
 	adopting []pendingState
-	// lastChange and lastReset are, per breaker, the time (Unix ms) of the
-	// latest change and person's reset made or adopted here: an older state
-	// from the topic is not adopted. They are not undone with a batch that
-	// does not commit: that batch is consumed again and makes its changes
-	// again.
-	lastChange map[breaker.Ref]int64
-	lastReset  map[breaker.Ref]int64
-	// items are the open review items of the hallucinations that latched a
-	// template (latchitems.go)
-	items *latchItems
+	checked  []breaker.Ref
+	// batch are the latch items the batch opened or ended, shared the
+	// breakers whose state it wrote, resetTombs the RESETs it tombstoned:
+	// the table counts them once it commits
+	batch       map[string]batchItem
+	shared      map[breaker.Ref]bool
+	resetTombs  map[breaker.Ref]bool
+	itemScratch []latch.Item
+	// expired is when idle breakers were last let go (expire)
+	expired time.Time
+	// waitingSince is when the batches began to wait for the breakers
+	// topic to be read for the assignment (publishing), zero while they do
+	// not; waitLogged when that was last logged
+	waitingSince, waitLogged time.Time
 
 	// events are the transitions and alerts queued by the batch, logged
 	// and counted once its transaction commits (commit)
 	events []event.BreakerEvent
 
 	// what it takes from the router (Router.attachBreakers)
-	log       *slog.Logger
-	codec     *codec.Codec
-	framer    *registry.Framer // the alerts' wire format; nil: single-object
-	instance  string
-	topics    Topics
-	store     stateLoader
-	owner     assignment
-	decisions func() int32 // the partition count of decisions, which commands go to
+	log      *slog.Logger
+	codec    *codec.Codec
+	framer   *registry.Framer // the alerts' wire format; nil: single-object
+	instance string
+	topics   Topics
+	store    stateLoader
+	owner    assignment
+	home     func(key []byte) int32 // the ingress partition of a key
 
 	states           *prometheus.GaugeVec
 	transitionsTotal *prometheus.CounterVec
 	alertsTotal      *prometheus.CounterVec
 	heldGauge        prometheus.Gauge
+	catchingUp       prometheus.Gauge
+	latchItemsGauge  prometheus.Gauge
 }
 
 func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error) {
@@ -163,14 +169,11 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	}
 	const ns = "faultrouter"
 	b := &breakers{
-		set:        set,
-		surges:     surges,
-		held:       newHeldSet(),
-		closed:     map[breaker.Ref]bool{},
-		heldUntil:  map[breaker.Ref]int64{},
-		lastChange: map[breaker.Ref]int64{},
-		lastReset:  map[breaker.Ref]int64{},
-		items:      newLatchItems(),
+		set:       set,
+		surges:    surges,
+		held:      newHeldSet(),
+		closed:    map[breaker.Ref]bool{},
+		heldUntil: map[breaker.Ref]int64{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -179,6 +182,10 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 			Help: "Alerts (hallucination, budget exhausted, surge) written to the alerts topic, by class."}, []string{"class"}),
 		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "retries_held",
 			Help: "Due retries held because a breaker they would be published into is open."}),
+		catchingUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breakers_catching_up",
+			Help: "1 while the assignment publishes no retry because the breakers topic is not read to where it stood when the assignment began."}),
+		latchItemsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breaker_latch_items",
+			Help: "Latch items live on the breakers topic as this instance has read it (open, or ended by a RESET and not tombstoned yet)."}),
 	}
 	for _, sc := range breaker.Scopes {
 		for _, st := range breaker.States {
@@ -186,7 +193,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(b.states, b.transitionsTotal, b.alertsTotal, b.heldGauge)
+		reg.MustRegister(b.states, b.transitionsTotal, b.alertsTotal, b.heldGauge, b.catchingUp, b.latchItemsGauge)
 	}
 	return b, nil
 }
@@ -196,7 +203,8 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 func (r *Router) attachBreakers(k *breakers) {
 	k.log, k.codec, k.framer, k.instance, k.topics = r.log, r.codec, r.framer, r.cfg.InstanceID, r.cfg.Topics
 	k.store, k.owner = r.store, r
-	k.decisions = func() int32 { return r.fwd.seen.decisions }
+	k.home = func(key []byte) int32 { return r.fwd.homePartition(&kgo.Record{Key: key}) }
+	k.table = newBreakerTable(r.cfg.Topics.Breakers, r.cfg.InstanceID, r.log)
 	r.brk = k
 }
 
@@ -231,8 +239,9 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 	k.surge(ev, refs, d.Class, out, now)
 	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(in.state) {
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
-		if k.items.has(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
+		if k.itemOpen(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
 			k.shareItem(ref, ev.TaskID, false, out, now) // a re-drive cleared the task's item
+			k.syncLatch(ref, out, now)
 		}
 	}
 	switch d.Class {
@@ -244,8 +253,13 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 		k.alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
-			k.latch(ref, "MODEL_HALLUCINATION: open until a person resets it", string(d.Class), ev.TaskID, out, now)
+			// every hallucination writes its item, latched here or not: the
+			// item, above the template's last RESET, is the latch
 			k.shareItem(ref, ev.TaskID, true, out, now)
+			if !k.set.Latched(ref) {
+				k.transitionEvents(k.set.Trip(ref, "MODEL_HALLUCINATION: open until a person resets it",
+					breaker.Outcome{Class: string(d.Class), TaskID: ev.TaskID}, now), out)
+			}
 		}
 	case event.ClassBudgetExhausted:
 		k.alert(out, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
@@ -266,13 +280,11 @@ func (k *breakers) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Cl
 	}
 }
 
-// reviewed closes the prompt template breaker a hallucination latched open
-// once a person decided its review item (approved or rejected) and no other
-// item of a hallucination of that template is open (latchitems.go): that is
-// the person's reset. While others are, the template stays latched (the
-// console says so on each item). A decision for an item
-// already closed changes nothing. The reset reaches every instance as a
-// RESET command on every decisions partition.
+// reviewed ends the latch item of a hallucination whose review item a
+// person decided (approved or rejected): the template is released once no
+// other item holds it (holdingItems: every instance's items above its last
+// RESET). While others do, it stays latched (the console says so on each
+// item). A decision for an item already ended changes nothing.
 func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
 	st := in.state
 	if st == nil {
@@ -284,9 +296,9 @@ func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
 	}
 	k.shareItem(ref, in.review.TaskID, false, out, now)
 	if !k.set.Latched(ref) {
-		return // reset by hand since: nothing holds it any more
+		return // reset since: nothing holds it any more
 	}
-	if others := k.items.holding(ref, in.review.TaskID); len(others) > 0 {
+	if others := k.holdingItems(ref); len(others) > 0 {
 		k.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
 			"prompt_template", ref.Key, "open_items", len(others))
 		return
@@ -301,84 +313,57 @@ func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
 		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
 	}
 	k.transitionEvents(ts, out)
-	k.share(ref, reason, true, out, now)
-	k.broadcast(out, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindReset,
-		Reason: reason, Class: in.decision.Class, TaskID: in.review.TaskID, Instance: who, At: event.At(now)})
 }
 
-// latch latches a breaker open until a person resets it and, when this
-// instance had not latched it yet, writes a LATCH command to every
-// decisions partition in the batch's transaction, so that every instance
-// holds the retries of that breaker, not only the one that saw the cause.
-func (k *breakers) latch(ref breaker.Ref, reason, class, taskID string, out recordsOut, now time.Time) {
-	if k.set.Latched(ref) {
-		return
-	}
-	k.transitionEvents(k.set.Trip(ref, reason, breaker.Outcome{Class: class, TaskID: taskID}, now), out)
-	k.share(ref, reason, false, out, now)
-	k.broadcast(out, event.BreakerEvent{Scope: ref.Scope.String(), Key: ref.Key, Kind: event.BreakerKindLatch,
-		Reason: reason, Class: event.Class(class), TaskID: taskID, Instance: k.instance, At: event.At(now)})
-}
-
-// broadcast queues a breaker command on every partition of the decisions
-// topic: each partition's owner applies it, so every instance does.
-func (k *breakers) broadcast(out recordsOut, c event.BreakerEvent) {
-	v, err := k.codec.EncodeBreakerEvent(nil, &c)
-	if err != nil { // only a bug can get here: every field is the router's own
-		k.log.Error("breaker command does not encode", "task_id", c.TaskID, "err", err)
-		return
-	}
-	for p := range k.decisions() {
-		out.queue(&kgo.Record{Topic: k.topics.Decisions, Partition: p,
-			Key: []byte(c.Scope + "/" + c.Key), Value: v, Timestamp: c.At.Time})
-	}
-}
-
-// BreakerKindReset is the kind of the BreakerEvent that `faultrouter breaker
-// reset` writes to every partition of the decisions topic: a person closing a
-// breaker (for example a prompt template latched open by a hallucination).
-const BreakerKindReset = event.BreakerKindReset
-
-// command applies a RESET or LATCH command from the decisions topic
-// to this instance's breaker and returns its decision (policy.BreakerCommand):
-// every instance gets the command on each decisions partition it owns; a
-// repeated command changes nothing.
+// command audits a RESET or LATCH command from the decisions topic and
+// returns its decision (policy.BreakerCommand): every instance gets it on
+// each decisions partition it owns. The breakers topic's RESET record or
+// latch item written with it, in the same transaction, is what changes the
+// breaker, on every instance in the topic's order (adoptShared): a command
+// applied late must not reset a latch made after it. Without a breakers
+// topic this instance's breakers are its own, and the command is applied
+// here.
 func (k *breakers) command(in *input, out recordsOut, now time.Time) event.Decision {
 	c := &in.command
 	ref, invalid := policy.BreakerCommand(c, now)
 	if invalid != nil {
 		return *invalid
 	}
+	if k.topics.Breakers != "" {
+		return policy.BreakerCommandAudited(c, ref, now)
+	}
 	who := c.Instance
 	if who == "" {
 		who = "an operator"
 	}
-	var ts []breaker.Transition
 	changed := false
 	switch c.Kind {
 	case event.BreakerKindLatch:
-		if !k.set.Latched(ref) {
-			reason := fmt.Sprintf("latched by %s: %s", who, c.Reason)
-			ts = k.set.Trip(ref, reason, breaker.Outcome{Class: string(c.Class), TaskID: c.TaskID}, now)
-			k.share(ref, reason, false, out, now)
-			changed = true
+		changed = !k.set.Latched(ref)
+		task := c.TaskID
+		if task == "" {
+			task = event.BreakerLatchTask(who, c.At)
 		}
+		k.shareItem(ref, task, true, out, now)
+		k.syncLatch(ref, out, now)
 	default:
+		k.table.localReset(ref, event.BreakerState{Scope: c.Scope, Key: c.Key, State: breaker.Closed.String(), Reset: true,
+			Reason: c.Reason, UpdatedAt: c.At, Instance: who})
+		for key, it := range k.batch { // the batch's own items were written before it
+			if it.ref == ref && it.open {
+				delete(k.batch, key)
+			}
+		}
+		latched := k.set.Latched(ref)
+		k.syncLatch(ref, out, now)
 		reason := fmt.Sprintf("%s reset the breaker: %s", who, c.Reason)
-		ts = k.set.Reset(ref, reason, now)
+		ts := k.set.Reset(ref, reason, now)
 		for i := range ts {
 			ts[i].TaskID, ts[i].Class = c.TaskID, string(c.Class)
 		}
-		changed = len(ts) > 0
-		if changed {
-			k.share(ref, reason, true, out, now)
-		}
-		// the reset releases the latch items open when it was made
-		for _, id := range k.items.openedBy(ref, c.At.UnixMilli()) {
-			k.shareItem(ref, id, false, out, now)
-		}
+		changed = latched || len(ts) > 0
+		k.transitionEvents(ts, out)
 	}
-	k.transitionEvents(ts, out)
 	return policy.BreakerCommandApplied(c, ref, changed, now)
 }
 
@@ -587,7 +572,7 @@ func (k *breakers) releaseHeld(states map[string]*task.State, load func(st *task
 func (k *breakers) transitions(ts []breaker.Transition, out recordsOut, now time.Time) {
 	k.transitionEvents(ts, out)
 	for _, t := range ts {
-		k.share(t.Ref, t.Reason, false, out, now)
+		k.share(t.Ref, t.Reason, out, now)
 	}
 }
 
@@ -653,7 +638,10 @@ func (k *breakers) begin(now time.Time) {
 	k.set.Begin()
 	k.surges.Begin()
 	k.held.begin()
-	k.items.begin()
+	clear(k.batch)
+	clear(k.shared)
+	clear(k.resetTombs)
+	k.adopting, k.checked = k.adopting[:0], k.checked[:0]
 	k.savedClosed = maps.Clone(k.closed)
 	// a time that has passed holds no more retries: forget it
 	nowMs := now.UnixMilli()
@@ -661,7 +649,6 @@ func (k *breakers) begin(now time.Time) {
 	k.savedHeldUntil = maps.Clone(k.heldUntil)
 	k.savedPruned = k.pruned
 	k.pruneHeld()
-	k.pruneChanges(time.UnixMilli(nowMs))
 }
 
 // pruneHeld lets go of the retries held for partitions that moved away,
@@ -684,11 +671,11 @@ func (k *breakers) pruneHeld() {
 // committed, and logs and counts its transitions and alerts: only committed
 // ones.
 func (k *breakers) commit() {
-	k.adopting = nil
+	k.table.wrote(k.batch, k.shared, k.resetTombs)
+	clear(k.batch)
 	k.set.Commit()
 	k.surges.Commit()
 	k.held.commit()
-	k.items.commit()
 	for i := range k.events {
 		e := &k.events[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}
@@ -710,14 +697,12 @@ func (k *breakers) commit() {
 // rollback undoes the breaker changes of a batch whose transaction did not
 // commit.
 func (k *breakers) rollback() {
-	if k.adopting != nil {
-		k.table.giveBack(k.adopting)
-		k.adopting = nil
-	}
+	k.table.giveBack(k.adopting)
+	k.table.dirtyAgain(k.checked)
+	clear(k.batch)
 	k.set.Rollback()
 	k.surges.Rollback()
 	k.held.rollback()
-	k.items.rollback()
 	if k.savedClosed != nil {
 		k.closed = k.savedClosed
 	}
@@ -729,6 +714,8 @@ func (k *breakers) rollback() {
 
 // gauges sets faultrouter_breakers from the set's counts.
 func (k *breakers) gauges() {
+	items, _ := k.latchCounts()
+	k.latchItemsGauge.Set(float64(items))
 	c := k.set.Counts()
 	for _, sc := range breaker.Scopes {
 		for _, st := range breaker.States {

@@ -1,37 +1,38 @@
 package router
 
 // breakertable.go shares the breakers between router instances and across
-// restarts, the way Kafka Streams reads a global table: every change of a
-// breaker's state this instance makes itself (open, half-open, close, latch,
-// reset) is written, in the transaction of the batch that made it, to the
-// compacted breakers topic, keyed "<scope>/<key>", as an
-// event.BreakerState. A goroutine reads the topic (read_committed) from its
+// restarts, the way Kafka Streams reads a global table. A goroutine reads
+// the compacted breakers topic (one partition, read_committed) from its
 // start: the router joins its group only once it has read to the end, and
-// then follows it. The states it reads wait in pending, the latest per
-// breaker, until the run loop applies them at the start of its next batch
-// (adoptShared), since a breaker.Set is not safe for concurrent use; the
-// adopted transitions are written to the alerts topic in that batch like any
-// other. Its own records, once the initial read is done, are skipped: the
-// instance made those changes itself. The topic also holds the latch items
-// (latchitems.go), keyed "item/...": they are read and applied the same way.
+// then follows it. The topic holds three kinds of records, and the table
+// reads each in the topic's offset order; no writer's clock is compared:
 //
-// Last writer wins, with three rules that keep a latch until a person resets
-// it: a latched OPEN is adopted unless a reset newer than it was applied; a
-// reset closes a latched breaker unless it is older than the latch; any
-// other state is ignored by a latched breaker, and by one whose last change
-// here is newer than it. So that the rules see every latch and reset, the
-// states waiting to be applied are not one per breaker: a breaker keeps its
-// latest latch, its latest reset and its latest other state apart, and they
-// are applied in the order they were written (the order of the topic's
-// partition, which one breaker's records share; their times may be equal).
-// (Kept as one, a latch another instance wrote would be lost here when an
-// instance that had not seen it yet wrote a state of its own after it, or
-// when this instance did.)
+//   - latch items, keyed "item/<scope>/<task>/<key>" (event.BreakerItem, a
+//     tombstone once decided), and RESET records, keyed "reset/<scope>/<key>"
+//     (a person's reset): the authority for latches. A breaker is latched
+//     exactly while one of its items is open whose offset is above the
+//     offset of its last RESET (internal/latch keeps that book). Every
+//     hallucination writes its item, on whichever instance routes it,
+//     latched there or not; `faultrouter breaker latch` writes one by hand.
+//   - failure-rate breaker states, keyed "<scope>/<key>" (event.BreakerState,
+//     OPEN or HALF_OPEN; a tombstone for CLOSED): derived, shared so that a
+//     breaker that opens anywhere holds retries everywhere. The latest by
+//     offset wins. Compaction may remove any of them without changing a
+//     latch, and a latched breaker ignores them.
+//
+// What the reader reads waits in the table until the run loop applies it
+// at the start of its next batch (adoptShared), since a breaker.Set is not
+// safe for concurrent use. This instance's own records are in its breakers
+// already: from the commit of the batch that wrote them until the reader
+// reads them back, the table keeps them apart (mine), so that a state
+// another instance wrote before them (a lower offset) is not applied over
+// them, and so that the batches between see their own items.
 
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -42,42 +43,85 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/latch"
 	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
-// breakerTable is the reader of the breakers topic.
+// breakerTable is the reader of the breakers topic, and the latches read.
+// Without a topic (topic empty) it holds this instance's own latches only,
+// applied as they commit.
 type breakerTable struct {
 	topic string
-	self  string // this instance's ID: its own records are skipped once loaded
+	self  string // this instance's ID
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	pending map[breaker.Ref]*pendingStates
-	seq     uint64 // counts the states read, in the order read
-	// items are the latch items (latchitems.go) not applied yet, by record
-	// key, the latest of each: nil for one decided
-	items  map[string]*latchItem
+	mu   sync.Mutex
+	book *latch.Book
+	// resets are the last RESET record of each breaker, for its reason
+	resets map[breaker.Ref]event.BreakerState
+	// pending are the failure-rate states read and not applied yet, the
+	// latest of each breaker, with their place in the order read
+	pending map[breaker.Ref]pendingState
+	seq     uint64
+	// mine are this instance's own item records committed and not read
+	// back yet, by key; mineStates and mineResets count its own breaker
+	// states and RESET tombstones committed and not read back, by breaker
+	// (a count below zero: read back before the commit was told)
+	mine       map[string]*mineItem
+	mineStates map[breaker.Ref]int
+	mineResets map[breaker.Ref]int
+	local      int64 // without a topic: the offset of the next own record
+
 	done   bool          // the initial read reached the end (under mu)
 	loaded chan struct{} // closed then
 	// read is, per partition, the offset after the last record the
-	// table has read (control records included), under mu; catchUp
-	// waits on it
+	// table has read (control records included), under mu
 	read map[int32]int64
+	// target is what the latest assignment waits for the table to read
+	// (catchUp): the last stable offsets listed after it; nil while they
+	// are not known yet. targetGen counts the assignments.
+	target    map[int32]int64
+	targetGen uint64
 	// stopped is closed when the reader has stopped (the router stops)
 	stopped chan struct{}
 }
 
-func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
-	return &breakerTable{topic: topic, self: self, log: log, pending: map[breaker.Ref]*pendingStates{},
-		items: map[string]*latchItem{}, loaded: make(chan struct{}), read: map[int32]int64{},
-		stopped: make(chan struct{})}
+// mineItem is an item record of this instance's committed and not read
+// back: the breaker, the task, whether it opens or ends the item, and how
+// many such records are in flight.
+type mineItem struct {
+	ref  breaker.Ref
+	task string
+	open bool
+	n    int
 }
 
-// run reads the topic until ctx ends, starting again from the beginning
-// after an error (the rules of adoption make a state read twice harmless).
+// pendingState is a failure-rate state read and not applied yet, with its
+// breaker and its place in the order read.
+type pendingState struct {
+	event.BreakerState
+	ref breaker.Ref
+	seq uint64
+}
+
+func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
+	t := &breakerTable{topic: topic, self: self, log: log, book: latch.New(), resets: map[breaker.Ref]event.BreakerState{},
+		pending: map[breaker.Ref]pendingState{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
+		mineResets: map[breaker.Ref]int{}, loaded: make(chan struct{}), read: map[int32]int64{}, stopped: make(chan struct{})}
+	if topic == "" {
+		t.done = true
+		close(t.loaded)
+		close(t.stopped)
+	}
+	return t
+}
+
+// run reads the topic until ctx ends, after an error from where it had
+// read to (every record's effect is ordered by its offset, so a record
+// read twice changes nothing).
 func (t *breakerTable) run(ctx context.Context, clientOpts []kgo.Opt) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -85,7 +129,7 @@ func (t *breakerTable) run(ctx context.Context, clientOpts []kgo.Opt) {
 		if ctx.Err() != nil {
 			return
 		}
-		t.log.Warn("reading the breakers topic failed; reading it again", "topic", t.topic, "err", err, "backoff", backoff)
+		t.log.Warn("reading the breakers topic failed; reading on from where it stopped", "topic", t.topic, "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -95,15 +139,27 @@ func (t *breakerTable) run(ctx context.Context, clientOpts []kgo.Opt) {
 	}
 }
 
-// follow reads the topic from its start: to the last stable offsets it had
-// when it started (then the table is loaded), and on while ctx lasts.
+// follow reads the topic from where the table has read to (its start, the
+// first time): to the last stable offsets it had when it started (then the
+// table is loaded), and on while ctx lasts.
 func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, clientOpts...),
-		kgo.ConsumeTopics(t.topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	opts := append(append([]kgo.Opt{}, clientOpts...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // a transaction's marker may be the last offset before the end
-	)...)
+	)
+	t.mu.Lock()
+	if len(t.read) == 0 {
+		opts = append(opts, kgo.ConsumeTopics(t.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	} else {
+		from := map[int32]kgo.Offset{}
+		for p, n := range t.read {
+			from[p] = kgo.NewOffset().At(n)
+		}
+		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.topic: from}),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	}
+	t.mu.Unlock()
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -112,9 +168,13 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 	if err != nil {
 		return err
 	}
+	if n := len(ranges[t.topic]); n != 1 {
+		t.log.Error("the breakers topic has more than one partition: its records are ordered per partition only, so latches and resets of one breaker on two partitions are not ordered; recreate it with one partition",
+			"topic", t.topic, "partitions", n)
+	}
 	for {
 		t.mu.Lock()
-		if !t.done && !t.behind(ranges) {
+		if !t.done && !t.behind(rangeEnds(ranges[t.topic])) {
 			t.done = true
 			close(t.loaded)
 		}
@@ -132,23 +192,12 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 			return ferr
 		}
 		fetches.EachRecord(func(rec *kgo.Record) {
-			defer t.readTo(rec.Partition, rec.Offset+1) // after the record is in pending
-			if rec.Attrs.IsControl() {
-				return
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.read[rec.Partition] = max(t.read[rec.Partition], rec.Offset+1)
+			if !rec.Attrs.IsControl() {
+				t.apply(rec)
 			}
-			if strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
-				t.putItem(rec)
-				return
-			}
-			if rec.Value == nil {
-				return
-			}
-			s, err := event.DecodeBreakerState(rec.Value)
-			if err != nil {
-				t.log.Warn("breakers topic: a record that is not a breaker state is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
-				return
-			}
-			t.put(s)
 		})
 	}
 }
@@ -157,181 +206,292 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 // test holds the table back with it. Nil in production.
 var beforeTableFetch func()
 
-// readTo records that the table has read partition p up to next.
-func (t *breakerTable) readTo(p int32, next int64) {
-	t.mu.Lock()
-	t.read[p] = max(t.read[p], next)
-	t.mu.Unlock()
+func rangeEnds(rs map[int32]scan.Range) map[int32]int64 {
+	out := make(map[int32]int64, len(rs))
+	for p, r := range rs {
+		if r.End > r.Start {
+			out[p] = r.End
+		}
+	}
+	return out
 }
 
-// behind reports whether the table has not read some partition of the
-// topic up to its end in ranges; under mu.
-func (t *breakerTable) behind(ranges scan.Ranges) bool {
-	for p, r := range ranges[t.topic] {
-		if r.End > r.Start && t.read[p] < r.End {
+// behind reports whether the table has not read some partition up to its
+// offset in ends; under mu.
+func (t *breakerTable) behind(ends map[int32]int64) bool {
+	for p, end := range ends {
+		if t.read[p] < end {
 			return true
 		}
 	}
 	return false
 }
 
-// catchUp waits until the table has read every record committed to the
-// topic before it was called: to the last stable offsets adm lists now. It
-// does not wait for a transaction open then: that may be another
-// instance's, itself waiting for its own assignment to end (a transaction's
-// end waits on the group's heartbeat). It gives up after wait (or when ctx
-// ends, or the reader stops) and reports whether it caught up.
-func (t *breakerTable) catchUp(ctx context.Context, adm *kadm.Client, wait time.Duration) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	ranges, err := scan.Committed(ctx, adm, t.topic)
-	if err != nil {
-		return false, err
-	}
-	for {
-		t.mu.Lock()
-		behind := t.behind(ranges)
-		t.mu.Unlock()
-		if !behind {
-			return true, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-t.stopped:
-			return false, errTableStopped
-		case <-time.After(5 * time.Millisecond):
-		}
+// apply reads one record of the topic (under mu).
+func (t *breakerTable) apply(rec *kgo.Record) {
+	key := string(rec.Key)
+	writer := codec.ParseBreakerHeaders(rec.Headers).Instance
+	switch {
+	case strings.HasPrefix(key, event.BreakerItemPrefix):
+		t.applyItem(rec, key, writer)
+	case strings.HasPrefix(key, event.BreakerResetPrefix):
+		t.applyReset(rec, key, writer)
+	default:
+		t.applyState(rec, key, writer)
 	}
 }
 
-// errTableStopped is catchUp's error once the reader has stopped.
-var errTableStopped = errors.New("the breakers topic's reader has stopped")
+func (t *breakerTable) applyItem(rec *kgo.Record, key, writer string) {
+	var it event.BreakerItem
+	if rec.Value != nil {
+		var err error
+		if it, err = event.DecodeBreakerItem(rec.Value); err != nil {
+			t.log.Warn("breakers topic: a record that is not a latch item is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+			return
+		}
+		if writer == "" {
+			writer = it.Instance
+		}
+	}
+	if writer == t.self && t.done {
+		t.readBack(key)
+	}
+	if rec.Value == nil {
+		t.book.End(key, rec.Offset)
+		return
+	}
+	sc, err := breaker.ParseScope(it.Scope)
+	if err != nil {
+		t.log.Warn("breakers topic: a latch item of an unknown scope is skipped", "task_id", it.TaskID, "scope", it.Scope, "key", it.Key)
+		return
+	}
+	t.book.Open(key, latch.Item{Key: key, Ref: breaker.Ref{Scope: sc, Key: it.Key}, Task: it.TaskID, Offset: rec.Offset, Writer: writer})
+}
 
-// put keeps s as the latest state of its breaker not yet applied.
-func (t *breakerTable) put(s event.BreakerState) {
+// readBack counts one of this instance's item records under key read back.
+func (t *breakerTable) readBack(key string) {
+	m := t.mine[key]
+	if m == nil {
+		m = &mineItem{}
+		t.mine[key] = m
+	}
+	if m.n--; m.n == 0 {
+		delete(t.mine, key)
+	}
+}
+
+func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
+	sc, k, ok := event.ParseBreakerKey(strings.TrimPrefix(key, event.BreakerResetPrefix))
+	scope, err := breaker.ParseScope(sc)
+	if !ok || err != nil {
+		t.log.Warn("breakers topic: a RESET of an unknown breaker is skipped", "partition", rec.Partition, "offset", rec.Offset, "key", key)
+		return
+	}
+	ref := breaker.Ref{Scope: scope, Key: k}
+	if rec.Value == nil { // no item before it is open any more
+		if writer == t.self && t.done {
+			t.mineResets[ref]--
+		}
+		t.book.ForgetReset(ref)
+		delete(t.resets, ref)
+		return
+	}
+	s, err := event.DecodeBreakerState(rec.Value)
+	if err != nil || !s.Reset {
+		t.log.Warn("breakers topic: a record that is not a RESET is skipped", "partition", rec.Partition, "offset", rec.Offset, "key", key, "err", err)
+		return
+	}
+	t.book.Reset(ref, rec.Offset)
+	t.resets[ref] = s
+	// it also closes the breaker's failure-rate state, in the topic's order
+	t.keep(s, ref)
+}
+
+func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
+	var s event.BreakerState
+	if rec.Value == nil { // a breaker closed
+		sc, k, ok := event.ParseBreakerKey(key)
+		if !ok {
+			return
+		}
+		s = event.BreakerState{Scope: sc, Key: k, State: breaker.Closed.String(), Reason: "closed", Instance: writer}
+	} else {
+		var err error
+		if s, err = event.DecodeBreakerState(rec.Value); err != nil {
+			t.log.Warn("breakers topic: a record that is not a breaker state is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
+			return
+		}
+		// a latch is never a state (an earlier release wrote latched
+		// states and RESETs under the breaker's key): it counts as the
+		// failure-rate state it shows
+		s.Latched, s.Reset = false, false
+	}
 	sc, err := breaker.ParseScope(s.Scope)
 	if err != nil {
 		t.log.Warn("breakers topic: a breaker state of an unknown scope is skipped", "scope", s.Scope, "key", s.Key)
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done && s.Instance == t.self {
-		return // this instance's own change: it made it itself
-	}
-	t.seq++
-	t.keep(pendingState{s, ref, t.seq})
-}
-
-// pendingState is a state read and not applied yet, with its breaker and
-// its place in the order read.
-type pendingState struct {
-	event.BreakerState
-	ref breaker.Ref
-	seq uint64
-}
-
-// pendingStates are the states of one breaker not applied yet: the latest
-// latch, the latest reset and the latest of any other state.
-type pendingStates struct {
-	latch, reset, other *pendingState
-}
-
-// keep keeps s among the pending states of its breaker, unless one of its
-// kind read later is there (under mu).
-func (t *breakerTable) keep(s pendingState) {
-	p := t.pending[s.ref]
-	if p == nil {
-		p = &pendingStates{}
-		t.pending[s.ref] = p
-	}
-	slot := &p.other
-	switch {
-	case s.Latched:
-		slot = &p.latch
-	case s.Reset:
-		slot = &p.reset
-	}
-	if *slot == nil || (*slot).seq < s.seq {
-		*slot = &s
-	}
-}
-
-// putItem keeps an item record (a tombstone for one decided) as the latest
-// of its key not yet applied. Its own, once loaded, are skipped like its own
-// states.
-func (t *breakerTable) putItem(rec *kgo.Record) {
-	key := string(rec.Key)
-	var it *latchItem
-	writer := ""
-	if rec.Value != nil {
-		x, err := event.DecodeBreakerItem(rec.Value)
-		sc, serr := breaker.ParseScope(x.Scope)
-		if err == nil {
-			err = serr
-		}
-		if err != nil {
-			t.log.Warn("breakers topic: a record that is not a latch item is skipped", "partition", rec.Partition, "offset", rec.Offset, "err", err)
-			return
-		}
-		it = &latchItem{ref: breaker.Ref{Scope: sc, Key: x.Key}, task: x.TaskID, openedAt: x.OpenedAt.UnixMilli()}
-		writer = x.Instance
-	}
-	if h := codec.ParseBreakerHeaders(rec.Headers); h.Instance != "" {
-		writer = h.Instance
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.done && writer == t.self {
-		delete(t.items, key)
+	if s.Instance == t.self && t.done {
+		// this instance's own change, in its breakers already; what
+		// others wrote before it is older
+		t.mineStates[ref]--
+		delete(t.pending, ref)
 		return
 	}
-	t.items[key] = it
+	t.keep(s, ref)
 }
 
-// takeItems returns the items not applied yet and forgets them.
-func (t *breakerTable) takeItems() map[string]*latchItem {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.items) == 0 {
-		return nil
+// keep keeps s as the latest failure-rate state of ref not applied yet,
+// unless a change of this instance's own to ref, written after it, is not
+// read back yet (under mu).
+func (t *breakerTable) keep(s event.BreakerState, ref breaker.Ref) {
+	if t.mineStates[ref] > 0 {
+		return
 	}
-	p := t.items
-	t.items = map[string]*latchItem{}
-	return p
+	t.seq++
+	t.pending[ref] = pendingState{s, ref, t.seq}
 }
 
-// take returns the states not applied yet, in the order they were read,
-// and forgets them.
-func (t *breakerTable) take() []pendingState {
+// wrote records what a batch of this instance's wrote to the topic, once
+// its transaction has committed: its items (opened or ended), the
+// breakers whose state it shared and the RESETs it tombstoned. Every state
+// another instance wrote and the table read by now is older than these.
+func (t *breakerTable) wrote(items map[string]batchItem, states map[breaker.Ref]bool, resets map[breaker.Ref]bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.pending) == 0 {
-		return nil
-	}
-	var out []pendingState
-	for _, p := range t.pending {
-		for _, s := range [...]*pendingState{p.latch, p.reset, p.other} {
-			if s != nil {
-				out = append(out, *s)
+	for key, it := range items {
+		if t.topic == "" { // no reader: applied as written
+			t.local++
+			if it.open {
+				t.book.Open(key, latch.Item{Key: key, Ref: it.ref, Task: it.task, Offset: t.local, Writer: t.self})
+			} else {
+				t.book.End(key, t.local)
 			}
+			continue
+		}
+		m := t.mine[key]
+		if m == nil {
+			m = &mineItem{}
+			t.mine[key] = m
+		}
+		m.ref, m.task, m.open = it.ref, it.task, it.open
+		if m.n++; m.n == 0 {
+			delete(t.mine, key)
 		}
 	}
-	clear(t.pending)
-	slices.SortFunc(out, func(x, y pendingState) int { return cmp.Compare(x.seq, y.seq) })
+	if t.topic == "" {
+		return
+	}
+	for ref := range states {
+		t.mineStates[ref]++
+		if t.mineStates[ref] == 0 {
+			delete(t.mineStates, ref)
+		} else {
+			delete(t.pending, ref)
+		}
+	}
+	for ref := range resets {
+		t.mineResets[ref]++
+		if t.mineResets[ref] == 0 {
+			delete(t.mineResets, ref)
+		}
+	}
+}
+
+// localReset applies a person's reset without a topic: this instance's
+// breakers are its own.
+func (t *breakerTable) localReset(ref breaker.Ref, s event.BreakerState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.local++
+	t.book.Reset(ref, t.local)
+	t.resets[ref] = s
+}
+
+// holding appends to out the tasks of the items that hold ref latched:
+// those read above its last RESET, and this instance's own not read back
+// yet (those that end an item count over the item read; those that open one
+// hold, whatever their offset turns out to be). Under mu.
+func (t *breakerTable) holding(ref breaker.Ref, out []latch.Item) []latch.Item {
+	for _, it := range t.book.Holding(ref) {
+		if m := t.mine[it.Key]; m != nil && m.n > 0 {
+			continue
+		}
+		out = append(out, it)
+	}
+	for key, m := range t.mine {
+		if m.n > 0 && m.open && m.ref == ref {
+			out = append(out, latch.Item{Key: key, Ref: ref, Task: m.task, Offset: -1, Writer: t.self})
+		}
+	}
 	return out
 }
 
+// itemOpen reports whether the item under key is open: read and not ended,
+// or opened by this instance and not read back.
+func (t *breakerTable) itemOpen(key string) bool {
+	if m := t.mine[key]; m != nil && m.n > 0 {
+		return m.open
+	}
+	_, ok := t.book.Item(key)
+	return ok
+}
+
+// changes returns, and forgets, the failure-rate states not applied yet in
+// the order read, and the breakers whose latch may have changed.
+func (t *breakerTable) changes() ([]pendingState, []breaker.Ref) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dirty := t.book.Dirty()
+	if len(t.pending) == 0 {
+		return nil, dirty
+	}
+	out := slices.Collect(maps.Values(t.pending))
+	clear(t.pending)
+	slices.SortFunc(out, func(x, y pendingState) int { return cmp.Compare(x.seq, y.seq) })
+	return out, dirty
+}
+
 // giveBack returns the states of a batch that did not commit, each unless
-// one of its breaker and kind read later arrived meanwhile.
+// one of its breaker read later, or a change of this instance's own, came
+// meanwhile.
 func (t *breakerTable) giveBack(p []pendingState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range p {
-		t.keep(s)
+		if cur, ok := t.pending[s.ref]; (!ok || cur.seq < s.seq) && t.mineStates[s.ref] <= 0 {
+			t.pending[s.ref] = s
+		}
 	}
+}
+
+// dirtyAgain marks refs for the next batch's latch check (a batch that did
+// not commit checked them).
+func (t *breakerTable) dirtyAgain(refs []breaker.Ref) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ref := range refs {
+		t.book.MarkDirty(ref)
+	}
+}
+
+// setTarget makes ends what the table must read before the assignment
+// numbered gen may publish retries (current).
+func (t *breakerTable) setTarget(gen uint64, ends map[int32]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gen == t.targetGen {
+		t.target = ends
+	}
+}
+
+// current reports whether the table has read what the latest assignment
+// waits for.
+func (t *breakerTable) current() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.topic == "" || t.target != nil && !t.behind(t.target)
 }
 
 // startTable starts reading the breakers topic and waits until it is read
@@ -339,11 +499,10 @@ func (t *breakerTable) giveBack(p []pendingState) {
 // with every instance's breakers in hand. Without a breakers topic
 // (Topics.Breakers empty) breakers are this instance's own.
 func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
-	if k.topics.Breakers == "" {
+	t := k.table
+	if t.topic == "" {
 		return nil
 	}
-	t := newBreakerTable(k.topics.Breakers, k.instance, k.log)
-	k.table = t
 	go func() {
 		defer close(t.stopped)
 		t.run(ctx, clientOpts)
@@ -357,77 +516,117 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 	}
 }
 
-// tableCatchUp bounds how long an assignment waits for the breakers table
-// to read what is committed (catchUpTable): a reader that cannot reach the
-// broker should not hold the assignment for longer.
+// tableCatchUp is how long an assignment waits for the breakers table to
+// read what was committed before it, before the assignment callback
+// returns; the assignment publishes no retry until the table has, however
+// long that takes (current).
 const tableCatchUp = 10 * time.Second
 
-// catchUpTable waits, when an assignment begins (onAssigned), until the
-// table has read every breaker state and latch item committed to the topic
-// before: the first batch of the assignment then adopts them (adoptShared)
-// before it decides. An instance that was paused, or whose table could not
-// read past a paused instance's open transaction (aborted by the time that
-// instance rejoins), would otherwise publish the due retries of its new
-// assignment on the breakers it knew before: a template another instance
-// latched meanwhile among them.
+// catchUpTable runs when an assignment begins (onAssigned): it lists the
+// breakers topic's last stable offsets, and no retry is published until the
+// table has read up to them (current), so the assignment's batches decide
+// on every latch and breaker state committed before it. It waits for that
+// for up to tableCatchUp. When the offsets cannot be listed it lists them
+// again in the background until it can: publication waits meanwhile.
 func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
-	if k == nil || k.table == nil {
+	t := k.table
+	if t.topic == "" {
 		return
 	}
+	t.mu.Lock()
+	t.targetGen++
+	gen := t.targetGen
+	t.target = nil
+	t.mu.Unlock()
 	began := time.Now()
-	ok, err := k.table.catchUp(ctx, kadm.NewClient(cl), tableCatchUp)
-	switch {
-	case errors.Is(err, errTableStopped):
-		// the router is stopping: the assignment will not route
-	case err != nil:
-		k.log.Warn("breakers topic: could not list its last stable offsets; the assignment begins with the breaker states read so far", "topic", k.table.topic, "err", err)
-	case !ok:
-		k.log.Warn("breakers topic: not read to its end in time; the assignment begins with the breaker states read so far", "topic", k.table.topic, "waited", tableCatchUp)
-	default:
-		k.log.Info("breakers topic read to its end for the assignment", "topic", k.table.topic, "took", time.Since(began).Round(time.Millisecond))
+	adm := kadm.NewClient(cl)
+	list := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, tableCatchUp)
+		defer cancel()
+		ranges, err := scan.Committed(ctx, adm, t.topic)
+		if err == nil {
+			t.setTarget(gen, rangeEnds(ranges[t.topic]))
+		}
+		return err
 	}
+	if err := list(ctx); err != nil {
+		k.log.Warn("breakers topic: could not list its last stable offsets; no retry is published until it is read to them", "topic", t.topic, "err", err)
+		go func() {
+			for ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.stopped:
+					return
+				case <-time.After(time.Second):
+				}
+				t.mu.Lock()
+				stale := gen != t.targetGen
+				t.mu.Unlock()
+				if stale || list(ctx) == nil {
+					return
+				}
+			}
+		}()
+		return
+	}
+	wait, cancel := context.WithTimeout(ctx, tableCatchUp)
+	defer cancel()
+	for !t.current() {
+		select {
+		case <-wait.Done():
+			k.log.Warn("breakers topic: not read to its end in time; the assignment publishes no retry until it is", "topic", t.topic, "waited", tableCatchUp)
+			return
+		case <-t.stopped:
+			return // the router is stopping: the assignment will not route
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	k.log.Info("breakers topic read to its end for the assignment", "topic", t.topic, "took", time.Since(began).Round(time.Millisecond))
 }
 
-// adoptShared applies, at the start of a batch (after begin), the
-// breaker states other instances wrote since the last batch, and queues the
-// transitions they cause on the alerts topic, with the reason "adopted from
-// <instance>: <its reason>". A batch that does not commit gives them back
-// (rollback) with its other breaker changes.
+// errTableStopped is catchUp's error once the reader has stopped.
+var errTableStopped = errors.New("the breakers topic's reader has stopped")
+
+// adoptShared applies, at the start of a batch (after begin), and again
+// when an assignment came during the batch before it publishes retries,
+// what the table read since: the failure-rate states other instances
+// wrote, in the order written, and the latches of the breakers whose items
+// or RESETs changed. It queues the transitions they cause on the alerts
+// topic, with the reason "adopted from <instance>: <its reason>" (or what
+// latched or released it), and the tombstones of the items a RESET ended
+// whose tasks this instance owns. A batch that does not commit gives the
+// states back (rollback) with its other breaker changes.
 func (k *breakers) adoptShared(out recordsOut, now time.Time) {
-	if k.table == nil {
-		return
+	if now.Sub(k.expired) >= expireEvery {
+		k.expired = now
+		k.transitions(k.set.Expire(now), out, now)
 	}
-	for key, it := range k.table.takeItems() {
-		k.items.adopt(key, it)
+	states, dirty := k.table.changes()
+	k.adopting = append(k.adopting, states...)
+	k.checked = append(k.checked, dirty...)
+	for i := range states {
+		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
 	}
-	p := k.table.take()
-	k.adopting = p
-	for i := range p {
-		k.adopt(p[i].ref, &p[i].BreakerState, out, now)
+	for _, ref := range dirty {
+		k.syncLatch(ref, out, now)
+		k.tidy(ref, out, now)
 	}
 	k.gauges()
 }
 
-// adopt applies one breaker state another instance wrote (the rules are in
-// the file's comment).
+// expireEvery is how often a batch lets go of the breakers not used for a
+// while (breaker.Set.Expire).
+const expireEvery = 10 * time.Second
+
+// adopt applies one failure-rate state another instance wrote (or a
+// person's RESET). A latched breaker keeps its latch: only its items and
+// RESETs change that (syncLatch).
 func (k *breakers) adopt(ref breaker.Ref, s *event.BreakerState, out recordsOut, now time.Time) {
-	at := s.UpdatedAt.UnixMilli()
-	cur := k.set.Shared(ref)
-	latchedHere := cur.State == breaker.Open && cur.Latched
-	switch {
-	case s.Latched:
-		if at < k.lastReset[ref] {
-			return
-		}
-	case s.Reset:
-		if latchedHere && at < cur.OpenedAt.UnixMilli() {
-			return
-		}
-		k.lastReset[ref] = max(k.lastReset[ref], at)
-	case latchedHere, at < k.lastChange[ref]:
+	if k.set.Latched(ref) {
 		return
 	}
-	sh := breaker.Shared{Latched: s.Latched, Elsewhere: s.Instance != k.instance}
+	sh := breaker.Shared{Elsewhere: s.Instance != k.instance}
 	sh.State, _ = breaker.ParseState(s.State)
 	if s.OpenedAt != nil {
 		sh.OpenedAt = s.OpenedAt.Time
@@ -436,46 +635,164 @@ func (k *breakers) adopt(ref breaker.Ref, s *event.BreakerState, out recordsOut,
 	if who == "" {
 		who = "another instance"
 	}
-	ts := k.set.Adopt(ref, sh, "adopted from "+who+": "+s.Reason, now)
-	k.lastChange[ref] = max(k.lastChange[ref], at)
-	k.transitionEventsFrom(ts, out, who)
+	reason := "adopted from " + who + ": " + s.Reason
+	if s.Reset {
+		reason = fmt.Sprintf("%s reset the breaker: %s", who, s.Reason)
+	}
+	k.transitionEventsFrom(k.set.Adopt(ref, sh, reason, now), out, who)
 }
 
-// share queues the shared state of ref, as this instance's change, on the
-// breakers topic in the batch's transaction; reset marks a person's reset.
-func (k *breakers) share(ref breaker.Ref, reason string, reset bool, out recordsOut, now time.Time) {
+// holdingItems returns the items that hold ref latched in this batch: the
+// table's (holding), and the batch's own.
+func (k *breakers) holdingItems(ref breaker.Ref) []latch.Item {
+	t := k.table
+	t.mu.Lock()
+	its := t.holding(ref, k.itemScratch[:0])
+	t.mu.Unlock()
+	its = slices.DeleteFunc(its, func(it latch.Item) bool {
+		_, mine := k.batch[it.Key]
+		return mine
+	})
+	for key, it := range k.batch {
+		if it.open && it.ref == ref {
+			its = append(its, latch.Item{Key: key, Ref: ref, Task: it.task, Offset: -1, Writer: k.instance})
+		}
+	}
+	k.itemScratch = its
+	return its
+}
+
+// itemOpen reports whether the item under key is open in this batch.
+func (k *breakers) itemOpen(key string) bool {
+	if it, ok := k.batch[key]; ok {
+		return it.open
+	}
+	k.table.mu.Lock()
+	defer k.table.mu.Unlock()
+	return k.table.itemOpen(key)
+}
+
+// syncLatch makes ref's breaker latched exactly while items hold it, and
+// queues the transition: a latched OPEN, or the CLOSED of a person's reset
+// or of its last item decided.
+func (k *breakers) syncLatch(ref breaker.Ref, out recordsOut, now time.Time) {
+	its := k.holdingItems(ref)
+	switch latched := k.set.Latched(ref); {
+	case len(its) > 0 && !latched:
+		it := its[0]
+		reason := fmt.Sprintf("latched by task %s's item (%s): open until a person resets it", it.Task, it.Writer)
+		if strings.HasPrefix(it.Task, "latch:") {
+			reason = fmt.Sprintf("latched by hand (%s): open until a person resets it", it.Writer)
+		}
+		ts := k.set.Trip(ref, reason, breaker.Outcome{Class: string(event.ClassHallucination), TaskID: it.Task}, now)
+		k.transitionEventsFrom(ts, out, it.Writer)
+	case len(its) == 0 && latched:
+		k.table.mu.Lock()
+		rs, reset := k.table.resets[ref]
+		k.table.mu.Unlock()
+		reason, who := "its last latch item was decided", ""
+		if reset {
+			who = rs.Instance
+			reason = fmt.Sprintf("%s reset the breaker: %s", rs.Instance, rs.Reason)
+		}
+		k.transitionEventsFrom(k.set.Reset(ref, reason, now), out, who)
+	}
+}
+
+// tidy writes, for a breaker whose latch changed, the tombstones of the
+// items its last RESET ended whose tasks this instance owns, and the
+// tombstone of a RESET no item needs any more, when this instance owns the
+// breaker's partition: what the breakers topic keeps live of latches is
+// then what holds one.
+func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
+	if k.topics.Breakers == "" {
+		return
+	}
+	t := k.table
+	t.mu.Lock()
+	ended := t.book.Ended(ref)
+	obsolete := t.book.Obsolete(ref) && t.mineResets[ref] <= 0
+	for i, key := range ended {
+		if m := t.mine[key]; m != nil && m.n > 0 {
+			ended[i] = "" // its tombstone is on its way
+		}
+	}
+	var tasks []string
+	for _, key := range ended {
+		if it, ok := t.book.Item(key); ok && key != "" {
+			tasks = append(tasks, it.Task)
+		}
+	}
+	t.mu.Unlock()
+	owned := k.owner.ownedSet()
+	for _, task := range tasks {
+		if _, done := k.batch[event.BreakerItemKey(ref.Scope.String(), ref.Key, task)]; !done && owned[k.home([]byte(task))] {
+			k.shareItem(ref, task, false, out, now)
+		}
+	}
+	if obsolete && owned[k.home([]byte(ref.String()))] {
+		if k.resetTombs == nil {
+			k.resetTombs = map[breaker.Ref]bool{}
+		}
+		k.resetTombs[ref] = true
+		out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.String(), ref.Key)), Timestamp: now,
+			Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}})
+	}
+}
+
+// share queues the failure-rate state of ref, as this instance's change,
+// on the breakers topic in the batch's transaction: OPEN or HALF_OPEN, or
+// the tombstone of a breaker that closed. A latched breaker's states are
+// not shared: its items and RESETs are the record of it.
+func (k *breakers) share(ref breaker.Ref, reason string, out recordsOut, now time.Time) {
 	if k.topics.Breakers == "" {
 		return
 	}
 	sh := k.set.Shared(ref)
-	s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: sh.State.String(), Latched: sh.Latched,
-		Reset: reset && sh.State == breaker.Closed, Reason: reason, UpdatedAt: event.At(now), Instance: k.instance}
-	if sh.State == breaker.Open {
-		at := event.At(sh.OpenedAt)
-		s.OpenedAt = &at
-	}
-	v, err := event.EncodeBreakerState(&s)
-	if err != nil { // only a bug can get here: every field is the router's own
-		k.log.Error("breaker state does not encode", "scope", s.Scope, "key", s.Key, "err", err)
+	if sh.Latched {
 		return
 	}
-	k.lastChange[ref] = max(k.lastChange[ref], now.UnixMilli())
-	if reset {
-		k.lastReset[ref] = max(k.lastReset[ref], now.UnixMilli())
+	if k.shared == nil {
+		k.shared = map[breaker.Ref]bool{}
 	}
-	out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: v, Timestamp: now})
+	k.shared[ref] = true
+	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.String(), ref.Key)), Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
+	if sh.State != breaker.Closed {
+		s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: sh.State.String(), Reason: reason,
+			UpdatedAt: event.At(now), Instance: k.instance}
+		if sh.State == breaker.Open {
+			at := event.At(sh.OpenedAt)
+			s.OpenedAt = &at
+		}
+		v, err := event.EncodeBreakerState(&s)
+		if err != nil { // only a bug can get here: every field is the router's own
+			k.log.Error("breaker state does not encode", "scope", s.Scope, "key", s.Key, "err", err)
+			return
+		}
+		rec.Value = v
+	}
+	out.queue(rec)
+}
+
+// batchItem is an item record a batch writes: it opens the item of task on
+// ref, or ends it.
+type batchItem struct {
+	ref  breaker.Ref
+	task string
+	open bool
 }
 
 // shareItem queues, on the breakers topic in the batch's transaction, an
-// open latch item of ref for the task (open), or the tombstone of its item
-// once decided, and records it in this instance's items.
+// open latch item of ref for the task (open), or its tombstone once
+// decided; the batch counts it at once (holdingItems), the table once the
+// batch commits.
 func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out recordsOut, now time.Time) {
 	key := event.BreakerItemKey(ref.Scope.String(), ref.Key, taskID)
-	if !open {
-		k.items.del(key)
-	} else {
-		k.items.put(key, latchItem{ref: ref, task: taskID, openedAt: now.UnixMilli()})
+	if k.batch == nil {
+		k.batch = map[string]batchItem{}
 	}
+	k.batch[key] = batchItem{ref: ref, task: strings.Clone(taskID), open: open}
 	if k.topics.Breakers == "" {
 		return
 	}
@@ -493,13 +810,10 @@ func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out reco
 	out.queue(rec)
 }
 
-// pruneChanges forgets the times of changes older than an hour once there
-// are more of them than breakers a set may hold: keys come from events.
-func (k *breakers) pruneChanges(now time.Time) {
-	if len(k.lastChange)+len(k.lastReset) <= breaker.MaxBreakers {
-		return
-	}
-	old := now.Add(-time.Hour).UnixMilli()
-	maps.DeleteFunc(k.lastChange, func(_ breaker.Ref, at int64) bool { return at < old })
-	maps.DeleteFunc(k.lastReset, func(_ breaker.Ref, at int64) bool { return at < old })
+// latchCounts returns the latch items and RESET records live on the
+// breakers topic as this instance has read it.
+func (k *breakers) latchCounts() (items, resets int) {
+	k.table.mu.Lock()
+	defer k.table.mu.Unlock()
+	return k.table.book.Len()
 }

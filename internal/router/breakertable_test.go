@@ -7,14 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// adoptRouter is a router with only what adopting shared breaker states
-// needs: the default policy's breakers, the codec, instance "b".
+// adoptRouter is a router with only what its breakers need: the default
+// policy's breakers, the codec, instance "b", a breakers topic that the test
+// feeds (feed, readBack) instead of a reader, and partition 0 of ingress,
+// which every key hashes to.
 func adoptRouter(t *testing.T) *Router {
 	t.Helper()
 	brk, err := newBreakers(policy.Default(), nil)
@@ -26,206 +31,491 @@ func adoptRouter(t *testing.T) *Router {
 		t.Fatal(err)
 	}
 	r := &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
-		codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), owned: map[int32]bool{0: true}}
 	r.attachBreakers(brk)
+	brk.home = func([]byte) int32 { return 0 }
+	brk.table.done = true // read to its end: the test feeds it
 	return r
 }
 
-func remote(state string, latched, reset bool, at time.Time) event.BreakerState {
-	s := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: "tpl", State: state, Latched: latched, Reset: reset,
-		Reason: "why", UpdatedAt: event.At(at), Instance: "a"}
+// tplRef is the prompt template the tests latch.
+var tplRef = breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+
+// feed hands records to r's breakers table as its reader would, at the
+// topic's next offsets.
+func feed(r *Router, recs ...*kgo.Record) {
+	t := r.brk.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, rec := range recs {
+		rec.Offset = t.read[0]
+		t.read[0]++
+		t.apply(rec)
+	}
+}
+
+// readBack feeds the breakers records of b (this instance's batch, committed).
+func readBack(r *Router, b *batch) {
+	for _, rec := range b.out {
+		if rec.Topic == "breakers" {
+			c := *rec
+			feed(r, &c)
+		}
+	}
+}
+
+// itemRec is another instance's latch item of tpl for task (a tombstone when
+// !open).
+func itemRec(t *testing.T, task, writer string, open bool) *kgo.Record {
+	t.Helper()
+	rec := &kgo.Record{Key: []byte(event.BreakerItemKey(tplRef.Scope.String(), tplRef.Key, task)),
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(writer)}}}
+	if open {
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: tplRef.Scope.String(), Key: tplRef.Key, TaskID: task,
+			OpenedAt: event.At(time.Now()), Instance: writer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Value = v
+	}
+	return rec
+}
+
+// resetRec is a person's RESET of ref, as `faultrouter breaker reset` writes it.
+func resetRec(t *testing.T, ref breaker.Ref, who string) *kgo.Record {
+	t.Helper()
+	v, err := event.EncodeBreakerState(&event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: breaker.Closed.String(),
+		Reset: true, Reason: "prompt fixed", UpdatedAt: event.At(time.Now()), Instance: who})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Key: []byte(event.BreakerResetKey(ref.Scope.String(), ref.Key)), Value: v,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(who)}}}
+}
+
+// stateRec is a failure-rate state of ref written by writer (a tombstone
+// for CLOSED); latched marks it as an earlier release wrote latches.
+func stateRec(t *testing.T, ref breaker.Ref, state, writer string, latched bool, at time.Time) *kgo.Record {
+	t.Helper()
+	rec := &kgo.Record{Key: []byte(event.BreakerStateKey(ref.Scope.String(), ref.Key)),
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(writer)}}}
+	if state == breaker.Closed.String() {
+		return rec
+	}
+	s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: state, Latched: latched, Reason: "why",
+		UpdatedAt: event.At(at), Instance: writer}
 	if state == breaker.Open.String() {
 		o := event.At(at)
 		s.OpenedAt = &o
 	}
-	return s
+	v, err := event.EncodeBreakerState(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Value = v
+	return rec
 }
 
-// Guards the rules that keep a latch until a person resets it, whatever
-// order the instances' states arrive in: a latch from another instance is
-// adopted (and announced on the alerts topic as adopted); a later CLOSED
-// that is not a reset (an instance that had not seen the latch closing on
-// its probes) does not undo it; a reset older than the latch does not
-// either; a newer reset does, and marks the breaker closed so that its held
-// retries are released; a latch older than that reset is not adopted again.
-func TestAdoptKeepsALatchUntilAReset(t *testing.T) {
-	r := adoptRouter(t)
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
-	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+// step runs one batch of r's breakers at now: adoption, then fn, committed
+// or not; it returns the batch.
+func step(r *Router, now time.Time, commit bool, fn func(b *batch)) *batch {
 	b := newBatch()
-	apply := func(s event.BreakerState) {
-		r.brk.adopt(ref, &s, b, t0.Add(time.Hour))
+	r.brk.begin(now)
+	r.brk.adoptShared(b, now)
+	if fn != nil {
+		fn(b)
+	}
+	if commit {
+		r.brk.commit()
+	} else {
+		r.brk.rollback()
+	}
+	return b
+}
+
+// hallucinate routes a MODEL_HALLUCINATION of template tpl for the task
+// through observe, in its own committed batch, and returns the batch.
+func hallucinate(t *testing.T, r *Router, id, tpl string, now time.Time) *batch {
+	t.Helper()
+	return step(r, now, true, func(b *batch) {
+		ev := event.TaskEvent{TaskID: id, PromptTemplate: tpl, Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
+		in := input{kind: inputTask, event: ev,
+			decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteQuarantine, Reason: "fabricated_data"}}
+		r.brk.observe(&in, b, now)
+	})
+}
+
+// decideItem routes a reviewer's decision of the task's hallucination item
+// through observe, in its own batch, committed or not.
+func decideItem(t *testing.T, r *Router, id, tpl string, now time.Time, commit bool) *batch {
+	t.Helper()
+	return step(r, now, commit, func(b *batch) {
+		b.states[id] = &task.State{TaskID: id, LastEvent: &event.TaskEvent{TaskID: id, PromptTemplate: tpl}}
+		in := input{kind: inputReview, review: event.ReviewDecision{TaskID: id, Reason: "checked", Reviewer: "ana"},
+			decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteComplete}, state: b.states[id]}
+		r.brk.observe(&in, b, now)
+	})
+}
+
+// itemRecords counts the latch item records (open) and tombstones of a batch.
+func itemRecords(b *batch) (open, decided int) {
+	for _, rec := range b.out {
+		if rec.Topic != "breakers" || !strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
+			continue
+		}
+		if rec.Value == nil {
+			decided++
+		} else {
+			open++
+		}
+	}
+	return open, decided
+}
+
+// Guards the latch rule of hallucinations: every hallucination writes its
+// item, latched already or not; a template latched by two stays latched (no
+// transition, nothing on decisions) when the first item is decided, whatever
+// the decision, whether or not the item records were read back yet; it
+// reopens when the second is decided. A decision whose batch does not
+// commit changes nothing.
+func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
+	r := adoptRouter(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	r.cfg.Now = func() time.Time { return t0 }
+
+	if b := hallucinate(t, r, "h-1", "tpl", t0); !r.brk.set.Latched(tplRef) {
+		t.Fatal("a hallucination did not latch its template")
+	} else if open, _ := itemRecords(b); open != 1 {
+		t.Fatalf("the first hallucination wrote %d latch item records, want 1", open)
+	}
+	b2 := hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
+	if len(r.brk.events) != 1 {
+		t.Fatalf("the second hallucination queued %+v, want only its alert (the template is latched already)", r.brk.events)
+	} else if open, _ := itemRecords(b2); open != 1 {
+		t.Fatalf("the second hallucination wrote %d latch item records, want 1", open)
 	}
 
-	apply(remote(breaker.Open.String(), true, false, t0))
-	if !r.brk.set.Latched(ref) {
-		t.Fatal("a latch from instance a was not adopted")
+	// a decision whose transaction does not commit is undone
+	decideItem(t, r, "h-1", "tpl", t0.Add(2*time.Second), false)
+	if got := r.brk.holdingItems(tplRef); len(got) != 2 {
+		t.Fatalf("after a decision that did not commit, open items %v, want h-1 and h-2", got)
 	}
-	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Open.String() || !strings.HasPrefix(r.brk.events[0].Reason, "adopted from a: ") {
-		t.Fatalf("adopting the latch queued %+v, want one OPEN transition reasoned 'adopted from a: ...'", r.brk.events)
+
+	b := decideItem(t, r, "h-1", "tpl", t0.Add(3*time.Second), true)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("deciding the first of two items reopened the template")
 	}
-	apply(remote(breaker.Closed.String(), false, false, t0.Add(time.Minute)))
-	apply(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Minute)))
-	apply(remote(breaker.Closed.String(), false, true, t0.Add(-time.Minute)))
-	if !r.brk.set.Latched(ref) {
-		t.Fatal("a CLOSED that is not a reset, a HALF_OPEN, or a reset older than the latch undid the latch")
+	if len(r.brk.events) != 0 {
+		t.Fatalf("deciding the first of two items queued %+v, want no transition", r.brk.events)
 	}
-	apply(remote(breaker.Closed.String(), false, true, t0.Add(3*time.Minute)))
-	if r.brk.set.State(ref) != breaker.Closed || !r.brk.closed[ref] {
-		t.Fatalf("a reset newer than the latch left the breaker %s (closed for release: %v), want CLOSED", r.brk.set.State(ref), r.brk.closed[ref])
+	if _, decided := itemRecords(b); decided != 1 {
+		t.Fatalf("deciding an item wrote %d tombstones, want 1", decided)
 	}
-	apply(remote(breaker.Open.String(), true, false, t0.Add(time.Minute)))
-	if r.brk.set.State(ref) != breaker.Closed {
-		t.Fatal("a latch older than the reset applied was adopted again")
+	for _, rec := range b.out {
+		if rec.Topic != "breakers" {
+			t.Fatalf("deciding the first of two items wrote to %s: %s", rec.Topic, rec.Key)
+		}
 	}
-	apply(remote(breaker.Open.String(), true, false, t0.Add(4*time.Minute)))
-	if !r.brk.set.Latched(ref) {
-		t.Fatal("a latch newer than the reset was not adopted")
+	readBack(r, b2)
+	readBack(r, b)
+	step(r, t0.Add(3500*time.Millisecond), true, nil)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("reading back this instance's own items reopened the template while h-2 is open")
+	}
+
+	decideItem(t, r, "h-2", "tpl", t0.Add(4*time.Second), true)
+	if r.brk.set.State(tplRef) != breaker.Closed {
+		t.Fatalf("deciding the last item left the template %s, want CLOSED", r.brk.set.State(tplRef))
+	}
+	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Closed.String() || r.brk.events[0].TaskID != "h-2" {
+		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", r.brk.events)
 	}
 }
 
-// Guards "last writer wins" for states that are not latches: a state older
-// than this instance's own last change of the breaker is not adopted; a
-// newer OPEN is, keeping the time it opened on its writer, so that the
-// retries held here wait for the writer's cooldown and its probes.
-func TestAdoptIgnoresStatesOlderThanTheLastChangeHere(t *testing.T) {
+// Guards that the latch items of every instance hold, and that a RESET
+// ends those written before it: another instance's item, read from the
+// breakers topic, latches the template here and keeps it latched when this
+// instance decides its own; a RESET record read after both releases it, and
+// this instance writes the tombstone of the item it ended (its task is
+// this instance's); a later hallucination latches again and is held only by
+// its own item.
+func TestOtherInstancesItemsHoldAndAResetEndsThoseBeforeIt(t *testing.T) {
 	r := adoptRouter(t)
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	b := newBatch()
-	r.brk.share(ref, "own change", false, b, t0.Add(10*time.Second)) // this instance wrote CLOSED at t0+10s
-	if len(b.out) != 1 || b.out[0].Topic != "breakers" || string(b.out[0].Key) != "PROMPT_TEMPLATE/tpl" {
-		t.Fatalf("share queued %v, want one record on the breakers topic keyed PROMPT_TEMPLATE/tpl", b.out)
+	r.cfg.Now = func() time.Time { return t0 }
+
+	feed(r, itemRec(t, "h-9", "a", true))
+	step(r, t0, true, nil)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("another instance's item did not latch the template here")
 	}
-	if s, err := event.DecodeBreakerState(b.out[0].Value); err != nil || s.State != breaker.Closed.String() || s.Instance != "b" {
-		t.Fatalf("the shared state decodes to %+v, %v; want CLOSED by b", s, err)
+	readBack(r, hallucinate(t, r, "h-1", "tpl", t0))
+	readBack(r, decideItem(t, r, "h-1", "tpl", t0.Add(time.Second), true))
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("deciding this instance's item reopened the template while another instance's item h-9 is open")
 	}
-	old := remote(breaker.Open.String(), false, false, t0.Add(5*time.Second))
-	r.brk.adopt(ref, &old, b, t0.Add(11*time.Second))
+
+	feed(r, resetRec(t, tplRef, "ops"))
+	b := step(r, t0.Add(2*time.Second), true, nil)
+	if r.brk.set.State(tplRef) != breaker.Closed || !r.brk.closed[tplRef] {
+		t.Fatalf("a RESET read after every item left the template %s (closed for release: %v), want CLOSED", r.brk.set.State(tplRef), r.brk.closed[tplRef])
+	}
+	if _, decided := itemRecords(b); decided != 1 {
+		t.Fatalf("the reset's batch wrote %d item tombstones, want 1 (h-9, ended by the reset)", decided)
+	}
+	readBack(r, b)
+	b = step(r, t0.Add(2500*time.Millisecond), true, nil)
+	if n := len(b.out); n != 1 || !strings.HasPrefix(string(b.out[0].Key), event.BreakerResetPrefix) || b.out[0].Value != nil {
+		t.Fatalf("once no item before the RESET is open, the batch wrote %v, want the RESET's tombstone", b.out)
+	}
+	readBack(r, b)
+	if items, resets := r.brk.latchCounts(); items != 0 || resets != 0 {
+		t.Fatalf("%d items and %d RESETs live after the reset was tidied, want none", items, resets)
+	}
+
+	readBack(r, hallucinate(t, r, "h-3", "tpl", t0.Add(3*time.Second)))
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("a hallucination after the reset did not latch the template")
+	}
+	decideItem(t, r, "h-3", "tpl", t0.Add(4*time.Second), true)
+	if r.brk.set.State(tplRef) != breaker.Closed {
+		t.Fatal("an item the reset ended kept a later latch")
+	}
+}
+
+// Guards a RESET applied late: an instance that reads a RESET only after a
+// newer hallucination's item (a higher offset) keeps the template latched,
+// whatever order its batches see them in, and shares no reset of its own;
+// the RESET command on the decisions topic, read late, changes nothing.
+// And a hallucination routed here while the template is latched here writes
+// its item: read back after the RESET, it holds the template.
+func TestALateResetKeepsTheNewerLatch(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	t.Run("another instance's newer item", func(t *testing.T) {
+		r := adoptRouter(t)
+		r.cfg.Now = func() time.Time { return t0 }
+		feed(r, itemRec(t, "h-1", "a", true))
+		step(r, t0, true, nil)
+		// the reset and a's newer hallucination, read in one go
+		feed(r, resetRec(t, tplRef, "ops"), itemRec(t, "h-2", "a", true))
+		b := step(r, t0.Add(time.Minute), true, func(b *batch) {
+			cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: tplRef.Scope.String(), Key: tplRef.Key, Kind: event.BreakerKindReset,
+				Reason: "prompt fixed", Instance: "ops", At: event.At(t0)}}
+			if d := r.brk.command(&cmd, b, t0.Add(time.Minute)); d.Rule != "breaker.reset" {
+				t.Errorf("the RESET command's decision %+v, want rule breaker.reset", d)
+			}
+		})
+		if !r.brk.set.Latched(tplRef) {
+			t.Fatal("a RESET read with a newer item released the template")
+		}
+		for _, rec := range b.out {
+			if rec.Topic == "breakers" && !strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
+				t.Fatalf("the batch shared %s on the breakers topic, want no state of a latched template", rec.Key)
+			}
+		}
+		feed(r, itemRec(t, "h-2", "a", false))
+		step(r, t0.Add(2*time.Minute), true, nil)
+		if r.brk.set.State(tplRef) != breaker.Closed {
+			t.Fatal("the template stayed latched after the newer item was decided")
+		}
+	})
+	t.Run("this instance's hallucination before it read the reset", func(t *testing.T) {
+		r := adoptRouter(t)
+		r.cfg.Now = func() time.Time { return t0 }
+		feed(r, itemRec(t, "h-1", "a", true))
+		step(r, t0, true, nil)
+		feed(r, resetRec(t, tplRef, "ops")) // written, not handed to a batch yet
+		b := hallucinate(t, r, "h-3", "tpl", t0.Add(time.Second))
+		if open, _ := itemRecords(b); open != 1 {
+			t.Fatalf("a hallucination routed while latched wrote %d items, want 1", open)
+		}
+		step(r, t0.Add(2*time.Second), true, nil) // adopts the reset before h-3 is read back
+		if !r.brk.set.Latched(tplRef) {
+			t.Fatal("the reset released the template while this instance's newer item was not read back")
+		}
+		readBack(r, b)
+		step(r, t0.Add(3*time.Second), true, nil)
+		if !r.brk.set.Latched(tplRef) {
+			t.Fatal("this instance's item, written after the reset, does not hold the template")
+		}
+	})
+}
+
+// Guards what compaction leaves of a latch: the breakers topic keeps the
+// latest record of every key. Another instance that had not read the latch
+// wrote its own states of the template after it (a HALF_OPEN, then its
+// CLOSED tombstone); once cleaned, a new instance reads the item and that
+// tombstone only, and must hold the template latched.
+func TestCompactedTopicKeepsTheLatch(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	whole := []*kgo.Record{
+		itemRec(t, "h-1", "a", true),
+		stateRec(t, tplRef, breaker.Open.String(), "a", true, t0), // an earlier release's latched state
+		stateRec(t, tplRef, breaker.HalfOpen.String(), "c", false, t0.Add(time.Minute)),
+		stateRec(t, tplRef, breaker.Closed.String(), "c", false, t0.Add(2*time.Minute)),
+	}
+	for _, tc := range []struct {
+		name string
+		recs []*kgo.Record
+	}{
+		{"the whole log", whole},
+		{"compacted", []*kgo.Record{whole[0], whole[3]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := adoptRouter(t)
+			r.brk.table.done = false // the initial read
+			feed(r, tc.recs...)
+			r.brk.table.done = true
+			step(r, t0.Add(time.Hour), true, nil)
+			if !r.brk.set.Latched(tplRef) {
+				t.Fatalf("reading %s: the template is %s, want latched by h-1's item", tc.name, r.brk.set.State(tplRef))
+			}
+			if ok, _ := r.brk.set.Allow([]breaker.Ref{tplRef}, t0.Add(48*time.Hour)); ok {
+				t.Fatal("a retry into the latched template is allowed 48 hours later")
+			}
+		})
+	}
+}
+
+// Guards the order of failure-rate states by offsets, not clocks: a state
+// another instance wrote before this instance's own change of the breaker
+// (read before that change is read back) is not applied over it, whatever
+// its time says; one written after it is, keeping the time it opened on its
+// writer, so that the retries held here wait for the writer's cooldown and
+// its probes.
+func TestStatesAreOrderedByOffsets(t *testing.T) {
+	r := adoptRouter(t)
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	var own *batch
+	step(r, t0, true, func(b *batch) {
+		r.brk.set.Trip(ref, "x", breaker.Outcome{}, t0)
+		r.brk.set.Reset(ref, "x", t0)
+		r.brk.share(ref, "own change", b, t0) // CLOSED: a tombstone
+		own = b
+	})
+	if len(own.out) != 1 || own.out[0].Topic != "breakers" || string(own.out[0].Key) != "PROVIDER_MODEL/acme/m1" || own.out[0].Value != nil {
+		t.Fatalf("share queued %v, want the tombstone of PROVIDER_MODEL/acme/m1 on the breakers topic", own.out)
+	}
+	// c's OPEN, stamped an hour later, was written before this instance's
+	// change: it is read before it
+	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(time.Hour)))
+	step(r, t0.Add(time.Second), true, nil)
 	if r.brk.set.State(ref) != breaker.Closed {
-		t.Fatal("an OPEN older than this instance's own last change was adopted")
+		t.Fatal("an OPEN written before this instance's own change was adopted over it")
 	}
-	newer := remote(breaker.Open.String(), false, false, t0.Add(20*time.Second))
-	r.brk.adopt(ref, &newer, b, t0.Add(21*time.Second))
+	readBack(r, own)
+	opened := t0.Add(-time.Hour) // stamped before: written after
+	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, opened))
+	now := t0.Add(2 * time.Second)
+	step(r, now, true, nil)
 	if r.brk.set.State(ref) != breaker.Open {
-		t.Fatal("a newer OPEN was not adopted")
+		t.Fatal("an OPEN written after this instance's own change was not adopted")
 	}
-	cooldown := time.Duration(policy.Default().Breakers.PromptTemplate.CooldownMs) * time.Millisecond
-	if got, want := r.brk.set.HoldUntil([]breaker.Ref{ref}, t0.Add(21*time.Second)), t0.Add(20*time.Second+cooldown+cooldown/4); !got.Equal(want) {
-		t.Fatalf("a retry behind the adopted OPEN is held until %s, want a recheck step after the writer's cooldown end, %s", got, want)
+	cooldown := time.Duration(policy.Default().Breakers.ProviderModel.CooldownMs) * time.Millisecond
+	step := min(max(cooldown/4, time.Second), 30*time.Second)
+	if got := r.brk.set.HoldUntil([]breaker.Ref{ref}, now); got.Before(opened.Add(cooldown)) {
+		t.Fatalf("a retry behind the adopted OPEN is held until %s, want no earlier than the writer's cooldown end %s (+%s)", got, opened.Add(cooldown), step)
 	}
 }
 
 // Guards the reader's bookkeeping: before the initial read is done, this
 // instance's own states are kept (a restart restores them); after, they are
 // skipped; a batch that did not commit gives its states back unless a newer
-// one of the same kind arrived.
+// one arrived.
 func TestBreakerTablePendingStates(t *testing.T) {
-	tb := newBreakerTable("breakers", "b", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := adoptRouter(t)
+	tb := r.brk.table
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	own := remote(breaker.Open.String(), true, false, t0)
-	own.Instance = "b"
-	tb.put(own)
-	if p := tb.take(); len(p) != 1 || p[0].Instance != "b" {
+	tb.done = false
+	feed(r, stateRec(t, ref, breaker.Open.String(), "b", false, t0))
+	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "b" {
 		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
 	}
 	tb.done = true
-	tb.put(own)
-	if p := tb.take(); len(p) != 0 {
+	feed(r, stateRec(t, ref, breaker.Open.String(), "b", false, t0))
+	if p, _ := tb.changes(); len(p) != 0 {
 		t.Fatalf("after the initial read, an own state was kept: %v", p)
 	}
-	tb.put(remote(breaker.Closed.String(), false, false, t0.Add(time.Second)))
-	given := tb.take()
-	tb.put(remote(breaker.HalfOpen.String(), false, false, t0.Add(2*time.Second)))
+	feed(r, stateRec(t, ref, breaker.Open.String(), "a", false, t0.Add(time.Second)))
+	given, _ := tb.changes()
+	feed(r, stateRec(t, ref, breaker.HalfOpen.String(), "a", false, t0.Add(2*time.Second)))
 	tb.giveBack(given)
-	if p := tb.take(); len(p) != 1 || p[0].State != breaker.HalfOpen.String() {
+	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.HalfOpen.String() {
 		t.Fatalf("giveBack replaced a newer pending state: %v", p)
 	}
 	tb.giveBack(given)
-	if p := tb.take(); len(p) != 1 || p[0].State != breaker.Closed.String() {
+	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.Open.String() {
 		t.Fatalf("giveBack lost the state of a batch that did not commit: %v", p)
 	}
 }
 
-// Guards a latch's way through the reader when other states of its breaker
-// follow it before the run loop applies them: a newer state that is not a
-// latch, written by an instance that had not seen the latch yet, or this
-// instance's own, leaves the latch pending, and the batch adopts it (the
-// later state is then ignored by the latched breaker); a batch that did not
-// commit gives the latch back though a newer state arrived.
-func TestBreakerTableKeepsALatchBehindLaterStates(t *testing.T) {
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+// Guards that an item a re-drive cleared no longer holds its template: an
+// operator re-drives the task of one of two hallucinations (its review item
+// is gone, so no one can decide it); its item is tombstoned without
+// reopening the template, and the decision of the other item reopens it.
+func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
+	r := adoptRouter(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	for _, later := range []string{"another instance's HALF_OPEN", "another instance's CLOSED", "this instance's OPEN"} {
-		t.Run(later, func(t *testing.T) {
-			r := adoptRouter(t) // instance b
-			tb := newBreakerTable("breakers", "b", r.log)
-			tb.done = true
-			r.brk.table = tb
-			tb.put(remote(breaker.Open.String(), true, false, t0)) // a's latch
-			var s event.BreakerState
-			switch later {
-			case "another instance's HALF_OPEN":
-				s = remote(breaker.HalfOpen.String(), false, false, t0.Add(time.Second))
-			case "another instance's CLOSED":
-				s = remote(breaker.Closed.String(), false, false, t0.Add(time.Second))
-			default:
-				s = remote(breaker.Open.String(), false, false, t0.Add(time.Second))
-			}
-			s.Instance = map[bool]string{true: "b", false: "c"}[strings.HasPrefix(later, "this")]
-			tb.put(s)
+	r.cfg.Now = func() time.Time { return t0 }
+	hallucinate(t, r, "h-1", "tpl", t0)
+	hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
 
-			b := newBatch()
-			r.brk.begin(t0.Add(2 * time.Second))
-			r.brk.adoptShared(b, t0.Add(2*time.Second))
-			if !r.brk.set.Latched(ref) {
-				t.Fatalf("a's latch, followed by %s, was not adopted: %s", later, r.brk.set.State(ref))
-			}
-			r.brk.rollback() // the batch did not commit
-			tb.put(remote(breaker.HalfOpen.String(), false, false, t0.Add(3*time.Second)))
-			b = newBatch()
-			r.brk.begin(t0.Add(4 * time.Second))
-			r.brk.adoptShared(b, t0.Add(4*time.Second))
-			if !r.brk.set.Latched(ref) {
-				t.Fatalf("the latch given back by a batch that did not commit was not adopted again: %s", r.brk.set.State(ref))
-			}
-		})
+	b := step(r, t0.Add(2*time.Second), true, func(b *batch) {
+		ev := event.TaskEvent{TaskID: "h-1", PromptTemplate: "tpl", Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
+		b.states["h-1"] = &task.State{TaskID: "h-1", LastEvent: &ev} // reopened: no review item
+		in := input{kind: inputTask, event: ev, decision: event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}, state: b.states["h-1"]}
+		r.brk.observe(&in, b, t0.Add(2*time.Second))
+	})
+	if _, decided := itemRecords(b); decided != 1 {
+		t.Fatalf("the re-driven task's event wrote %d tombstones, want 1", decided)
+	}
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("releasing a re-driven task's item reopened the template")
+	}
+	decideItem(t, r, "h-2", "tpl", t0.Add(3*time.Second), true)
+	if r.brk.set.State(tplRef) != breaker.Closed {
+		t.Fatal("the decision of the last item held did not reopen the template")
 	}
 }
 
-// Guards the order of adoption: states of one breaker read in one interval
-// are applied in the order they were written, whatever their times say.
-// An instance that applies a RESET and then a LATCH in one batch writes
-// both in the same millisecond; applied latch first, the reset undid the
-// latch on every other instance.
-func TestBreakerTableAppliesStatesInTheOrderWritten(t *testing.T) {
-	ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
+// Guards the bound on breaker state: breakers of keys that come and go
+// (templates, models) are let go once unused for breaker.Set.Idle, an OPEN
+// one with its CLOSED shared as a tombstone of its key, so the set and the
+// breakers topic's live keys stay flat; a latched breaker is kept however
+// long it is unused.
+func TestUnusedBreakersAreLetGo(t *testing.T) {
+	r := adoptRouter(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	latch := remote(breaker.Open.String(), true, false, t0)
-	reset := remote(breaker.Closed.String(), false, true, t0)
-	for _, tc := range []struct {
-		name    string
-		written []event.BreakerState
-		latched bool
-	}{
-		{"a reset, then a latch", []event.BreakerState{reset, latch}, true},
-		{"a latch, then a reset", []event.BreakerState{latch, reset}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := adoptRouter(t) // instance b
-			tb := newBreakerTable("breakers", "b", r.log)
-			tb.done = true
-			r.brk.table = tb
-			// the breaker was latched here before: the reset has something to undo
-			r.brk.set.Trip(ref, "earlier", breaker.Outcome{}, t0.Add(-time.Minute))
-			for _, s := range tc.written {
-				tb.put(s)
-			}
-			r.brk.begin(t0.Add(time.Second))
-			r.brk.adoptShared(newBatch(), t0.Add(time.Second))
-			if got := r.brk.set.Latched(ref); got != tc.latched {
-				t.Fatalf("after %s: latched %v, want %v", tc.name, got, tc.latched)
-			}
-		})
+	readBack(r, hallucinate(t, r, "h-1", "tpl", t0))
+	var refs []breaker.Ref
+	before := r.brk.set.Len()
+	step(r, t0, true, func(b *batch) {
+		for i := range 50 {
+			ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "gone/model-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}
+			refs = append(refs, ref)
+			r.brk.transitions(r.brk.set.Trip(ref, "x", breaker.Outcome{}, t0), b, t0)
+			r.brk.set.Reset(ref, "x", t0)
+			r.brk.set.Adopt(ref, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
+		}
+	})
+	if n := r.brk.set.Len(); n != before+50 {
+		t.Fatalf("%d breakers, want %d", n, before+50)
+	}
+	idle := r.brk.set.Idle(breaker.ProviderModel)
+	later := t0.Add(idle + expireEvery + time.Second)
+	b := step(r, later, true, nil)
+	if n := r.brk.set.Len(); n != 1 || !r.brk.set.Latched(tplRef) {
+		t.Fatalf("%d breakers after %s unused (latched template kept: %v), want only the latched template", n, idle, r.brk.set.Latched(tplRef))
+	}
+	tombs := 0
+	for _, rec := range b.out {
+		if rec.Topic == "breakers" && rec.Value == nil && strings.HasPrefix(string(rec.Key), "PROVIDER_MODEL/gone/") {
+			tombs++
+		}
+	}
+	if tombs != len(refs) {
+		t.Fatalf("letting go of %d OPEN breakers wrote %d tombstones of their keys, want %d", len(refs), tombs, len(refs))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,17 +18,22 @@ import (
 // Guards the breakers an assignment begins with: another instance latched a
 // prompt template while this instance's breakers table had not read it (it
 // was paused, or held back by an open transaction on the topic), and a
-// rebalance then gives this instance its partitions again. Its first batch
-// must not publish the template's due retries on the breakers it knew: the
-// assignment waits until the table has read the topic to its end, and the
-// retries stay held behind the latch.
+// rebalance then gives this instance its partitions again. No batch of the
+// assignment may publish the template's due retries on the breakers it
+// knew, however long the table takes to read the topic to where it stood
+// when the assignment began: past the assignment's wait (tableCatchUp) the
+// router stays not ready, says so in faultrouter_breakers_catching_up, and
+// publishes nothing; once the table reads on, the retries stay held behind
+// the latch.
 func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	w := lcStart(t, 3)
 	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
 	var skew atomic.Int64              // the router's clock runs ahead by this much
 	// the breakers table waits before handling its next fetch while held
 	held := lcHook(t, &beforeTableFetch)
+	reg := prometheus.NewRegistry()
 	w.rt = w.start("lc", func(c *Config) {
+		c.Registerer = reg
 		c.Topics.Breakers = breakers
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	})
@@ -53,18 +59,16 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 		}
 	}
 
-	// the table is held; another instance latches the template
+	// the table is held; another instance latches the template: the item
+	// of its hallucination
 	held.hold()
-	now := w.rt.cfg.Now()
-	opened := event.At(now)
-	st := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: tpl, State: breaker.Open.String(), Latched: true,
-		OpenedAt: &opened, Reason: "MODEL_HALLUCINATION: open until a person resets it", UpdatedAt: event.At(now), Instance: "other"}
-	v, err := event.EncodeBreakerState(&st)
+	it := event.BreakerItem{Scope: breaker.PromptTemplate.String(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
+	v, err := event.EncodeBreakerItem(&it)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bcl := testClient(t, w.seeds, breakers)
-	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerStateKey(st.Scope, st.Key)), Value: v}).FirstErr(); err != nil {
+	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -92,10 +96,16 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	}) {
 		t.Fatal("the group did not settle with the router and the new member within 60 s")
 	}
-	// the retries come due: while the table is held, nothing of the
-	// template is published
+	// the retries come due: while the table is held, past the assignment's
+	// wait, nothing of the template is published and the router is not ready
 	skew.Store(int64(2 * time.Minute))
-	time.Sleep(time.Second)
+	time.Sleep(tableCatchUp + 2*time.Second)
+	if w.rt.Ready() {
+		t.Error("the router is ready while its breakers table has not read what was committed before its assignment")
+	}
+	if v, _ := gauge(t, reg, "faultrouter_breakers_catching_up"); v != 1 {
+		t.Errorf("faultrouter_breakers_catching_up is %v while the assignment waits for the breakers topic, want 1", v)
+	}
 	retries := w.routedByTask(w.topics.Retry, time.Second)
 	for _, id := range ids {
 		if r := retries[id]; len(r) != 0 {

@@ -74,6 +74,7 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 	w.topics = router.Topics{
 		Ingress: name("ingress"), Decisions: name("decisions"), Retry: name("retry"), Review: name("review"),
 		Audit: name("audit"), DeadLetter: name("deadletter"), Alerts: name("alerts"), State: name("state"),
+		Breakers: name("breakers"),
 	}
 
 	cfg := router.Default()

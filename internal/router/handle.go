@@ -33,6 +33,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
 	r.brk.begin(now)
+	rebalances := r.rebalanceCount()
 	r.brk.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
 	defer func() {
 		if committed {
@@ -72,19 +73,27 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	if err := r.waitWritten(); err != nil {
 		return false, err
 	}
-	// breakers.go: retries held behind breakers that have closed come first
-	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
-		return false, err
+	// breakertable.go: an assignment that came during the batch is read to
+	// the breakers topic's end before it publishes, and what was read
+	// meanwhile adopted
+	if r.rebalanceCount() != rebalances {
+		r.brk.adoptShared(b, now)
 	}
-	// sweep.go: expiry, due retries and owner SLA alerts on the partitions
-	// this instance owns, from one sweep over their time indexes
-	if err := r.swp.sweep(b, now); err != nil {
-		return false, err
-	}
-	// decide.go: the due retries of the batch's tasks, unless a breaker
-	// holds them
-	if err := r.publishDue(b, now); err != nil {
-		return false, err
+	if r.publishing(now) {
+		// breakers.go: retries held behind breakers that have closed come first
+		if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+			return false, err
+		}
+		// sweep.go: expiry, due retries and owner SLA alerts on the partitions
+		// this instance owns, from one sweep over their time indexes
+		if err := r.swp.sweep(b, now); err != nil {
+			return false, err
+		}
+		// decide.go: the due retries of the batch's tasks, unless a breaker
+		// holds them
+		if err := r.publishDue(b, now); err != nil {
+			return false, err
+		}
 	}
 	b.parts = r.fwd.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {

@@ -127,7 +127,7 @@ func TestHeldRetriesComeOutInDueOrderAfterResets(t *testing.T) {
 	resets := 0
 	reset := func(sc breaker.Scope, key string) {
 		t.Helper()
-		if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, w.topics.Decisions,
+		if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, control.Topics{Decisions: w.topics.Decisions, Breakers: w.topics.Breakers},
 			control.Reset{Scope: sc, Key: key, Reason: "test", Operator: "held-test"}); err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +257,7 @@ func TestRetryHeldAheadWaitsForItsDueTimeAfterAReset(t *testing.T) {
 	}
 
 	// the reset releases the retries that were due
-	if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, w.topics.Decisions,
+	if _, err := control.ResetBreaker(context.Background(), w.seeds, w.codec, control.Topics{Decisions: w.topics.Decisions, Breakers: w.topics.Breakers},
 		control.Reset{Scope: breaker.ProviderModel, Key: "acme/m1", Reason: "test", Operator: "held-test"}); err != nil {
 		t.Fatal(err)
 	}

@@ -354,8 +354,11 @@ func expiryBucket(p *policy.Policy) time.Duration {
 }
 
 // Ready reports whether the router has restored its state and is routing:
-// not while it waits for a schema registry that does not answer.
-func (r *Router) Ready() bool { return r.ready.Load() && !r.registryDown.Load() }
+// not while it waits for a schema registry that does not answer, nor while
+// its assignment waits for the breakers topic to be read (catchUpTable).
+func (r *Router) Ready() bool {
+	return r.ready.Load() && !r.registryDown.Load() && r.brk.table.current()
+}
 
 // Run routes until ctx is done. A failed transactional session (fenced,
 // ambiguous commit, lost group) is closed and a new one is created, so the

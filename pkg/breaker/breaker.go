@@ -199,6 +199,7 @@ type breaker struct {
 	wait   int64
 	window [buckets]slot
 	saved  uint64 // the unit of changes (Set.epoch) its state at Begin was saved in
+	used   int64  // when it last counted an outcome, was asked, or changed (ms): Expire
 }
 
 // Set is the breakers of every scope. It is not safe for concurrent use.
@@ -324,6 +325,7 @@ func (s *Set) lookup(ref Ref) Ref {
 func (s *Set) get(ref Ref, now time.Time) (*breaker, Ref) {
 	if b, ok := s.breakers[ref]; ok {
 		s.saveFound(ref, b)
+		b.used = now.UnixMilli()
 		return b, ref
 	}
 	if len(s.breakers) >= MaxBreakers {
@@ -333,7 +335,7 @@ func (s *Set) get(ref Ref, now time.Time) (*breaker, Ref) {
 		}
 	}
 	s.save(ref)
-	b := &breaker{saved: s.epoch} // new in this unit: undo forgets it
+	b := &breaker{saved: s.epoch, used: now.UnixMilli()} // new in this unit: undo forgets it
 	s.breakers[ref] = b
 	return b, ref
 }
@@ -440,6 +442,10 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 		b, found := s.breakers[ref]
 		if !found {
 			continue
+		}
+		if b.state != Closed && b.used < now.UnixMilli() {
+			s.saveFound(ref, b)
+			b.used = now.UnixMilli()
 		}
 		ts = append(ts, s.advance(ref, b, now)...)
 		switch b.state {
@@ -645,6 +651,39 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 	}
 	return ts
 }
+
+// Idle is how long a breaker of a scope goes unused (no outcome counted,
+// no retry asked about, no change) before Expire lets it go: twice its
+// cooldown and window. A breaker held open that long has no retry held
+// behind it here (a held retry asks at the end of the cooldown and every
+// recheck after) and no outcome to count: its key is no longer used.
+func (s *Set) Idle(sc Scope) time.Duration {
+	return 2 * (s.cfg[sc].Cooldown + s.cfg[sc].Window)
+}
+
+// Expire lets go of the breakers not used for Idle, latched ones aside:
+// one OPEN or HALF_OPEN closes (the transitions it returns), and each is
+// forgotten, so that keys that came and went (templates, models, actions)
+// leave nothing behind. A key used again starts a new breaker, CLOSED.
+func (s *Set) Expire(now time.Time) []Transition {
+	var ts []Transition
+	ms := now.UnixMilli()
+	for _, ref := range s.sortedRefs() {
+		b := s.breakers[ref]
+		if b.latched || ms-b.used < s.Idle(ref.Scope).Milliseconds() {
+			continue
+		}
+		if b.state != Closed {
+			ts = append(ts, s.move(ref, b, Closed, fmt.Sprintf("unused for %s: let go", s.Idle(ref.Scope)), now, nil))
+		}
+		s.save(ref)
+		delete(s.breakers, ref)
+	}
+	return ts
+}
+
+// Len returns the number of breakers the set holds.
+func (s *Set) Len() int { return len(s.breakers) }
 
 // recheck is the step at which retries held behind a breaker that is
 // latched, or half-open with its probes out, are asked again: a quarter of

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // BreakerState is the value of a record on the breakers topic: the shared
@@ -104,6 +105,32 @@ type BreakerItem struct {
 // BreakerItemPrefix begins the key of every BreakerItem record: no breaker
 // state's key ("<SCOPE>/<key>", an upper-case scope) begins with it.
 const BreakerItemPrefix = "item/"
+
+// BreakerResetPrefix begins the key of every RESET record on the breakers
+// topic: a person's reset of a breaker, a BreakerState with State CLOSED and
+// Reset true, keyed BreakerResetKey. Compaction keeps a breaker's last one.
+const BreakerResetPrefix = "reset/"
+
+// BreakerResetKey is the record key of a breaker's RESET:
+// "reset/<scope>/<key>".
+func BreakerResetKey(scope, key string) string { return BreakerResetPrefix + scope + "/" + key }
+
+// ParseBreakerKey splits a breaker state's key, or a RESET's (prefix
+// removed), into its scope and key.
+func ParseBreakerKey(k string) (scope, key string, ok bool) {
+	i := strings.IndexByte(k, '/')
+	if i <= 0 || i == len(k)-1 {
+		return "", "", false
+	}
+	return k[:i], k[i+1:], true
+}
+
+// BreakerLatchTask is the task ID of the item a person's latch by hand
+// writes (`faultrouter breaker latch`): no worker's task, so no reviewer's
+// decision ends it; a RESET does.
+func BreakerLatchTask(operator string, at Timestamp) string {
+	return fmt.Sprintf("latch:%s:%d", operator, at.UnixMilli())
+}
 
 // BreakerItemKey is the record key of a BreakerItem:
 // "item/<scope>/<task_id>/<key>".

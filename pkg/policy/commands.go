@@ -80,6 +80,25 @@ func BreakerCommandApplied(c *event.BreakerEvent, ref breaker.Ref, changed bool,
 	return d
 }
 
+// BreakerCommandAudited is the decision for a valid breaker command where
+// the breakers topic carries the reset or latch it was written with (in the
+// same transaction): class UNCLASSIFIED, route COMPLETE, rule breaker.reset
+// or breaker.latch. The command changes no breaker where it is read: every
+// instance applies the breakers topic's record in that topic's order.
+func BreakerCommandAudited(c *event.BreakerEvent, ref breaker.Ref, now time.Time) event.Decision {
+	who := c.Instance
+	if who == "" {
+		who = "an operator"
+	}
+	d := event.Decision{Class: event.ClassUnclassified, Route: event.RouteComplete, Rule: breakerRule(c.Kind), DecidedAt: event.At(now)}
+	if c.Kind == event.BreakerKindLatch {
+		d.Reason = fmt.Sprintf("%s latched %s open: %s (applied from the breakers topic, in its order)", who, ref, c.Reason)
+	} else {
+		d.Reason = fmt.Sprintf("%s reset %s: %s (applied from the breakers topic, in its order)", who, ref, c.Reason)
+	}
+	return d
+}
+
 func commandName(kind string) string {
 	if kind == event.BreakerKindLatch {
 		return "latch"
