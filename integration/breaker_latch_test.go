@@ -9,12 +9,14 @@ import (
 
 // Guards "a hallucination's latch reaches every instance": with two router
 // instances sharing the partitions, the one that routes a MODEL_HALLUCINATION
-// latches its prompt template's breaker open and writes a LATCH command to
-// every decisions partition in the same transaction; the other instance
-// applies it (its own CLOSED->OPEN transition on the alerts topic), so the
+// latches its prompt template's breaker open and writes the latch item of
+// its task on the breakers topic in the same transaction; the other instance
+// reads it (its own CLOSED->OPEN transition on the alerts topic), so the
 // due retries of that template are held on both instances, not only on the
-// one that saw the hallucination. `breaker reset` then closes it on both and
-// every held retry is published. Real default policy, breakers on.
+// one that saw the hallucination. `breaker reset` then writes its RESET
+// record after the item, which closes the template on both, and every held
+// retry is published; every instance audits the reset's command. Real
+// default policy, breakers on.
 func TestBreakerLatchReachesEveryInstance(t *testing.T) {
 	e := newEnv(t)
 	ra := e.startRouter("a", t.TempDir())
@@ -87,13 +89,23 @@ func TestBreakerLatchReachesEveryInstance(t *testing.T) {
 			t.Errorf("task %s: %d retries after the reset, want 1", id, n)
 		}
 	}
-	latches := 0
+	resets := 0
 	for _, x := range e.tailNow("audit") {
-		if str(x, "decision.rule") == "breaker.latch" {
-			latches++
+		if str(x, "decision.rule") == "breaker.reset" {
+			resets++
 		}
 	}
-	if latches != 3 {
-		t.Errorf("%d breaker.latch audit records, want one per decisions partition (3)", latches)
+	if resets != 3 {
+		t.Errorf("%d breaker.reset audit records, want one per decisions partition (3)", resets)
+	}
+	recs := e.breakerRecords()
+	item, reset := recs["item/PROMPT_TEMPLATE/lt-halluc/"+tpl], recs["reset/PROMPT_TEMPLATE/"+tpl]
+	switch {
+	case item.offset == 0 && !item.live && item.writer == "":
+		t.Errorf("no latch item of lt-halluc on the breakers topic: %v", recs)
+	case item.writer != "a" && item.writer != "b":
+		t.Errorf("lt-halluc's latch item was written by %q, want the instance that routed it", item.writer)
+	case item.live && (!reset.live || reset.offset < item.offset):
+		t.Errorf("the RESET (offset %d, live %v) does not follow lt-halluc's open item (offset %d)", reset.offset, reset.live, item.offset)
 	}
 }
