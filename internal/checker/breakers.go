@@ -132,9 +132,14 @@ func (c *checker) breakers(ts []transition) {
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		switch {
 		case isAdopted:
-			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) {
+			// a change another instance made, or a person's RESET record
+			closed := e.To == breaker.Closed.String()
+			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) && !(closed && c.resetWritten(k.ref, at)) {
 				c.violate("breaker.cause", e.TaskID, "%s on instance %s adopted %s at %s, but no instance had made that change by then",
 					k.ref, e.Instance, e.To, stamp(at))
+			}
+			if closed && prev.latched {
+				c.released(k.ref, e, at, "")
 			}
 		case latch && c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}]:
 			// another instance's latch, applied from the LATCH command it wrote
@@ -162,7 +167,10 @@ func (c *checker) breakers(ts []transition) {
 		case e.To == breaker.Closed.String() && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
 			// a reviewer's decision of a hallucination's item reopened the
 			// template: no other item of it may be open
-			c.lastItem(k.ref, e, at)
+			c.released(k.ref, e, at, e.TaskID)
+		case e.To == breaker.Closed.String() && prev.latched:
+			// the last item decided elsewhere, or a RESET, reopened it
+			c.released(k.ref, e, at, "")
 		case e.To == breaker.Closed.String() && e.TaskID != "" && e.Class != event.ClassHallucination:
 			// a success while half-open (a reviewer's decision of a
 			// hallucination item names its task too)
@@ -322,43 +330,46 @@ func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry
 	return false
 }
 
-// latchItem is the review item of a hallucination that latched its prompt
-// template: when it opened, and when a reviewer decided it (zero while it
-// is open).
-type latchItem struct {
-	task            string
-	opened, decided time.Time
+// resetWritten reports whether a RESET record of ref was written on the
+// breakers topic (and not aborted) by at.
+func (c *checker) resetWritten(ref breaker.Ref, at time.Time) bool {
+	c.breakerTopic()
+	return slices.ContainsFunc(c.resets[ref], func(r resetRec) bool { return !r.at.After(at) })
 }
 
 // itemSlack is how recent an item may be and still be unknown to the
-// instance that reopens its template: for an item of another instance, how
-// long after the commit of the batch that opened it (its instance's next
-// batch, at the latest): the delay of the breakers topic and that
-// instance's next batch.
+// instance that releases its template: for an item of another instance,
+// how long after the commit of its transaction: the delay of the breakers
+// topic and that instance's next batch.
 const itemSlack = 5 * time.Second
 
-// lastItem checks that a reviewer's decision that reopened a latched
-// template (the transition e at at) decided the last open item of a
-// hallucination of it: every other item opened before then was decided by
-// then, or released by a reset by hand (a RESET command made after it
-// opened).
-func (c *checker) lastItem(ref breaker.Ref, e event.BreakerEvent, at time.Time) {
-	for _, it := range c.latchItems[ref.Key] {
-		if it.task == e.TaskID || !it.opened.Before(at.Add(-itemSlack)) || !it.decided.IsZero() && !it.decided.After(at) {
+// released checks a transition e at at that took a latched template out of
+// its latch on its instance: a reviewer's decision of the item of task
+// decided (decided: the task it names; "" for a RESET, or the last item
+// another instance decided). No other item may hold the template then, by
+// the breakers topic's order: every item the instance knew of by then (its
+// own from its writing, another instance's from itemSlack after its
+// commit) was ended by then, by its tombstone or a RESET written after it
+// (breaker.latch_items). A RESET written before an item does not end it.
+func (c *checker) released(ref breaker.Ref, e event.BreakerEvent, at time.Time, decided string) {
+	if c.logs.Breakers == nil || !c.sharesLatches(e.Instance, at) {
+		return
+	}
+	for _, h := range c.latchHolds()[ref.Key] {
+		if h.task == decided || !h.checked || !h.from.Before(at.Add(-itemSlack)) || !h.to.IsZero() && !h.to.After(at) {
 			continue
 		}
-		// another instance's item is known here once its batch committed
-		// (latchreach.go), which a broker's restart may hold up
-		if c.latchedBy(it) != e.Instance {
-			if com := c.committed(it); com.IsZero() || !com.Before(at.Add(-itemSlack)) {
-				continue
-			}
-		}
-		if slices.ContainsFunc(c.resetCommands[ref], func(r time.Time) bool { return !r.Before(it.opened) && !r.After(at) }) {
+		// another instance's item is known here once its transaction
+		// committed, which a broker's restart may hold up
+		if h.by != e.Instance && !h.committed.Before(at.Add(-itemSlack)) {
 			continue
 		}
-		c.violate("breaker.latch_items", e.TaskID, "%s reopened at %s when task %s's item was decided, but the item of task %s (opened %s) was still open",
-			ref, stamp(at), e.TaskID, it.task, stamp(it.opened))
+		why := "when task " + decided + "'s item was decided"
+		if decided == "" {
+			why = "(" + e.Reason + ")"
+		}
+		c.violate("breaker.latch_items", e.TaskID, "%s reopened on instance %s at %s %s, but the item of task %s (offset %d of the breakers topic, written by %s at %s, committed %s, %s) was still open: ended %s",
+			ref, e.Instance, stamp(at), why, h.task, h.offset, h.by, stamp(h.from), stamp(h.committed), aboveWhat(h), endedWhen(h))
 	}
 }
 

@@ -25,6 +25,13 @@ type Logs struct {
 	// State is the task-state changelog, optional: with it the model checks
 	// the router's tombstones against each task's expiry.
 	State []*kgo.Record
+	// Breakers is the breakers topic (one partition) from offset 0, read
+	// with read_uncommitted and its control records kept, in any order: the
+	// authority for latches (breakerlog.go). Read as it is written, from
+	// before the first router starts, since the log cleaner compacts it
+	// under the routers. Optional: without it the latch checks
+	// (latchreach.go, breaker.latch_items) are not made.
+	Breakers []*kgo.Record
 	// End is when the logs were read: every committed output is older.
 	End time.Time
 }
@@ -154,13 +161,15 @@ type checker struct {
 	instances map[int64]string
 	// latchCommands are the LATCH commands applied: task, time
 	latchCommands map[decisionKey]bool
-	// latchItems are, per prompt template, the review items of the
-	// hallucinations that latched it: a template stays latched until every
-	// one is decided (breakers.go)
-	latchItems map[string][]latchItem
-	// resetCommands are the times (At) of the RESET commands applied, per
-	// breaker: a reset releases the items open then
-	resetCommands map[breaker.Ref][]time.Time
+	// latchDecisions are the hallucinations that latch their template: each
+	// writes its item on the breakers topic (latchreach.go)
+	latchDecisions []latchDecision
+	// holds are, per prompt template, the holds of its latch items, and
+	// resets the RESET records of every breaker, read from the breakers
+	// topic (breakerlog.go)
+	holds    map[string][]hold
+	resets   map[breaker.Ref][]resetRec
+	itemSeen map[itemSeen]bool
 	// forwarded are the records the router forwarded to their task's
 	// partition, with their copies
 	forwarded map[inputKey]inputKey
@@ -242,7 +251,6 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		inputs: map[inputKey]*input{}, tasks: map[string]*taskRun{},
 		retries: map[retryKey][]*expectRetry{}, reviews: map[inputKey]*input{}, dead: map[inputKey]*input{},
 		alerts: map[alertKey]int{}, decision: map[decisionKey][]event.Class{}, latchCommands: map[decisionKey]bool{},
-		latchItems: map[string][]latchItem{}, resetCommands: map[breaker.Ref][]time.Time{},
 		forwarded: map[inputKey]inputKey{},
 	}, nil
 }
@@ -492,8 +500,6 @@ func (c *checker) untasked(in *input) {
 			want = policy.BreakerCommandApplied(&in.command, ref, true, at)
 			if in.command.Kind == event.BreakerKindLatch {
 				c.latchCommands[decisionKey{in.command.TaskID, at.UnixMilli()}] = true
-			} else {
-				c.resetCommands[ref] = append(c.resetCommands[ref], in.command.At.Time)
 			}
 		}
 	}
@@ -659,36 +665,17 @@ func (c *checker) walk(tr *taskRun) {
 			c.dead[in.key] = in
 			c.expected(tr.id, outputOfDecision("deadletter", in.key, want))
 		}
+		// a hallucination that latches its template writes its item on the
+		// breakers topic; a reviewer's decision of it, its tombstone
+		// (latchreach.go)
 		switch {
-		case in.kind == inTask:
-			// an item a re-drive cleared no longer holds its template
-			if tpl := in.event.PromptTemplate; tpl != "" && want.Route != event.RouteDrop && !policy.HoldsLatchItem(st) {
-				for i := range c.latchItems[tpl] {
-					if it := &c.latchItems[tpl][i]; it.task == tr.id && it.decided.IsZero() {
-						it.decided = at
-					}
-				}
-			}
-			// one item per task and template (the router keys it so): a
-			// second hallucination of a task whose item is open reopens it
-			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok && want.Route != event.RouteDrop {
-				items := c.latchItems[ref.Key]
-				if i := slices.IndexFunc(items, func(it latchItem) bool { return it.task == tr.id && it.decided.IsZero() }); i >= 0 {
-					items[i].opened = at
-				} else {
-					c.latchItems[ref.Key] = append(items, latchItem{task: tr.id, opened: at})
-				}
+		case in.kind == inTask && want.Route != event.RouteDrop:
+			if ref, ok := policy.LatchesTemplate(&in.event, want.Class); ok {
+				c.latchDecisions = append(c.latchDecisions, latchDecision{task: tr.id, template: ref.Key, at: at, producer: in.audit.rec.ProducerID, open: true})
 			}
 		case in.kind == inReview:
 			if ref, ok := policy.ReviewResetsTemplate(&want, ev); ok {
-				if items := c.latchItems[ref.Key]; len(items) > 0 {
-					for i := len(items) - 1; i >= 0; i-- {
-						if items[i].task == tr.id && items[i].decided.IsZero() {
-							items[i].decided = at
-							break
-						}
-					}
-				}
+				c.latchDecisions = append(c.latchDecisions, latchDecision{task: tr.id, template: ref.Key, at: at, producer: in.audit.rec.ProducerID})
 			}
 		}
 		if in.kind == inTask && want.Route != event.RouteDrop {

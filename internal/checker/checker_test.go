@@ -21,6 +21,8 @@ type logBuilder struct {
 	logs  Logs
 	t0    time.Time
 	audit int64
+	// breakerNext is the offset of the next record of the breakers topic
+	breakerNext int64
 }
 
 func newLog(t *testing.T) *logBuilder {

@@ -25,14 +25,19 @@
 //     a decision of that class at that time, every hallucination latch has
 //     its alert, no retry is published into an open breaker, a half-open
 //     breaker lets at most its probes through, the retries held behind a
-//     breaker come out in due order once it closes, and a template latched
-//     by hallucinations reopens at a reviewer's decision only when no other
-//     hallucination item of it is open (transitions adopted from another
-//     instance and latches are told by their faultrouter.breaker.* headers);
-//   - a latch holds everywhere (latchreach.go): once the batch of a
-//     hallucination that latched its template on one instance committed, no
-//     instance publishes a retry into it later than 5 s after, until its
-//     item is decided or a reset;
+//     breaker come out in due order once it closes, and a latched template
+//     reopens (at a reviewer's decision, a RESET, the last item decided
+//     elsewhere) only when no other item of it holds it in the breakers
+//     topic's order (transitions adopted from another instance and latches
+//     are told by their faultrouter.breaker.* headers);
+//   - a latch holds everywhere, in the breakers topic's order (Logs.Breakers,
+//     breakerlog.go, latchreach.go): once the transaction that wrote a
+//     hallucination's latch item committed, no instance publishes a retry
+//     into its template later than 5 s after, until a later record ends
+//     the item: its tombstone, or a RESET of the template written after it
+//     (a higher offset), never one written before it, whatever the clocks
+//     say; every hallucination that latches wrote its item, and every
+//     reviewer's decision of one its tombstone;
 //   - a record the router forwarded to its task's partition (its copy names
 //     it in faultrouter.forwarded.from) is audited partition.forward, and the
 //     copy is the input the task's model follows;

@@ -13,10 +13,11 @@ import (
 )
 
 // latchRun writes the logs of two hallucinations of template tpl (tasks h-1
-// and h-2) and a reviewer's rejection of h-1's item, with a router's correct
-// outputs except the template's transitions: the hallucination of h-1
-// latches it (OPEN, latched), and the template reopens (CLOSED) at the
-// decision of h-1 when reopenEarly, else at a decision of h-2 decided too.
+// and h-2) and reviewers' rejections of both items, with a router's correct
+// outputs (their items and tombstones on the breakers topic) except the
+// template's transitions: the hallucination of h-1 latches it (OPEN,
+// latched), and the template reopens (CLOSED) at the decision of h-1 when
+// reopenEarly, else at the decision of h-2.
 func latchRun(t *testing.T, reopenEarly bool) *Report {
 	b := newLog(t)
 	p := policy.Default()
@@ -38,6 +39,7 @@ func latchRun(t *testing.T, reopenEarly bool) *Report {
 		hdr := kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(codec.AlertQuarantined)}
 		b.alert(event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: "ALERT", Reason: "output quarantined: " + d.Reason,
 			Class: d.Class, TaskID: evs[i].TaskID, Instance: "a", At: d.DecidedAt}, hdr)
+		b.item("tpl", evs[i].TaskID, "a", 7, d.DecidedAt.Time, true)
 	}
 	latched := kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte("true")}
 	b.alert(event.BreakerEvent{Scope: "PROMPT_TEMPLATE", Key: "tpl", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
@@ -59,6 +61,7 @@ func latchRun(t *testing.T, reopenEarly bool) *Report {
 			ev = evs[1]
 		}
 		b.routed("audit", rec, &ev, audited(d))
+		b.item("tpl", id, "a", 7, d.DecidedAt.Time, false)
 		return d, rec
 	}
 	d1, _ := review(0, "h-1", b.t0.Add(time.Minute))
@@ -77,9 +80,10 @@ func latchRun(t *testing.T, reopenEarly bool) *Report {
 	return b.check()
 }
 
-// Guards the model of the latch rule: a template latched by two
-// hallucinations may reopen at the decision of the last open item, not of
-// the first (breaker.latch_items).
+// Guards the latch rule on the instance that reopens a template: a template
+// latched by two hallucinations may reopen at the decision of the last open
+// item, not of the first, by the items the breakers topic holds
+// (breaker.latch_items).
 func TestCheckerModelsLatchItems(t *testing.T) {
 	if rep := latchRun(t, false); !rep.OK() {
 		t.Fatalf("a router's correct outputs (the template reopened at its last item's decision) were reported: %v", rep.Violations)

@@ -8,25 +8,27 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
-// A latch holds everywhere (breaker.latch_everywhere). A hallucination
-// routed on one instance latches its prompt template there, and opens a
-// latch item; both reach the other instances through the breakers topic
-// (and the LATCH command on every decisions partition) once the batch's
-// transaction commits. So, whichever instance routes it, no retry into the
-// template is published later than latchReach after that commit, until the
-// item is decided (or its task re-driven) or a reset (by hand, or the one a
-// reviewer's decision of the last open item writes) was applied on some
-// instance. The commit is not in the logs; the instance's next batch is
-// (its next decision or retry publication), and a batch begins only after
-// the one before committed: that is the commit's time, at the latest. The
-// per-instance checks (breakers.go) see what each instance's own
-// transitions say; this one reads the latch from the model's items, so it
-// also catches an instance that never heard of the latch.
+// A latch holds everywhere (breaker.latch_everywhere), in the order of the
+// breakers topic (breakerlog.go). A hallucination routed on one instance
+// writes its template's latch item there in its batch's transaction; once
+// that commits, every instance reads it in the topic's order. So, whichever
+// instance routes it, no retry into the template is published later than
+// latchReach after that commit, until a later record ends the item: its
+// tombstone (a reviewer decided it, or its task was re-driven) or a RESET
+// of the template written after it. A RESET written before the item (a
+// lower offset) does not end it, however late an instance reads either.
+// The per-instance checks (breakers.go) see what each instance's own
+// transitions say; this one reads the latch from the breakers topic, so it
+// also catches an instance that never heard of the latch, or that let a
+// RESET end an item written after it.
+//
+// Every hallucination of a template the policy latches must have written
+// its item (breaker.item_record): the check would otherwise have nothing
+// to hold retries with.
 
-// latchReach bounds how long after the commit of a hallucination's batch
+// latchReach bounds how long after the commit of an item's transaction
 // every instance holds its template: the breakers topic's delivery to the
 // other instances and their next batch (--tick, 200 ms by default), with
 // room for a loaded machine.
@@ -34,6 +36,19 @@ const latchReach = 5 * time.Second
 
 // LatchReach is what the latch_everywhere check saw.
 type LatchReach struct {
+	// Records counts the records of the breakers topic read (control
+	// records included); Unread the offsets below the last of them that
+	// were never read (the log cleaner removed them first). Items and
+	// Resets count the committed item records of prompt templates and the
+	// committed RESET records.
+	Records       int
+	Unread        int64
+	Items, Resets int
+	// AboveReset counts the item records written after a RESET of their
+	// template (a higher offset): a RESET read after them must not end
+	// them. EndedByReset counts the items a RESET written after them ended.
+	// Unchecked counts the items whose end lies beyond unread offsets.
+	AboveReset, EndedByReset, Unchecked int
 	// Stretches counts the stretches of time a prompt template was latched:
 	// from a hallucination's decision until the template was free again.
 	Stretches int
@@ -43,25 +58,20 @@ type LatchReach struct {
 	// retries only the shared latch holds.
 	HeldElsewhere int
 	// MaxAdoptMs is the latest, in ms after a stretch began, that another
-	// instance took the latch (a latched OPEN of its own, adopted or from
-	// the LATCH command), among those that kept running batches: its batch
-	// before the one that took the latch ran at most a second earlier (not
-	// a process that started, was paused or waited for the broker then).
+	// instance took the latch (a latched OPEN of its own, adopted from the
+	// item), among those that kept running batches: its batch before the
+	// one that took the latch ran at most a second earlier (not a process
+	// that started, was paused or waited for the broker then).
 	MaxAdoptMs int64
 }
 
 func (l LatchReach) String() string {
-	return fmt.Sprintf("%d stretches of a latched template, %d retries of one due on another instance than the latch's (held by the shared latch), latest adoption %d ms after the latch",
-		l.Stretches, l.HeldElsewhere, l.MaxAdoptMs)
-}
-
-// hold is one latch item's hold on its template: from the decision of its
-// hallucination (from) on instance by, committed by then at the latest
-// (zero: unknown), until it was decided or a reset applied (to, zero while
-// it lasts).
-type hold struct {
-	task, by            string
-	from, committed, to time.Time
+	if l.Records == 0 {
+		return "no breakers topic read: latches not checked"
+	}
+	return fmt.Sprintf("breakers topic: %d records read (%d offsets unread), %d items, %d RESETs, %d items written after a RESET of their template, %d ended by a RESET, %d unchecked; "+
+		"%d stretches of a latched template, %d retries of one due on another instance than the latch's (held by the shared latch), latest adoption %d ms after the latch",
+		l.Records, l.Unread, l.Items, l.Resets, l.AboveReset, l.EndedByReset, l.Unchecked, l.Stretches, l.HeldElsewhere, l.MaxAdoptMs)
 }
 
 // stretch is a time a prompt template was latched: [from, to), to zero
@@ -72,10 +82,15 @@ type stretch struct {
 }
 
 // latchEverywhere checks every retry published into a prompt template
-// against the holds of the template's latch items, on any instance.
+// against the holds of the template's latch items, on any instance, and
+// that every hallucination that latches wrote its item. Without a
+// breakers topic (Logs.Breakers nil) it checks nothing.
 func (c *checker) latchEverywhere() {
-	batches := c.batchTimes()
+	if c.logs.Breakers == nil {
+		return
+	}
 	holds := c.latchHolds()
+	batches := c.batchTimes()
 	latched := c.latchTransitions()
 	for tpl, hs := range holds {
 		ss := stretches(hs)
@@ -93,25 +108,23 @@ func (c *checker) latchEverywhere() {
 			}
 		}
 	}
+	c.itemRecords()
 }
 
 // retryInLatch checks each publication of retry x into template ref against
-// the holds of the template's latch (reporting it once), and counts x when
-// it came due while a hold of another instance's item held it.
+// the holds of the template's latch items (reporting it once), and counts
+// x when it came due while a hold of another instance's item held it.
 func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, holds []hold) {
-	// holding reports whether h held the template everywhere at t
-	holding := func(h hold, t time.Time) bool {
-		return !h.committed.IsZero() && t.After(h.committed.Add(latchReach)) && (h.to.IsZero() || t.Before(h.to))
-	}
 	for _, p := range x.published {
 		at, inst := p.at(), c.instanceOf(p.rec.ProducerID)
 		if !c.sharesLatches(inst, at) {
 			continue
 		}
-		if i := slices.IndexFunc(holds, func(h hold) bool { return holding(h, at) }); i >= 0 {
+		if i := slices.IndexFunc(holds, func(h hold) bool { return h.holding(at) }); i >= 0 {
 			h := holds[i]
-			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched since %s on instance %s by task %s's hallucination (committed by %s; bound %s)",
-				x.n, stamp(at), inst, ref, stamp(h.from), h.by, h.task, stamp(h.committed), latchReach)
+			c.violate("breaker.latch_everywhere", x.task, "retry n=%d published at %s on instance %s into %s, latched by task %s's item "+
+				"(offset %d of the breakers topic, written by %s at %s, committed %s, %s; ended %s); bound %s",
+				x.n, stamp(at), inst, ref, h.task, h.offset, h.by, stamp(h.from), stamp(h.committed), aboveWhat(h), endedWhen(h), latchReach)
 		}
 	}
 	due := x.notBefore
@@ -122,9 +135,25 @@ func (c *checker) retryInLatch(x *expectRetry, ref breaker.Ref, holds []hold) {
 		return
 	}
 	by := c.instanceOf(x.input.audit.rec.ProducerID)
-	if slices.ContainsFunc(holds, func(h hold) bool { return h.by != by && holding(h, due) }) {
+	if slices.ContainsFunc(holds, func(h hold) bool { return h.by != by && h.holding(due) }) {
 		c.rep.Latch.HeldElsewhere++
 	}
+}
+
+// aboveWhat says where a hold's item lies against its template's RESETs.
+func aboveWhat(h hold) string {
+	if h.aboveReset < 0 {
+		return "no RESET of the template before it"
+	}
+	return fmt.Sprintf("above the template's RESET at offset %d", h.aboveReset)
+}
+
+// endedWhen says what ended a hold, and when.
+func endedWhen(h hold) string {
+	if h.to.IsZero() {
+		return "never"
+	}
+	return fmt.Sprintf("at %s by %s", stamp(h.to), h.endedBy)
 }
 
 // sharesLatches reports whether the process of instance that ran at t
@@ -141,35 +170,61 @@ func (c *checker) instanceOf(producer int64) string {
 	return fmt.Sprintf("(producer %d)", producer)
 }
 
-// latchHolds are, per prompt template, the holds of its latch items, each
-// cut short by the first reset applied after it opened.
+// latchHolds are, per prompt template, the holds of its latch items read
+// from the breakers topic (breakerlog.go), in order of their items' times.
 func (c *checker) latchHolds() map[string][]hold {
-	resets := map[string][]time.Time{} // when a RESET of a template was applied, per template
-	for _, in := range c.inputs {
-		if in.kind != inCommand || in.audit == nil || in.command.Kind != event.BreakerKindReset {
+	c.breakerTopic()
+	return c.holds
+}
+
+// itemRecords checks that every hallucination that latches its template
+// (policy.LatchesTemplate) wrote its item on the breakers topic, an item
+// record of its task and template opened at the decision's time, and that
+// every reviewer's decision of such an item wrote its tombstone then
+// (breaker.item_record): each in the transaction of the decision's batch,
+// so a committed decision has its record. Decisions of processes that do
+// not share their latches are left out, and nothing is checked when
+// offsets of the topic were never read.
+func (c *checker) itemRecords() {
+	if c.rep.Latch.Unread > 0 {
+		return
+	}
+	for _, d := range c.latchDecisions {
+		inst := c.instanceOf(d.producer)
+		if !c.sharesLatches(inst, d.at) {
 			continue
 		}
-		if ref, invalid := policy.BreakerCommand(&in.command, in.audit.at()); invalid == nil && ref.Scope == breaker.PromptTemplate {
-			resets[ref.Key] = append(resets[ref.Key], in.audit.at())
+		key := event.BreakerItemKey(breaker.PromptTemplate.String(), d.template, d.task)
+		if c.itemSeen[itemSeen{key, d.at.UnixMilli(), d.open}] {
+			continue
+		}
+		if d.open {
+			c.violate("breaker.item_record", d.task, "the hallucination of task %s decided at %s on instance %s latches template %s, but the breakers topic has no item record %q opened then",
+				d.task, stamp(d.at), inst, d.template, key)
+		} else {
+			c.violate("breaker.item_record", d.task, "a reviewer's decision of task %s's hallucination item (template %s) was decided at %s on instance %s, but the breakers topic has no tombstone of %q written then",
+				d.task, d.template, stamp(d.at), inst, key)
 		}
 	}
-	out := map[string][]hold{}
-	for tpl, items := range c.latchItems {
-		rs := resets[tpl]
-		slices.SortFunc(rs, time.Time.Compare)
-		for _, it := range items {
-			h := hold{task: it.task, by: c.latchedBy(it), from: it.opened, committed: c.committed(it), to: it.decided}
-			if i, _ := slices.BinarySearchFunc(rs, it.opened, time.Time.Compare); i < len(rs) && (h.to.IsZero() || rs[i].Before(h.to)) {
-				h.to = rs[i]
-			}
-			if !h.to.IsZero() && !h.to.After(h.from) || !c.sharesLatches(h.by, h.from) {
-				continue
-			}
-			out[tpl] = append(out[tpl], h)
-		}
-		slices.SortFunc(out[tpl], func(a, b hold) int { return a.from.Compare(b.from) })
-	}
-	return out
+}
+
+// latchDecision is a hallucination decision that latches its template
+// (open), or a reviewer's decision of its item: each writes an item record
+// on the breakers topic.
+type latchDecision struct {
+	task, template string
+	at             time.Time
+	producer       int64
+	open           bool
+}
+
+// itemSeen is an item record of the breakers topic not aborted: its key,
+// when it was written (an open record's opened_at, a tombstone's
+// timestamp, in ms) and whether it opens the item.
+type itemSeen struct {
+	key  string
+	ms   int64
+	open bool
 }
 
 // stretches are the times a template was latched: the union of its holds
@@ -179,6 +234,9 @@ func (c *checker) latchHolds() map[string][]hold {
 func stretches(hs []hold) []stretch {
 	var out []stretch
 	for _, h := range hs {
+		if !h.to.IsZero() && !h.to.After(h.from) {
+			continue // ended in the batch that opened it
+		}
 		if n := len(out); n > 0 && (out[n-1].to.IsZero() || h.from.Before(out[n-1].to)) {
 			if last := &out[n-1]; !last.to.IsZero() && (h.to.IsZero() || h.to.After(last.to)) {
 				last.to = h.to
@@ -188,27 +246,6 @@ func stretches(hs []hold) []stretch {
 		out = append(out, stretch{from: h.from, to: h.to, by: h.by})
 	}
 	return out
-}
-
-// after is the index of the first time in ts (in order) after t.
-func after(ts []time.Time, t time.Time) int {
-	i, _ := slices.BinarySearchFunc(ts, t, time.Time.Compare)
-	for i < len(ts) && !ts[i].After(t) {
-		i++
-	}
-	return i
-}
-
-// latchedBy is the instance that routed the hallucination of a latch item.
-func (c *checker) latchedBy(it latchItem) string {
-	if tr := c.tasks[it.task]; tr != nil {
-		for _, in := range tr.inputs {
-			if in.kind == inTask && in.audit != nil && in.audit.at().Equal(it.opened) {
-				return c.instanceOf(in.audit.rec.ProducerID)
-			}
-		}
-	}
-	return "(unknown)"
 }
 
 // latchAdoption measures how soon each other instance that went on
@@ -241,17 +278,6 @@ func (c *checker) latchAdoption(latched []transition, batches map[string][]time.
 			c.rep.Latch.MaxAdoptMs = ms
 		}
 	}
-}
-
-// committed is when the batch that opened latch item it had committed, at
-// the latest: the next batch its instance ran. Zero when there is none in
-// the logs.
-func (c *checker) committed(it latchItem) time.Time {
-	ts := c.batchTimes()[c.latchedBy(it)]
-	if i := after(ts, it.opened); i < len(ts) {
-		return ts[i]
-	}
-	return time.Time{}
 }
 
 // batchTimes are, per instance, the times its batches ran, in order: the
