@@ -15,7 +15,7 @@ test: ## everything: gofmt, vet, unit tests, fuzz, integration tests on a real K
 soak: ## the reference-model checker under faults for DURATION (default 10m); SEED=n replays a seed
 	DURATION=$(DURATION) SEED=$(SEED) integration/soak.sh
 
-soak-memory: ## two routers for DURATION (default 10m) on a time-compressed policy; their memory must stay flat
+soak-memory: ## two routers for DURATION (default 10m) on a time-compressed policy, with names that come and go; their memory, breakers and the breakers topic's live keys must stay flat
 	DURATION=$(DURATION) integration/soak.sh memory
 
 unit: ## unit tests only (no broker)

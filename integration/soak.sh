@@ -7,9 +7,12 @@
 #
 #   make soak DURATION=30m            # rounds until 30 minutes have passed
 #   make soak SEED=123456 DURATION=1s # replay one round of a printed seed
-#   make soak-memory DURATION=1h      # two routers under a steady stream on a
-#                                     # time-compressed policy: memory sampled
-#                                     # 40 times, and it must stay flat
+#   make soak-memory DURATION=1h      # two routers under a steady stream and
+#                                     # names that come and go, on a
+#                                     # time-compressed policy: memory,
+#                                     # breakers and the breakers topic's live
+#                                     # keys sampled 40 times; they must stay
+#                                     # flat
 #
 # JSON reports go to $FAULTROUTER_CHECKER_REPORTS (default: the temp dir).
 set -euo pipefail
