@@ -169,7 +169,7 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		return err
 	}
 	if n := len(ranges[t.topic]); n != 1 {
-		t.log.Error("the breakers topic has more than one partition: its records are ordered per partition only, so latches and resets of one breaker on two partitions are not ordered; recreate it with one partition",
+		t.log.Warn("the breakers topic has more than one partition (an earlier release created it with --partitions): this release writes to partition 0 only and reads the records of the others as written before every record of partition 0; `faultrouter topics check` names it",
 			"topic", t.topic, "partitions", n)
 	}
 	for {
@@ -227,8 +227,18 @@ func (t *breakerTable) behind(ends map[int32]int64) bool {
 	return false
 }
 
+// legacy moves the offsets of partitions other than 0 of a breakers topic
+// an earlier release created with several partitions before every offset
+// of partition 0, which is the only one written now.
+const legacy = int64(1) << 62
+
 // apply reads one record of the topic (under mu).
 func (t *breakerTable) apply(rec *kgo.Record) {
+	if rec.Partition != 0 {
+		c := *rec
+		c.Offset -= legacy
+		rec = &c
+	}
 	key := string(rec.Key)
 	writer := codec.ParseBreakerHeaders(rec.Headers).Instance
 	switch {

@@ -415,7 +415,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// co-partitioned: partition p of ingress and decisions together, also
 		// while their counts differ (balancer.go); "range" for older members
 		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
-		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress)),
+		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
 		kgo.FetchMaxPartitionBytes(int32(max(fetchPartitionBytes, r.cfg.MaxRecordBytes))),
