@@ -133,6 +133,11 @@ func TestChecker(t *testing.T) {
 		t.Fatalf("the run never had a retry of a latched template come due on another instance than the latch's (%s, seed %d): breaker.latch_everywhere checked nothing",
 			res.rep.Latch, seed)
 	}
+	// and it must have checked RESETs made mid-run: one that ended items
+	// written before it, and items written after one, which it must not end
+	if res.rep.Latch.EndedByReset == 0 || res.rep.Latch.AboveReset == 0 {
+		t.Fatalf("the run had no item ended by a RESET written after it, or none written after a RESET (%s, seed %d)", res.rep.Latch, seed)
+	}
 }
 
 // knownRouterBugs are checks the router fails today, each with what is
@@ -213,6 +218,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	if cfg.unwritable {
 		c.args = append(c.args, "--max-record-bytes", strconv.Itoa(maxInputBytes))
 	}
+	captureBreakers(t, e) // the checker's latches: the breakers topic as it is written
 	c.start("a")
 
 	w := newWorkload(cfg.seed, cfg.tasks, cfg.duration, cfg.compressed)
@@ -324,6 +330,7 @@ func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker
 			logs.State = []*kgo.Record{}
 		}
 	}
+	logs.Breakers = capturedBreakers(ctx, t, e)
 	logs.End = time.Now()
 	return logs
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/control"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -21,7 +23,9 @@ import (
 // multi-attempt tasks, 429s, writes whose receipt is lost and receipts that
 // arrive later, review decisions, exact redeliveries, re-drives, stragglers
 // after a task ended, poison records, breaker resets and provider storms that trip
-// the breakers of the default policy. The same seed gives the same records
+// the breakers of the default policy. Resets of prompt templates come
+// mid-run, each between a hallucination whose item it ends and one whose
+// item it must not end (addLatchResets). The same seed gives the same records
 // (occurred_at is on a fixed clock), produced at the same stream times.
 //
 // A compressed workload (for a policy whose durations are divided by a
@@ -39,8 +43,10 @@ type workItem struct {
 	decision bool // to the decisions topic (else ingress)
 	key      string
 	value    []byte
-	// reset is a breaker reset command, written to every decisions partition
-	reset bool
+	// reset is a person's breaker reset, written as the product writes it
+	// (control.ResetBreaker): its RESET record on the breakers topic and
+	// the command on every decisions partition, in one transaction
+	reset *control.Reset
 	// headers are the record's headers (a re-drive's lineage)
 	headers []kgo.RecordHeader
 	// misplaced goes to another partition than its key's, as a producer
@@ -450,11 +456,12 @@ func newWorkload(seed uint64, tasks int, duration time.Duration, compressed bool
 	}
 	// a person resets a breaker now and then (the one the storm trips)
 	for at := 25 * time.Second; at < duration; at += 40 * time.Second {
-		w.addReset(c, at, "PROVIDER_MODEL", wlStormProvider[0]+"/"+wlStormProvider[1])
+		w.addReset(at, breaker.ProviderModel, wlStormProvider[0]+"/"+wlStormProvider[1])
 	}
+	w.addLatchResets(c)
 	if compressed {
 		for i := range w.items {
-			if !w.items[i].reset && rng.IntN(150) == 0 {
+			if w.items[i].reset == nil && rng.IntN(150) == 0 {
 				w.items[i].misplaced = true
 			}
 		}
@@ -505,30 +512,63 @@ func (w *workload) addUnwritable(n, size int) {
 	})
 }
 
-func (w *workload) addReset(c *codec.Codec, at time.Duration, scope, key string) {
-	e := event.BreakerEvent{Scope: scope, Key: key, Kind: "RESET", Reason: "checker: breaker reset", Instance: "checker-operator",
-		At: event.At(wlBase.Add(at))}
-	v, err := c.EncodeBreakerEvent(nil, &e)
-	if err != nil {
-		panic(err)
+func (w *workload) addReset(at time.Duration, scope breaker.Scope, key string) {
+	w.add(workItem{at: at, key: scope.String() + "/" + key,
+		reset: &control.Reset{Scope: scope, Key: key, Reason: "checker: breaker reset", Operator: "checker-operator"}})
+}
+
+// wlLatchResets are when, as fractions of the stream's duration, a person
+// resets a prompt template mid-run (addLatchResets). In TestChecker's
+// 50 s stream the middle three fall while instance b is paused (SIGSTOP,
+// 22 s to 38 s), none at the broker's restart (40 s).
+var wlLatchResets = []float64{0.28, 0.5, 0.6, 0.7, 0.9}
+
+// addLatchResets adds, at each of wlLatchResets, a person's reset of a
+// prompt template (the templates in turn) with two hallucinations of it
+// around the reset: one 3 s before it, whose item the RESET ends, and one
+// 2 s after it, whose item it must not end (the template stays latched
+// until a reviewer decides that item); a reviewer decides each item 4 s to
+// 12 s after its hallucination, mid-run. Its own random source leaves the
+// rest of the seed's stream as it was.
+func (w *workload) addLatchResets(c *codec.Codec) {
+	rng := rand.New(rand.NewPCG(w.seed, w.seed^0x2545f4914f6cdd1d))
+	for i, f := range wlLatchResets {
+		at := time.Duration(f * float64(w.duration))
+		tmpl := wlTemplates[i%len(wlTemplates)]
+		for j, d := range []time.Duration{-3 * time.Second, 2 * time.Second} {
+			g := &taskGen{w: w, rng: rng, c: c, id: fmt.Sprintf("s%d-latchreset%d-%d", w.seed, i, j), at: max(0, at+d),
+				pm: wlProviders[rng.IntN(len(wlProviders))], tmpl: tmpl, action: wlActions[rng.IntN(len(wlActions))]}
+			e := g.ev(event.StatusOK, event.StageModel)
+			e.Output = &event.Output{Text: "Your refund of $999 was approved yesterday.", SchemaValid: ptr(true), Confidence: ptr(0.95),
+				Flags: []string{"fabricated_data"}}
+			g.emit(e)
+			g.wait(4*time.Second, 12*time.Second)
+			g.decide(rng.IntN(2) == 0)
+			w.scenario["latch-reset"]++
+		}
+		w.addReset(at, breaker.PromptTemplate, tmpl)
 	}
-	w.add(workItem{at: at, decision: true, reset: true, key: scope + "/" + key, value: v})
+	slices.SortStableFunc(w.items, func(a, b workItem) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.seq - b.seq
+	})
 }
 
 // finalResets resets every breaker the workload can trip: the drain at the
 // end of a run, so that no retry stays held behind a breaker that nothing
 // closes any more.
 func (w *workload) finalResets(at time.Duration) []workItem {
-	c, _ := codec.New()
 	tail := &workload{}
 	for _, pm := range wlProviders {
-		tail.addReset(c, at, "PROVIDER_MODEL", pm[0]+"/"+pm[1])
+		tail.addReset(at, breaker.ProviderModel, pm[0]+"/"+pm[1])
 	}
 	for _, a := range wlActions {
-		tail.addReset(c, at, "DOWNSTREAM", a)
+		tail.addReset(at, breaker.Downstream, a)
 	}
 	for _, t := range wlTemplates {
-		tail.addReset(c, at, "PROMPT_TEMPLATE", t)
+		tail.addReset(at, breaker.PromptTemplate, t)
 	}
 	return tail.items
 }
@@ -539,7 +579,10 @@ var homeHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
 
 // produce writes items to the topics of prefix, each at its stream time
 // (scaled by speed: 1 is real time) after began. partitions is the decisions
-// topic's partition count (a reset goes to each).
+// topic's partition count (a misplaced record goes to another one than its
+// key's). A reset is written as the product writes it, before the items
+// after it are produced, so that the records of hallucinations after it
+// come after its RESET record.
 func produceItems(ctx context.Context, prefix string, items []workItem, partitions int, began time.Time, produced *atomic.Int64) error {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...),
 		kgo.ProducerLinger(5 * time.Millisecond), kgo.RecordRetries(1_000_000), kgo.RecordDeliveryTimeout(5 * time.Minute),
@@ -588,6 +631,23 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 		})
 	}
 	ingress, decisions := prefix+"ai.tasks.ingress", prefix+"ai.tasks.review.decisions"
+	cdc, err := codec.New()
+	if err != nil {
+		return err
+	}
+	topics := control.Topics{Decisions: decisions, Breakers: prefix + "faultrouter.breakers"}
+	// reset writes a person's reset, again after a failure for up to 3
+	// minutes (a broker restart fails them meanwhile): a reset that did
+	// commit is just one more
+	reset := func(r control.Reset) error {
+		for began := time.Now(); ; {
+			_, err := control.ResetBreaker(ctx, []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, cdc, topics, r)
+			if err == nil || time.Since(began) > 3*time.Minute || ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	for _, it := range items {
 		if d := time.Until(began.Add(it.at)); d > 0 {
 			select {
@@ -605,10 +665,14 @@ func produceItems(ctx context.Context, prefix string, items []workItem, partitio
 			r := &kgo.Record{Topic: topic, Key: []byte(it.key), Value: it.value, Headers: it.headers}
 			r.Partition = int32((homeHash.Partition(r, partitions) + 1) % partitions)
 			send(manual, r, 0)
-		case it.reset:
-			for p := range partitions {
-				send(manual, &kgo.Record{Topic: decisions, Partition: int32(p), Key: []byte(it.key), Value: it.value}, 0)
+		case it.reset != nil:
+			if err := reset(*it.reset); err != nil {
+				mu.Lock()
+				perr = fmt.Errorf("breaker reset %s: %w", it.key, err)
+				mu.Unlock()
+				continue
 			}
+			produced.Add(1)
 		case it.decision:
 			send(cl, &kgo.Record{Topic: decisions, Key: []byte(it.key), Value: it.value}, 0)
 		default:
