@@ -35,7 +35,7 @@ type breakerCapture struct {
 
 	mu      sync.Mutex
 	recs    []*kgo.Record
-	next    int64 // the offset after the last record read
+	next    map[int32]int64 // per partition, the offset after the last record read
 	errs    int
 	lastErr error
 }
@@ -64,7 +64,7 @@ func captureBreakers(t *testing.T, e *env) *breakerCapture {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &breakerCapture{topic: topic, cancel: cancel, done: make(chan struct{})}
+	c := &breakerCapture{topic: topic, cancel: cancel, done: make(chan struct{}), next: map[int32]int64{}}
 	go c.run(ctx, cl)
 	captures.Store(e.prefix, c)
 	t.Cleanup(func() {
@@ -89,7 +89,7 @@ func (c *breakerCapture) run(ctx context.Context, cl *kgo.Client) {
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			c.recs = append(c.recs, r)
-			c.next = max(c.next, r.Offset+1)
+			c.next[r.Partition] = max(c.next[r.Partition], r.Offset+1)
 		})
 		c.mu.Unlock()
 	}
@@ -101,7 +101,7 @@ func (c *breakerCapture) stop() {
 }
 
 // records waits, up to two minutes, until the capture has read the topic
-// to its end offset as of the call, and returns every record read.
+// to its end offsets as of the call, and returns every record read.
 func (c *breakerCapture) records(ctx context.Context, t *testing.T) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
@@ -109,28 +109,27 @@ func (c *breakerCapture) records(ctx context.Context, t *testing.T) []*kgo.Recor
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var end int64
+	var ends kadm.ListedOffsets
 	if !waitFor(2*time.Minute, func() bool {
-		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, c.topic)
-		if err != nil || ends.Error() != nil {
-			return false
-		}
-		o, ok := ends.Lookup(c.topic, 0)
-		end = o.Offset
-		return ok
+		ends, err = kadm.NewClient(cl).ListEndOffsets(ctx, c.topic)
+		return err == nil && ends.Error() == nil
 	}) {
-		t.Fatalf("the end offset of %s: not listed", c.topic)
+		t.Fatalf("the end offsets of %s: %v", c.topic, err)
 	}
 	caught := func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.next >= end
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) { ok = ok && c.next[o.Partition] >= o.Offset })
+		return ok
 	}
 	if !waitFor(2*time.Minute, caught) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		t.Fatalf("the capture of %s did not read to its end offset %d within 2 min: at %d (%d fetch errors, the last: %v)",
-			c.topic, end, c.next, c.errs, c.lastErr)
+		want := map[int32]int64{}
+		ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+		t.Fatalf("the capture of %s did not read to its end offsets %v within 2 min: at %v (%d fetch errors, the last: %v)",
+			c.topic, want, c.next, c.errs, c.lastErr)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -44,54 +44,76 @@ import (
 
 // logRec is one data record of the breakers topic: its transaction's
 // commit time (zero: its marker was not read, it may or may not have
-// committed).
+// committed), and its place in the topic's order (order: its offset).
 type logRec struct {
 	rec       *kgo.Record
 	committed time.Time
+	order     int64
 }
 
-// breakerLog is the breakers topic as read: its data records in offset
-// order (those of aborted transactions left out), and the offsets the
-// capture never read.
+// legacyOrder moves the records of partitions other than 0, of a breakers
+// topic an earlier release created with several, before every record of
+// partition 0, the only one written now: the routers read them so.
+const legacyOrder = int64(1) << 62
+
+// orderOf is the place of offset of partition p in the topic's order.
+func orderOf(p int32, offset int64) int64 {
+	if p != 0 {
+		return offset - legacyOrder
+	}
+	return offset
+}
+
+// breakerLog is the breakers topic as read: its data records in the
+// topic's order (those of aborted transactions left out), and the offsets
+// the capture never read, as [from, to) of the order.
 type breakerLog struct {
 	recs []logRec
-	gaps [][2]int64 // [from, to)
-	read int        // records read, control records included
+	gaps [][2]int64
+	read int // records read, control records included
 }
 
 // readBreakerLog resolves the transactions of recs (any order, duplicates
-// allowed) and finds the offsets missing from them.
+// allowed), partition by partition, and finds the offsets missing from
+// them.
 func readBreakerLog(recs []*kgo.Record) breakerLog {
 	sorted := slices.Clone(recs)
-	slices.SortStableFunc(sorted, func(a, b *kgo.Record) int { return cmp.Compare(a.Offset, b.Offset) })
-	sorted = slices.CompactFunc(sorted, func(a, b *kgo.Record) bool { return a.Offset == b.Offset })
+	slices.SortStableFunc(sorted, func(a, b *kgo.Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	sorted = slices.CompactFunc(sorted, func(a, b *kgo.Record) bool { return a.Partition == b.Partition && a.Offset == b.Offset })
 	var l breakerLog
 	l.read = len(sorted)
 	var all []logRec
 	aborted := map[int]bool{}
-	open := map[int64][]int{} // producer ID -> the indexes in all of its open transaction's records
-	next := int64(0)
+	type txn struct {
+		p   int32
+		pid int64
+	}
+	open := map[txn][]int{} // the indexes in all of each open transaction's records
+	next := map[int32]int64{}
 	for _, r := range sorted {
-		if r.Offset > next {
-			l.gaps = append(l.gaps, [2]int64{next, r.Offset})
+		if n := next[r.Partition]; r.Offset > n {
+			l.gaps = append(l.gaps, [2]int64{orderOf(r.Partition, n), orderOf(r.Partition, r.Offset)})
 		}
-		next = r.Offset + 1
+		next[r.Partition] = r.Offset + 1
+		x := txn{r.Partition, r.ProducerID}
 		switch {
 		case r.Attrs.IsControl():
 			commit := controlCommits(r)
-			for _, i := range open[r.ProducerID] {
+			for _, i := range open[x] {
 				if commit {
 					all[i].committed = r.Timestamp
 				} else {
 					aborted[i] = true // never happened
 				}
 			}
-			delete(open, r.ProducerID)
+			delete(open, x)
 		case r.Attrs.IsTransactional():
-			open[r.ProducerID] = append(open[r.ProducerID], len(all))
-			all = append(all, logRec{rec: r})
+			open[x] = append(open[x], len(all))
+			all = append(all, logRec{rec: r, order: orderOf(r.Partition, r.Offset)})
 		default:
-			all = append(all, logRec{rec: r, committed: r.Timestamp})
+			all = append(all, logRec{rec: r, committed: r.Timestamp, order: orderOf(r.Partition, r.Offset)})
 		}
 	}
 	for i, r := range all {
@@ -99,6 +121,9 @@ func readBreakerLog(recs []*kgo.Record) breakerLog {
 			l.recs = append(l.recs, r)
 		}
 	}
+	slices.SortStableFunc(l.recs, func(a, b logRec) int {
+		return cmp.Or(cmp.Compare(a.order, b.order), cmp.Compare(a.rec.Partition, b.rec.Partition))
+	})
 	return l
 }
 
@@ -108,7 +133,8 @@ func controlCommits(r *kgo.Record) bool {
 	return len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1
 }
 
-// gapIn reports whether an offset in (from, to) was never read.
+// gapIn reports whether an offset between the places from and to in the
+// topic's order (both excluded) was never read.
 func (l *breakerLog) gapIn(from, to int64) bool {
 	return slices.ContainsFunc(l.gaps, func(g [2]int64) bool { return g[0] < to && g[1] > from+1 })
 }
@@ -159,6 +185,7 @@ func (h hold) holding(t time.Time) bool {
 // and by whom, and whether its transaction is known to have committed.
 type resetRec struct {
 	offset    int64
+	order     int64 // its place in the topic's order
 	at        time.Time
 	by        string
 	committed bool
@@ -195,7 +222,7 @@ func (c *checker) breakerTopic() {
 			continue
 		}
 		ref := breaker.Ref{Scope: scope, Key: k}
-		c.resets[ref] = append(c.resets[ref], resetRec{offset: r.rec.Offset, at: r.rec.Timestamp, by: writer(r.rec, s.Instance), committed: !r.committed.IsZero()})
+		c.resets[ref] = append(c.resets[ref], resetRec{offset: r.rec.Offset, order: r.order, at: r.rec.Timestamp, by: writer(r.rec, s.Instance), committed: !r.committed.IsZero()})
 		if !r.committed.IsZero() {
 			c.rep.Latch.Resets++
 		}
@@ -209,13 +236,16 @@ func (c *checker) breakerTopic() {
 		if err != nil || it.Scope != breaker.PromptTemplate.String() {
 			continue
 		}
-		c.rep.Latch.Items++
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: it.Key}
 		resetKey := event.BreakerResetKey(it.Scope, it.Key)
 		h := hold{key: key, task: it.TaskID, by: writer(r.rec, it.Instance), offset: r.rec.Offset, from: it.OpenedAt.Time,
 			committed: r.committed, aboveReset: -1}
+		if !c.sharesLatches(h.by, h.from) {
+			continue // a release that keeps its latches in its own memory
+		}
+		c.rep.Latch.Items++
 		for _, rs := range c.resets[ref] {
-			if rs.committed && rs.offset < h.offset {
+			if rs.committed && rs.order < r.order {
 				h.aboveReset = rs.offset
 			}
 		}
@@ -230,11 +260,11 @@ func (c *checker) breakerTopic() {
 			default:
 				continue
 			}
-			h.to, end = n.rec.Timestamp, n.rec.Offset
+			h.to, end = n.rec.Timestamp, n.order
 			h.endedBy += " at offset " + strconv.FormatInt(n.rec.Offset, 10) + " by " + writer(n.rec, "")
 			break
 		}
-		h.checked = !l.gapIn(h.offset, end)
+		h.checked = !l.gapIn(r.order, end)
 		switch {
 		case !h.checked:
 			c.rep.Latch.Unchecked++

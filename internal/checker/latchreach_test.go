@@ -259,8 +259,9 @@ func TestLatchOrderedByOffsetsNotClocks(t *testing.T) {
 // markers (an aborted item never held; an item whose marker was not read
 // holds nothing, yet its tombstone or RESET may end one), the commit taken
 // from the COMMIT marker, an item reopened by its task holding on until a
-// later end, and a hold whose end may lie in offsets never read left
-// unchecked.
+// later end, the records of a partition other than 0 (an earlier release's)
+// ordered before partition 0's, as the routers read them, and a hold whose
+// end may lie in offsets never read left unchecked.
 func TestBreakerLogHolds(t *testing.T) {
 	s := func(d int) time.Time {
 		return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).Add(time.Duration(d) * time.Second)
@@ -295,6 +296,14 @@ func TestBreakerLogHolds(t *testing.T) {
 			b.reset("tpl", s(5))
 			b.itemCommitted("tpl", "h-2", "a", 7, s(3), s(7), true)
 		}, []want{{"h-1", s(1), s(5), true}, {"h-2", s(7), time.Time{}, true}}},
+		{"an earlier release's partition comes before partition 0", func(b *logBuilder) {
+			b.reset("tpl", s(5))
+			b.breakerNext = 0
+			b.itemCommitted("tpl", "h-1", "a", 7, s(0), s(1), true)
+			for _, r := range b.logs.Breakers[2:] {
+				r.Partition = 1
+			}
+		}, []want{{"h-1", s(1), s(5), true}}},
 		{"unread offsets after an item leave it unchecked", func(b *logBuilder) {
 			b.itemCommitted("tpl", "h-1", "a", 7, s(0), s(1), true)
 			b.breakerNext += 3 // a RESET and its marker, and a third record, removed by the log cleaner before they were read
