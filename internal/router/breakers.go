@@ -80,10 +80,10 @@ const (
 // owns the circuit breakers and surge detectors and what they decide: the
 // outcomes of decided task events (observe), the due retries it holds while
 // a breaker is open and releases in their due order (holdRetry, holdAhead,
-// releaseHeld; the held set, heldset.go), the latches of prompt templates and
-// their open review items (latchitems.go), the breaker commands on the
-// decisions topic (command, broadcast), the breakers topic it shares its
-// changes through and adopts the other instances' from (breakertable.go),
+// releaseHeld; the held set, heldset.go), the latches of breakers and the
+// items that hold them, the breaker commands on the decisions topic it
+// audits (command), the breakers topic it shares its changes through and
+// adopts the other instances' and the latches from (breakertable.go),
 // and the records of the alerts topic: transitions and alerts, also those
 // other parts raise (alert). Its records go out through a recordsOut, in the
 // batch's transaction, and its changes are a unit with that transaction

@@ -27,8 +27,8 @@ import (
 //     retry_append.go, with pkg/policy; review_sla.go, the owners' SLA
 //     clock);
 //   - breaker holding (breakers.go, breakers; heldset.go, the held retries;
-//     latchitems.go, the open items of latched templates; breakertable.go,
-//     the breakers topic): breakers, held retries, latches and the alerts;
+//     breakertable.go, the breakers topic and its latches, kept by
+//     internal/latch): breakers, held retries, latches and the alerts;
 //   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
 //     sweeper): expiry, due retries, overdue reviews;
 //   - the cost ledger (ledger.go): each decision's spend and cost
