@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -109,6 +110,12 @@ func (s Set) Ensure(ctx context.Context, adm *kadm.Client, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	problems = slices.DeleteFunc(problems, func(p Problem) bool {
+		if p.Tolerated && log != nil {
+			log.Warn("topic differs from its spec; running with it", "problem", p.Error())
+		}
+		return p.Tolerated
+	})
 	if len(problems) > 0 {
 		return &CheckError{Problems: problems}
 	}
