@@ -130,6 +130,17 @@ func (c *checker) breakers(ts []transition) {
 		cfg := c.breakerConfig(sc)
 		latch := latchedOpen(t)
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
+		if sc == breaker.PromptTemplate && e.From == breaker.Open.String() && e.To == breaker.Closed.String() {
+			// a template goes from OPEN to CLOSED when its latch is let go
+			// (a reviewer's decision of an item, the last item decided
+			// elsewhere, a RESET), or, not latched, adopting another
+			// instance's CLOSED or let go unused: no item may hold it then
+			decided := ""
+			if c.has(e.TaskID, at, event.ClassHallucination) {
+				decided = e.TaskID
+			}
+			c.released(k.ref, e, at, decided)
+		}
 		switch {
 		case isAdopted:
 			// a change another instance made, or a person's RESET record
@@ -137,9 +148,6 @@ func (c *checker) breakers(ts []transition) {
 			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) && !(closed && c.resetWritten(k.ref, at)) {
 				c.violate("breaker.cause", e.TaskID, "%s on instance %s adopted %s at %s, but no instance had made that change by then",
 					k.ref, e.Instance, e.To, stamp(at))
-			}
-			if closed && prev.latched {
-				c.released(k.ref, e, at, "")
 			}
 		case latch && c.latchCommands[decisionKey{e.TaskID, at.UnixMilli()}]:
 			// another instance's latch, applied from the LATCH command it wrote
@@ -166,11 +174,7 @@ func (c *checker) breakers(ts []transition) {
 			}
 		case e.To == breaker.Closed.String() && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
 			// a reviewer's decision of a hallucination's item reopened the
-			// template: no other item of it may be open
-			c.released(k.ref, e, at, e.TaskID)
-		case e.To == breaker.Closed.String() && prev.latched:
-			// the last item decided elsewhere, or a RESET, reopened it
-			c.released(k.ref, e, at, "")
+			// template (released below)
 		case e.To == breaker.Closed.String() && e.TaskID != "" && e.Class != event.ClassHallucination:
 			// a success while half-open (a reviewer's decision of a
 			// hallucination item names its task too)
@@ -343,10 +347,11 @@ func (c *checker) resetWritten(ref breaker.Ref, at time.Time) bool {
 // topic and that instance's next batch.
 const itemSlack = 5 * time.Second
 
-// released checks a transition e at at that took a latched template out of
-// its latch on its instance: a reviewer's decision of the item of task
-// decided (decided: the task it names; "" for a RESET, or the last item
-// another instance decided). No other item may hold the template then, by
+// released checks a transition e at at that took a template from OPEN to
+// CLOSED on its instance: a reviewer's decision of the item of task decided
+// (decided: the task it names; "" for a RESET, the last item another
+// instance decided, or a template that was not latched there). No other
+// item may hold the template then, by
 // the breakers topic's order: every item the instance knew of by then (its
 // own from its writing, another instance's from itemSlack after its
 // commit) was ended by then, by its tombstone or a RESET written after it
