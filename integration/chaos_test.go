@@ -17,10 +17,13 @@ import (
 // directory restores a task's history from the state changelog and routes the
 // task's next event as if it had never stopped: the third timeout of a task is
 // still dead-lettered (network_timeout.exhausted), and a redelivery of its first
-// event is still dropped.
+// event is still dropped. Once both routers stopped, each one's Pebble store
+// holds exactly what the changelog says (checkStores): the restored store
+// too, not only the decisions routed on it.
 func TestRestoreFromChangelogOnEmptyStateDir(t *testing.T) {
 	e := newEnv(t)
-	r := e.startRouter("a", t.TempDir())
+	dirs := map[string]string{"first": t.TempDir(), "restored": t.TempDir()}
+	r := e.startRouter("a", dirs["first"])
 
 	// two timeouts, each retried when due, as a worker would drive them
 	for n := 1; n <= 2; n++ {
@@ -33,7 +36,7 @@ func TestRestoreFromChangelogOnEmptyStateDir(t *testing.T) {
 	r.stop(t)
 
 	// a new router, same instance ID, nothing on disk
-	r = e.startRouter("a", t.TempDir())
+	r = e.startRouter("a", dirs["restored"])
 	// the line is written by the router's log goroutine, shortly after ready
 	if !waitFor(10*time.Second, func() bool { return strings.Contains(r.logs.String(), "state restored") }) {
 		t.Errorf("the new router did not log a restore from the changelog; logs:\n%s", r.logs.String())
@@ -64,6 +67,12 @@ func TestRestoreFromChangelogOnEmptyStateDir(t *testing.T) {
 	}
 	if retries := byTask(e.tail("retry", 2*time.Second), "t-x"); len(retries) != 2 {
 		t.Errorf("retry: %d records for t-x after the restart, want still 2", len(retries))
+	}
+	r.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if n := checkStores(ctx, t, e, dirs); n == 0 {
+		t.Errorf("no task state of the stores was compared with the changelog")
 	}
 }
 

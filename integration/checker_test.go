@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -94,6 +96,12 @@ type checkerResult struct {
 	faults   []string
 	took     time.Duration
 	jsonPath string
+	// stateCleaned and breakersCleaned are what the log cleaner removed of
+	// the state changelog and the breakers topic during the run
+	stateCleaned, breakersCleaned cleaned
+	// storeTasks are the task states of the instances' stores compared
+	// with the changelog after the run
+	storeTasks int
 }
 
 // checkerSeed is FAULTROUTER_SEED, or a new random seed.
@@ -117,7 +125,11 @@ func checkerSeed(t *testing.T) uint64 {
 // record per input with the model's decision, every retry once and when due,
 // every review, dead-letter and alert record and no other, breakers
 // consistent with the audit stream, and a latch one of the three instances
-// sets holding the retries of the other two.
+// sets holding the retries of the other two. All of it while Kafka's log
+// cleaner compacts the state changelog and the breakers topic under the
+// routers (it must have removed records of the changelog); and once the
+// routers stopped, every instance's Pebble store holds exactly what the
+// compacted changelog says below its checkpoints.
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
@@ -137,6 +149,20 @@ func TestChecker(t *testing.T) {
 	// written before it, and items written after one, which it must not end
 	if res.rep.Latch.EndedByReset == 0 || res.rep.Latch.AboveReset == 0 {
 		t.Fatalf("the run had no item ended by a RESET written after it, or none written after a RESET (%s, seed %d)", res.rep.Latch, seed)
+	}
+	requireCleaned(t, res)
+	if res.storeTasks == 0 {
+		t.Errorf("no task state of the instances' stores was compared with the changelog (seed %d)", seed)
+	}
+}
+
+// requireCleaned fails the test when the log cleaner removed nothing of the
+// state changelog in a run of minutes (cleanerConfigs): the run did not
+// route on a changelog compacted under it, as the topic's users do.
+func requireCleaned(t *testing.T, res checkerResult) {
+	t.Helper()
+	if res.stateCleaned.removed() <= 0 {
+		t.Errorf("the log cleaner removed nothing of the state changelog during the run (%s, seed %d)", res.stateCleaned, res.cfg.seed)
 	}
 }
 
@@ -188,6 +214,7 @@ func TestCheckerSoak(t *testing.T) {
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
 			}
+			requireCleaned(t, res)
 		})
 	}
 	fmt.Printf("\nsoak: %d rounds in %s\n", len(results), time.Since(began).Round(time.Second))
@@ -195,7 +222,11 @@ func TestCheckerSoak(t *testing.T) {
 }
 
 // runChecker runs one workload against the router (with the faults), then
-// checks every output against the model and writes the JSON report.
+// checks every output against the model and writes the JSON report. The
+// state changelog and the breakers topic are compacted while the routers
+// run (cleanerConfigs); once the outputs are checked, the routers are
+// stopped and each instance's Pebble store is compared with the changelog
+// (checkStores).
 func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	t.Helper()
 	fmt.Printf("checker: workload seed %d (replay: make soak SEED=%d DURATION=1s)\n", cfg.seed, cfg.seed)
@@ -218,6 +249,11 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	if cfg.unwritable {
 		c.args = append(c.args, "--max-record-bytes", strconv.Itoa(maxInputBytes))
 	}
+	tctx, tcancel := context.WithTimeout(context.Background(), time.Minute)
+	stateTopic, breakersTopic := createCompactedTopics(tctx, t, e, 3)
+	tcancel()
+	watch := watchTopics(stateTopic, breakersTopic)
+	defer watch.stop()
 	captureBreakers(t, e) // the checker's latches: the breakers topic as it is written
 	c.start("a")
 
@@ -267,7 +303,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	// missing (held retries come out up to a cooldown after a reset)
 	check := func(retries bool) *checker.Report {
 		for deadline := time.Now().Add(2 * time.Minute); ; {
-			rep, err := checker.Check(readLogs(ctx, t, e, retries || cfg.noSettle), opts)
+			rep, err := checker.Check(readLogs(ctx, t, e, retries || cfg.noSettle, watch), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,14 +337,30 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 			t.Logf("logs of router %s (last lines):\n%s", name, tailLines(r.logs.String(), 30))
 		}
 	}
+
+	// the routers stop (a clean stop marks their partitions released);
+	// then what the cleaner removed, and every store against the changelog
+	for _, name := range slices.Sorted(maps.Keys(c.routers)) {
+		if r := c.routers[name]; r.running() {
+			r.stop(t)
+		}
+	}
+	watch.caughtUp(ctx, t, 2*time.Minute)
+	res.stateCleaned = cleanerReport(ctx, t, watch, stateTopic)
+	res.breakersCleaned = cleanerReport(ctx, t, watch, breakersTopic)
+	t.Logf("log cleaner: %s", res.stateCleaned)
+	t.Logf("log cleaner: %s", res.breakersCleaned)
+	res.storeTasks = checkStores(ctx, t, e, c.dirs)
 	return res
 }
 
 // readLogs reads every input and output topic to its committed end, and
-// withState the tombstones of the state changelog. End is when the last
-// topic was read: the router may commit while the topics are read one after
-// another, and a record read was decided before its read.
-func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker.Logs {
+// withState the tombstones of the state changelog: those a read finds, and
+// those the watch read as they were written (the cleaner removes a
+// tombstone delete.retention.ms after it first passed it). End is when the
+// last topic was read: the router may commit while the topics are read one
+// after another, and a record read was decided before its read.
+func readLogs(ctx context.Context, t *testing.T, e *env, withState bool, watch *topicWatch) checker.Logs {
 	t.Helper()
 	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
 	logs := checker.Logs{
@@ -321,14 +373,9 @@ func readLogs(ctx context.Context, t *testing.T, e *env, withState bool) checker
 		Alerts:     readTopic(ctx, t, topic("alerts"), true),
 	}
 	if withState { // the changelog's tombstones are all the checker reads of it
-		for _, rec := range readTopic(ctx, t, e.prefix+"faultrouter.state", true) {
-			if rec.Value == nil {
-				logs.State = append(logs.State, rec)
-			}
-		}
-		if logs.State == nil {
-			logs.State = []*kgo.Record{}
-		}
+		state := e.prefix + "faultrouter.state"
+		watch.caughtUp(ctx, t, 2*time.Minute)
+		logs.State = withTombstones(readTopic(ctx, t, state, true), watch.tombstonesOf(state))
 	}
 	logs.Breakers = capturedBreakers(ctx, t, e)
 	logs.End = time.Now()

@@ -130,6 +130,9 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.segment.bytes=67108864
 transaction.partition.verification.enable=true
+# the log cleaner looks for work every second, not every 15 s: topics that a
+# test gives a short segment.ms are compacted while it runs
+log.cleaner.backoff.ms=1000
 PROPS
 	if [[ $sasl == 1 ]]; then
 		cat >>"$dir/server.properties" <<PROPS
