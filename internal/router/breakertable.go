@@ -143,28 +143,12 @@ func (t *breakerTable) run(ctx context.Context, clientOpts []kgo.Opt) {
 // first time): to the last stable offsets it had when it started (then the
 // table is loaded), and on while ctx lasts.
 func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
-	opts := append(append([]kgo.Opt{}, clientOpts...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // a transaction's marker may be the last offset before the end
-	)
-	t.mu.Lock()
-	if len(t.read) == 0 {
-		opts = append(opts, kgo.ConsumeTopics(t.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	} else {
-		from := map[int32]kgo.Offset{}
-		for p, n := range t.read {
-			from[p] = kgo.NewOffset().At(n)
-		}
-		opts = append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.topic: from}),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	}
-	t.mu.Unlock()
-	cl, err := kgo.NewClient(opts...)
+	adm, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), t.topic)
+	ranges, err := scan.Committed(ctx, kadm.NewClient(adm), t.topic)
+	adm.Close()
 	if err != nil {
 		return err
 	}
@@ -172,6 +156,28 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		t.log.Warn("the breakers topic has more than one partition (an earlier release created it with --partitions): this release writes to partition 0 only and reads the records of the others as written before every record of partition 0; `faultrouter topics check` names it",
 			"topic", t.topic, "partitions", n)
 	}
+	// every partition, from where the table has read it to (its start, the
+	// first time)
+	from := map[int32]kgo.Offset{}
+	t.mu.Lock()
+	for p := range ranges[t.topic] {
+		if n, ok := t.read[p]; ok {
+			from[p] = kgo.NewOffset().At(n)
+		} else {
+			from[p] = kgo.NewOffset().AtStart()
+		}
+	}
+	t.mu.Unlock()
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, clientOpts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.topic: from}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // an offset the cleaner removed: the next one kept
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), // a transaction's marker may be the last offset before the end
+	)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	for {
 		t.mu.Lock()
 		if !t.done && !t.behind(rangeEnds(ranges[t.topic])) {
