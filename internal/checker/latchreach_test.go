@@ -374,3 +374,46 @@ func TestLatchStretches(t *testing.T) {
 		})
 	}
 }
+
+// Guards breaker.item_record: a hallucination that latches its template
+// without its item record on the breakers topic is reported (no instance
+// but its own would hold the template), and so is a reviewer's decision of
+// the item without its tombstone; with both records it passes.
+func TestItemRecords(t *testing.T) {
+	write := func(t *testing.T, open, tomb bool) *Report {
+		b := newLog(t)
+		hd, h, st := b.hallucinated(0, "h-1")
+		b.latched("h-1", hd.DecidedAt)
+		if open {
+			b.item("tpl", "h-1", "a", 7, hd.DecidedAt.Time, true)
+		}
+		b.rejected(0, "h-1", &h, st, b.t0.Add(time.Minute))
+		if !tomb { // rejected wrote it: take it back out with its marker
+			b.logs.Breakers = b.logs.Breakers[:len(b.logs.Breakers)-2]
+		}
+		return b.check()
+	}
+	if rep := write(t, true, true); rep.ViolationsByCheck["breaker.item_record"] != 0 {
+		t.Fatalf("both records written, yet: %v", rep.Violations)
+	}
+	for _, tc := range []struct {
+		name       string
+		open, tomb bool
+		detail     string
+	}{
+		{"no item", false, true, "no item record"},
+		{"no tombstone", true, false, "no tombstone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := write(t, tc.open, tc.tomb)
+			if rep.ViolationsByCheck["breaker.item_record"] != 1 {
+				t.Fatalf("%d breaker.item_record violations, want 1: %v", rep.ViolationsByCheck["breaker.item_record"], rep.Violations)
+			}
+			for _, v := range rep.Violations {
+				if v.Check == "breaker.item_record" && (v.Task != "h-1" || !strings.Contains(v.Detail, tc.detail)) {
+					t.Errorf("the violation does not name the task and what is missing: %+v", v)
+				}
+			}
+		})
+	}
+}
