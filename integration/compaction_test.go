@@ -20,12 +20,12 @@ import (
 
 // The checker's runs route while Kafka's log cleaner compacts the state
 // changelog and the breakers topic under them: both topics are created
-// before the first router starts, as topics/ declares them (with the run's
-// partition count), plus cleaner settings that make the cleaner work within
-// seconds (cleanerConfigs). A watcher reads both topics as they are written,
-// so that what the cleaner removed can be told after the run, and so that
-// the checker sees every tombstone the router wrote, also those the cleaner
-// removed before the logs were read.
+// before the first router starts, as the routers would create them from
+// topics/ with the run's --partitions, plus cleaner settings that make the
+// cleaner work within seconds (cleanerConfigs). A watcher reads both topics
+// as they are written, so that what the cleaner removed can be told after
+// the run, and so that the checker sees every tombstone the router wrote,
+// also those the cleaner removed before the logs were read.
 
 // cleanerConfigs are the compacted topics' settings in a checker run: a
 // segment is closed (and so cleanable) a few seconds after it began, the
@@ -40,9 +40,9 @@ var cleanerConfigs = map[string]string{
 }
 
 // createCompactedTopics creates the state changelog and the breakers topic
-// of e with partitions partitions (the routers' --partitions) and the
-// cleaner settings, before a router creates them from topics/. It returns
-// their names.
+// of e as the routers would with --partitions partitions (the ordered
+// breakers topic keeps its own count), with the cleaner settings, before a
+// router creates them from topics/. It returns their names.
 func createCompactedTopics(ctx context.Context, t *testing.T, e *env, partitions int32) (state, breakers string) {
 	t.Helper()
 	set, err := topicspec.Load(e.prefix)
