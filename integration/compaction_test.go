@@ -40,9 +40,9 @@ var cleanerConfigs = map[string]string{
 }
 
 // createCompactedTopics creates the state changelog and the breakers topic
-// of e as the routers would with --partitions partitions (the ordered
-// breakers topic keeps its own count), with the cleaner settings, before a
-// router creates them from topics/. It returns their names.
+// of e as the routers would with --partitions partitions, with the cleaner
+// settings, before a router creates them from topics/. It returns their
+// names.
 func createCompactedTopics(ctx context.Context, t *testing.T, e *env, partitions int32) (state, breakers string) {
 	t.Helper()
 	set, err := topicspec.Load(e.prefix)
