@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/internal/scan"
 )
 
 // halluc is the output of a MODEL_HALLUCINATION.
@@ -139,6 +143,146 @@ func TestALateResetKeepsTheNewerLatch(t *testing.T) {
 	e.cli("", "review", "decide", "--task", "lr-halluc-1", "--reject", "--reason", "fabricated refund", "--reviewer", "ana")
 	if !waitFor(60*time.Second, func() bool { return len(e.retriesPublished(0)) == len(tasks) }) {
 		t.Fatalf("after the newer item was decided, %d of %d retries were published\n%s", len(e.retriesPublished(0)), len(tasks), logs())
+	}
+	for id, n := range e.retriesPublished(2 * time.Second) {
+		if n != 1 {
+			t.Errorf("task %s: %d retries, want 1", id, n)
+		}
+	}
+}
+
+// breakerLog reads every record of the breakers topic from its log start to
+// its last stable offset: what the cleaner has left of it.
+func breakerLog(t *testing.T, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	seeds := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*kgo.Record
+	if err := scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
+		out = append(out, b.Records...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Guards a latch through compaction and restarts, on the real broker:
+// three instances; a hallucination on one latches a prompt template on
+// all; states of that template are written after the latch by instances
+// that had not read it (HALF_OPEN, CLOSED), and the breakers topic is
+// compacted under them (the test waits until the cleaner has removed the
+// earlier of those states). Then every instance is restarted, one at a
+// time, with an empty state directory: none publishes a retry into the
+// template while its item is open. Once a reviewer decides the item, every
+// held retry is published exactly once.
+func TestALatchOutlivesCompactionAndRestarts(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, breakersTopic := createCompactedTopics(ctx, t, e, 3)
+	cancel()
+	rs := map[string]*router{}
+	for _, n := range []string{"a", "b", "c"} {
+		rs[n] = e.startRouter(n, t.TempDir())
+	}
+	logs := func() string {
+		var s strings.Builder
+		for _, n := range []string{"a", "b", "c"} {
+			fmt.Fprintf(&s, "router %s:\n%s\n", n, rs[n].logs.String())
+		}
+		return s.String()
+	}
+	const tpl = "compacted-v1"
+	withTpl := func(line string) string {
+		return strings.Replace(line, `"prompt_template":"support-v3"`, `"prompt_template":"`+tpl+`"`, 1)
+	}
+	latchedOn := func() map[string]int {
+		by := map[string]int{}
+		for _, x := range e.tailNow("alerts") {
+			if str(x, "scope") == "PROMPT_TEMPLATE" && str(x, "key") == tpl && str(x, "kind") == "TRANSITION" {
+				by[str(x, "instance")+" "+str(x, "to")]++
+			}
+		}
+		return by
+	}
+	e.cli(withTpl(taskEvent("h-1", "cp-halluc", 1, halluc)), "produce", "--topic", "ingress")
+	if !waitFor(30*time.Second, func() bool {
+		by := latchedOn()
+		return by["a OPEN"] == 1 && by["b OPEN"] == 1 && by["c OPEN"] == 1
+	}) {
+		t.Fatalf("the template latched on %v, want a, b and c\n%s", latchedOn(), logs())
+	}
+	tasks := e.decideTimeouts(withTpl, "cp", logs)
+
+	// states of the template by instances that had not read the latch, the
+	// latest a CLOSED (a tombstone), then the cleaner
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.DefaultProduceTopic(breakersTopic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())) // partition 0, as the routers write
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	stateKey := []byte("PROMPT_TEMPLATE/" + tpl)
+	write := func(key, value []byte, writer string) {
+		t.Helper()
+		rec := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{{Key: "faultrouter.breaker.instance", Value: []byte(writer)}}}
+		if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	halfOpen := fmt.Sprintf(`{"scope":"PROMPT_TEMPLATE","key":%q,"state":"HALF_OPEN","latched":false,"reason":"cooldown over","updated_at":%q,"instance":"b"}`,
+		tpl, time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
+	cleaned := func() bool {
+		n := 0
+		for _, r := range breakerLog(t, breakersTopic) {
+			if string(r.Key) == string(stateKey) {
+				n++
+			}
+		}
+		return n <= 1
+	}
+	for range 5 {
+		write(stateKey, []byte(halfOpen), "b")
+		write(stateKey, nil, "c")
+	}
+	if !waitFor(120*time.Second, func() bool {
+		time.Sleep(3500 * time.Millisecond) // past segment.ms: this write rolls the segment
+		write([]byte("DOWNSTREAM/compaction-filler"), nil, "c")
+		return cleaned()
+	}) {
+		t.Fatalf("the cleaner did not compact %s within 120 s", breakersTopic)
+	}
+	if it := e.breakerRecords()["item/PROMPT_TEMPLATE/cp-halluc/"+tpl]; !it.live {
+		t.Fatalf("cp-halluc's latch item is not live on the compacted breakers topic: %+v", it)
+	}
+
+	held := func(when string) {
+		t.Helper()
+		time.Sleep(3 * time.Second)
+		if got := e.retriesPublished(time.Second); len(got) != 0 {
+			t.Fatalf("%s: retries published into the latched template: %v\n%s", when, got, logs())
+		}
+	}
+	held("after the compaction")
+	for _, n := range []string{"a", "b", "c"} {
+		rs[n].stop(t)
+		rs[n] = e.startRouter(n, t.TempDir())
+		held("after " + n + " restarted with an empty state directory")
+	}
+
+	e.cli("", "review", "decide", "--task", "cp-halluc", "--reject", "--reason", "fabricated refund", "--reviewer", "ana")
+	if !waitFor(60*time.Second, func() bool { return len(e.retriesPublished(0)) == len(tasks) }) {
+		t.Fatalf("after the item was decided, %d of %d retries were published\n%s", len(e.retriesPublished(0)), len(tasks), logs())
 	}
 	for id, n := range e.retriesPublished(2 * time.Second) {
 		if n != 1 {

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -152,10 +153,6 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 	if err != nil {
 		return err
 	}
-	if n := len(ranges[t.topic]); n != 1 {
-		t.log.Warn("the breakers topic has more than one partition (an earlier release created it with --partitions): this release writes to partition 0 only and reads the records of the others as written before every record of partition 0; `faultrouter topics check` names it",
-			"topic", t.topic, "partitions", n)
-	}
 	// every partition, from where the table has read it to (its start, the
 	// first time)
 	from := map[int32]kgo.Offset{}
@@ -233,9 +230,10 @@ func (t *breakerTable) behind(ends map[int32]int64) bool {
 	return false
 }
 
-// legacy moves the offsets of partitions other than 0 of a breakers topic
-// an earlier release created with several partitions before every offset
-// of partition 0, which is the only one written now.
+// legacy moves the offsets of the breakers topic's partitions other than 0
+// (`run --partitions` gives it several, as earlier releases expect, which
+// wrote there by key) before every offset of partition 0, the only one
+// written now, whose offsets order every record.
 const legacy = int64(1) << 62
 
 // apply reads one record of the topic (under mu).
@@ -273,7 +271,14 @@ func (t *breakerTable) applyItem(rec *kgo.Record, key, writer string) {
 		t.readBack(key)
 	}
 	if rec.Value == nil {
-		t.book.End(key, rec.Offset)
+		end := rec.Offset
+		if end < 0 {
+			// an earlier release's decision of the item, written by key to
+			// another partition: it came after the item, whatever partition
+			// the item is on
+			end = math.MaxInt64
+		}
+		t.book.End(key, end)
 		return
 	}
 	sc, err := breaker.ParseScope(it.Scope)

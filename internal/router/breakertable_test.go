@@ -519,3 +519,37 @@ func TestUnusedBreakersAreLetGo(t *testing.T) {
 		t.Fatalf("letting go of %d OPEN breakers wrote %d tombstones of their keys, want %d", len(refs), tombs, len(refs))
 	}
 }
+
+// Guards the records an earlier release wrote by key to the breakers
+// topic's other partitions: read as written before partition 0's, an
+// item there is ended by a RESET on partition 0, and its decision (a
+// tombstone there) ends the item wherever it was opened.
+func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
+	r := adoptRouter(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	old := itemRec(t, "h-old", "old", true)
+	old.Partition, old.Offset = 2, 900
+	r.brk.table.mu.Lock()
+	r.brk.table.apply(old)
+	r.brk.table.mu.Unlock()
+	step(r, t0, true, nil)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("an earlier release's item did not latch the template")
+	}
+	feed(r, resetRec(t, tplRef, "ops")) // partition 0, offset 0
+	step(r, t0.Add(time.Second), true, nil)
+	if r.brk.set.Latched(tplRef) {
+		t.Fatal("a RESET on partition 0 did not end an item an earlier release wrote to partition 2 at a higher offset")
+	}
+
+	readBack(r, hallucinate(t, r, "h-2", "tpl", t0.Add(2*time.Second)))
+	tomb := itemRec(t, "h-2", "old", false)
+	tomb.Partition, tomb.Offset = 1, 3
+	r.brk.table.mu.Lock()
+	r.brk.table.apply(tomb)
+	r.brk.table.mu.Unlock()
+	step(r, t0.Add(3*time.Second), true, nil)
+	if r.brk.set.Latched(tplRef) {
+		t.Fatal("an earlier release's decision of an item (a tombstone on partition 1) did not end it")
+	}
+}

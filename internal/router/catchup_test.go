@@ -67,7 +67,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bcl := testClient(t, w.seeds, breakers)
+	bcl := testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), breakers) // partition 0, as the product writes
 	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ const latchBreakers = "faultrouter.breakers" // topics/breakers.yaml, applied by
 
 func latchStart(t *testing.T) *latchWorld {
 	w := &latchWorld{lcWorld: lcStart(t, 3), tpl: "tpl-latched"}
-	w.breakers = testClient(t, w.seeds, latchBreakers)
+	w.breakers = testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), latchBreakers) // partition 0, as the product writes
 	return w
 }
 

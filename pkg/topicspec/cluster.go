@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -110,12 +109,6 @@ func (s Set) Ensure(ctx context.Context, adm *kadm.Client, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
-	problems = slices.DeleteFunc(problems, func(p Problem) bool {
-		if p.Tolerated && log != nil {
-			log.Warn("topic differs from its spec; running with it", "problem", p.Error())
-		}
-		return p.Tolerated
-	})
 	if len(problems) > 0 {
 		return &CheckError{Problems: problems}
 	}

@@ -27,11 +27,6 @@ type Problem struct {
 	Want string
 	// Got is what the cluster has; empty for a config the broker did not report.
 	Got string
-	// Tolerated marks a problem the router runs with (Ensure leaves it out
-	// of its error; `topics check` reports it): an Ordered topic with more
-	// partitions than one, as an earlier release created the breakers
-	// topic. Its readers take partition 0's offsets as the order.
-	Tolerated bool
 }
 
 // Error returns the problem as one sentence.
@@ -102,8 +97,7 @@ func compare(s Set, got map[string]observed) []Problem {
 		}
 		if o.Partitions != sp.Partitions {
 			problems = append(problems, Problem{Topic: sp.Name, Field: FieldPartitions,
-				Want: fmt.Sprint(sp.Partitions), Got: fmt.Sprint(o.Partitions),
-				Tolerated: sp.Ordered && o.Partitions > sp.Partitions})
+				Want: fmt.Sprint(sp.Partitions), Got: fmt.Sprint(o.Partitions)})
 		}
 		if o.ReplicationFactor != sp.ReplicationFactor {
 			problems = append(problems, Problem{Topic: sp.Name, Field: FieldReplicationFactor,

@@ -20,9 +20,8 @@ func observedFrom(s Set) map[string]observed {
 }
 
 // Guards the comparison at the heart of `topics check`: each kind of
-// contradiction is one Problem, configs outside the spec are ignored, list
-// values compare as sets, and an ordered topic (breakers) with more
-// partitions than its one is a problem the router tolerates.
+// contradiction is one Problem, configs outside the spec are ignored, and
+// list values compare as sets.
 func TestCompare(t *testing.T) {
 	s, err := Load("")
 	if err != nil {
@@ -61,11 +60,6 @@ func TestCompare(t *testing.T) {
 			{Topic: "ai.tasks.review.decisions", Field: FieldPartitions, Want: "6", Got: "12"},
 			{Topic: "faultrouter.state", Field: FieldPartitions, Want: "6", Got: "12"},
 		}},
-		{"breakers with the partitions an earlier release gave it: tolerated", func(g map[string]observed) {
-			o := g["faultrouter.breakers"]
-			o.Partitions = 6
-			g["faultrouter.breakers"] = o
-		}, []Problem{{Topic: "faultrouter.breakers", Field: FieldPartitions, Want: "1", Got: "6", Tolerated: true}}},
 		{"decisions not co-partitioned", func(g map[string]observed) {
 			o := g["ai.tasks.review.decisions"]
 			o.Partitions = 3

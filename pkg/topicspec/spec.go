@@ -40,10 +40,6 @@ type Spec struct {
 	Name string `yaml:"name"`
 	// Partitions is the partition count, at least 1.
 	Partitions int32 `yaml:"partitions"`
-	// Ordered marks a topic whose records are ordered across keys (its
-	// readers compare their offsets): it keeps its one partition whatever
-	// partition count WithPartitions sets for the others.
-	Ordered bool `yaml:"ordered"`
 	// ReplicationFactor is the number of replicas of each partition, at least 1.
 	ReplicationFactor int16 `yaml:"replication_factor"`
 	// Configs are topic configs (retention.ms, cleanup.policy, ...). Check
@@ -213,15 +209,12 @@ func (s Set) Names() []string {
 }
 
 // WithPartitions returns a copy of s in which every topic has n partitions
-// (so ingress, decisions and state stay co-partitioned), but an Ordered one,
-// which keeps its spec's count (the breakers topic: one). The default is the
+// (so ingress, decisions and state stay co-partitioned). The default is the
 // count in each spec file (6). Validate rejects n < 1.
 func (s Set) WithPartitions(n int32) Set {
 	out := Set{specs: s.Specs()}
 	for i := range out.specs {
-		if !out.specs[i].Ordered {
-			out.specs[i].Partitions = n
-		}
+		out.specs[i].Partitions = n
 	}
 	return out
 }

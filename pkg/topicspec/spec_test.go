@@ -147,8 +147,7 @@ func TestLoadRejectsBadSpecs(t *testing.T) {
 }
 
 // Guards the overrides `run` uses: partitions apply to every topic (keeping
-// co-partitioning) but the breakers topic, whose one partition orders its
-// records across keys; a replication factor of 3 raises min.insync.replicas to 2,
+// co-partitioning), a replication factor of 3 raises min.insync.replicas to 2,
 // the original set is not changed, and nonsense values fail Validate.
 func TestOverrides(t *testing.T) {
 	s, err := Load("")
@@ -160,13 +159,9 @@ func TestOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sp := range o.Specs() {
-		want := int32(12)
-		if sp.Short == "breakers" {
-			want = 1
-		}
-		if sp.Partitions != want || sp.ReplicationFactor != 3 || sp.Configs["min.insync.replicas"] != "2" {
-			t.Errorf("%s: partitions %d, rf %d, min.insync.replicas %s; want %d, 3, 2",
-				sp.Short, sp.Partitions, sp.ReplicationFactor, sp.Configs["min.insync.replicas"], want)
+		if sp.Partitions != 12 || sp.ReplicationFactor != 3 || sp.Configs["min.insync.replicas"] != "2" {
+			t.Errorf("%s: partitions %d, rf %d, min.insync.replicas %s; want 12, 3, 2",
+				sp.Short, sp.Partitions, sp.ReplicationFactor, sp.Configs["min.insync.replicas"])
 		}
 	}
 	if sp, _ := s.Spec("ingress"); sp.Partitions != 6 || sp.ReplicationFactor != 1 || sp.Configs["min.insync.replicas"] != "1" {
