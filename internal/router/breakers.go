@@ -134,6 +134,8 @@ type breakers struct {
 	// topic to be read for the assignment (publishing), zero while they do
 	// not; waitLogged when that was last logged
 	waitingSince, waitLogged time.Time
+	// lastBatch is when the last batch began (wall clock): refresh
+	lastBatch time.Time
 
 	// events are the transitions and alerts queued by the batch, logged
 	// and counted once its transaction commits (commit)

@@ -194,14 +194,16 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		if ferr != nil {
 			return ferr
 		}
+		// a fetch is applied whole: a batch never takes a RESET without the
+		// item written after it in the same fetch
+		t.mu.Lock()
 		fetches.EachRecord(func(rec *kgo.Record) {
-			t.mu.Lock()
-			defer t.mu.Unlock()
 			t.read[rec.Partition] = max(t.read[rec.Partition], rec.Offset+1)
 			if !rec.Attrs.IsControl() {
 				t.apply(rec)
 			}
 		})
+		t.mu.Unlock()
 	}
 }
 
@@ -604,6 +606,43 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 		}
 	}
 	k.log.Info("breakers topic read to its end for the assignment", "topic", t.topic, "took", time.Since(began).Round(time.Millisecond))
+}
+
+// staleAfter is the gap between two batches (or four ticks, if longer)
+// after which the next one reads the breakers topic to its last stable
+// offsets again before it publishes (refresh): a process that was paused,
+// or starved of CPU, has a table as old as the gap, and its reader and its
+// batches go on in no set order.
+const staleAfter = 2 * time.Second
+
+// refresh lists the breakers topic's last stable offsets again and makes
+// them what the table must read before a retry is published (current),
+// when the batch began more than staleAfter after the one before. A listing
+// that fails leaves the target unknown: the next stale batch lists again.
+func (k *breakers) refresh(ctx context.Context, cl *kgo.Client, began time.Time, tick time.Duration) {
+	t := k.table
+	last := k.lastBatch
+	k.lastBatch = began
+	if t.topic == "" || last.IsZero() || began.Sub(last) <= max(staleAfter, 4*tick) {
+		return
+	}
+	t.mu.Lock()
+	t.targetGen++
+	gen := t.targetGen
+	t.target = nil
+	t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, tableCatchUp)
+	defer cancel()
+	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), t.topic)
+	if err != nil {
+		k.log.Warn("breakers topic: could not list its last stable offsets after a gap between batches; no retry is published until it is read to them",
+			"topic", t.topic, "gap", began.Sub(last).Round(time.Millisecond), "err", err)
+		k.lastBatch = last // the next batch lists again
+		return
+	}
+	t.setTarget(gen, rangeEnds(ranges[t.topic]))
+	k.log.Info("breakers topic: a gap between batches; publishing waits until the topic is read to its last stable offsets",
+		"topic", t.topic, "gap", began.Sub(last).Round(time.Millisecond))
 }
 
 // errTableStopped is catchUp's error once the reader has stopped.
