@@ -19,11 +19,11 @@ import (
 )
 
 // The checker's runs route while Kafka's log cleaner compacts the state
-// changelog and the breakers topic under them: both topics are created
-// before the first router starts, as the routers would create them from
-// topics/ with the run's --partitions, plus cleaner settings that make the
-// cleaner work within seconds (cleanerConfigs). A watcher reads both topics
-// as they are written, so that what the cleaner removed can be told after
+// changelog and the breakers topic under them: once the first router has
+// created them (as its build does, from its topics/), they get cleaner
+// settings that make the cleaner work within seconds (cleanerConfigs). A
+// watcher reads both topics as they are written, from before the cleaner
+// may remove anything, so that what the cleaner removed can be told after
 // the run, and so that the checker sees every tombstone the router wrote,
 // also those the cleaner removed before the logs were read.
 
@@ -39,10 +39,53 @@ var cleanerConfigs = map[string]string{
 	"delete.retention.ms":       "10000",
 }
 
+// compactWhileRouting gives the topics (they exist: the first router
+// created them as its build does) the cleaner settings, and checks that
+// the broker took them.
+func compactWhileRouting(ctx context.Context, t *testing.T, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var alter []kadm.AlterConfig
+	for _, k := range slices.Sorted(maps.Keys(cleanerConfigs)) {
+		alter = append(alter, kadm.AlterConfig{Op: kadm.SetConfig, Name: k, Value: kadm.StringPtr(cleanerConfigs[k])})
+	}
+	resps, err := adm.AlterTopicConfigs(ctx, alter, topics...)
+	if err != nil {
+		t.Fatalf("set the cleaner's settings of %v: %v", topics, err)
+	}
+	for _, r := range resps {
+		if r.Err != nil {
+			t.Fatalf("set the cleaner's settings of %s: %v %s", r.Name, r.Err, r.ErrMessage)
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		t.Fatalf("describe %v: %v", topics, err)
+	}
+	for _, rc := range rcs {
+		got := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				got[c.Key] = *c.Value
+			}
+		}
+		for k, v := range cleanerConfigs {
+			if got[k] != v {
+				t.Fatalf("%s: %s is %q after it was set to %q (%v)", rc.Name, k, got[k], v, rc.Err)
+			}
+		}
+	}
+}
+
 // createCompactedTopics creates the state changelog and the breakers topic
-// of e as the routers would with --partitions partitions, with the cleaner
-// settings, before a router creates them from topics/. It returns their
-// names.
+// of e as this build's routers would with --partitions partitions, with the
+// cleaner settings, before a router creates them from topics/ (a test
+// whose routers are all of this build). It returns their names.
 func createCompactedTopics(ctx context.Context, t *testing.T, e *env, partitions int32) (state, breakers string) {
 	t.Helper()
 	set, err := topicspec.Load(e.prefix)
