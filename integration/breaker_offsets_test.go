@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/faultrouter/faultrouter/internal/scan"
 )
 
 // halluc is the output of a MODEL_HALLUCINATION.
@@ -32,15 +29,6 @@ func taskOn(prefix string, p int32) string {
 			return id
 		}
 	}
-}
-
-// retriesPublished counts the retries published so far, by task.
-func (e *env) retriesPublished(settle time.Duration) map[string]int {
-	got := map[string]int{}
-	for _, r := range e.tail("retry", settle) {
-		got[str(r, "task_id")]++
-	}
-	return got
 }
 
 // Guards a RESET applied late, on the real broker: instance a routes a
@@ -141,40 +129,7 @@ func TestALateResetKeepsTheNewerLatch(t *testing.T) {
 
 	e.cli("", "review", "decide", "--task", h2, "--reject", "--reason", "fabricated refund", "--reviewer", "ana")
 	e.cli("", "review", "decide", "--task", "lr-halluc-1", "--reject", "--reason", "fabricated refund", "--reviewer", "ana")
-	if !waitFor(60*time.Second, func() bool { return len(e.retriesPublished(0)) == len(tasks) }) {
-		t.Fatalf("after the newer item was decided, %d of %d retries were published\n%s", len(e.retriesPublished(0)), len(tasks), logs())
-	}
-	for id, n := range e.retriesPublished(2 * time.Second) {
-		if n != 1 {
-			t.Errorf("task %s: %d retries, want 1", id, n)
-		}
-	}
-}
-
-// breakerLog reads every record of the breakers topic from its log start to
-// its last stable offset: what the cleaner has left of it.
-func breakerLog(t *testing.T, topic string) []*kgo.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	seeds := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}
-	cl, err := kgo.NewClient(seeds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*kgo.Record
-	if err := scan.Read(ctx, seeds, ranges, func(b *scan.Batch) error {
-		out = append(out, b.Records...)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	e.allPublishedOnce(tasks, "after the newer item was decided", logs)
 }
 
 // Guards a latch through compaction and restarts, on the real broker:
@@ -281,12 +236,5 @@ func TestALatchOutlivesCompactionAndRestarts(t *testing.T) {
 	}
 
 	e.cli("", "review", "decide", "--task", "cp-halluc", "--reject", "--reason", "fabricated refund", "--reviewer", "ana")
-	if !waitFor(60*time.Second, func() bool { return len(e.retriesPublished(0)) == len(tasks) }) {
-		t.Fatalf("after the item was decided, %d of %d retries were published\n%s", len(e.retriesPublished(0)), len(tasks), logs())
-	}
-	for id, n := range e.retriesPublished(2 * time.Second) {
-		if n != 1 {
-			t.Errorf("task %s: %d retries, want 1", id, n)
-		}
-	}
+	e.allPublishedOnce(tasks, "after the item was decided", logs)
 }
