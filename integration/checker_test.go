@@ -299,18 +299,14 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		opts.Partitions = 0
 	}
 	if cfg.previous != "" {
-		// while any instance runs the previous release, which orders latches
-		// by its writers' clocks and neither reads items as latches nor
-		// writes them where this release orders them, the latch checks hold
-		// for no instance (docs/breakers.md, Upgrades)
-		opts.SharesLatches = func(_ string, at time.Time) bool {
-			for name := range c.bins {
-				if c.binAt(name, at) == cfg.previous {
-					return false
-				}
-			}
-			return true
-		}
+		// a run that mixes in the previous release checks no latch: that
+		// release orders latches by its writers' clocks, neither reads items
+		// as latches nor writes them where this release orders them, and
+		// applies resets when it reads their commands, and what it wrote
+		// (its items' tombstones, by key on other partitions) stays on the
+		// topic after it has gone (docs/breakers.md, Upgrades); routing,
+		// retries, reviews and alerts are checked as in every run
+		opts.SharesLatches = func(string, time.Time) bool { return false }
 	}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is
