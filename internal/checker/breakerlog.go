@@ -3,6 +3,7 @@ package checker
 import (
 	"cmp"
 	"encoding/binary"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +49,13 @@ import (
 type logRec struct {
 	rec       *kgo.Record
 	committed time.Time
-	order     int64
+	// readable is when a read_committed reader could first read it: its
+	// commit, and the end of every transaction that began before it on its
+	// partition (the last stable offset stays below an open transaction's
+	// first record: a paused instance's open transaction holds back every
+	// record after it); zero while one of those never ended
+	readable time.Time
+	order    int64
 }
 
 // legacyOrder moves the records of partitions other than 0, of a breakers
@@ -116,6 +123,47 @@ func readBreakerLog(recs []*kgo.Record) breakerLog {
 			all = append(all, logRec{rec: r, committed: r.Timestamp, order: orderOf(r.Partition, r.Offset)})
 		}
 	}
+	// the transactions' spans: first record, marker and its time
+	type span struct {
+		p           int32
+		first, last int64
+		end         time.Time
+	}
+	var spans []span
+	firsts := map[txn]int64{}
+	for _, r := range sorted {
+		x := txn{r.Partition, r.ProducerID}
+		switch {
+		case r.Attrs.IsControl():
+			if f, ok := firsts[x]; ok {
+				spans = append(spans, span{r.Partition, f, r.Offset, r.Timestamp})
+				delete(firsts, x)
+			}
+		case r.Attrs.IsTransactional():
+			if _, ok := firsts[x]; !ok {
+				firsts[x] = r.Offset
+			}
+		}
+	}
+	for x, f := range firsts { // never ended while read
+		spans = append(spans, span{x.p, f, math.MaxInt64, time.Time{}})
+	}
+	for i := range all {
+		r := &all[i]
+		r.readable = r.committed
+		for _, sp := range spans {
+			if sp.p != r.rec.Partition || sp.first >= r.rec.Offset || sp.last <= r.rec.Offset {
+				continue
+			}
+			if sp.end.IsZero() {
+				r.readable = time.Time{}
+				break
+			}
+			if !r.readable.IsZero() && sp.end.After(r.readable) {
+				r.readable = sp.end
+			}
+		}
+	}
 	for i, r := range all {
 		if !aborted[i] {
 			l.recs = append(l.recs, r)
@@ -160,8 +208,8 @@ func writer(r *kgo.Record, valueInstance string) string {
 
 // hold is one latch item's hold on its prompt template, from the breakers
 // topic: the item record at offset (its key, its task, written by by at
-// from, committed at committed), held on every instance latchReach after
-// its commit until to (the timestamp of the record that ended it, its
+// from, readable with read_committed from committed: logRec.readable),
+// held on every instance latchReach after that until to (the timestamp of the record that ended it, its
 // tombstone or a RESET of the template; zero while it lasts). aboveReset is
 // the offset of the template's RESET it was written after (-1: none);
 // endedBy what ended it; checked false when unread offsets lie between the
@@ -238,8 +286,9 @@ func (c *checker) breakerTopic() {
 		}
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: it.Key}
 		resetKey := event.BreakerResetKey(it.Scope, it.Key)
+		// held everywhere once every instance could read it
 		h := hold{key: key, task: it.TaskID, by: writer(r.rec, it.Instance), offset: r.rec.Offset, from: it.OpenedAt.Time,
-			committed: r.committed, aboveReset: -1}
+			committed: r.readable, aboveReset: -1}
 		if !c.sharesLatches(h.by, h.from) {
 			continue // a release that keeps its latches in its own memory
 		}

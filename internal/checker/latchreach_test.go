@@ -304,6 +304,12 @@ func TestBreakerLogHolds(t *testing.T) {
 				r.Partition = 1
 			}
 		}, []want{{"h-1", s(1), s(5), true}}},
+		{"an item behind another instance's open transaction holds once that ends", func(b *logBuilder) {
+			// b's transaction (paused) began before a's item and ends 9 s later
+			b.breakerRec(event.BreakerStateKey("PROVIDER_MODEL", "acme/m1"), nil, "b", 8, s(0), time.Time{})
+			b.itemCommitted("tpl", "h-1", "a", 7, s(1), s(2), true)
+			b.marker(8, s(11), false)
+		}, []want{{"h-1", s(11), time.Time{}, true}}},
 		{"unread offsets after an item leave it unchecked", func(b *logBuilder) {
 			b.itemCommitted("tpl", "h-1", "a", 7, s(0), s(1), true)
 			b.breakerNext += 3 // a RESET and its marker, and a third record, removed by the log cleaner before they were read
