@@ -41,7 +41,7 @@ Verbs:
   tail      decoded records of a topic as JSON lines or text
   replay    incident analysis: a time range or one task's timeline; re-drive to ingress
   review    review decide: approve or reject a task in review
-  breaker   breaker reset: close a circuit breaker by hand
+  breaker   breaker reset | latch: close a circuit breaker by hand, or latch one open until a reset
   console   the operator console in the browser: review queue, timeline, breakers, dead letter, alerts
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
