@@ -660,7 +660,7 @@ var errTableStopped = errors.New("the breakers topic's reader has stopped")
 func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	if now.Sub(k.expired) >= expireEvery {
 		k.expired = now
-		k.transitions(k.set.Expire(now), out, now)
+		k.transitions(k.set.Expire(now, k.held.holds), out, now)
 	}
 	states, dirty := k.table.changes()
 	k.adopting = append(k.adopting, states...)

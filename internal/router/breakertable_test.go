@@ -483,8 +483,8 @@ func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
 // Guards the bound on breaker state: breakers of keys that come and go
 // (templates, models) are let go once unused for breaker.Set.Idle, an OPEN
 // one with its CLOSED shared as a tombstone of its key, so the set and the
-// breakers topic's live keys stay flat; a latched breaker is kept however
-// long it is unused.
+// breakers topic's live keys stay flat; a latched breaker, and one a retry
+// is held behind, are kept however long they are unused.
 func TestUnusedBreakersAreLetGo(t *testing.T) {
 	r := adoptRouter(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
@@ -503,11 +503,20 @@ func TestUnusedBreakersAreLetGo(t *testing.T) {
 	if n := r.brk.set.Len(); n != before+50 {
 		t.Fatalf("%d breakers, want %d", n, before+50)
 	}
+	// a retry held behind one of them: that one is kept
+	heldRef := breaker.Ref{Scope: breaker.ProviderModel, Key: "held/model"}
+	step(r, t0, true, func(b *batch) {
+		r.brk.set.Trip(heldRef, "x", breaker.Outcome{}, t0)
+		r.brk.set.Reset(heldRef, "x", t0)
+		r.brk.set.Adopt(heldRef, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
+		r.brk.held.put("t-held", 0, []breaker.Ref{heldRef})
+	})
 	idle := r.brk.set.Idle(breaker.ProviderModel)
 	later := t0.Add(idle + expireEvery + time.Second)
 	b := step(r, later, true, nil)
-	if n := r.brk.set.Len(); n != 1 || !r.brk.set.Latched(tplRef) {
-		t.Fatalf("%d breakers after %s unused (latched template kept: %v), want only the latched template", n, idle, r.brk.set.Latched(tplRef))
+	if n := r.brk.set.Len(); n != 2 || !r.brk.set.Latched(tplRef) || r.brk.set.State(heldRef) != breaker.Open {
+		t.Fatalf("%d breakers after %s unused (latched template kept: %v, the one a retry is held behind: %s), want those two",
+			n, idle, r.brk.set.Latched(tplRef), r.brk.set.State(heldRef))
 	}
 	tombs := 0
 	for _, rec := range b.out {

@@ -270,6 +270,12 @@ func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
 	return out
 }
 
+// holds reports whether a retry is held behind ref.
+func (h *heldSet) holds(ref breaker.Ref) bool {
+	i, ok := h.refIdx[ref]
+	return ok && len(h.byRef[i]) > 0
+}
+
 func (h *heldSet) begin() { h.undo = map[string]*heldRetry{} }
 
 func (h *heldSet) commit() {

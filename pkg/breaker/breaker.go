@@ -654,23 +654,25 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 
 // Idle is how long a breaker of a scope goes unused (no outcome counted,
 // no retry asked about, no change) before Expire lets it go: twice its
-// cooldown and window. A breaker held open that long has no retry held
-// behind it here (a held retry asks at the end of the cooldown and every
-// recheck after) and no outcome to count: its key is no longer used.
+// cooldown and window, and at least four rechecks (a held retry asks at the
+// end of the cooldown and every recheck after). Its key is no longer used.
 func (s *Set) Idle(sc Scope) time.Duration {
-	return 2 * (s.cfg[sc].Cooldown + s.cfg[sc].Window)
+	cooldown := s.cfg[sc].Cooldown
+	return max(2*(cooldown+s.cfg[sc].Window), 4*time.Duration(recheck(cooldown.Milliseconds()))*time.Millisecond)
 }
 
-// Expire lets go of the breakers not used for Idle, latched ones aside:
-// one OPEN or HALF_OPEN closes (the transitions it returns), and each is
-// forgotten, so that keys that came and went (templates, models, actions)
-// leave nothing behind. A key used again starts a new breaker, CLOSED.
-func (s *Set) Expire(now time.Time) []Transition {
+// Expire lets go of the breakers not used for Idle, latched ones aside and
+// those keep keeps (nil: none; a router keeps the breakers it holds retries
+// behind): one OPEN or HALF_OPEN closes (the transitions it returns), and
+// each is forgotten, so that keys that came and went (templates, models,
+// actions) leave nothing behind. A key used again starts a new breaker,
+// CLOSED.
+func (s *Set) Expire(now time.Time, keep func(Ref) bool) []Transition {
 	var ts []Transition
 	ms := now.UnixMilli()
 	for _, ref := range s.sortedRefs() {
 		b := s.breakers[ref]
-		if b.latched || ms-b.used < s.Idle(ref.Scope).Milliseconds() {
+		if b.latched || ms-b.used < s.Idle(ref.Scope).Milliseconds() || keep != nil && keep(ref) {
 			continue
 		}
 		if b.state != Closed {
