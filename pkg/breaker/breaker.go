@@ -637,8 +637,14 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 	switch sh.State {
 	case Open:
 		b.latched = sh.Latched
-		if !sh.OpenedAt.IsZero() {
+		switch {
+		case sh.OpenedAt.IsZero():
+		case changed:
 			b.openedAt = sh.OpenedAt.UnixMilli()
+		default:
+			// already OPEN here: another instance's earlier opening does not
+			// shorten the cooldown this one began
+			b.openedAt = max(b.openedAt, sh.OpenedAt.UnixMilli())
 		}
 		if changed && sh.Elsewhere {
 			b.wait = b.openedAt + cooldown + recheck(cooldown)

@@ -555,3 +555,25 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("adopting CLOSED left the latch: %v", ts)
 	}
 }
+
+// Guards the cooldown an instance began: a breaker already OPEN here that
+// adopts another instance's OPEN with an earlier opening time keeps its own
+// (later) one, so it does not half-open before its own cooldown ends.
+func TestAdoptOpenKeepsTheLaterOpening(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.5, Cooldown: 30 * time.Second, HalfOpenProbes: 1}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := Ref{Scope: ProviderModel, Key: "acme/m1"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	s.Record(Outcome{Ref: ref, Failure: true}, t0)
+	s.Record(Outcome{Ref: ref, Failure: true}, t0)
+	if s.State(ref) != Open {
+		t.Fatalf("state %s, want OPEN", s.State(ref))
+	}
+	s.Adopt(ref, Shared{State: Open, OpenedAt: t0.Add(-25 * time.Second), Elsewhere: true}, "adopted", t0.Add(time.Second))
+	if ok, _ := s.Allow([]Ref{ref}, t0.Add(29*time.Second)); ok || s.State(ref) != Open {
+		t.Fatalf("29 s after it opened here the breaker is %s (allowed %v), want OPEN: its own cooldown is 30 s", s.State(ref), ok)
+	}
+}
