@@ -665,12 +665,14 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	states, dirty := k.table.changes()
 	k.adopting = append(k.adopting, states...)
 	k.checked = append(k.checked, dirty...)
-	for i := range states {
-		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
-	}
+	// latches first: a latched breaker ignores the states (a process that
+	// starts adopts no OPEN or CLOSED of a template its items latch)
 	for _, ref := range dirty {
 		k.syncLatch(ref, out, now)
 		k.tidy(ref, out, now)
+	}
+	for i := range states {
+		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
 	}
 	k.gauges()
 }

@@ -562,3 +562,28 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 		t.Fatal("an earlier release's decision of an item (a tombstone on partition 1) did not end it")
 	}
 }
+
+// Guards the order a batch applies what it read: latches before states. A
+// template OPEN here on its failure rate, whose latch item and another
+// instance's CLOSED arrive together, stays OPEN and is latched, with no
+// CLOSED transition in between (a CLOSED of a template an item holds would
+// tell the alerts topic, and the console, that it reopened).
+func TestLatchesApplyBeforeStates(t *testing.T) {
+	r := adoptRouter(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	feed(r, stateRec(t, tplRef, breaker.Open.String(), "c", false, t0))
+	step(r, t0, true, nil)
+	if r.brk.set.State(tplRef) != breaker.Open || r.brk.set.Latched(tplRef) {
+		t.Fatalf("the template is %s (latched %v), want OPEN, not latched", r.brk.set.State(tplRef), r.brk.set.Latched(tplRef))
+	}
+	feed(r, itemRec(t, "h-1", "a", true), stateRec(t, tplRef, breaker.Closed.String(), "c", false, t0.Add(time.Second)))
+	step(r, t0.Add(2*time.Second), true, nil)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("the template is not latched by h-1's item")
+	}
+	for _, e := range r.brk.events {
+		if e.To == breaker.Closed.String() {
+			t.Fatalf("the batch closed the template on its way to the latch: %+v", r.brk.events)
+		}
+	}
+}
