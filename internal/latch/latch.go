@@ -200,12 +200,6 @@ func (b *Book) Obsolete(ref breaker.Ref) bool {
 	return true
 }
 
-// LastReset returns the offset of ref's last RESET record.
-func (b *Book) LastReset(ref breaker.Ref) (int64, bool) {
-	r, ok := b.resets[ref]
-	return r, ok
-}
-
 // MarkDirty adds ref to the breakers Dirty returns.
 func (b *Book) MarkDirty(ref breaker.Ref) { b.dirty[ref] = true }
 

@@ -31,7 +31,6 @@ package router
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -499,6 +498,17 @@ func (t *breakerTable) dirtyAgain(refs []breaker.Ref) {
 	}
 }
 
+// retarget begins a new wait (an assignment, or a batch after a gap):
+// no retry is published until its target is set (setTarget) and read. It
+// returns the wait's number.
+func (t *breakerTable) retarget() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.targetGen++
+	t.target = nil
+	return t.targetGen
+}
+
 // setTarget makes ends what the table must read before the assignment
 // numbered gen may publish retries (current).
 func (t *breakerTable) setTarget(gen uint64, ends map[int32]int64) {
@@ -556,11 +566,7 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	if t.topic == "" {
 		return
 	}
-	t.mu.Lock()
-	t.targetGen++
-	gen := t.targetGen
-	t.target = nil
-	t.mu.Unlock()
+	gen := t.retarget()
 	began := time.Now()
 	adm := kadm.NewClient(cl)
 	list := func(ctx context.Context) error {
@@ -626,11 +632,7 @@ func (k *breakers) refresh(ctx context.Context, cl *kgo.Client, began time.Time,
 	if t.topic == "" || last.IsZero() || began.Sub(last) <= max(staleAfter, 4*tick) {
 		return
 	}
-	t.mu.Lock()
-	t.targetGen++
-	gen := t.targetGen
-	t.target = nil
-	t.mu.Unlock()
+	gen := t.retarget()
 	ctx, cancel := context.WithTimeout(ctx, tableCatchUp)
 	defer cancel()
 	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), t.topic)
@@ -644,9 +646,6 @@ func (k *breakers) refresh(ctx context.Context, cl *kgo.Client, began time.Time,
 	k.log.Info("breakers topic: a gap between batches; publishing waits until the topic is read to its last stable offsets",
 		"topic", t.topic, "gap", began.Sub(last).Round(time.Millisecond))
 }
-
-// errTableStopped is catchUp's error once the reader has stopped.
-var errTableStopped = errors.New("the breakers topic's reader has stopped")
 
 // adoptShared applies, at the start of a batch (after begin), and again
 // when an assignment came during the batch before it publishes retries,
