@@ -24,6 +24,9 @@ type Decision struct {
 	// Prevented is set on the audit record of a decision that stopped a
 	// task: the cost a blind retry baseline would still have spent.
 	Prevented *Prevented `json:"prevented,omitempty"`
+	// Override names the policy override whose match selected the settings
+	// this decision was made with; empty when the base policy decided.
+	Override string `json:"override,omitempty"`
 }
 
 // Prevented is the cost one stop prevented, against a baseline that retries

@@ -28,7 +28,23 @@ const maxRateLimitTimes = 4
 // terminal; LastClass, LastRoute, LastEventAt, LastSeenAt, SLAMs and LastEvent
 // follow the event. A DUPLICATE_EXECUTION for a terminal task only counts the
 // event and its usage: the task's ending, review item and LastEvent stay.
+//
+// The most specific override matching the event's provider, model, action
+// and prompt template, if any, decides it with its class sections, and the
+// decision names it (Override).
 func (p *Policy) Decide(ev *event.TaskEvent, st *task.State, now time.Time) event.Decision {
+	if p.overrides != nil {
+		if o := p.resolve(ev); o != nil {
+			d := o.policy.decide(ev, st, now)
+			d.Override = o.name
+			return d
+		}
+	}
+	return p.decide(ev, st, now)
+}
+
+// decide is Decide with p's own sections.
+func (p *Policy) decide(ev *event.TaskEvent, st *task.State, now time.Time) event.Decision {
 	if st.TaskID == "" {
 		st.TaskID = ev.TaskID
 	}

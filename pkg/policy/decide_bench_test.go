@@ -17,8 +17,9 @@ import (
 // decided on its task's evolving state, as the router does.
 //
 //	go test -run='^$' -bench=Decide -benchmem ./pkg/policy
-func BenchmarkDecide(b *testing.B) {
-	p := Default()
+func BenchmarkDecide(b *testing.B) { benchmarkDecide(b, Default()) }
+
+func benchmarkDecide(b *testing.B, p *Policy) {
 	now := time.UnixMilli(1_800_000_000_000)
 	const tasks = 100
 	evs := make([][3]event.TaskEvent, tasks)

@@ -34,7 +34,8 @@ func ParseFile(name string, b []byte) (*Policy, error) {
 // key keeps its default; an unknown key or a value of the wrong type is an
 // error naming the key path (and the allowed keys); then the result is
 // validated. List values replace the default list; owners merge by owner ID.
-// Errors are *FieldError values carrying the line when known.
+// A class section of an override starts from the base policy's section, and
+// the keys it gives replace the base's values (override.go). Errors are *FieldError values carrying the line when known.
 func Parse(b []byte) (*Policy, error) {
 	p := Default()
 	var doc yaml.Node
@@ -57,6 +58,9 @@ func Parse(b []byte) (*Policy, error) {
 	}
 	if err := root.Decode(p); err != nil {
 		return nil, &FieldError{Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if err := inheritOverrides(p, root); err != nil { // override.go
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		if fe, ok := errors.AsType[*FieldError](err); ok {
@@ -99,6 +103,8 @@ func checkNode(n *yaml.Node, t reflect.Type, path string, lines map[string]int) 
 		return &FieldError{Line: n.Line, Path: path, Msg: fmt.Sprintf(msg, args...)}
 	}
 	switch t.Kind() {
+	case reflect.Pointer:
+		return checkNode(n, t.Elem(), path, lines)
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
 			return bad("want a mapping with keys %s", strings.Join(yamlKeys(t), ", "))
@@ -107,6 +113,10 @@ func checkNode(n *yaml.Node, t reflect.Type, path string, lines map[string]int) 
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			ft, ok := fields[k.Value]
+			if why, top := notOverridable[k.Value]; !ok && top && t == reflect.TypeFor[Override]() {
+				return &FieldError{Line: k.Line, Path: join(path, k.Value),
+					Msg: "not overridable: " + why + "; an override sets name, match and class sections (" + strings.Join(overridableSections(), ", ") + ")"}
+			}
 			if !ok {
 				return &FieldError{Line: k.Line, Path: join(path, k.Value),
 					Msg: "unknown key; allowed keys: " + strings.Join(yamlKeys(t), ", ")}

@@ -41,9 +41,16 @@ type Policy struct {
 	// CostPrevented states the blind baseline that cost prevented is
 	// measured against (prevented.go).
 	CostPrevented CostPrevented `yaml:"cost_prevented"`
+	// Overrides change class sections for the events they match by
+	// provider, model, action and prompt template; the most specific match
+	// wins (override.go). None by default.
+	Overrides []Override `yaml:"overrides"`
 
 	// refusalSet is the compiled phrase list (see Validate).
 	refusalSet *phraseSet
+	// overrides are Overrides compiled by Validate, most specific first;
+	// nil when there are none.
+	overrides []compiledOverride
 }
 
 // Owner is a review owner.

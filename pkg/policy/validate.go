@@ -12,7 +12,7 @@ import (
 
 // Validate checks every field and returns the first problem as a *FieldError
 // naming the field and what is allowed. It also compiles the refusal-phrase
-// library: call it again after changing a Policy.
+// library and the overrides: call it again after changing a Policy.
 func (p *Policy) Validate() error {
 	v := &validator{p: p}
 	v.check()
@@ -20,6 +20,11 @@ func (p *Policy) Validate() error {
 		return v.err
 	}
 	p.refusalSet = compilePhrases(p.ModelRefusal.allPhrases())
+	ovr, err := p.compileOverrides() // override.go
+	if err != nil {
+		return err
+	}
+	p.overrides = ovr
 	return nil
 }
 
