@@ -1,0 +1,79 @@
+package advise
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/faultrouter/faultrouter/internal/workload"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+)
+
+// TestCandidateFile guards the candidate policy file: the proposals as
+// entries of `overrides` (name, match with "*" for any, the one key of the
+// class section) and an owner's SLA in `owners`, in the policy file's
+// format.
+func TestCandidateFile(t *testing.T) {
+	p := policy.Default()
+	r := Analyze(decideAll(p, workload.AdviceStream("adv", t0, true)), Options{Policy: p})
+	b, err := Candidate(nil, r.Proposals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{
+		"overrides:\n",
+		"  - name: advise-acme-network_timeout\n    match: {provider: acme, model: \"*\", action: \"*\", prompt_template: \"*\"}\n    network_timeout: {max_retries: 1}\n",
+		"  - name: advise-nova-nova-1-model_refusal\n    match: {provider: nova, model: nova-1, action: \"*\", prompt_template: \"*\"}\n    model_refusal: {min_confidence: 0.65}\n",
+		"owners:\n  operations: {sla_ms: 7620000}\n",
+		"# proposed by faultrouter policy advise: retry 2 of NETWORK_TIMEOUT",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the candidate lacks\n%s\nit reads:\n%s", want, got)
+		}
+	}
+}
+
+// TestCandidateKeepsTheRunningFile guards a candidate made from a policy
+// file: its keys and comments stay, an owner already listed gets the new
+// SLA beside its other keys, an override with the same match gets the key
+// instead of a second entry (two would tie), and a name already taken is
+// not reused.
+func TestCandidateKeepsTheRunningFile(t *testing.T) {
+	running := `# our policy
+retry_budget: 3
+owners:
+  operations: {sla_ms: 1800000}
+overrides:
+  - name: advise-acme-network_timeout
+    match: {provider: other}
+    network_timeout: {base_delay_ms: 500}
+  - name: acme-slow
+    match: {provider: acme, model: "*"}
+    network_timeout: {max_delay_ms: 9000}
+`
+	m := Match{"acme", "*", "*", "*"}
+	n := Match{"nova", "nova-1", "*", "*"}
+	props := []Proposal{
+		{Name: "advise-acme-network_timeout", Kind: KindMaxRetries, Match: &m, Change: Change{Section: "network_timeout", Key: "max_retries", To: 1}},
+		{Name: "advise-acme-network_timeout", Kind: KindMinConfidence, Match: &n, Change: Change{Section: "model_refusal", Key: "min_confidence", To: 0.65}},
+		{Name: "operations", Kind: KindOwnerSLA, Owner: "operations", Change: Change{Key: "sla_ms", To: 7200000}},
+	}
+	b, err := Candidate([]byte(running), props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{
+		"# our policy\nretry_budget: 3\n",
+		"operations: {sla_ms: 7200000}",
+		"  - name: acme-slow\n    match: {provider: acme, model: \"*\"}\n    network_timeout: {max_delay_ms: 9000, max_retries: 1}\n",
+		"  - name: advise-acme-network_timeout-2\n    match: {provider: nova, model: nova-1, action: \"*\", prompt_template: \"*\"}\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the candidate lacks\n%s\nit reads:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "provider: acme") != 1 {
+		t.Errorf("the candidate holds two overrides for provider acme:\n%s", got)
+	}
+}
