@@ -95,3 +95,100 @@ func TestBaselineRetriesValidated(t *testing.T) {
 		t.Fatalf("parsed %v, %v; want baseline 5", p, err)
 	}
 }
+
+// TestClaimsNeverExceedTheBaseline guards cost prevented per task: a write
+// whose outcome is unknown, approved by a reviewer, then unknown again,
+// claims what its baseline (4 attempts) had left after its 2 attempts, not
+// 3 + 2: the first stop claims 3, the second nets off the attempt made
+// after it. Work reported for the task after the dead letter of another
+// task nets off too, and a task that is never stopped claims nothing.
+func TestClaimsNeverExceedTheBaseline(t *testing.T) {
+	p := Default()
+	at := time.Date(2026, 3, 5, 3, 17, 0, 0, time.UTC)
+	write := func(id string, n int32) *event.TaskEvent {
+		return &event.TaskEvent{EventID: id, TaskID: "pay-1", Attempt: n, OccurredAt: event.At(at), Action: "refund",
+			Stage: event.StageBusiness, Status: event.StatusError, Error: &event.Error{Type: "TimeoutError"},
+			Operation: &event.Operation{OpID: "op-1", Kind: event.OpWrite, ParamsSHA256: "abc", State: event.OpUnknown},
+			Usage:     event.Usage{CostUSD: 0.10}}
+	}
+	var st task.State
+	var claimed int32
+	var usd float64
+	decide := func(ev *event.TaskEvent) event.Decision {
+		before := p.StandingOf(&st)
+		d := p.DecideEvent(ev, &st, nil, at)
+		if pr := p.Claim(before, p.StandingOf(&st), &d); pr != nil {
+			claimed += pr.Attempts
+			usd += pr.USD
+		}
+		return d
+	}
+	if d := decide(write("e1", 1)); d.Class != event.ClassOutcomeUnknown || claimed != 3 {
+		t.Fatalf("first unknown write: %s/%s, claimed %d; want OUTCOME_UNKNOWN and 3 attempts", d.Class, d.Route, claimed)
+	}
+	if d := p.DecideReview(&event.ReviewDecision{TaskID: "pay-1", Approve: true, Reason: "not executed"}, &st, at); d.Route != event.RouteRetry {
+		t.Fatalf("approval: %s", d.Route)
+	}
+	if d := decide(write("e2", 2)); d.Class != event.ClassOutcomeUnknown {
+		t.Fatalf("second unknown write: %s/%s", d.Class, d.Route)
+	}
+	if claimed != 2 || fmt.Sprintf("%.6f", usd) != "0.200000" {
+		t.Errorf("claimed %d attempts, $%.6f; want 2 attempts at the mean $0.10 = $0.20 (the baseline had 3 left, 1 made after the stop)", claimed, usd)
+	}
+	// a redelivery claims nothing; so does a task that never stops
+	if d := decide(write("e2", 2)); d.Route != event.RouteDrop || claimed != 2 {
+		t.Errorf("a redelivery: %s, claimed %d; want DROP, still 2", d.Route, claimed)
+	}
+	st, claimed = task.State{}, 0
+	ok := &event.TaskEvent{EventID: "s1", TaskID: "t-ok", Attempt: 1, OccurredAt: event.At(at), Status: event.StatusOK, Usage: event.Usage{CostUSD: 0.2}}
+	if decide(ok); claimed != 0 {
+		t.Errorf("a success claimed %d attempts", claimed)
+	}
+	// a dead letter after 3 timeouts claims 1; work reported after it nets
+	// that off
+	st, claimed = task.State{}, 0
+	timeout := func(id string) *event.TaskEvent {
+		return &event.TaskEvent{EventID: id, TaskID: "t-dl", Attempt: 1, OccurredAt: event.At(at), Stage: event.StageNetwork,
+			Status: event.StatusError, Error: &event.Error{Type: "TimeoutError", HTTPStatus: 504}, Usage: event.Usage{CostUSD: 0.01}}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		decide(timeout(id))
+	}
+	if claimed != 1 {
+		t.Fatalf("dead letter after 3 attempts: claimed %d, want 1", claimed)
+	}
+	if d := decide(timeout("d")); d.Class != event.ClassDuplicateExecution || claimed != 0 {
+		t.Errorf("work after the dead letter: %s, claimed %d in all; want DUPLICATE_EXECUTION and 0", d.Class, claimed)
+	}
+}
+
+// TestRepeatAfterTTL guards which decided events are repeats of an attempt
+// already counted: a re-drive; an event for a task the router has no state
+// of that was produced more than 2 x its SLA after it occurred; nothing
+// else (a known task, a fresh event, an event with no occurred_at).
+func TestRepeatAfterTTL(t *testing.T) {
+	p := Default()
+	at := time.Date(2026, 3, 5, 3, 17, 0, 0, time.UTC)
+	sla := int64(60_000)
+	ev := &event.TaskEvent{EventID: "e", TaskID: "t", OccurredAt: event.At(at), SLAMs: &sla}
+	for _, c := range []struct {
+		name           string
+		redrive, known bool
+		produced       time.Time
+		want           Repeat
+	}{
+		{"re-drive", true, true, at, RepeatRedrive},
+		{"fresh", false, false, at.Add(time.Second), ""},
+		{"late, known task", false, true, at.Add(time.Hour), ""},
+		{"after the TTL", false, false, at.Add(2*time.Minute + time.Millisecond), RepeatAfterTTL},
+		{"at the TTL", false, false, at.Add(2 * time.Minute), ""},
+	} {
+		if got := p.RepeatOf(ev, c.redrive, c.known, c.produced); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+	noSLA := &event.TaskEvent{EventID: "e", TaskID: "t", OccurredAt: event.At(at)}
+	if got := p.RepeatOf(noSLA, false, false, at.Add(47*time.Hour)); got != "" {
+		t.Errorf("47 h late against the default SLA of 24 h: %q, want none", got)
+	}
+}
