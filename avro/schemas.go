@@ -63,7 +63,8 @@ type Schema struct {
 var catalog = []Schema{
 	{Name: TaskEvent, Version: 2, Current: true, File: "task_event.avsc", Legacy: 0x5d0bcc432a258366},
 	{Name: TaskEvent, Version: 1, File: "history/task_event.v1.avsc", Legacy: 0xa90687447f509429},
-	{Name: RoutedRecord, Version: 2, Current: true, File: "routed_record.avsc"},
+	{Name: RoutedRecord, Version: 3, Current: true, File: "routed_record.avsc"},
+	{Name: RoutedRecord, Version: 2, File: "history/routed_record.v2.avsc"},
 	{Name: RoutedRecord, Version: 1, File: "history/routed_record.v1.avsc", Legacy: 0x5b538e71ed324dad},
 	{Name: BreakerEvent, Version: 1, Current: true, File: "breaker_event.avsc", Legacy: 0x2c69021ae9021289},
 	{Name: ReviewDecision, Version: 1, Current: true, File: "review_decision.avsc", Legacy: 0x3d9e8d1b8e393048},

@@ -81,6 +81,7 @@ func TestRoundTrip(t *testing.T) {
 	c := newCodec(t)
 	full, min := fullEvent(), minimalEvent()
 	routed := fullRouted()
+	routed.Decision.Override = "acme-timeouts"
 	deadLetter := event.Routed{ // undecodable input: no event, no retry, no review
 		Decision: event.Decision{Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: "decode", Reason: "malformed", DecidedAt: t0},
 		Input:    event.Source{Topic: "ai.tasks.ingress", Offset: 7, Timestamp: t0},
@@ -175,6 +176,7 @@ func crc64Avro(b []byte) uint64 {
 var wantFingerprints = map[string]string{
 	"faultrouter.TaskEvent/2":      "0acd1283716b068c",
 	"faultrouter.TaskEvent/1":      "bf21b217ff10014d",
+	"faultrouter.RoutedRecord/3":   "cfe6ae637d6f57d1",
 	"faultrouter.RoutedRecord/2":   "f84e37d3a98a65b5",
 	"faultrouter.RoutedRecord/1":   "ef4a753aed8bc68c",
 	"faultrouter.BreakerEvent/1":   "d6cf35eefb82a0f1",

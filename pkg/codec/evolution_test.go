@@ -204,3 +204,36 @@ func TestUnknownVersion(t *testing.T) {
 		t.Fatal("NewWith accepted TaskEventVersion 9")
 	}
 }
+
+// TestRoutedRecordV2ReadsWithoutOverride guards RoutedRecord version 3's
+// evolution: a record an earlier build wrote with version 2, which has no
+// decision.override, is still accepted and decodes with every field as
+// written and the override empty (its default, null).
+func TestRoutedRecordV2ReadsWithoutOverride(t *testing.T) {
+	c := newCodec(t)
+	r := fullRouted()
+	r.Decision.Prevented = &event.Prevented{Stop: "refusal", BaselineRetries: 3, Attempts: 2, USD: 0.04}
+	n := teNatives.Get().(*teNative)
+	defer n.release()
+	native := map[string]any{
+		"event":    map[string]any{avro.TaskEvent: n.fill(r.Event)},
+		"decision": decisionNative(&r.Decision),
+		"input": map[string]any{"topic": r.Input.Topic, "partition": r.Input.Partition, "offset": r.Input.Offset,
+			"timestamp": r.Input.Timestamp.Millis()},
+	}
+	delete(native["decision"].(map[string]any), "override")
+	b, err := specSingle(goavroCodec(t, avro.RoutedRecord, 2), native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, v, err := c.WriterVersion(b); err != nil || name != avro.RoutedRecord || v != 2 {
+		t.Fatalf("written as %s v%d (%v), want RoutedRecord v2", name, v, err)
+	}
+	got, err := c.DecodeRouted(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("v2 record decoded as\n%+v\nwant\n%+v", got.Decision, r.Decision)
+	}
+}

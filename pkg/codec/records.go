@@ -119,6 +119,7 @@ func decisionNative(x *event.Decision) map[string]any {
 		"suggested_model": optString(x.SuggestedModel),
 		"user_message":    optString(x.UserMessage),
 		"decided_at":      x.DecidedAt.Millis(),
+		"override":        optString(x.Override),
 	}
 	if p := x.Retry; p != nil {
 		m["retry"] = map[string]any{"faultrouter.RetryPlan": map[string]any{
@@ -149,6 +150,7 @@ func decisionFrom(d *nat, m map[string]any) event.Decision {
 		SuggestedModel: d.optStr(m, "suggested_model"),
 		UserMessage:    d.optStr(m, "user_message"),
 		DecidedAt:      d.ts(m, "decided_at"),
+		Override:       d.optStr(m, "override"), // a writer before version 3 has none
 	}
 	if p := d.optRecord(m, "retry"); p != nil {
 		x.Retry = &event.RetryPlan{N: d.i32(p, "n"), DelayMs: d.i64(p, "delay_ms"), NotBefore: d.ts(p, "not_before")}

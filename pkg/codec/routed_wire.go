@@ -129,6 +129,7 @@ func (w *routedWire) encode(dst []byte, r *event.Routed, eventBody []byte) ([]by
 	} else {
 		dst = append(dst, 0)
 	}
+	dst = appendOptString(dst, d.Override)
 	in := &r.Input
 	dst = appendString(dst, in.Topic)
 	dst = binary.AppendVarint(dst, int64(in.Partition))
@@ -189,6 +190,7 @@ func routedSamples() []event.Routed {
 			Review:   &event.Review{Owner: "security", SLAMs: 3600000, Priority: "high"},
 			Feedback: "fb", SuggestedModel: "sm", UserMessage: "um", DecidedAt: event.FromMillis(1_700_000_002_000),
 			Prevented: &event.Prevented{Stop: "budget", BaselineRetries: 3, Attempts: -2, USD: 1.25},
+			Override:  "acme-timeouts",
 		},
 		Input: event.Source{Topic: "ai.tasks.ingress", Partition: 5, Offset: 1 << 33, Timestamp: event.FromMillis(1_700_000_000_000)},
 	}

@@ -97,7 +97,7 @@ func decisions(class event.Class, route event.Route) []event.Decision {
 			Retry:    &event.RetryPlan{N: 3, DelayMs: 2000, NotBefore: event.FromMillis(1_700_000_002_500)},
 			Totals:   event.Totals{Attempts: 7, Retries: 2, CostUSD: 0.125, Tokens: 3001, ElapsedMs: 31000},
 			Review:   &event.Review{Owner: "ai_product", SLAMs: 259200000, Priority: "normal"},
-			Feedback: "CODE_1003: total", SuggestedModel: "gpt-4o", UserMessage: "hold on", DecidedAt: at},
+			Feedback: "CODE_1003: total", SuggestedModel: "gpt-4o", UserMessage: "hold on", DecidedAt: at, Override: "acme.gpt-4o_refund"},
 		{Class: class, Route: route, Totals: event.Totals{CostUSD: math.SmallestNonzeroFloat64, Tokens: math.MaxInt64, ElapsedMs: math.MinInt64}},
 	}
 }
@@ -116,8 +116,8 @@ func TestRoutedWireRejectsUnknownSymbols(t *testing.T) {
 	}
 }
 
-// Guards WriterVersion: a RoutedRecord this build writes names version 2
-// (the one with decision.prevented); bytes of an earlier build's version 1
+// Guards WriterVersion: a RoutedRecord this build writes names version 3
+// (the one with decision.override); bytes of an earlier build's version 1
 // name version 1; bytes that are no single-object encoding are an error.
 func TestWriterVersion(t *testing.T) {
 	c := newCodec(t)
@@ -125,8 +125,8 @@ func TestWriterVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name, v, err := c.WriterVersion(b); err != nil || name != "faultrouter.RoutedRecord" || v != 2 {
-		t.Errorf("WriterVersion of a routed record written now: %s %d %v, want faultrouter.RoutedRecord 2", name, v, err)
+	if name, v, err := c.WriterVersion(b); err != nil || name != "faultrouter.RoutedRecord" || v != 3 {
+		t.Errorf("WriterVersion of a routed record written now: %s %d %v, want faultrouter.RoutedRecord 3", name, v, err)
 	}
 	old, err := os.ReadFile("testdata/legacy/routed_record.v1.bin")
 	if err != nil {
