@@ -20,7 +20,8 @@ import (
 const policyUsage = `usage: faultrouter policy check FILE
        faultrouter policy explain [--policy FILE] [--format text|json] < events.json
        faultrouter policy default
-       faultrouter policy whatif --policy FILE [--baseline FILE] --since T [--until T] [--format table|json|csv]`
+       faultrouter policy whatif --policy FILE [--baseline FILE] --since T [--until T] [--format table|json|csv]
+       faultrouter policy advise --since T [--until T] [--policy FILE] [--out FILE] [--format table|json]`
 
 // policyCommand runs `policy`:
 //
@@ -33,7 +34,8 @@ const policyUsage = `usage: faultrouter policy check FILE
 //     with its own history, so that history classes (a third timeout, a second
 //     429, a params mismatch) can be explained too; an event_id seen before is
 //     an exact redelivery (DROP). The router's clock is taken to be each
-//     event's occurred_at, so the output is reproducible.
+//     event's occurred_at, so the output is reproducible. Under a policy with
+//     overrides each decision names the override that decided it.
 //   - default prints the commented default policy, a starting point for a file.
 func policyCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -54,7 +56,7 @@ func policyCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 		fmt.Fprintln(stdout, policyUsage)
 		return nil
 	}
-	return fmt.Errorf("policy: unknown subcommand %q (allowed: check, explain, default, whatif); %s", args[0], policyUsage)
+	return fmt.Errorf("policy: unknown subcommand %q (allowed: check, explain, default, whatif, advise); %s", args[0], policyUsage)
 }
 
 func policyCheck(args []string, stdout io.Writer) error {
@@ -135,7 +137,7 @@ func policyExplain(args []string, stdin io.Reader, stdout io.Writer) error {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
-		if err := writeDecision(stdout, &ev, d); err != nil {
+		if err := writeDecision(stdout, p, &ev, d); err != nil {
 			return err
 		}
 	}
@@ -170,11 +172,22 @@ func readEvents(r io.Reader) ([]event.TaskEvent, error) {
 	return events, nil
 }
 
-// writeDecision prints a decision as aligned "name: value" lines.
-func writeDecision(w io.Writer, ev *event.TaskEvent, d event.Decision) error {
+// writeDecision prints a decision as aligned "name: value" lines. Under a
+// policy with overrides it names the override that decided (its match and
+// the sections it changes), or says the base policy did.
+func writeDecision(w io.Writer, p *policy.Policy, ev *event.TaskEvent, d event.Decision) error {
 	line := func(name, value string) string { return fmt.Sprintf("%-17s%s\n", name+":", value) }
 	var b strings.Builder
 	b.WriteString(line("event", fmt.Sprintf("%s (task %s, attempt %d)", ev.EventID, ev.TaskID, ev.Attempt)))
+	switch o, ok := p.OverrideFor(ev); {
+	case d.Override != "" && ok && o.Name == d.Override:
+		b.WriteString(line("override", fmt.Sprintf("%s (match %s; changes %s)", o.Name, o.Match, strings.Join(o.Sections(), ", "))))
+	case d.Override != "":
+		b.WriteString(line("override", d.Override))
+	case len(p.Overrides) > 0 && d.Route != event.RouteDrop:
+		b.WriteString(line("override", "none: no override matches provider "+orNone(ev.Provider)+", model "+orNone(ev.Model)+
+			", action "+orNone(ev.Action)+", prompt template "+orNone(ev.PromptTemplate)+"; the base policy decided"))
+	}
 	b.WriteString(line("class", string(d.Class)))
 	b.WriteString(line("rule", d.Rule))
 	b.WriteString(line("route", string(d.Route)))
@@ -200,6 +213,13 @@ func writeDecision(w io.Writer, ev *event.TaskEvent, d event.Decision) error {
 		t.Attempts, t.Retries, t.CostUSD, t.Tokens, t.ElapsedMs)))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
 }
 
 // loadPolicy reads and parses the policy file at path; an error names the
