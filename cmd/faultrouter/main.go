@@ -46,6 +46,7 @@ Verbs:
   taskid    deterministic task ID of a file, user and action
   policy    policy check FILE | policy explain [--policy FILE] < event.json | policy default
             | policy whatif --policy FILE [--baseline FILE] --since T: a candidate policy on past traffic
+            | policy advise --since T [--out FILE]: proposals mined from the audit and the reviewers
   cost      spend by class, model and template, failed vs succeeded, and cost prevented
   topics    topics apply | topics check
   schemas   schemas register | schemas check --registry URL: the schemas of avro/ in a schema registry
@@ -112,6 +113,9 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case "policy":
 		if len(rest) > 0 && rest[0] == "whatif" {
 			return whatifCommand(ctx, rest[1:], stdout, stderr)
+		}
+		if len(rest) > 0 && rest[0] == "advise" {
+			return adviseCommand(ctx, rest[1:], stdout, stderr)
 		}
 		return policyCommand(rest, stdin, stdout, stderr)
 	case "cost":

@@ -272,13 +272,18 @@ type tallies struct {
 	// lowConf: per match, refusals for low confidence decided by a
 	// reviewer, by band, as (approved, decided)
 	lowConf map[Match]map[int]*[2]int
+	// first is the first event counted under each match: the running
+	// policy's settings for the match are those it decided that event with
+	// (an override of the running policy may change them)
+	first map[Match]*event.TaskEvent
 }
 
 // Analyze measures the inputs and proposes.
 func Analyze(inputs []Input, o Options) *Report {
 	o.defaults()
 	t := tallies{retries: map[retryKey]*retryTally{}, exhausted: map[retryKey]int{}, children: map[retryKey]map[Match]bool{},
-		bands: map[bandKey]*[2]int{}, waits: map[waitKey][]int64{}, open: map[waitKey]int{}, lowConf: map[Match]map[int]*[2]int{}}
+		bands: map[bandKey]*[2]int{}, waits: map[waitKey][]int64{}, open: map[waitKey]int{}, lowConf: map[Match]map[int]*[2]int{},
+		first: map[Match]*event.TaskEvent{}}
 	byTask := map[string][]int{}
 	var order []string
 	for i := range inputs {
@@ -327,6 +332,9 @@ func (t *tallies) task(inputs []Input, idx []int, p *policy.Policy) {
 				break
 			}
 			for _, m := range levels(ev) {
+				if t.first[m] == nil {
+					t.first[m] = ev
+				}
 				k := retryKey{d.Class, m, n}
 				x := t.retries[k]
 				if x == nil {
@@ -342,7 +350,7 @@ func (t *tallies) task(inputs []Input, idx []int, p *policy.Policy) {
 				t.child(d.Class, m)
 			}
 		case d.Route != event.RouteComplete:
-			if max, ok := maxRetries(p, d.Class); ok && retries[d.Class] >= int(max) && retries[d.Class] > 0 {
+			if max, ok := maxRetries(p, d.Class, ev); ok && retries[d.Class] >= int(max) && retries[d.Class] > 0 {
 				for _, m := range levels(ev) {
 					t.exhausted[retryKey{d.Class, m, 0}]++
 				}
@@ -400,6 +408,9 @@ func (t *tallies) answer(it *item, rd *event.ReviewDecision) {
 		return
 	}
 	for _, m := range levels(it.ev) {
+		if t.first[m] == nil {
+			t.first[m] = it.ev
+		}
 		if t.lowConf[m] == nil {
 			t.lowConf[m] = map[int]*[2]int{}
 		}
@@ -489,8 +500,21 @@ func bandOf(c float64) int { return int(math.Floor(c/BandWidth + 1e-9)) }
 // bandEdge is the lower edge of band b, to two decimals.
 func bandEdge(b int) float64 { return float64(int(float64(b)*BandWidth*100+0.5)) / 100 }
 
-// maxRetries is the running policy's max_retries of class, if it has one.
-func maxRetries(p *policy.Policy, class event.Class) (int32, bool) {
+// maxRetries is the running policy's max_retries of class for ev (nil: the
+// base policy's), if the class has one.
+func maxRetries(p *policy.Policy, class event.Class, ev *event.TaskEvent) (int32, bool) {
+	if ev != nil {
+		if o, ok := p.OverrideFor(ev); ok {
+			switch {
+			case class == event.ClassNetworkTimeout && o.NetworkTimeout != nil:
+				return o.NetworkTimeout.MaxRetries, true
+			case class == event.ClassAuthFailed && o.AuthFailed != nil:
+				return o.AuthFailed.MaxRetries, true
+			case class == event.ClassValidationFixable && o.ValidationFixable != nil:
+				return o.ValidationFixable.MaxRetries, true
+			}
+		}
+	}
 	switch class {
 	case event.ClassNetworkTimeout:
 		return p.NetworkTimeout.MaxRetries, true
@@ -500,6 +524,17 @@ func maxRetries(p *policy.Policy, class event.Class) (int32, bool) {
 		return p.ValidationFixable.MaxRetries, true
 	}
 	return 0, false
+}
+
+// minConfidence is the running policy's model_refusal.min_confidence for
+// ev (nil: the base policy's).
+func minConfidence(p *policy.Policy, ev *event.TaskEvent) float64 {
+	if ev != nil {
+		if o, ok := p.OverrideFor(ev); ok && o.ModelRefusal != nil {
+			return o.ModelRefusal.MinConfidence
+		}
+	}
+	return p.ModelRefusal.MinConfidence
 }
 
 // section is the policy file's section of class.

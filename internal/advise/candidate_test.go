@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/faultrouter/faultrouter/internal/workload"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
@@ -30,6 +31,25 @@ func TestCandidateFile(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the candidate lacks\n%s\nit reads:\n%s", want, got)
 		}
+	}
+	// the policy package loads it, and decides with it as proposed
+	cand, err := policy.Parse(b)
+	if err != nil {
+		t.Fatalf("the candidate does not load: %v\n%s", err, got)
+	}
+	acme := &event.TaskEvent{Provider: workload.StuckProvider, Model: "acme-small", Action: "refund"}
+	if o, ok := cand.OverrideFor(acme); !ok || o.NetworkTimeout == nil || o.NetworkTimeout.MaxRetries != 1 || o.NetworkTimeout.BaseDelayMs != 1000 {
+		t.Errorf("an acme event: override %+v (%v), want network_timeout.max_retries 1, the rest inherited", o, ok)
+	}
+	nova := &event.TaskEvent{Provider: workload.TrustedProvider, Model: workload.TrustedModel}
+	if o, ok := cand.OverrideFor(nova); !ok || o.ModelRefusal == nil || o.ModelRefusal.MinConfidence != 0.65 {
+		t.Errorf("a nova-1 event: override %+v (%v), want model_refusal.min_confidence 0.65", o, ok)
+	}
+	if _, ok := cand.OverrideFor(&event.TaskEvent{Provider: "openai", Model: "gpt-4o"}); ok {
+		t.Error("an openai event is decided by an override, want the base policy")
+	}
+	if got := cand.Owners[workload.SlowOwner].SLAMs; got != 7620000 {
+		t.Errorf("owners.%s.sla_ms %d, want 7620000", workload.SlowOwner, got)
 	}
 }
 

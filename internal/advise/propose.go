@@ -72,7 +72,7 @@ type Evidence struct {
 func propose(t *tallies, o Options) []Proposal {
 	var out []Proposal
 	out = append(out, proposeRetries(t, o)...)
-	out = append(out, proposeConfidence(t, o)...)
+	out = append(out, proposeConfidence(t, o, out)...)
 	out = append(out, proposeSLA(t, o)...)
 	names := map[string]int{}
 	for i := range out {
@@ -115,6 +115,22 @@ func covered(out []Proposal, kind string, class event.Class, m Match) bool {
 	return false
 }
 
+// ties reports whether a proposal at m would tie with one made: another
+// match as specific that can select the same events (a provider/model's
+// action and its template), which a policy file may not hold.
+func ties(out []Proposal, m Match) bool {
+	for _, p := range out {
+		if p.Match == nil || *p.Match == m || p.Match.depth() != m.depth() {
+			continue
+		}
+		ov := func(a, b string) bool { return a == "*" || b == "*" || a == b }
+		if ov(p.Match.Provider, m.Provider) && ov(p.Match.Model, m.Model) && ov(p.Match.Action, m.Action) && ov(p.Match.PromptTemplate, m.PromptTemplate) {
+			return true
+		}
+	}
+	return false
+}
+
 func proposeRetries(t *tallies, o Options) []Proposal {
 	type cm struct {
 		class event.Class
@@ -126,8 +142,8 @@ func proposeRetries(t *tallies, o Options) []Proposal {
 	}
 	var out []Proposal
 	for _, g := range matchesOf(seen, func(k cm) Match { return k.match }) {
-		cur, ok := maxRetries(o.Policy, g.class)
-		if !ok || covered(out, KindMaxRetries, g.class, g.match) || redundant(t.children[retryKey{class: g.class, match: g.match}]) {
+		cur, ok := maxRetries(o.Policy, g.class, t.first[g.match])
+		if !ok || covered(out, KindMaxRetries, g.class, g.match) || redundant(t.children[retryKey{class: g.class, match: g.match}]) || ties(out, g.match) {
 			continue
 		}
 		curve := curveOf(t, g.class, g.match)
@@ -205,12 +221,7 @@ func raiseRetries(t *tallies, class event.Class, m Match, cur int32, curve []Ret
 	}, true
 }
 
-func proposeConfidence(t *tallies, o Options) []Proposal {
-	cur := o.Policy.ModelRefusal.MinConfidence
-	top := bandOf(cur) - 1
-	if bandEdge(top+1) > cur { // cur inside a band: the band under it
-		top = bandOf(cur)
-	}
+func proposeConfidence(t *tallies, o Options, before []Proposal) []Proposal {
 	seen := map[Match]bool{}
 	children := map[Match]map[Match]bool{}
 	for m := range t.lowConf {
@@ -224,8 +235,13 @@ func proposeConfidence(t *tallies, o Options) []Proposal {
 	}
 	var out []Proposal
 	for _, m := range matchesOf(seen, func(m Match) Match { return m }) {
-		if covered(out, KindMinConfidence, event.ClassModelRefusal, m) || redundant(children[m]) {
+		if covered(out, KindMinConfidence, event.ClassModelRefusal, m) || redundant(children[m]) || ties(append(before, out...), m) {
 			continue
+		}
+		cur := minConfidence(o.Policy, t.first[m])
+		top := bandOf(cur) - 1
+		if bandEdge(top+1) < cur { // cur inside a band: that band's lower part
+			top = bandOf(cur)
 		}
 		bands := t.lowConf[m]
 		lowest, k, n := -1, 0, 0
