@@ -87,6 +87,10 @@ type Options struct {
 	// Like a process start, each exempts the retries it may have moved from
 	// breaker.held_order (joined).
 	Rebalances []time.Time
+	// MixedReleases reports that the run mixes in the previous release,
+	// whose audit records claim cost prevented per stop and name no repeat
+	// of an attempt: the cost ledger (ledger.go) is then not checked.
+	MixedReleases bool
 	// SharesLatches reports whether the router process of an instance that
 	// ran at a time shares its latches with the other instances (a release
 	// with the breakers topic and its latch items). Nil: every process does.
@@ -131,6 +135,9 @@ type input struct {
 	home    int32   // the task's partition, of an inForward input
 	audit   *routed // its audit record, nil if none
 	decided event.Decision
+	// repeat is why the model does not count the usage of a decided task
+	// event (policy.RepeatOf; a forward's is policy.RepeatForwarded)
+	repeat policy.Repeat
 }
 
 // routed is a decoded output record.
@@ -492,6 +499,9 @@ func (c *checker) untasked(in *input) {
 			c.violate("forward.topic", in.task, "input %s was forwarded to %s, another topic", in.key, to)
 		}
 		want = policy.Forward(in.task, in.key.topic, in.key.partition, in.home, c.o.Partitions, at)
+		if in.rec.Topic == c.o.Ingress {
+			in.repeat = policy.RepeatForwarded // its copy is the attempt
+		}
 	case inCommand:
 		ref, invalid := policy.BreakerCommand(&in.command, at)
 		if invalid != nil {
@@ -602,7 +612,7 @@ func (c *checker) walk(tr *taskRun) {
 		var ev *event.TaskEvent // the event a retry of this decision re-issues
 		switch in.kind {
 		case inTask:
-			want = c.decideEvent(in, st, at)
+			want = c.decideEvent(in, st, at) // and the ledger's view of it (ledger.go)
 			ev = &in.event
 		case inReview:
 			want = c.o.Policy.DecideReview(&in.review, st, at)
@@ -730,6 +740,8 @@ func diffDecision(got, want event.Decision) string {
 	case got.Class != want.Class || got.Route != want.Route || got.Rule != want.Rule:
 		return fmt.Sprintf("audited %s/%s rule %s (%q), want %s/%s rule %s (%q)",
 			got.Class, got.Route, got.Rule, got.Reason, want.Class, want.Route, want.Rule, want.Reason)
+	case got.Override != want.Override:
+		return fmt.Sprintf("decided under override %s, want %s", overrideName(got.Override), overrideName(want.Override))
 	case got.Reason != want.Reason:
 		return fmt.Sprintf("reason %q, want %q", got.Reason, want.Reason)
 	case (got.Retry == nil) != (want.Retry == nil):
@@ -748,6 +760,13 @@ func diffDecision(got, want event.Decision) string {
 	return ""
 }
 
+func overrideName(name string) string {
+	if name == "" {
+		return "none (the base policy)"
+	}
+	return name
+}
+
 func plan(p *event.RetryPlan) string {
 	if p == nil {
 		return "none"
@@ -761,10 +780,22 @@ func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 // DecideEvent: an exact redelivery is dropped; a re-driven event
 // (faultrouter.redrive.* headers) reopens the task and is decided afresh; the
 // same re-drive delivered twice is dropped.
+//
+// It also sets what the ledger makes of the decision (pkg/policy's
+// prevented.go): whether its attempt repeats one already counted
+// (in.repeat), and the cost prevented it claims, the change of the task's
+// standing (the decision's Prevented, which diffDecision does not compare).
 func (c *checker) decideEvent(in *input, st *task.State, at time.Time) event.Decision {
 	rd := codec.ParseHeaders(in.rec.Headers).Redrive
 	if rd != nil {
 		c.rep.Redrives++
 	}
-	return c.o.Policy.DecideEvent(&in.event, st, rd, at)
+	p := c.o.Policy
+	known, standing := st.TaskID != "", p.StandingOf(st)
+	d := p.DecideEvent(&in.event, st, rd, at)
+	if d.Route != event.RouteDrop {
+		in.repeat = p.RepeatOf(&in.event, rd != nil, known, in.rec.Timestamp)
+		d.Prevented = p.Claim(standing, p.StandingOf(st), &d)
+	}
+	return d
 }

@@ -23,6 +23,8 @@ type logBuilder struct {
 	audit int64
 	// breakerNext is the offset of the next record of the breakers topic
 	breakerNext int64
+	// policy is the checker's; nil: the default policy
+	policy *policy.Policy
 }
 
 func newLog(t *testing.T) *logBuilder {
@@ -91,7 +93,11 @@ func adoptedFrom(instance string) kgo.RecordHeader {
 }
 
 func (b *logBuilder) check() *Report {
-	rep, err := Check(b.logs, Options{Policy: policy.Default(), Ingress: "in", Decisions: "decisions"})
+	p := b.policy
+	if p == nil {
+		p = policy.Default()
+	}
+	rep, err := Check(b.logs, Options{Policy: p, Ingress: "in", Decisions: "decisions"})
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -107,8 +113,15 @@ func timeout(task, id string, attempt int32, at time.Time) event.TaskEvent {
 // run writes a router's correct outputs for a task of two timeouts (retry,
 // retry) and a refusal (review), and lets mutate break them first.
 func run(t *testing.T, mutate func(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []event.TaskEvent)) *Report {
+	return runWith(t, policy.Default(), policy.Default(), mutate)
+}
+
+// runWith is run with the policy the router decides with (router) and the
+// one the checker models (model).
+func runWith(t *testing.T, router, model *policy.Policy, mutate func(b *logBuilder, decided []event.Decision, ins []*kgo.Record, evs []event.TaskEvent)) *Report {
 	b := newLog(t)
-	p := policy.Default()
+	b.policy = model
+	p := router
 	evs := []event.TaskEvent{timeout("t-1", "e-1", 1, b.t0), timeout("t-1", "e-2", 2, b.t0.Add(3*time.Second))}
 	ref := evs[1]
 	ref.EventID, ref.Attempt, ref.Status, ref.Stage, ref.Error = "e-3", 3, event.StatusOK, event.StageModel, nil

@@ -6,7 +6,10 @@
 // carried along. It then checks the outputs exactly:
 //
 //   - one audit record per input offset, with the class, route, rule,
-//     reason, retry plan, totals and review the model computes;
+//     reason, retry plan, totals and review the model computes, and the
+//     name of the policy override it was decided under (the most specific
+//     override matching the event, as pkg/policy resolves it; none when the
+//     base policy decided);
 //   - every retry published exactly once, at or after its due time, with the
 //     event it re-issues; a retry that a later decision of the task
 //     superseded is published at most once, before that decision;
