@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/worker"
 )
 
-const demoSynopsis = `usage: faultrouter demo [--verbose] [--whatif CANDIDATE.yaml] [--console [--listen 127.0.0.1:8080]]
+const demoSynopsis = `usage: faultrouter demo [--verbose] [--whatif CANDIDATE.yaml] [--console [--listen 127.0.0.1:8080]] [--serve [--kafka-port 9092]]
 
 Starts an embedded Kafka broker (franz-go kfake), the router on a temporary
 state directory, and a scripted stream of worker events covering every
@@ -40,13 +41,19 @@ prints what it would have changed.
 
 --console then opens the operator console on the same embedded broker, with
 the review queue the demo filled, and runs until interrupted; it prints the
-address and a one-time password for the user "demo".`
+address and a one-time password for the user "demo".
+
+--serve is --console with the embedded broker on 127.0.0.1:--kafka-port, so
+that workers outside this process (docs/getting-started.md) report to it and
+read its retries: it prints the FAULTROUTER_BROKERS to give them.`
 
 func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, _ := newFlagSet("demo", demoSynopsis, stderr)
 	verbose := fs.Bool("verbose", false, "print the router's event log to stderr")
 	withConsole := fs.Bool("console", false, "then open the operator console on the embedded broker until interrupted")
 	listen := fs.String("listen", "127.0.0.1:8080", "with --console: the console's HTTP address")
+	serve := fs.Bool("serve", false, "--console, with the embedded broker on 127.0.0.1:--kafka-port for workers outside this process")
+	kafkaPort := fs.Int("kafka-port", 9092, "with --serve: the embedded broker's port on 127.0.0.1 (0 picks a free one)")
 	whatifFile := fs.String("whatif", "", "then replay the stream through this candidate policy file and print what it would have changed")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -63,7 +70,12 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	kopts := []kfake.Opt{kfake.NumBrokers(1)}
+	if *serve {
+		*withConsole = true
+		kopts = append(kopts, kfake.Ports(*kafkaPort))
+	}
+	cluster, err := kfake.NewCluster(kopts...)
 	if err != nil {
 		return fmt.Errorf("demo: embedded broker: %w", err)
 	}
@@ -205,6 +217,9 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if !*withConsole {
 		return nil
+	}
+	if *serve {
+		fmt.Fprintf(stdout, "\nWorkers outside this process: export FAULTROUTER_BROKERS=%s\n", strings.Join(cluster.ListenAddrs(), ","))
 	}
 	return demoConsole(runCtx, seeds, set, *listen, stdout, log)
 }
