@@ -5,9 +5,9 @@
 #   integration/interop.sh java     resolve Java Avro (integration/java/pom.xml, from Maven
 #                                   Central, cached in ~/.m2), compile integration/java/src
 #                                   with javac; prints the classpath to run WireCheck with
-#   integration/interop.sh python   make a virtual environment with the Python worker's pinned
-#                                   requirements (examples/python-worker/requirements.txt, from
-#                                   PyPI); prints its python
+#   integration/interop.sh python   make a virtual environment with the Python package's pinned
+#                                   test requirements (clients/python/requirements-test.txt, from
+#                                   PyPI) and `pip install ./clients/python`; prints its python
 #
 # Each is redone only when its inputs change (a hash of them is kept beside the
 # result). Environment: FAULTROUTER_INTEROP_DIR, the cache directory (default
@@ -39,7 +39,8 @@ java_setup() {
 }
 
 python_setup() {
-	local dir=$cache/venv req=$root/examples/python-worker/requirements.txt want py
+	local dir=$cache/venv pkg=$root/clients/python want have py
+	local req=$pkg/requirements-test.txt
 	py=$(command -v python3.11 || command -v python3)
 	want=$(stamp "$req"; "$py" --version)
 	if [[ ! -f $dir/.stamp || $(cat "$dir/.stamp") != "$want" ]]; then
@@ -48,6 +49,14 @@ python_setup() {
 		"$py" -m venv "$dir"
 		"$dir/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
 		echo "$want" >"$dir/.stamp"
+	fi
+	# the package itself, reinstalled (without its dependencies) when its files change;
+	# hatchling, the build backend, is pinned in the test requirements
+	have=$(cd "$pkg" && find pyproject.toml README.md src -type f ! -name '*.pyc' | sort | xargs cat | sha256sum | cut -d' ' -f1)
+	if [[ ! -f $dir/.package || $(cat "$dir/.package") != "$have" ]]; then
+		log "installing ./clients/python into the virtual environment"
+		"$dir/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$pkg" >&2
+		echo "$have" >"$dir/.package"
 	fi
 	echo "$dir/bin/python"
 }
