@@ -106,4 +106,50 @@
 // MANUAL_REJECTED) and the end-user messages; a decision without an open item
 // is DROP, rule review.no_open_item, and changes nothing. All three carry the
 // class of the review item they answer.
+//
+// # Overrides
+//
+// Providers and models fail differently, so a policy may hold overrides
+// (override.go): each has a name, a match on the event's provider, model,
+// action and prompt_template, and class sections in the top-level sections'
+// keys. A section's given keys replace the base's; every other key, and
+// every section not named, is the base's.
+//
+//	overrides:
+//	  - name: acme-timeouts
+//	    match: {provider: acme}            # missing keys and "*" match any value
+//	    network_timeout: {max_retries: 1}
+//	    model_refusal: {min_confidence: 0.6}
+//
+// A match value is an exact value (case matters), "*", or a prefix ending in
+// "*" ("gpt-4*" matches gpt-4, gpt-4o, gpt-4.1). An event with no provider
+// (or model, ...) matches only "*" there. Specificity is the number of match
+// fields other than "*" (a prefix counts as one, like an exact value); the
+// most specific override matching an event decides it, and only it (its
+// sections, the base's others: overrides do not stack). Two overrides of
+// equal specificity that one event could match are an error naming both
+// (Validate, `policy check`), whatever the events the router sees: make one
+// more specific or their matches exclusive. So "gpt-4*" and "gpt-4o" on
+// model alone are ambiguous; add a field to the one that should win.
+// A match must set at least one field, and an override must change at
+// least one section.
+//
+// Only class sections are overridable. The shared retry budget, the task
+// budget (budget_exhausted: one per task, whose attempts may run on
+// different models), the breakers (they already count per provider/model,
+// action and prompt template, and have no per-class limits), the owners and
+// their SLAs, surge, cost_prevented, review_loop and default_sla_ms are the
+// base's for every event; an override setting one is an error saying so. An
+// override's sections name owners of the top-level owners.
+//
+// Each event is decided with the override matching it, against the task's
+// history as it stands: class retry counts (RetriesByClass) are the task's,
+// whichever override made them, so a task whose attempts change model meets
+// each attempt's limit with the retries already made. Decide names the
+// override on the decision (event.Decision.Override, decision.override on
+// the audit and routed records) for every decision it made under that
+// override's settings, whatever the class; a decision under the base policy
+// names none. The overrides are compiled once by Validate; choosing one per
+// event compares the four fields with each override, most specific first,
+// and allocates nothing, and a policy without overrides skips the search.
 package policy
