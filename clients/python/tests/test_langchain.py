@@ -1,0 +1,81 @@
+"""Guards the LangChain callback handler: a chat model's run in a task reports one attempt,
+an answer, a refusal, a filtered answer or the SDK's exception, mapped as the table says.
+The chat model here does what langchain-openai's does with the pinned openai SDK against the
+fake API (message, usage_metadata, response_metadata, additional_kwargs["refusal"])."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+import faultrouter
+from faultrouter.langchain import FaultrouterCallbackHandler
+
+
+class OpenAIChat(BaseChatModel):
+    base_url: str
+    model: str = "gpt-4o-mini"
+
+    @property
+    def _llm_type(self) -> str:
+        return "openai-chat"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
+        c = openai.OpenAI(base_url=self.base_url, api_key="fake", max_retries=0)
+        r = c.chat.completions.create(model=self.model, messages=[{"role": "user", "content": messages[-1].content}])
+        m = r.choices[0].message
+        msg = AIMessage(content=m.content or "", additional_kwargs={"refusal": m.refusal} if m.refusal else {},
+                        usage_metadata={"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
+                                        "total_tokens": r.usage.total_tokens},
+                        response_metadata={"finish_reason": r.choices[0].finish_reason, "model_name": r.model})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+@pytest.fixture
+def chat(api):
+    return OpenAIChat(base_url=api.url + "/v1")
+
+
+@pytest.fixture
+def handler(reporter):
+    return FaultrouterCallbackHandler(reporter, action="answer_ticket", prompt_template="lc-v1")
+
+
+def test_answer(chat, handler, reporter):
+    with faultrouter.task("t-lc-ok"):
+        chat.invoke("hello", config={"callbacks": [handler]})
+    [ev] = reporter.events
+    assert (ev["status"], ev["model"], ev["usage"]["tokens"], ev["prompt_template"]) == ("OK", "gpt-4o-mini", 42, "lc-v1")
+    assert ev["output"]["text"] == "Echo: hello"
+
+
+@pytest.mark.parametrize("prompt,code", [("[fake:refusal] x", "refusal"), ("[fake:content_filter] x", "content_filter")])
+def test_refusals(chat, handler, reporter, prompt, code):
+    with faultrouter.task("t-lc-ref"):
+        chat.invoke(prompt, config={"callbacks": [handler]})
+    [ev] = reporter.events
+    assert (ev["status"], ev["error"]["code"], ev["output"]["confidence"]) == ("ERROR", code, 0.0)
+
+
+def test_sdk_error(chat, handler, reporter):
+    with faultrouter.task("t-lc-429"):
+        with pytest.raises(openai.RateLimitError):
+            chat.invoke("[fake:429 retry-after=3] x", config={"callbacks": [handler]})
+    [ev] = reporter.events
+    assert (ev["error"]["http_status"], ev["error"]["retry_after_ms"], ev["attempt"]) == (429, 3000, 1)
+
+
+def test_async_chain(chat, handler, reporter):
+    async def run():
+        with faultrouter.task("t-lc-async", attempt=2):
+            await chat.ainvoke("hi", config={"callbacks": [handler]})
+
+    asyncio.run(run())
+    [ev] = reporter.events
+    assert (ev["task_id"], ev["attempt"], ev["status"]) == ("t-lc-async", 2, "OK")
