@@ -129,6 +129,9 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		}
 	}
 	if *policyFile != "" {
+		if cfg.PolicyFile, err = os.ReadFile(*policyFile); err != nil {
+			return fmt.Errorf("console: --policy: %w", err)
+		}
 		if cfg.Policy, err = loadPolicy(*policyFile); err != nil {
 			return err
 		}

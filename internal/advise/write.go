@@ -95,9 +95,9 @@ func (r *Result) writeWhatif(w io.Writer, file string) {
 	}
 	fmt.Fprintf(w, "  net cost:      %s%s\n", sign, ledger.Dollars(max(c.NetUSD, -c.NetUSD)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  REVIEW ITEMS PER OWNER\tSLA\tRUNNING\tCANDIDATE\tWITHIN SLA (RUNNING, CANDIDATE)\t")
+	fmt.Fprintln(tw, "  REVIEW ITEMS PER OWNER\tRUNNING\tCANDIDATE\t")
 	for _, o := range x.Review {
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d, %d\t\n", o.Owner, dur(o.SLAMs), o.Baseline, o.Candidate, o.BaselineWithinSLA, o.CandidateWithinSLA)
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t\n", o.Owner, o.Baseline, o.Candidate)
 	}
 	tw.Flush()
 	if file == "" {

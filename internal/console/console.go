@@ -121,6 +121,9 @@ type Config struct {
 	// Policy words the end-user message of a reject and gives the breaker
 	// cooldowns; the default policy when nil. Use the router's policy file.
 	Policy *policy.Policy
+	// PolicyFile is the text of Policy's file, the base of the Advise
+	// page's candidate; empty for the built-in policy.
+	PolicyFile []byte
 	// MaxRedrives is the re-drive loop guard (default 3, as replay).
 	MaxRedrives int
 	// ViewRetention is how long the view keeps a decided review item (from

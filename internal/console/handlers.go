@@ -86,6 +86,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/cost", RoleSignedIn, s.costPage},     // cost.go
 		{"GET", "/whatif", RoleSignedIn, s.whatifForm}, // whatif.go
 		{"POST", "/whatif", RoleOperator, s.whatifRun},
+		{"GET", "/advise", RoleSignedIn, s.adviseForm}, // advise.go
+		{"POST", "/advise", RoleOperator, s.adviseRun},
 		{"GET", "/operators", RoleSignedIn, s.operatorsPage},
 	}
 }
@@ -399,7 +401,7 @@ func safeNext(next string) string {
 // pages are the parsed templates: each page with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost", "whatif", "operators"}
+var pageNames = []string{"login", "error", "review", "confirm", "timeline", "breakers", "deadletter", "alerts", "cost", "whatif", "advise", "operators"}
 
 func parsePages() (pages, error) {
 	ps := pages{}
