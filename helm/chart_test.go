@@ -465,3 +465,22 @@ func TestChartConsoleClaimsAndWebhooks(t *testing.T) {
 		t.Errorf("webhooksInExistingSecret: args %v", a)
 	}
 }
+
+// Guards the client address behind the chart's Ingress: console.trustedProxies
+// reaches the console as --trusted-proxies without header mode, so the
+// sign-in limits count each person's X-Forwarded-For address instead of the
+// ingress controller's, and the identity header stays off.
+func TestChartConsoleTrustedProxiesWithoutHeaderMode(t *testing.T) {
+	objs := render(t, "--set", "console.enabled=true", "--set", "console.existingSecret=console-users",
+		"--set", "console.trustedProxies={10.42.0.0/16}")
+	var args []string
+	for _, a := range at(objs["Deployment"][0], "spec", "template", "spec", "containers", 0, "args").([]any) {
+		args = append(args, a.(string))
+	}
+	if !slices.Contains(args, "--trusted-proxies=10.42.0.0/16") || slices.Contains(args, "--trust-proxy-header") {
+		t.Errorf("console args %v: want --trusted-proxies=10.42.0.0/16 without --trust-proxy-header", args)
+	}
+	if len(objs["NetworkPolicy"]) != 0 {
+		t.Errorf("%d NetworkPolicies without header mode, want none", len(objs["NetworkPolicy"]))
+	}
+}

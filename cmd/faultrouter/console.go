@@ -41,6 +41,16 @@ anyone else, and the refusal logged and counted).
 FAULTROUTER_CONSOLE_SECRET signs sessions and CSRF tokens: give replicas
 behind one address the same value.
 
+Sign-in attempts are limited per account (5 per 15 minutes, counted before
+the password is compared) and per client address (20; an IPv6 address
+counts by its /64). Behind an ingress, give its addresses to
+--trusted-proxies so that the client address comes from X-Forwarded-For
+(this does not turn on header identity). A browser that signed in as the
+person before (a signed device cookie) is limited on its own, so failures
+caused by others never lock a person out of their own browser. Every
+failed and throttled sign-in is in the operator log; the addresses are
+shown to operators only.
+
 A session ends 12h after sign-in, after --session-idle without use, when
 its person leaves the users file or changes password (the file is read
 again when it changes and on SIGHUP), and when its person signs out: the
@@ -68,7 +78,7 @@ func consoleCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 		stateDir   = fs.String("state-dir", "", "Pebble directory of the view (default: a new temporary directory)")
 		usersFile  = fs.String("users", os.Getenv("FAULTROUTER_CONSOLE_USERS"), "users file (YAML, bcrypt hashes) (env FAULTROUTER_CONSOLE_USERS)")
 		trustProxy = fs.Bool("trust-proxy-header", false, "identify people by X-Forwarded-User / X-Forwarded-Email (only behind a proxy that sets them; needs --trusted-proxies)")
-		proxies    = fs.String("trusted-proxies", "", "comma-separated CIDRs (or addresses) the reverse proxy connects from; the proxy header is believed from them only and stripped from anyone else")
+		proxies    = fs.String("trusted-proxies", "", "comma-separated CIDRs (or addresses) the reverse proxy or ingress connects from: from them the client address is taken from X-Forwarded-For (sign-in limits, operator log), and with --trust-proxy-header the identity header is believed from them only")
 		tlsCert    = fs.String("http-tls-cert", "", "PEM certificate: serve HTTPS (cookies Secure, HSTS); --tls-cert is the Kafka client's")
 		tlsKey     = fs.String("http-tls-key", "", "PEM key of --http-tls-cert")
 		publicURL  = fs.String("public-url", "", "the address people open, e.g. https://console.example.com when TLS ends at an ingress (https: cookies Secure, HSTS)")

@@ -11,9 +11,11 @@ package console
 //     convention); its roles come from the users file entry of that name,
 //     else Config.ProxyRole.
 //
-// Every state-changing request carries a CSRF token: an HMAC of a random
-// per-browser cookie and the person's name, in the form field "csrf" or the
-// X-CSRF-Token header.
+// Every state-changing request carries a CSRF token: its time and an HMAC
+// of a random per-browser cookie, the person's name, the session and that
+// time, in the form field "csrf" or the X-CSRF-Token header; it is good for
+// that session only and for 12 hours at most. Over HTTPS the cookies carry
+// the __Host- prefix.
 
 import (
 	"crypto/hmac"
@@ -25,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,8 +85,12 @@ func parseUsers(path string, b []byte) (*Users, error) {
 	return &u, u.Validate()
 }
 
+// MinBcryptCost is the lowest bcrypt cost a users file may hold: a cheaper
+// hash is guessed too fast offline once the file leaks.
+const MinBcryptCost = 10
+
 // Validate checks every entry: a name, known roles, a bcrypt hash that
-// parses, owners for a reviewer.
+// parses and costs at least MinBcryptCost, owners for a reviewer.
 func (u *Users) Validate() error {
 	seen := map[string]bool{}
 	for i, x := range u.Users {
@@ -106,9 +113,26 @@ func (u *Users) Validate() error {
 			return fmt.Errorf("%s.owners: a reviewer needs the owners it decides for (\"*\" for all)", at)
 		}
 		if x.PasswordBcrypt != "" {
-			if _, err := bcrypt.Cost([]byte(x.PasswordBcrypt)); err != nil {
+			cost, err := bcrypt.Cost([]byte(x.PasswordBcrypt))
+			if err != nil {
 				return fmt.Errorf("%s.password_bcrypt: not a bcrypt hash: %v", at, err)
 			}
+			if cost < MinBcryptCost {
+				return fmt.Errorf("%s.password_bcrypt: bcrypt cost %d; at least %d is allowed: hash the password again with faultrouter console --hash-password", at, cost, MinBcryptCost)
+			}
+		}
+	}
+	return nil
+}
+
+// findEmail returns the entry whose email is addr.
+func (u *Users) findEmail(addr string) *User {
+	if u == nil || addr == "" {
+		return nil
+	}
+	for i := range u.Users {
+		if strings.EqualFold(u.Users[i].Email, addr) {
+			return &u.Users[i]
 		}
 	}
 	return nil
@@ -173,12 +197,16 @@ func (s *Server) mac(parts ...string) []byte {
 // session's renewed cookie goes on w.
 func (s *Server) identify(w http.ResponseWriter, r *http.Request) *person {
 	if s.fromTrustedProxy(r) {
-		name := r.Header.Get("X-Forwarded-User")
-		if name == "" {
-			name = r.Header.Get("X-Forwarded-Email")
+		// the e-mail first: the identity provider verified it, while the
+		// user header may be an opaque subject or a name people choose
+		name, u := r.Header.Get("X-Forwarded-Email"), (*User)(nil)
+		if name != "" {
+			u = s.users().findEmail(name)
+		} else if name = r.Header.Get("X-Forwarded-User"); name != "" {
+			u = s.users().find(name)
 		}
 		if name != "" {
-			if u := s.users().find(name); u != nil {
+			if u != nil {
 				return &person{Name: u.Name, Roles: u.Roles, Owners: u.Owners, Proxy: true}
 			}
 			p := &person{Name: name, Roles: []string{s.cfg.ProxyRole}, Proxy: true}
@@ -193,25 +221,39 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) *person {
 
 // nonce returns the browser's CSRF nonce, setting the cookie when absent.
 func (s *Server) nonce(w http.ResponseWriter, r *http.Request) string {
-	if c, err := r.Cookie(nonceCookie); err == nil && len(c.Value) >= 16 {
+	name := s.cookieName(nonceCookie)
+	if c, err := r.Cookie(name); err == nil && len(c.Value) >= 16 {
 		return c.Value
 	}
-	b := make([]byte, 16)
-	rand.Read(b)
-	n := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: nonceCookie, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
-	r.AddCookie(&http.Cookie{Name: nonceCookie, Value: n})
+	n := newID()
+	http.SetCookie(w, &http.Cookie{Name: name, Value: n, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
+	r.AddCookie(&http.Cookie{Name: name, Value: n})
 	return n
 }
 
-// csrfToken is the token the pages of name put in their forms.
-func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request, name string) string {
-	return hex.EncodeToString(s.mac("csrf", s.nonce(w, r), name))
+// csrfTTL is how long a page's CSRF token is accepted.
+const csrfTTL = sessionTTL
+
+// csrfToken is the token the pages of p (nil: nobody signed in) put in
+// their forms: its time and an HMAC of the browser's nonce, the person, the
+// session and that time, so that it is good for that session only and for
+// csrfTTL at most.
+func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request, p *person) string {
+	return s.csrfAt(s.nonce(w, r), p, time.Now())
+}
+
+func (s *Server) csrfAt(nonce string, p *person, at time.Time) string {
+	name, session := "", ""
+	if p != nil {
+		name, session = p.Name, p.Session
+	}
+	ts := strconv.FormatInt(at.Unix(), 16)
+	return fmt.Sprintf("%012s", ts) + hex.EncodeToString(s.mac("csrf", nonce, name, session, ts))
 }
 
 // csrfOK checks the token of a state-changing request.
-func (s *Server) csrfOK(r *http.Request, name string) bool {
-	c, err := r.Cookie(nonceCookie)
+func (s *Server) csrfOK(r *http.Request, p *person) bool {
+	c, err := r.Cookie(s.cookieName(nonceCookie))
 	if err != nil {
 		return false
 	}
@@ -219,8 +261,18 @@ func (s *Server) csrfOK(r *http.Request, name string) bool {
 	if got == "" {
 		got = r.PostFormValue("csrf")
 	}
-	want := hex.EncodeToString(s.mac("csrf", c.Value, name))
-	return got != "" && hmac.Equal([]byte(got), []byte(want))
+	if len(got) < 12 {
+		return false
+	}
+	secs, err := strconv.ParseInt(got[:12], 16, 64)
+	if err != nil {
+		return false
+	}
+	at := time.Unix(secs, 0)
+	if age := time.Since(at); age > csrfTTL || age < -time.Minute {
+		return false
+	}
+	return hmac.Equal([]byte(got), []byte(s.csrfAt(c.Value, p, at)))
 }
 
 // dummy is a hash of a random password at the highest cost of the users
@@ -249,35 +301,23 @@ func (u *Users) dummy() []byte {
 
 var noUsers Users
 
-// tryLogin checks a name and password when a bcrypt slot is free; busy
-// when none is.
-func (s *Server) tryLogin(name, password string) (ok, busy bool) {
-	select {
-	case s.bcrypt <- struct{}{}:
-	default:
-		return false, true
-	}
-	defer func() { <-s.bcrypt }()
-	return s.login(name, password), false
-}
-
-// login checks a name and password against the users file.
-func (s *Server) login(name, password string) bool {
-	users := s.users()
-	u := users.find(name)
-	if u == nil || u.PasswordBcrypt == "" {
-		// spend the same time as a wrong password
-		bcrypt.CompareHashAndPassword(users.dummy(), []byte(password))
-		return false
-	}
-	return bcrypt.CompareHashAndPassword([]byte(u.PasswordBcrypt), []byte(password)) == nil
-}
-
 func (s *Server) clearSession(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(sessionCookie), Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
 }
 
 // secure reports whether cookies are marked Secure: whenever people reach
 // the console over HTTPS.
 func (s *Server) secure(r *http.Request) bool { return r.TLS != nil || s.cfg.https() }
+
+// cookieName is the name of one of the console's cookies: with the
+// __Host- prefix when the console is reached over HTTPS (the browser then
+// takes the cookie only from this host, Secure and for the whole site, so a
+// neighbouring subdomain cannot plant or shadow it). Over plain HTTP a
+// browser refuses a __Host- cookie, so the name stays bare.
+func (s *Server) cookieName(base string) string {
+	if s.cfg.https() {
+		return "__Host-" + base
+	}
+	return base
+}

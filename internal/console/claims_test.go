@@ -8,12 +8,10 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/bcrypt"
 )
 
 func claimUsers(t *testing.T) *Users {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	u := &Users{Users: []User{
 		{Name: "alice", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"ai_product"}},
 		{Name: "bob", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"ai_product"}},

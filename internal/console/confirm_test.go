@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -89,7 +88,7 @@ func TestBulkConfirmDecidesThePreviewedItemsOnce(t *testing.T) {
 // records its preview counted, not one that arrived in between; the same
 // confirmation twice is refused; a rate above the ceiling is refused.
 func TestRedriveConfirmRunsThePreviewedSetOnce(t *testing.T) {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
 	base, opts, set := testConsole(t, Config{Users: users, RedriveRate: 100, MaxRedriveRate: 200})
 	dl, _ := set.Name("deadletter")

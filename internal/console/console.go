@@ -82,9 +82,12 @@ type Config struct {
 	// TrustProxy takes the person from X-Forwarded-User / X-Forwarded-Email.
 	// Only behind a proxy that sets them and strips them from clients.
 	TrustProxy bool
-	// TrustedProxies are the addresses (CIDRs) of the reverse proxy: the
-	// header is believed only from a direct peer in one of them, and
-	// stripped from any other request. Required with TrustProxy.
+	// TrustedProxies are the addresses (CIDRs) of the reverse proxy (an
+	// ingress controller, oauth2-proxy). From a direct peer in one of them
+	// the client address, for the sign-in limits and the operator log, is
+	// the last X-Forwarded-For hop outside them; with TrustProxy the
+	// identity headers are believed from them only, and stripped from any
+	// other request. Required with TrustProxy; useful without it.
 	TrustedProxies []netip.Prefix
 	// TLSCert and TLSKey are PEM files: the console serves HTTPS itself.
 	TLSCert, TLSKey string
@@ -96,10 +99,11 @@ type Config struct {
 	// a response's writing (extended by every write of the live updates)
 	// and a kept-alive connection; 30s, 60s and 120s when zero.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
-	// LoginFailuresPerUser and LoginFailuresPerAddress are the failed
-	// sign-ins allowed per name and per client address within LoginWindow;
-	// beyond them sign-in answers 429 with Retry-After (5, 20, 15 minutes
-	// when zero).
+	// LoginFailuresPerUser and LoginFailuresPerAddress are the sign-in
+	// attempts allowed per account (and per known device of an account) and
+	// per client address within LoginWindow, counted before the password is
+	// compared, a success given back; beyond them sign-in answers 429 with
+	// Retry-After (5, 20, 15 minutes when zero). See throttle.go.
 	LoginFailuresPerUser, LoginFailuresPerAddress int
 	LoginWindow                                   time.Duration
 	// UsersFile is the users file's path: it is read again when it changes

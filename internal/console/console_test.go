@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,11 +100,18 @@ func testCluster(t *testing.T) ([]kgo.Opt, topicspec.Set) {
 	return opts, set
 }
 
-func testUsers(t *testing.T) *Users {
-	h, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+// pwHash is the bcrypt hash of "pw" at the lowest cost a users file
+// allows, made once for the package's tests.
+var pwHash = sync.OnceValue(func() []byte {
+	h, err := bcrypt.GenerateFromPassword([]byte("pw"), MinBcryptCost)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
+	return h
+})
+
+func testUsers(t *testing.T) *Users {
+	h := pwHash()
 	u := &Users{Users: []User{
 		{Name: "alice", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"ai_product"}},
 		{Name: "victor", PasswordBcrypt: string(h), Roles: []string{RoleViewer}},

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 )
@@ -22,7 +21,7 @@ import (
 // operator and the reason, and records who ran it and why. A reviewer without
 // the operator role is refused.
 func TestRedriveByFilterPreviewThenJob(t *testing.T) {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{
 		{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}},
 		{Name: "rita", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"*"}},
@@ -137,7 +136,7 @@ func countRecords(t *testing.T, opts []kgo.Opt, topic string) int {
 // Guards the job controls: a paused job sends nothing until resumed, a
 // stopped job sends nothing more, and both show on the page.
 func TestRedriveJobPauseResumeStop(t *testing.T) {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
 	base, opts, set := testConsole(t, Config{Users: users, RedriveRate: 1})
 	dl, _ := set.Name("deadletter")

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -115,6 +116,11 @@ type opAction struct {
 	Item   time.Time `json:"item,omitzero"`
 	// MoreTasks counts the tasks beyond maxActionTasks left out of Tasks.
 	MoreTasks int `json:"more_tasks,omitempty"`
+	// Addr is the client address of a sign-in, and Tried the name typed
+	// in a failed one that is not in the users file; the operator log
+	// shows them to operators only.
+	Addr  string `json:"addr,omitempty"`
+	Tried string `json:"tried,omitempty"`
 }
 
 // maxActionTasks bounds the task IDs one action record lists.
@@ -132,15 +138,27 @@ func (s *Server) actionRecord(a *opAction) *kgo.Record {
 	return &kgo.Record{Topic: s.consoleTopic(), Key: []byte(a.User), Value: b}
 }
 
-// record writes an operator action to the console topic without waiting; a
-// failure is logged, the action stands.
-func (s *Server) record(_ context.Context, a opAction) {
+// record writes an operator action to the console topic and waits for it:
+// an action whose record cannot be written must not be taken (the caller
+// refuses it with the error, which says so).
+func (s *Server) record(ctx context.Context, a opAction) error {
+	if err := s.produce(ctx, s.actionRecord(&a)); err != nil {
+		s.log.Error("console: operator action not written to the console topic; refused", "action", a.Action, "user", a.User, "err", err)
+		return &userError{Status: http.StatusServiceUnavailable, Msg: "Refused: the operator log record of this action could not be written to Kafka, so nothing was done. Try again in a moment."}
+	}
+	return nil
+}
+
+// note writes a record to the operator log without waiting: failed and
+// throttled sign-ins and webhook deliveries, which are not someone's
+// action to refuse. A failure is logged.
+func (s *Server) note(a opAction) {
 	if s.producer == nil {
 		return
 	}
 	s.producer.Produce(context.Background(), s.actionRecord(&a), func(_ *kgo.Record, err error) {
 		if err != nil {
-			s.log.Error("console: operator action not written to the console topic", "action", a.Action, "user", a.User, "err", err)
+			s.log.Error("console: operator log record not written to the console topic", "action", a.Action, "user", a.User, "err", err)
 		}
 	})
 }

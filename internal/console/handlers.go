@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -171,29 +170,6 @@ func peerAddr(r *http.Request) (netip.Addr, bool) {
 	return ap.Addr().Unmap(), true
 }
 
-// clientAddr is the address of the person: the peer, or behind a trusted
-// proxy the last X-Forwarded-For hop that is not one of the proxies.
-func (s *Server) clientAddr(r *http.Request) string {
-	a, ok := peerAddr(r)
-	if !ok {
-		return r.RemoteAddr
-	}
-	if !s.fromTrustedProxy(r) {
-		return a.String()
-	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		h, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		if h = h.Unmap(); !s.trusted(h) {
-			return h.String()
-		}
-	}
-	return a.String()
-}
-
 // csp: no script, style or form target but our own, no <base>, no framing.
 const csp = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; " +
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'; object-src 'none'"
@@ -234,7 +210,7 @@ func (s *Server) signedIn(role string, fn pageFunc) http.Handler {
 				s.fail(w, r, p, badRequest("The form could not be read: "+err.Error()))
 				return
 			}
-			if !s.csrfOK(r, p.Name) {
+			if !s.csrfOK(r, p) {
 				s.fail(w, r, p, forbidden("Refused: the request carries no valid CSRF token. Reload the page and try again."))
 				return
 			}
@@ -293,12 +269,8 @@ type page struct {
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name string, status int, title, nav string, data any) {
-	name0 := ""
-	if p != nil {
-		name0 = p.Name
-	}
 	read, total, caughtUp, perr := s.prog.snapshot()
-	pg := page{Title: title, Nav: nav, Me: p, CSRF: s.csrfToken(w, r, name0), Lang: lang(r), Now: time.Now(), Data: data,
+	pg := page{Title: title, Nav: nav, Me: p, CSRF: s.csrfToken(w, r, p), Lang: lang(r), Now: time.Now(), Data: data,
 		Flash:    flashOf(r.URL.Query()),
 		Progress: map[string]any{"Read": read, "Total": total, "CaughtUp": caughtUp, "Error": perr}}
 	t, err := s.pages.get(name, pg.Lang)
@@ -315,67 +287,6 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name 
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
-}
-
-func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	if s.identify(w, r) != nil {
-		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
-		return
-	}
-	s.render(w, r, nil, "login", http.StatusOK, "Sign in", "", map[string]any{"Next": r.URL.Query().Get("next"), "Proxy": s.cfg.TrustProxy})
-}
-
-func (s *Server) loginPost(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
-	r.ParseForm()
-	name, addr := r.PostFormValue("name"), s.clientAddr(r)
-	data := map[string]any{"Next": r.PostFormValue("next")}
-	status := http.StatusOK
-	now := time.Now()
-	wait := max(s.limit.wait(userKey(name), s.cfg.LoginFailuresPerUser, now), s.limit.wait(addrKey(addr), s.cfg.LoginFailuresPerAddress, now))
-	switch {
-	case !s.csrfOK(r, ""):
-		s.met.loginFailures.WithLabelValues("csrf").Inc()
-		data["Error"], status = "Refused: the form carries no valid CSRF token. Reload the page and try again.", http.StatusForbidden
-	case wait > 0:
-		s.throttled(w, name, addr, wait)
-		data["Error"], status = fmt.Sprintf("Too many failed sign-ins for this name or from this address: try again in %s.", roundUp(wait)), http.StatusTooManyRequests
-	default:
-		ok, busy := s.tryLogin(name, r.PostFormValue("password"))
-		switch {
-		case busy:
-			s.throttled(w, name, addr, time.Second)
-			data["Error"], status = "Too many sign-ins at once: try again in a second.", http.StatusTooManyRequests
-		case !ok:
-			s.limit.fail(userKey(name), s.cfg.LoginFailuresPerUser, now)
-			s.limit.fail(addrKey(addr), s.cfg.LoginFailuresPerAddress, now)
-			s.met.loginFailures.WithLabelValues("password").Inc()
-			s.log.Warn("console: sign-in failed: wrong name or password", "user", name, "addr", addr)
-			data["Error"], status = "Wrong name or password.", http.StatusUnauthorized
-		default:
-			s.limit.clear(userKey(name))
-			s.setSession(w, r, name)
-			s.log.Info("console: signed in", "user", name, "addr", addr)
-			if u := s.users().find(name); u != nil {
-				s.record(r.Context(), opAction{Action: "login", User: u.Name, What: "signed in from " + addr})
-			}
-			http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
-			return
-		}
-	}
-	s.render(w, r, nil, "login", status, "Sign in", "", data)
-}
-
-// throttled counts and logs a sign-in refused for wait and sets Retry-After.
-func (s *Server) throttled(w http.ResponseWriter, name, addr string, wait time.Duration) {
-	s.met.loginThrottle.Inc()
-	s.log.Warn("console: sign-in throttled", "user", name, "addr", addr, "retry_after", roundUp(wait))
-	w.Header().Set("Retry-After", strconv.Itoa(int(roundUp(wait)/time.Second)))
-}
-
-// roundUp rounds d up to a whole second, at least one.
-func roundUp(d time.Duration) time.Duration {
-	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
 }
 
 // safeNext keeps a redirect on this site: a path of printable ASCII that

@@ -144,6 +144,8 @@ var zh = map[string]string{
 	"Tasks":                               "任务",
 	"Older":                               "更早",
 	"No operator actions yet.":            "暂无操作记录。",
+	"Address":                             "地址",
+	"unknown name":                        "未知用户名",
 	"Exactly these items are decided; items that arrive meanwhile are not.": "只决定以上这些条目；预览之后到达的条目不包含在内。",
 
 	// the Cost and What-if pages

@@ -7,6 +7,7 @@ type metrics struct {
 	proxyRefused  prometheus.Counter
 	loginFailures *prometheus.CounterVec
 	loginThrottle prometheus.Counter
+	loginCompares prometheus.Counter
 	// notify.go
 	webhook         *prometheus.CounterVec
 	webhookAttempts prometheus.Counter
@@ -23,6 +24,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loginThrottle: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
 			Name: "login_throttled_total",
 			Help: "Sign-ins refused with 429 because the name or the address failed too often."}),
+		loginCompares: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
+			Name: "login_compares_total",
+			Help: "Passwords compared with a bcrypt hash at sign-in (the attempts the limits let through)."}),
 		webhook: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "faultrouter", Subsystem: "console",
 			Name: "webhook_deliveries_total",
 			Help: "Webhook notices by outcome: delivered, failed (after every attempt, or refused), deferred (the owner's queue was full; sent at a later scan)."}, []string{"result"}),
@@ -30,7 +34,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "webhook_attempts_total", Help: "Webhook requests sent, first tries and retries."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxyRefused, m.loginFailures, m.loginThrottle, m.webhook, m.webhookAttempts)
+		reg.MustRegister(m.proxyRefused, m.loginFailures, m.loginThrottle, m.loginCompares, m.webhook, m.webhookAttempts)
 	}
 	return m
 }

@@ -333,7 +333,7 @@ func (n *notifier) deliver(ctx context.Context, nt *notice) {
 		n.s.met.webhook.WithLabelValues("delivered").Inc()
 		n.s.log.Info("console: webhook delivered", "task_id", task, "owner", nt.Owner, "host", hostOf(nt.URL), "notice", nt.Kind, "attempts", tries)
 	}
-	n.s.record(ctx, a)
+	n.s.note(a)
 }
 
 // lease takes the sending of a notice for this replica: a lease record on

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -146,7 +145,7 @@ func TestWebhooksDeliverRetryAndRecord(t *testing.T) {
 	})
 	late := newReceiver(t, func(int, http.ResponseWriter, *http.Request) {})
 
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
 	hooks := &Webhooks{Owners: map[string]string{"ai_product": flaky.URL + "/hook", "security": hung.URL + "/T9/secret-hung", "operations": redirecting.URL, "late_owner": late.URL},
 		Timeout: 300 * time.Millisecond, Attempts: 3, Backoff: 50 * time.Millisecond, Check: 100 * time.Millisecond}

@@ -85,6 +85,7 @@ func (s *Server) operatorsPage(w http.ResponseWriter, r *http.Request, p *person
 	if err != nil {
 		return err
 	}
-	s.render(w, r, p, "operators", http.StatusOK, "Operator log", "operators", map[string]any{"Rows": rows, "User": user, "Next": next})
+	s.render(w, r, p, "operators", http.StatusOK, "Operator log", "operators", map[string]any{"Rows": rows, "User": user, "Next": next,
+		"Operator": p.operator()})
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"golang.org/x/crypto/bcrypt"
 )
 
 // Guards the operator log: every operator action (sign-in, a decision, a
@@ -15,7 +13,7 @@ import (
 // when, what and why; the operator log page lists them newest first, and a
 // task's timeline shows the actions on that task.
 func TestOperatorActionsAreRecordsOnTheConsoleTopic(t *testing.T) {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{
 		{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleReviewer, RoleOperator}, Owners: []string{"*"}},
 	}}

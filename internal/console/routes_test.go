@@ -5,8 +5,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"golang.org/x/crypto/bcrypt"
 )
 
 // Guards every state-changing route, taken from the route table itself so
@@ -15,7 +13,7 @@ import (
 // with another person's token it is refused (403), and a person without its
 // role is refused (403 naming the role), each before anything is written.
 func TestEveryStateChangingRouteRefusesWithoutSessionCSRFOrRole(t *testing.T) {
-	h, _ := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
+	h := pwHash()
 	users := &Users{Users: []User{
 		{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleViewer, RoleReviewer, RoleOperator}, Owners: []string{"*"}},
 		{Name: "alice", PasswordBcrypt: string(h), Roles: []string{RoleReviewer}, Owners: []string{"ai_product"}},

@@ -155,11 +155,13 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 
 // Guards the cookies and headers over HTTPS: when TLS ends at an ingress
-// (PublicURL https://...) or at the console (TLSCert/TLSKey), the session
-// and CSRF cookies are Secure, HttpOnly and SameSite=Strict and every
+// (PublicURL https://...) or at the console (TLSCert/TLSKey), the session,
+// CSRF and device cookies are Secure, HttpOnly and SameSite=Strict, named
+// with the __Host- prefix (Path=/, no Domain), and every
 // response carries Strict-Transport-Security; the content security policy
 // allows forms to post only to this site and no <base> element. Over plain
-// HTTP (a laptop) the cookies cannot be Secure and no HSTS is sent.
+// HTTP (a laptop) the cookies cannot be Secure (nor, so, __Host-) and no
+// HSTS is sent.
 func TestCookiesSecureAndHSTSOverHTTPS(t *testing.T) {
 	certFile, keyFile := selfSigned(t)
 	for _, tc := range []struct {
@@ -194,15 +196,21 @@ func TestCookiesSecureAndHSTSOverHTTPS(t *testing.T) {
 			for _, ck := range resp.Cookies() {
 				got[ck.Name] = ck
 			}
-			if got[sessionCookie] == nil {
-				t.Fatalf("no session cookie in %v", resp.Header["Set-Cookie"])
+			// over HTTPS every cookie carries the __Host- prefix: Secure, for
+			// the whole site, and set by this host only
+			prefix := ""
+			if tc.secure {
+				prefix = "__Host-"
 			}
-			for _, name := range []string{sessionCookie, nonceCookie} {
+			if got[prefix+sessionCookie] == nil || got[prefix+deviceCookie] == nil {
+				t.Fatalf("no %s and %s cookies in %v", prefix+sessionCookie, prefix+deviceCookie, resp.Header["Set-Cookie"])
+			}
+			for _, name := range []string{prefix + sessionCookie, prefix + nonceCookie, prefix + deviceCookie} {
 				ck := got[name]
 				if ck == nil {
 					continue // the nonce was set on the sign-in page
 				}
-				if ck.Secure != tc.secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+				if ck.Secure != tc.secure || !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Path != "/" || ck.Domain != "" {
 					t.Errorf("%s: Secure %v HttpOnly %v SameSite %v; want Secure %v, HttpOnly, Strict", name, ck.Secure, ck.HttpOnly, ck.SameSite, tc.secure)
 				}
 			}
@@ -308,10 +316,10 @@ func TestSecretsCostsAndInternalErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "FAULTROUTER_CONSOLE_SECRET") || !strings.Contains(err.Error(), "32") {
 		t.Errorf("a 9-byte secret: %v, want an error naming FAULTROUTER_CONSOLE_SECRET and 32 bytes", err)
 	}
-	users := testUsers(t) // hashes of bcrypt.MinCost
+	users := testUsers(t) // hashes of MinBcryptCost
 	cost, err := bcrypt.Cost(users.dummy())
-	if err != nil || cost != bcrypt.MinCost {
-		t.Errorf("dummy hash: cost %d, %v; want a valid hash of the users' cost %d", cost, err, bcrypt.MinCost)
+	if err != nil || cost != MinBcryptCost {
+		t.Errorf("dummy hash: cost %d, %v; want a valid hash of the users' cost %d", cost, err, MinBcryptCost)
 	}
 	if err := bcrypt.CompareHashAndPassword(users.dummy(), []byte("pw")); !errors.Is(err, bcrypt.ErrMismatchedHashAndPassword) {
 		t.Errorf("comparing with the dummy hash: %v, want a mismatch after the full compare", err)

@@ -21,7 +21,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -93,7 +92,7 @@ func (s *Server) sessionPerson(w http.ResponseWriter, r *http.Request) *person {
 // than SessionIdle still counts (an open live-update stream is checked
 // for the other ends of its session, not for use).
 func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, idle bool) *person {
-	c, err := r.Cookie(sessionCookie)
+	c, err := r.Cookie(s.cookieName(sessionCookie))
 	if err != nil {
 		return nil
 	}
@@ -123,21 +122,15 @@ func (s *Server) checkSession(w http.ResponseWriter, r *http.Request, idle bool)
 // renews it.
 func (s *Server) sessionRenew() time.Duration { return min(time.Minute, s.cfg.SessionIdle/4) }
 
-// setSession starts a session of the user named.
-func (s *Server) setSession(w http.ResponseWriter, r *http.Request, name string) {
-	u := s.users().find(name)
-	if u == nil {
-		return
-	}
-	id := make([]byte, 16)
-	rand.Read(id)
+// setSession starts a session of u.
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request, u *User) {
 	now := time.Now()
-	s.writeSession(w, r, session{Name: u.Name, ID: hex.EncodeToString(id), Issued: now, Seen: now, PwFP: pwFingerprint(u)})
+	s.writeSession(w, r, session{Name: u.Name, ID: newID(), Issued: now, Seen: now, PwFP: pwFingerprint(u)})
 }
 
 func (s *Server) writeSession(w http.ResponseWriter, r *http.Request, ss session) {
 	left := sessionTTL - time.Since(ss.Issued)
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.encodeSession(ss), Path: "/",
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(sessionCookie), Value: s.encodeSession(ss), Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: int(left / time.Second)})
 }
 

@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"golang.org/x/crypto/bcrypt"
 )
 
 // Guards the What-if page's refusals and its run: no session, no page; no
@@ -18,10 +16,7 @@ import (
 // an empty ingress: nothing replayed, nothing changed) and shows the
 // self-check and the limits.
 func TestWhatifPage(t *testing.T) {
-	h, err := bcrypt.GenerateFromPassword([]byte("pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := pwHash()
 	users := &Users{Users: []User{
 		{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}},
 		{Name: "victor", PasswordBcrypt: string(h), Roles: []string{RoleViewer}},
