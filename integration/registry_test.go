@@ -390,12 +390,11 @@ func metricsText(t *testing.T, base string) string {
 	return string(b)
 }
 
-// Guards the Python worker on a schema registry: the example worker's
-// pytest suite, run with FAULTROUTER_REGISTRY_URL, writes its events and
-// review decisions with confluent-kafka's AvroSerializer and reads the
-// router's audit, retry and review records with its AvroDeserializer,
-// against a router writing the Confluent wire format; nothing it sent is
-// dead-lettered.
+// Guards the Python package on a schema registry: its router suite, run
+// with FAULTROUTER_REGISTRY_URL, writes its events and review decisions with
+// confluent-kafka's AvroSerializer and reads the router's audit, retry and
+// review records with its AvroDeserializer, against a router writing the
+// Confluent wire format; nothing it sent is invalid.
 func TestPythonWorkerRegistry(t *testing.T) {
 	e, _ := newRegistryEnv(t)
 	e.cli("", "schemas", "register", "--compatibility", "BACKWARD")

@@ -65,6 +65,7 @@ class FakeAPI:
                 api.handle(self, self.path, body)
 
         self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.handle_error = lambda request, address: None  # a client that hung up
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
 
