@@ -307,6 +307,9 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		// topic after it has gone (docs/breakers.md, Upgrades); routing,
 		// retries, reviews and alerts are checked as in every run
 		opts.SharesLatches = func(string, time.Time) bool { return false }
+		// nor the cost ledger: that release claims cost prevented per stop
+		// and names no repeated attempt on its audit records
+		opts.MixedReleases = true
 	}
 	// check waits until every input has its audit record (the last ones may
 	// be on their way), and, with retries, until no retry the model owes is

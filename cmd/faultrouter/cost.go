@@ -19,15 +19,19 @@ import (
 const costSynopsis = `usage: faultrouter cost --since T [--until T] [--format table|json] [--policy FILE] [--top N]
 
 Spend and cost prevented over a time range of the audit topic (read_committed):
-the reported usage of every attempt the router decided (an exact redelivery
-is the same attempt, counted once), by class, provider/model, prompt
-template and review owner, failed (not SUCCEEDED) versus succeeded, and the
-cost prevented: for each task the router stopped (a refusal or schema
-violation to review, a dead letter, a budget stop, a write whose outcome is
-unknown held), the attempts a blind baseline that retries every failure
-cost_prevented.baseline_retries times (default 3) would still have made,
-times that task's mean attempt cost. --policy names the policy file whose
-baseline to use (default: the built-in policy).
+the reported usage of every attempt the router decided, each attempt once
+(an exact redelivery, a record forwarded to its task's partition, a
+re-drive and a redelivery after the task's TTL are the same attempt again),
+by class, provider/model, prompt template and review owner, failed (not
+SUCCEEDED) versus succeeded, and the cost prevented: for each task the
+router stopped (a refusal or schema violation to review, a dead letter, a
+budget stop, a write whose outcome is unknown held), the attempts a blind
+baseline that retries every failure cost_prevented.baseline_retries times
+(default 3) would still have made after the task's last attempt (attempts
+made after a stop are netted off), times that task's mean attempt cost, as
+the router wrote it on the audit records. --policy names the policy file
+whose baseline to use for audit records of builds that wrote none (default:
+the built-in policy).
 
 --since and --until are RFC 3339 or relative (-24h, -7d); the range holds
 the audit records written at or after --since and before --until.`
@@ -112,7 +116,7 @@ func costReport(ctx context.Context, opts []kgo.Opt, audit string, rng replay.Ra
 			undecodable++
 			return nil
 		}
-		l.Add(r.Event, &r.Decision)
+		l.Add(r.Event, &r.Decision, ledger.RepeatOf(&r.Decision, rec.Headers))
 		return nil
 	})
 	fmt.Fprintf(stderr, "cost: %d audit records in the range\n", read)

@@ -529,6 +529,9 @@ func (c *checker) untasked(in *input) {
 		c.violate("audit.decision", in.task, "input %s (%s): audited %s/%s rule %s, want %s/%s rule %s (reason %q)",
 			in.key, kindName(in.kind), got.Class, got.Route, got.Rule, want.Class, want.Route, want.Rule, got.Reason)
 	}
+	if in.kind == inForward {
+		c.checkRepeat(in.task, in) // ledger.go
+	}
 	c.window(in, nil)
 }
 
@@ -644,6 +647,7 @@ func (c *checker) walk(tr *taskRun) {
 		}
 		if in.kind == inTask {
 			c.checkPrevented(tr.id, in, &got, &want) // ledger.go
+			c.checkRepeat(tr.id, in)
 		}
 		if in.kind == inTask && in.audit.r.Event != nil && in.audit.r.Event.EventID != in.event.EventID {
 			c.violate("audit.event", tr.id, "audit of input %s carries event %s, want %s", in.key, in.audit.r.Event.EventID, in.event.EventID)

@@ -79,6 +79,13 @@ func (b *logBuilder) routed(topic string, in *kgo.Record, ev *event.TaskEvent, d
 	}
 }
 
+// repeat names the attempt of the last audit record a repeat, as the
+// router's faultrouter.attempt.repeat header does.
+func (b *logBuilder) repeat(r policy.Repeat) {
+	a := b.logs.Audit[len(b.logs.Audit)-1]
+	a.Headers = append(a.Headers, kgo.RecordHeader{Key: codec.HeaderRepeat, Value: []byte(r)})
+}
+
 func (b *logBuilder) alert(e event.BreakerEvent, hs ...kgo.RecordHeader) {
 	v, err := b.c.EncodeBreakerEvent(nil, &e)
 	if err != nil {
@@ -267,6 +274,7 @@ func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
 		t.Fatalf("re-drive decision: %s not before %v (%s), want a retry due at once", d2.Route, d2.Retry, d2.Reason)
 	}
 	b.routed("audit", in2, &ev, d2)
+	b.repeat(policy.RepeatRedrive)
 	due := d2
 	due.DecidedAt = d2.Retry.NotBefore
 	b.routed("retry", nil, &ev, due)

@@ -4,24 +4,48 @@ import (
 	"fmt"
 
 	"github.com/faultrouter/faultrouter/internal/ledger"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // checkPrevented checks the cost prevented an audit record carries: the
-// policy's for the model's decision (none for a decision that is no stop).
-// An audit record of RoutedRecord version 1 (an earlier build's, during an
-// upgrade) carries none and is not checked; the ledger check still counts
-// its stops, computed with the policy.
+// claim of the model's decision (policy.Claim: the change of the task's
+// standing; none for a decision that is no stop and changes nothing). An
+// audit record of RoutedRecord version 1 (an earlier build's, during an
+// upgrade) carries none and is not checked; nor is one of a run that mixes
+// in the previous release, which claimed per stop.
 func (c *checker) checkPrevented(task string, in *input, got, want *event.Decision) {
+	if c.o.MixedReleases {
+		return
+	}
 	if _, v, err := c.codec.WriterVersion(in.audit.rec.Value); err == nil && v < 2 {
 		return // written by a build before RoutedRecord version 2, which had no prevented
 	}
-	w := c.o.Policy.PreventedRecord(want)
-	g := got.Prevented
+	w, g := want.Prevented, got.Prevented
 	switch {
 	case g == nil && w == nil:
 	case g == nil || w == nil || *g != *w:
 		c.violate("audit.prevented", task, "input %s: the audit record carries cost prevented %s, want %s", in.key, preventedText(g), preventedText(w))
+	}
+}
+
+// checkRepeat checks that the audit record of a task event says, in its
+// faultrouter.attempt.repeat header, whether its attempt was already
+// counted, as the model finds (a forward, a re-drive, a redelivery after
+// the TTL; policy.RepeatOf).
+func (c *checker) checkRepeat(task string, in *input) {
+	if c.o.MixedReleases || in.audit == nil {
+		return
+	}
+	got := ""
+	for _, h := range in.audit.rec.Headers {
+		if h.Key == codec.HeaderRepeat {
+			got = string(h.Value)
+		}
+	}
+	if got != string(in.repeat) {
+		c.violate("audit.repeat", task, "input %s: the audit record names the attempt a repeat %q, want %q", in.key, got, in.repeat)
 	}
 }
 
@@ -33,20 +57,41 @@ func preventedText(p *event.Prevented) string {
 }
 
 // checkLedger checks the cost ledger: the sums `faultrouter cost` computes
-// from the audit records (their events' usage and their decisions) equal
-// the sums of the model's decisions of the input events, in total (spend,
-// failed spend, cost prevented) and per class.
+// from every audit record (each decoded one, whatever its input: a
+// forward, a poison record, a duplicate audit record) equal the sums of the
+// model's decisions of every input, in total (attempts, spend, failed
+// spend, cost prevented) and per class. Not checked in a run that mixes in
+// the previous release (Options.MixedReleases).
 func (c *checker) checkLedger() {
 	model, audit := ledger.New(c.o.Policy), ledger.New(c.o.Policy)
-	for _, in := range c.inputs {
-		if in.kind != inTask || in.audit == nil || in.decided.Route == "" {
-			continue
+	for _, rec := range c.logs.Audit {
+		r, err := c.codec.DecodeRouted(rec.Value)
+		if err != nil {
+			continue // audit.undecodable
 		}
-		model.Add(&in.event, &in.decided)
-		audit.Add(in.audit.r.Event, &in.audit.r.Decision)
+		audit.Add(r.Event, &r.Decision, ledger.RepeatOf(&r.Decision, rec.Headers))
+	}
+	for _, in := range c.inputs {
+		if in.audit == nil || in.decided.Route == "" {
+			continue // audit.missing
+		}
+		var ev *event.TaskEvent
+		switch {
+		case in.kind == inTask || in.kind == inUnwritable:
+			ev = &in.event
+		case in.kind == inForward && in.repeat == policy.RepeatForwarded:
+			ev = &in.event
+		}
+		model.Add(ev, &in.decided, in.repeat)
 	}
 	m, a := model.Report(), audit.Report()
-	c.rep.Ledger = &LedgerSums{SpendUSD: m.TotalUSD, FailedUSD: m.FailedUSD, PreventedUSD: m.PreventedUSD}
+	c.rep.Ledger = &LedgerSums{Attempts: m.Attempts, SpendUSD: m.TotalUSD, FailedUSD: m.FailedUSD, PreventedUSD: m.PreventedUSD}
+	if c.o.MixedReleases {
+		return
+	}
+	if a.Attempts != m.Attempts {
+		c.violate("ledger.total", "", "the audit records sum to %d attempts, the model's decisions to %d", a.Attempts, m.Attempts)
+	}
 	for _, x := range []struct {
 		name      string
 		got, want float64
@@ -74,9 +119,10 @@ func (c *checker) checkLedger() {
 
 // LedgerSums are the cost ledger's totals of the model's decisions.
 type LedgerSums struct {
+	Attempts                          int64
 	SpendUSD, FailedUSD, PreventedUSD float64
 }
 
 func (l *LedgerSums) String() string {
-	return fmt.Sprintf("spend %s (failed %s), cost prevented %s", ledger.Dollars(l.SpendUSD), ledger.Dollars(l.FailedUSD), ledger.Dollars(l.PreventedUSD))
+	return fmt.Sprintf("%d attempts, spend %s (failed %s), cost prevented %s", l.Attempts, ledger.Dollars(l.SpendUSD), ledger.Dollars(l.FailedUSD), ledger.Dollars(l.PreventedUSD))
 }

@@ -65,9 +65,12 @@ func lifeRun(t *testing.T, steps []lifeStep, router func(i int, d *event.Decisio
 		var d event.Decision
 		var in *kgo.Record
 		ev := s.ev
+		var repeat policy.Repeat
 		if s.ev != nil {
 			in = b.inputAt(int64(i), *s.ev, s.at)
+			known := st.TaskID != ""
 			d = p.Decide(s.ev, &st, now)
+			repeat = p.RepeatOf(s.ev, false, known, in.Timestamp)
 		} else {
 			in = b.decision(int64(i), *s.rd, s.at)
 			d = p.DecideReview(s.rd, &st, now)
@@ -76,6 +79,9 @@ func lifeRun(t *testing.T, steps []lifeStep, router func(i int, d *event.Decisio
 		router(i, &d)
 		ds = append(ds, d)
 		b.routed("audit", in, ev, audited(d))
+		if repeat != "" {
+			b.repeat(repeat)
+		}
 		switch d.Route {
 		case event.RouteRetry:
 			due := d
@@ -208,6 +214,7 @@ func TestCheckForwardedInputs(t *testing.T) {
 			b.routed("audit", rec, ev, audited(p.Decide(ev, &st, at)))
 		} else {
 			b.routed("audit", rec, ev, audited(policy.Forward("t-f", "in", rec.Partition, home, 3, at)))
+			b.repeat(policy.RepeatForwarded)
 		}
 		for i := range copies {
 			cp := &kgo.Record{Topic: "in", Partition: home, Offset: int64(10 + i), Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,

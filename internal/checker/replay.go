@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // Decided is one task input as Replay decided it: the decision the router
@@ -29,6 +30,9 @@ type Decided struct {
 	// Diff names the first difference between Recorded and Model, "" when
 	// they agree.
 	Diff string
+	// Repeat says, for a task event the model decided, why its attempt is
+	// not counted again (policy.RepeatOf), "" when it is.
+	Repeat policy.Repeat
 }
 
 // Replay decides the task inputs of logs (Ingress, Decisions and Audit; the

@@ -1,10 +1,12 @@
 package console
 
 // cost.go: the Cost page. The view sums the cost ledger (internal/ledger) of
-// every audit record it reads, per hour of the decision: spend by class,
-// failed spend by provider/model and prompt template, and the cost the
-// router's stops prevented (the audit record's decision.prevented, else the
-// console's policy's baseline). The page draws, for a range of hours, spend
+// every audit record it reads, per hour of the decision, counting as the
+// ledger does (each attempt once: not a forward, a re-drive or a redelivery
+// after the TTL again): spend by class, failed spend by provider/model and
+// prompt template, and the cost the router's stops prevented (the claims of
+// the audit records' decision.prevented, else, for records of builds that
+// wrote none, the console's policy's baseline). The page draws, for a range of hours, spend
 // stacked by class and cost prevented per hour as SVG written by the server
 // (no script, no library: it works offline and under the page's CSP), and
 // lists the provider/models and templates with the most failed spend.
@@ -23,8 +25,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/faultrouter/faultrouter/internal/ledger"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // costSums are the ledger's sums of one key in one hour; money in
@@ -47,20 +52,32 @@ func (c *costSums) add(o costSums) {
 	c.Prevented += o.Prevented
 }
 
-// accountCost adds one audit record to the hour of its decision.
-func (s *Server) accountCost(b *batch, r *event.Routed, ts time.Time) error {
-	if !ledger.Counts(r.Event, &r.Decision) {
+// accountCost adds one audit record (its headers say whether its attempt
+// repeats one already counted: ledger.RepeatOf) to the hour of its
+// decision, as internal/ledger counts it: the usage of each attempt once,
+// and the cost prevented the decision claims (netted off when negative).
+func (s *Server) accountCost(b *batch, r *event.Routed, headers []kgo.RecordHeader, ts time.Time) error {
+	d := &r.Decision
+	if !ledger.TaskEvent(r.Event, d) {
 		return nil
 	}
-	d := &r.Decision
-	one := costSums{Attempts: 1, Micros: ledger.Micros(r.Event.Usage.CostUSD)}
-	if d.Class != event.ClassSucceeded {
-		one.Failed, one.FailedMicros = 1, one.Micros
+	var one costSums
+	if ledger.Counts(r.Event, d, ledger.RepeatOf(d, headers)) {
+		one.Attempts, one.Micros = 1, ledger.Micros(r.Event.Usage.CostUSD)
+		if d.Class != event.ClassSucceeded {
+			one.Failed, one.FailedMicros = 1, one.Micros
+		}
 	}
 	if p := d.Prevented; p != nil {
-		one.Stops, one.Prevented = 1, ledger.Micros(p.USD)
+		one.Prevented = ledger.Micros(p.USD)
+		if _, ok := policy.StopOf(d); ok {
+			one.Stops = 1
+		}
 	} else if p, ok := s.cfg.Policy.PreventedBy(d); ok {
 		one.Stops, one.Prevented = 1, ledger.Micros(p.USD)
+	}
+	if one == (costSums{}) {
+		return nil
 	}
 	hour := "cost/" + timeKey(ts.Truncate(time.Hour).UnixMilli()) + "/"
 	tmpl := r.Event.PromptTemplate

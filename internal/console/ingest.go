@@ -225,7 +225,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			if err := s.trackRetry(b, task, v, ts); err != nil {
 				return nil, err
 			}
-			if err := s.accountCost(b, v, ts); err != nil { // cost.go
+			if err := s.accountCost(b, v, rec.Headers, ts); err != nil { // cost.go
 				return nil, err
 			}
 			if !closes(&v.Decision) {

@@ -1,22 +1,29 @@
 // Package ledger is faultrouter's cost ledger. It accounts every decided
 // attempt's usage (cost, tokens, elapsed time) by class, route,
 // provider/model, prompt template and review owner, split into failed and
-// successful attempts, and sums the cost the router's stops prevented
-// (policy.PreventedBy). It does no I/O: `faultrouter cost` feeds it the audit
-// records of a time range, the checker feeds it its model's decisions.
+// successful attempts, and sums the cost the router's stops prevented. It
+// does no I/O: `faultrouter cost` and the console feed it the audit records
+// of a time range, the checker its model's decisions.
 //
-// An attempt is every task event decided with another route than DROP (an
-// exact redelivery is the same attempt again, accounted once). It is
-// successful when decided SUCCEEDED, failed otherwise: an error, a refusal,
-// an output that breaks its schema, or work reported for a task that had
-// already ended (DUPLICATE_EXECUTION). Money is summed in whole
-// micro-dollars, so sums are exact and independent of order.
+// An attempt is counted once: every task event decided with another route
+// than DROP (an exact redelivery is the same attempt again; the audit record
+// of a review decision, which carries the task's last event, is none), except a
+// repeat of an attempt already counted (policy.Repeat): a record forwarded
+// to its task's partition (its copy there is the attempt), a re-drive, a
+// redelivery after the task's TTL. The router names a repeat in the audit
+// record's faultrouter.attempt.repeat header (RepeatOf also knows forwards
+// and re-drives of builds before it). An attempt is successful when decided
+// SUCCEEDED, failed otherwise: an error, a refusal, an output that breaks
+// its schema, work reported for a task that had already ended
+// (DUPLICATE_EXECUTION), an event that could not be routed. Money is summed
+// in whole micro-dollars, so sums are exact and independent of order.
 //
-// Cost prevented is the one a decision carries (decision.prevented, which
-// the router writes on the audit record of a stop, with its own policy's
-// baseline), else the one policy.PreventedBy computes with the ledger's
-// policy (audit records of builds before that field, and the checker's
-// model).
+// Cost prevented is the sum of the claims the decisions carry
+// (decision.prevented: policy.Claim, per task, so that a task's claims add
+// up to what its baseline had left after its last attempt; a negative claim
+// nets off attempts made after a stop), else, for audit records of builds
+// before that field, the one policy.PreventedBy computes for a stop with
+// the ledger's policy.
 package ledger
 
 import (
@@ -24,6 +31,9 @@ import (
 	"math"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -76,27 +86,69 @@ func orNone(s string) string {
 	return s
 }
 
-// Counts reports whether a decision of a task event is an attempt the
-// ledger accounts: every route but DROP.
-func Counts(ev *event.TaskEvent, d *event.Decision) bool {
-	return ev != nil && d.Route != event.RouteDrop
+// TaskEvent reports whether an audit record's event and decision are those
+// of a task event the router decided: not a DROP (an exact redelivery), not
+// a forward (its copy is decided on its task's partition), not a review
+// decision, whose audit record carries the task's last event.
+func TaskEvent(ev *event.TaskEvent, d *event.Decision) bool {
+	switch {
+	case ev == nil, d.Route == event.RouteDrop, d.Rule == policy.RulePartitionForward:
+		return false
+	case d.Rule == policy.RuleManualOverride, d.Rule == policy.RuleManualRejected, d.Rule == policy.RuleNoOpenItem:
+		return false
+	}
+	return true
 }
 
-// Add accounts one decided task event. A DROP (exact redelivery) or a
-// decision without an event is ignored.
-func (l *Ledger) Add(ev *event.TaskEvent, d *event.Decision) {
-	if !Counts(ev, d) {
+// Counts reports whether a decision of a task event is an attempt the
+// ledger accounts: every route but DROP, unless it repeats an attempt
+// already counted (repeat, from RepeatOf; a forward is one whatever repeat
+// says).
+func Counts(ev *event.TaskEvent, d *event.Decision, repeat policy.Repeat) bool {
+	return TaskEvent(ev, d) && repeat == ""
+}
+
+// RepeatOf says whether the audit record of decision d, with headers,
+// repeats an attempt already counted: the faultrouter.attempt.repeat header
+// the router writes, else (records of builds before it) a forward's rule
+// or a re-drive's faultrouter.redrive.* headers.
+func RepeatOf(d *event.Decision, headers []kgo.RecordHeader) policy.Repeat {
+	for _, h := range headers {
+		if h.Key == codec.HeaderRepeat {
+			return policy.Repeat(h.Value)
+		}
+	}
+	switch {
+	case d.Rule == policy.RulePartitionForward:
+		return policy.RepeatForwarded
+	case codec.ParseHeaders(headers).Redrive != nil:
+		return policy.RepeatRedrive
+	}
+	return ""
+}
+
+// Add accounts one decided task event: its usage unless it repeats an
+// attempt already counted (repeat, from RepeatOf), and the cost prevented
+// it claims. A DROP (exact redelivery) or a decision without an event is
+// ignored.
+func (l *Ledger) Add(ev *event.TaskEvent, d *event.Decision, repeat policy.Repeat) {
+	if !TaskEvent(ev, d) {
 		return
 	}
 	var one sums
-	one.attempts, one.cost, one.tokens, one.elapsedMs = 1, Micros(ev.Usage.CostUSD), ev.Usage.Tokens, ev.Usage.ElapsedMs
-	if d.Class != event.ClassSucceeded {
-		one.failed, one.failedCost = 1, one.cost
+	if Counts(ev, d, repeat) {
+		one.attempts, one.cost, one.tokens, one.elapsedMs = 1, Micros(ev.Usage.CostUSD), ev.Usage.Tokens, ev.Usage.ElapsedMs
+		if d.Class != event.ClassSucceeded {
+			one.failed, one.failedCost = 1, one.cost
+		}
 	}
 	stop := ""
 	if pr := d.Prevented; pr != nil {
 		stop = pr.Stop
-		one.stops, one.preventedAttempts, one.saved = 1, int64(pr.Attempts), Micros(pr.USD)
+		one.preventedAttempts, one.saved = int64(pr.Attempts), Micros(pr.USD)
+		if _, ok := policy.StopOf(d); ok {
+			one.stops = 1
+		}
 	} else if pr, ok := l.p.PreventedBy(d); ok {
 		stop = string(pr.Stop)
 		one.stops, one.preventedAttempts, one.saved = 1, int64(pr.Attempts), Micros(pr.USD)
@@ -111,7 +163,7 @@ func (l *Ledger) Add(ev *event.TaskEvent, d *event.Decision) {
 	row(l.models, ModelKey(ev)).add(&one)
 	row(l.tmpls, orNone(ev.PromptTemplate)).add(&one)
 	row(l.owners, owner).add(&one)
-	if stop != "" {
+	if stop != "" && (one.stops > 0 || one.saved != 0 || one.preventedAttempts != 0) {
 		row(l.stops, stop).add(&one)
 	}
 }
@@ -151,8 +203,9 @@ type Row struct {
 	Tokens       int64   `json:"tokens"`
 	ElapsedMs    int64   `json:"elapsed_ms"`
 	// Stops are the decisions that stopped a task (policy.StopOf);
-	// PreventedAttempts the baseline attempts they avoided, PreventedUSD
-	// those attempts at each task's mean attempt cost.
+	// PreventedAttempts the baseline attempts the row's decisions claim as
+	// avoided (net of the attempts made after a stop), PreventedUSD those
+	// attempts at each task's mean attempt cost.
 	Stops             int64   `json:"stops"`
 	PreventedAttempts int64   `json:"prevented_attempts"`
 	PreventedUSD      float64 `json:"prevented_usd"`

@@ -47,7 +47,7 @@ func TestLedgerSums(t *testing.T) {
 		} else {
 			d = p.Decide(e, st, at)
 		}
-		l.Add(e, &d)
+		l.Add(e, &d, "")
 	}
 	r := l.Report()
 	// the dead letter after 3 attempts ($0.06): the baseline's 4th attempt at $0.02

@@ -40,7 +40,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.fwd.forward(in, now)) // forward.go: its copy on its home partition
 		var ev *event.TaskEvent
 		if in.fwd == inputTask {
-			ev = &in.event
+			ev, in.repeat = &in.event, policy.RepeatForwarded // its copy is the attempt
 		}
 		b.out = append(b.out, r.audit(b, in, ev))
 		return
@@ -62,8 +62,13 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	in.state = st
 	hdr := codec.ParseHeaders(in.rec.Headers)
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
+	standing := r.cfg.Policy.StandingOf(st)
 	// dedup, re-drive, policy (redrive.go)
 	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
+	if in.decision.Route != event.RouteDrop { // the ledger's view of it (pkg/policy/prevented.go)
+		in.repeat = r.cfg.Policy.RepeatOf(ev, hdr.Redrive != nil, !isNew, in.rec.Timestamp)
+		in.prevented = r.cfg.Policy.Claim(standing, r.cfg.Policy.StandingOf(st), &in.decision)
+	}
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
 		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
 		if len(st.LastEventTruncated) == 0 { // a whole copy: its changelog record copies the input's body

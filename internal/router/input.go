@@ -14,6 +14,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -54,6 +55,13 @@ type input struct {
 	// decision, on the events' clock.
 	started, finished bool
 	taskMs            int64
+	// repeat says why a decided task event's usage is not counted (an
+	// attempt already counted: a forward, a re-drive, a redelivery after the
+	// TTL), "" when it is; prevented is the cost prevented its decision
+	// claims (policy.Claim), nil for none. Both go on the audit record and
+	// into the ledger's metrics (ledger.go).
+	repeat    policy.Repeat
+	prevented *event.Prevented
 }
 
 func (in *input) taskID() string {
@@ -160,9 +168,13 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
 	d := in.decision
 	if in.kind == inputTask && ev != nil {
-		d.Prevented = r.cfg.Policy.PreventedRecord(&d)
+		d.Prevented = in.prevented
 	}
-	return r.routed(b, r.cfg.Topics.Audit, in, ev, d)
+	rec := r.routed(b, r.cfg.Topics.Audit, in, ev, d)
+	if in.repeat != "" {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderRepeat, Value: []byte(in.repeat)})
+	}
+	return rec
 }
 
 func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {

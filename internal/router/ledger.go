@@ -3,9 +3,13 @@ package router
 // ledger.go is the cost ledger's metrics: every committed decision of a task
 // event accounts the attempt's usage by class and route, its cost by
 // provider/model, prompt template and review owner (failed or succeeded),
-// and the cost its stop prevented (policy.PreventedBy) by class and stop and
-// by provider/model and prompt template. internal/ledger sums the same from the
-// audit topic for `faultrouter cost`.
+// and the cost prevented it claims (policy.Claim) by class and stop and by
+// provider/model and prompt template. An attempt already counted (a
+// forward, a re-drive, a redelivery after the TTL: policy.Repeat) adds no
+// usage. A claim that nets attempts off (made after the task's stop) is
+// counted in the _netted_ series, since a counter only grows: cost prevented
+// is cost_prevented_usd_total minus cost_prevented_netted_usd_total.
+// internal/ledger sums the same from the audit topic for `faultrouter cost`.
 //
 // Label values come from bounded sets: class, route, stop and outcome are
 // fixed; owners are the policy's; provider/model and prompt template keep
@@ -21,7 +25,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/ledger"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // maxLedgerKeys bounds the provider/model and prompt template label values.
@@ -31,7 +34,6 @@ const maxLedgerKeys = 100
 const otherKey = "other"
 
 type ledgerMetrics struct {
-	policy            *policy.Policy
 	spend             *prometheus.CounterVec // class, route
 	tokens            *prometheus.CounterVec // class, route
 	elapsed           *prometheus.CounterVec // class, route
@@ -41,6 +43,8 @@ type ledgerMetrics struct {
 	prevented         *prometheus.CounterVec // class, stop
 	preventedTries    *prometheus.CounterVec // class, stop
 	preventedByKey    *prometheus.CounterVec // scope, key
+	netted            *prometheus.CounterVec // class, stop
+	nettedTries       *prometheus.CounterVec // class, stop
 	models, templates boundedKeys
 }
 
@@ -49,7 +53,6 @@ func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
 	m := &ledgerMetrics{
-		policy: policy.Default(),
 		spend: c("spend_usd_total", "Reported cost (usage.cost_usd) of the decided attempts, by class and route (a redelivery is not an attempt).",
 			"class", "route"),
 		tokens: c("spend_tokens_total", "Reported tokens of the decided attempts, by class and route.", "class", "route"),
@@ -66,11 +69,16 @@ func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
 			"class", "stop"),
 		preventedByKey: c("cost_prevented_by_key_usd_total", "Cost prevented by breaker key: scope provider_model or prompt_template (at most 100 keys each, then \"other\").",
 			"scope", "key"),
+		netted: c("cost_prevented_netted_usd_total", "Cost prevented netted off again: the attempts a stopped task made after its stop, at its mean attempt cost, by class and stop. Cost prevented is cost_prevented_usd_total minus this.",
+			"class", "stop"),
+		nettedTries: c("cost_prevented_netted_attempts_total", "Attempts a stopped task made after its stop, netted off the baseline attempts it had avoided, by class and stop.",
+			"class", "stop"),
 		models:    boundedKeys{max: maxLedgerKeys},
 		templates: boundedKeys{max: maxLedgerKeys},
 	}
 	if reg != nil {
-		reg.MustRegister(m.spend, m.tokens, m.elapsed, m.byModel, m.byTemplate, m.byOwner, m.prevented, m.preventedTries, m.preventedByKey)
+		reg.MustRegister(m.spend, m.tokens, m.elapsed, m.byModel, m.byTemplate, m.byOwner, m.prevented, m.preventedTries, m.preventedByKey,
+			m.netted, m.nettedTries)
 	}
 	return m
 }
@@ -97,6 +105,10 @@ func (m *ledgerMetrics) account(t *tally, k tallyKey, g *tallySums) {
 		t.add(m.preventedTries, class, string(k.stop), g.preventedTries)
 		t.add(m.preventedByKey, "provider_model", model, g.preventedUSD)
 		t.add(m.preventedByKey, "prompt_template", tmpl, g.preventedUSD)
+		if g.nettedUSD > 0 || g.nettedTries > 0 {
+			t.add(m.netted, class, string(k.stop), g.nettedUSD)
+			t.add(m.nettedTries, class, string(k.stop), g.nettedTries)
+		}
 	}
 }
 
@@ -125,11 +137,4 @@ func (b *boundedKeys) label(k string) string {
 	}
 	b.seen[k] = true
 	return k
-}
-
-// withPolicy measures cost prevented against p's baseline (default: the
-// default policy's).
-func (m *metrics) withPolicy(p *policy.Policy) *metrics {
-	m.ledger.policy = p
-	return m
 }

@@ -127,26 +127,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 func (m *metrics) countTask(t *tally, in *input) {
 	d := &in.decision
 	k := tallyKey{class: d.Class, route: d.Route}
-	task := in.kind == inputTask && d.Route != event.RouteDrop
+	// a task event decided, and one that could not be routed (its attempt
+	// happened): the ledger's attempts, as the audit records count them
+	task := (in.kind == inputTask || in.unwritable) && d.Route != event.RouteDrop
 	if !task {
 		t.group(k).inputs++
 		return
 	}
 	ev := &in.event
-	k.task, k.finished = true, in.finished
+	k.task, k.finished, k.repeat = true, in.finished, in.repeat != ""
 	k.provider, k.model, k.template = ev.Provider, ev.Model, ev.PromptTemplate
 	if d.Review != nil {
 		k.review, k.owner = true, d.Review.Owner
 	}
-	pr, prevented := m.ledger.policy.PreventedBy(d)
-	k.stop, k.prevented = pr.Stop, prevented
+	if pr := in.prevented; pr != nil {
+		k.stop, k.prevented = policy.Stop(pr.Stop), true
+	}
 	g := t.group(k)
 	g.inputs++
-	g.cost += ev.Usage.CostUSD
-	g.tokens += float64(ev.Usage.Tokens)
-	g.elapsed += float64(ev.Usage.ElapsedMs) / 1000
-	g.preventedUSD += pr.USD
-	g.preventedTries += float64(pr.Attempts)
+	if !k.repeat {
+		g.cost += ev.Usage.CostUSD
+		g.tokens += float64(ev.Usage.Tokens)
+		g.elapsed += float64(ev.Usage.ElapsedMs) / 1000
+	}
+	if pr := in.prevented; pr != nil {
+		g.addPrevented(pr)
+	}
 	if in.started {
 		t.started++
 	}
@@ -190,14 +196,33 @@ type tallyKey struct {
 	template  string
 	review    bool // the decision opened a review item of owner
 	owner     string
-	prevented bool // the decision stopped the task (policy.PreventedBy)
+	prevented bool // the decision claims cost prevented (policy.Claim) for a stop
 	stop      policy.Stop
+	repeat    bool // an attempt already counted (policy.Repeat): its usage is not counted again
 }
 
 // tallySums are a group's sums.
 type tallySums struct {
 	inputs, cost, tokens, elapsed float64
-	preventedUSD, preventedTries  float64
+	// the claims of cost prevented, and the amounts netted off it (negative
+	// claims, as positive numbers: a counter only grows)
+	preventedUSD, preventedTries float64
+	nettedUSD, nettedTries       float64
+}
+
+// addPrevented adds one claim of cost prevented, split into what it adds
+// and what it nets off.
+func (g *tallySums) addPrevented(pr *event.Prevented) {
+	if pr.USD >= 0 {
+		g.preventedUSD += pr.USD
+	} else {
+		g.nettedUSD -= pr.USD
+	}
+	if pr.Attempts >= 0 {
+		g.preventedTries += float64(pr.Attempts)
+	} else {
+		g.nettedTries -= float64(pr.Attempts)
+	}
 }
 
 // series is one counter series: its family and one or two label values

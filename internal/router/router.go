@@ -331,7 +331,7 @@ func New(cfg Config) (*Router, error) {
 		log:      log,
 		codec:    c,
 		store:    st,
-		metrics:  newMetrics(cfg.Registerer).withPolicy(cfg.Policy), // ledger.go
+		metrics:  newMetrics(cfg.Registerer),
 		owned:    map[int32]bool{},
 		ownedGen: -1,
 	}

@@ -249,7 +249,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 				}
 			}
 		}
-		if b.Event != nil && ledger.Counts(b.Event, &b.Model) {
+		if b.Event != nil && ledger.Counts(b.Event, &b.Model, b.Repeat) {
 			observed += ledger.Micros(b.Event.Usage.CostUSD)
 		}
 		bd, cd := &b.Model, &c.Model
@@ -410,7 +410,7 @@ func meanCosts(base []checker.Decided) *means {
 	add := func(s [2]int64, c int64) [2]int64 { return [2]int64{s[0] + c, s[1] + 1} }
 	for i := range base {
 		d := &base[i]
-		if d.Event == nil || !ledger.Counts(d.Event, &d.Model) {
+		if d.Event == nil || !ledger.Counts(d.Event, &d.Model, d.Repeat) {
 			continue
 		}
 		c := ledger.Micros(d.Event.Usage.CostUSD)
@@ -446,7 +446,7 @@ func removedCost(base, cand []checker.Decided) (int, int64) {
 			stoppedTask = ""
 		}
 		if stoppedTask != "" {
-			if b.Event != nil && ledger.Counts(b.Event, &b.Model) {
+			if b.Event != nil && ledger.Counts(b.Event, &b.Model, b.Repeat) {
 				n++
 				sum += ledger.Micros(b.Event.Usage.CostUSD)
 			}

@@ -54,6 +54,13 @@ const (
 	// the record it copies.
 	HeaderForwardedFrom = "faultrouter.forwarded.from"
 
+	// HeaderRepeat is, on the audit record of a task event whose attempt
+	// was already counted (its usage is not counted again), why: forwarded
+	// (the copy on its task's partition is the attempt), redrive (an
+	// operator's re-drive) or redelivery_after_ttl (an event the task's
+	// state had outlived). The cost ledger reads it.
+	HeaderRepeat = "faultrouter.attempt.repeat"
+
 	// HeaderBreakerInstance names, on a record of the breakers topic, the
 	// router instance that wrote it; on a latch item's tombstone it is the
 	// only sign of its writer.
