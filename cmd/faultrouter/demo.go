@@ -18,6 +18,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
+	"github.com/faultrouter/faultrouter/internal/whatif"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -32,8 +33,9 @@ state directory, and a scripted stream of worker events covering every
 failure class; waits until every event is routed and every due retry is
 published or accounted for, then prints a summary per class and route, the
 records on each output topic, what became of each retry and the alerts,
-and ends with the cost table of the stream (faultrouter cost). Needs no
-set-up.
+then the cost table of the stream (faultrouter cost), and ends with the
+policy advisor's proposal from the same stream (faultrouter policy advise):
+one provider's timeouts never clear after the first retry. Needs no set-up.
 
 --whatif then replays the demo's stream through a candidate policy file
 against the default policy the demo ran with (faultrouter policy whatif) and
@@ -131,6 +133,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer rep.Close()
 	script := demoScript(time.Now().Add(-time.Minute))
+	script = append(script, demoAdviceScript(time.Now().Add(-time.Minute))...)
 	events := make([]*event.TaskEvent, len(script))
 	for i := range script {
 		events[i] = &script[i]
@@ -213,6 +216,9 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	printSummary(stdout, rows, counts, cfg.Topics)
 	rs.print(stdout, time.Now())
 	if err := demoCost(ctx, seeds, cfg, began, candidate, stdout); err != nil {
+		return err
+	}
+	if err := demoAdvise(ctx, seeds, whatif.Topics{Ingress: cfg.Topics.Ingress, Decisions: cfg.Topics.Decisions, Audit: cfg.Topics.Audit}, began, stdout); err != nil {
 		return err
 	}
 	if !*withConsole {
