@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	seeded "github.com/faultrouter/faultrouter/internal/workload"
@@ -212,5 +214,84 @@ func TestPolicyAdviseFindsTheTruth(t *testing.T) {
 	}
 	if strings.Index(table, "what-if of the candidate") < strings.Index(table, "evidence:") {
 		t.Errorf("the what-if is not printed below the proposals:\n%s", table)
+	}
+}
+
+// TestConsoleAdviseInTheBrowser guards the console's Advise page as an
+// operator uses it in Chromium, on the advisor's stream whose truth is known
+// routed by a real router: the page shows the three proposals, each with
+// its evidence and its plot (bars with their intervals), the candidate
+// policy and its what-if against the running policy; its button opens the
+// What-if page with the candidate, which replays it. The page is screenshot
+// (console-advise.png).
+func TestConsoleAdviseInTheBrowser(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t)
+	e.startRouter("a", t.TempDir())
+	produceAdvice(t, e, seeded.AdviceStream("truth", time.Now().Add(-6*time.Hour).Truncate(time.Second), true), 0)
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: olga, password_bcrypt: %q, roles: [operator]}\n", e.hashPassword("s3cret-pw")))
+	run(t, ctx, c, "sign in to the Advise page",
+		chromedp.Navigate(c.url+"/advise"), chromedp.WaitVisible(css("#name")),
+		chromedp.SendKeys(css("#name"), "olga"), chromedp.SendKeys(css("#password"), "s3cret-pw"),
+		chromedp.Click(css("#signin")), chromedp.WaitVisible(css("#advise-form")),
+	)
+	run(t, ctx, c, "advise over the last hour",
+		chromedp.SetValue(css("#advise-hours"), "1"),
+		chromedp.Click(css("#advise-run")),
+		chromedp.WaitVisible(css("#advise-summary")),
+		shot(t, "console-advise.png"),
+	)
+	if got := text(t, ctx, c, "#advise-count"); got != "3" {
+		t.Fatalf("the page shows %q proposals, want 3", got)
+	}
+	count := func(sel string) int {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll("`+sel+`").length`))
+		if err != nil {
+			t.Fatalf("counting %s: %v", sel, err)
+		}
+		return n
+	}
+	kinds := map[string]string{}
+	for i := range 3 {
+		sec := fmt.Sprintf("#proposal-%d", i)
+		head := text(t, ctx, c, sec+" h2")
+		kinds[head] = text(t, ctx, c, sec+" .evidence")
+		if n := count(sec + " svg.plot rect.bar"); n < 2 {
+			t.Errorf("%s (%s) draws %d bars, want a plot", sec, head, n)
+		}
+	}
+	for _, want := range []string{"network_timeout.max_retries 2 -> 1 for provider=" + seeded.StuckProvider,
+		"model_refusal.min_confidence 0.75 -> 0.65 for provider=" + seeded.TrustedProvider + " model=" + seeded.TrustedModel,
+		"owners." + seeded.SlowOwner + ".sla_ms 30m0s -> "} {
+		found := false
+		for head, evidence := range kinds {
+			if strings.HasPrefix(head, want) && strings.Contains(evidence, "95% interval") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no proposal %q with its evidence; the page shows %v", want, kinds)
+		}
+	}
+	if n := count("svg.plot line.interval"); n < 4 {
+		t.Errorf("the plots draw %d interval whiskers, want one per bar of rates", n)
+	}
+	if got := text(t, ctx, c, "#advise-candidate"); !strings.Contains(got, "overrides:") || !strings.Contains(got, "owners:") {
+		t.Errorf("the candidate reads %q, want its overrides and owners", got)
+	}
+	if got := text(t, ctx, c, "#advise-whatif-changed"); got == "0" || got == "" {
+		t.Errorf("the what-if of the candidate changes %q decisions, want some", got)
+	}
+	run(t, ctx, c, "open the candidate in the What-if page",
+		chromedp.Click(css("#advise-open-whatif")),
+		chromedp.WaitVisible(css("#whatif-summary")),
+	)
+	if got, err := chromedp.Run(ctx, chromedp.Value(css("#policy"))); err != nil || !strings.Contains(got, "overrides:") {
+		t.Errorf("the What-if page holds the candidate %q (%v), want the advisor's", got, err)
+	}
+	if got := text(t, ctx, c, "#whatif-changed"); got == "0" || got == "" {
+		t.Errorf("the What-if page shows %q changed decisions, want the candidate's", got)
 	}
 }

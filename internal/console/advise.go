@@ -163,7 +163,11 @@ func plotOf(p *advise.Proposal) plot {
 		for i, c := range p.Hist {
 			from := time.Duration(int64(i)*p.BucketMs) * time.Millisecond
 			pl.bar(from.String(), fmt.Sprintf("%s-%s: %d items", from, from+time.Duration(p.BucketMs)*time.Millisecond, c), "keep", float64(c)/float64(top), advise.Interval{}, n)
-			pl.Bars[len(pl.Bars)-1].Whisker = false
+			b := &pl.Bars[len(pl.Bars)-1]
+			b.Whisker = false
+			if i%max(1, (n+5)/6) != 0 { // a label every few buckets: they would overlap
+				b.Label = ""
+			}
 		}
 		span := float64(n) * float64(p.BucketMs)
 		at := func(ms float64) int { return 40 + int(math.Round(ms/span*float64(plotW-50))) }
