@@ -25,17 +25,23 @@ decision code, and reports what the candidate would have changed:
                  the audit topic, printed first; non-zero means the what-if
                  cannot be trusted for those tasks, and says why (a baseline
                  that is not the policy that ran, a range that starts inside
-                 a task's life)
-  changed        decisions whose class, route, rule or retry delay differ
+                 a task's life, a task state that expired in one and not in
+                 the other)
+  changed        decisions whose class, route, rule, retry delay, review
+                 owner or priority differ
   matrix         per class, baseline route -> candidate route, with counts
                  and example task IDs of every changed cell
   routes, retries added and removed, review load per owner (per day)
   cost           of the attempts the candidate stops (observed) and adds
                  (estimated from the observed mean attempt cost)
 
+Task states expire as the router's do: 2 x SLA after a task's last decision
+or the publication of its pending retry, read from the retry topic.
+
 --format csv prints the changed decisions, one a line. What a worker would
-have done after a changed decision is unknown; the limits are printed with
-every table and JSON report.`
+have done after a changed decision is unknown; the limits, each with how many
+decisions of the range it could touch, are printed with every table and JSON
+report.`
 
 func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("policy whatif", whatifSynopsis, stderr)
@@ -80,7 +86,7 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	names := map[string]string{}
-	for _, s := range []string{"ingress", "decisions", "audit"} {
+	for _, s := range []string{"ingress", "decisions", "audit", "retry"} {
 		if names[s], err = set.Name(s); err != nil {
 			return err
 		}
@@ -105,7 +111,7 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 // runWhatif reads the range and replays it through both policies.
 func runWhatif(ctx context.Context, opts []kgo.Opt, names map[string]string, rng replay.Range, baseline, candidate *policy.Policy,
 	examples int, idle time.Duration, stderr io.Writer) (*whatif.Report, error) {
-	return whatif.Run(ctx, opts, whatif.Topics{Ingress: names["ingress"], Decisions: names["decisions"], Audit: names["audit"]},
+	return whatif.Run(ctx, opts, whatif.Topics{Ingress: names["ingress"], Decisions: names["decisions"], Audit: names["audit"], Retry: names["retry"]},
 		whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: examples},
 		whatif.RunOptions{Idle: idle, Progress: stderr})
 }

@@ -138,6 +138,11 @@ type input struct {
 	// repeat is why the model does not count the usage of a decided task
 	// event (policy.RepeatOf; a forward's is policy.RepeatForwarded)
 	repeat policy.Repeat
+	// fresh: the model forgot the task's state (its TTL) before deciding
+	// this input; estimated: a replay took the publication time of a retry
+	// of the task that the retry topic does not hold for its expiry
+	// (replayPublished)
+	fresh, estimated bool
 }
 
 // routed is a decoded output record.
@@ -184,6 +189,9 @@ type checker struct {
 	pubs map[string][]published
 	// batches are the times each instance's batches ran (latchreach.go)
 	batches map[string][]time.Time
+	// replay: the checker runs for Replay, whose retries may be another
+	// policy's (replayPublished); estimated is set when one was estimated
+	replay, estimated bool
 }
 
 // taskRun is the model's walk of one task.
@@ -600,8 +608,12 @@ func (c *checker) walk(tr *taskRun) {
 
 		// the TTL: an input after the task's state expired is decided on a
 		// fresh state (lifetime.go)
+		c.estimated = false
 		if n := len(tr.touches); n > 0 {
-			if e, why := c.expiry(tr.id, tr.touches[n-1], at); why == "" && e <= at.UnixMilli() {
+			e, why := c.expiry(tr.id, tr.touches[n-1], at)
+			in.estimated = c.estimated
+			if why == "" && e <= at.UnixMilli() {
+				in.fresh = true
 				c.expected(tr.id, Output{Topic: "state", Input: in.key.String(), At: stamp(time.UnixMilli(e)),
 					Note: fmt.Sprintf("expired (last touched %s, SLA %dms): decided on a fresh state", stamp(tr.touches[n-1].at), tr.touches[n-1].slaMs)})
 				*st, item = task.State{}, nil
@@ -628,7 +640,7 @@ func (c *checker) walk(tr *taskRun) {
 		}
 		k := touch{at: at, slaMs: c.slaOf(st), unresolved: unresolved(st, reconciled), pendSince: pendSince}
 		if st.Pending != nil {
-			k.pending, k.pendN = true, st.Pending.N
+			k.pending, k.pendN, k.pendDue = true, st.Pending.N, time.UnixMilli(st.Pending.NotBefore)
 		}
 		// a decision that leaves no task (a review of a task the router
 		// does not know) writes no state: the task's expiry stays

@@ -33,6 +33,7 @@ type touch struct {
 	pending    bool   // a retry (number pendN, decided at pendSince) is pending and was not published by at
 	pendN      int32
 	pendSince  time.Time
+	pendDue    time.Time // the pending retry's not_before
 	fresh      bool // the state was forgotten before this decision: a new life of the task
 }
 
@@ -46,6 +47,9 @@ func (c *checker) expiry(id string, k touch, x time.Time) (int64, string) {
 	from := k.at
 	if k.pending {
 		p, ok := c.lastPublished(id, k.pendN, k.pendSince, x)
+		if c.replay {
+			p, ok = c.replayPublished(id, k, x)
+		}
 		if !ok {
 			return 0, "a retry is pending"
 		}
@@ -54,6 +58,34 @@ func (c *checker) expiry(id string, k touch, x time.Time) (int64, string) {
 		}
 	}
 	return from.UnixMilli() + 2*k.slaMs, ""
+}
+
+// replayPublished is when a replay (Replay) takes the pending retry of
+// touch k to be published, if before x: at the time the retry topic
+// records for a retry of that number and due time (a breaker's hold
+// included), else, for a retry the router never published (another
+// policy's), at its due time, as the router publishes a retry no breaker
+// holds; the input decided at x is then marked Estimated.
+func (c *checker) replayPublished(id string, k touch, x time.Time) (time.Time, bool) {
+	var last time.Time
+	ok := false
+	for _, p := range c.pubs[id] {
+		if p.n == k.pendN && p.due.Equal(k.pendDue) && !p.at.Before(k.pendSince) && p.at.Before(x) {
+			last, ok = p.at, true
+		}
+	}
+	if ok {
+		return last, true
+	}
+	due := k.pendDue
+	if due.Before(k.pendSince) {
+		due = k.pendSince
+	}
+	if !due.Before(x) {
+		return time.Time{}, false
+	}
+	c.estimated = true
+	return due, true
 }
 
 // lastPublished is the latest publication of retry n of task id in
@@ -73,8 +105,9 @@ func (c *checker) lastPublished(id string, n int32, since, until time.Time) (tim
 
 // published is one retry record: its number and time.
 type published struct {
-	n  int32
-	at time.Time
+	n   int32
+	at  time.Time
+	due time.Time // its not_before
 }
 
 // indexPublished reads the publication time of every retry, by task, for
@@ -90,7 +123,7 @@ func (c *checker) indexPublished() {
 		if r.Event != nil {
 			id = r.Event.TaskID
 		}
-		c.pubs[id] = append(c.pubs[id], published{r.Decision.Retry.N, r.Decision.DecidedAt.Time})
+		c.pubs[id] = append(c.pubs[id], published{r.Decision.Retry.N, r.Decision.DecidedAt.Time, r.Decision.Retry.NotBefore.Time})
 	}
 	for _, ps := range c.pubs {
 		slices.SortFunc(ps, func(a, b published) int { return a.at.Compare(b.at) })

@@ -32,25 +32,35 @@ type Decided struct {
 	Diff string
 	// Repeat says, for a task event the model decided, why its attempt is
 	// not counted again (policy.RepeatOf), "" when it is.
-	Repeat policy.Repeat
+	Repeat policy.Repeat	// Fresh reports that the model's state of the task had expired (its
+	// TTL) before this input, which was decided on a fresh state; Estimated
+	// that the expiry check before it took a retry's publication time at
+	// its due time, the retry topic holding none (another policy's retry).
+	Fresh, Estimated bool
 }
 
-// Replay decides the task inputs of logs (Ingress, Decisions and Audit; the
-// other output topics are not read) with o.Policy, each task's inputs in the
-// order the router decided them and on the task state carried from its
-// earlier inputs, exactly as Check does. It returns every task event and
-// review decision, tasks in the order of their first input. Replaying the
-// same logs with two policies gives two lists of the same inputs in the same
-// order: a what-if.
+// Replay decides the task inputs of logs (Ingress, Decisions and Audit, and
+// Retry for the publication times of retries; the other output topics are
+// not read) with o.Policy, each task's inputs in the order the router
+// decided them and on the task state carried from its earlier inputs,
+// exactly as Check does, the TTL included: a task's state expires 2 x SLA
+// after its last decision or the publication of its pending retry, read
+// from the retry topic (a breaker's hold included) for a retry the router
+// published, else taken at the retry's due time (Decided.Estimated). It
+// returns every task event and review decision, tasks in the order of their
+// first input. Replaying the same logs with two policies gives two lists of
+// the same inputs in the same order: a what-if.
 func Replay(logs Logs, o Options) ([]Decided, error) {
-	logs.Retry, logs.Review, logs.DeadLetter, logs.Alerts = nil, nil, nil, nil
+	logs.Review, logs.DeadLetter, logs.Alerts = nil, nil, nil
 	o.MaxViolations = 1
 	ck, err := newChecker(logs, o)
 	if err != nil {
 		return nil, err
 	}
+	ck.replay = true
 	ck.readInputs()
 	ck.readAudit()
+	ck.indexPublished()
 	ck.model()
 	var out []Decided
 	for _, id := range ck.order {

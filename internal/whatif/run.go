@@ -18,9 +18,12 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 )
 
-// Topics are the full names of the topics a what-if reads.
+// Topics are the full names of the topics a what-if reads. Retry is
+// optional: without it the replay takes every retry to be published at its
+// due time (a breaker's hold not seen), which moves the expiry of tasks held
+// behind an open breaker.
 type Topics struct {
-	Ingress, Decisions, Audit string
+	Ingress, Decisions, Audit, Retry string
 }
 
 // RunOptions are the I/O side of Run.
@@ -33,17 +36,19 @@ type RunOptions struct {
 }
 
 // Run reads the task events and review decisions of the range (record
-// timestamps Since <= t < Until) and the audit records from Since to the
-// committed end (an input's audit record is written after it), replays them
-// through o.Baseline and o.Candidate, and compares.
+// timestamps Since <= t < Until), the audit records and the retries
+// published from Since to the committed end (an input's audit record is
+// written after it; a task's retries set its expiry), replays them through
+// o.Baseline and o.Candidate, and compares. A caller with a candidate policy
+// file loads it with policy.Load and passes it as o.Candidate.
 func Run(ctx context.Context, clientOpts []kgo.Opt, t Topics, o Options, ro RunOptions) (*Report, error) {
 	logs, err := Read(ctx, clientOpts, t, replay.Range{Since: o.Since, Until: o.Until}, ro.Idle)
 	if err != nil {
 		return nil, err
 	}
 	if ro.Progress != nil {
-		fmt.Fprintf(ro.Progress, "policy whatif: %d task events, %d decisions-topic records in the range; %d audit records read\n",
-			len(logs.Ingress), len(logs.Decisions), len(logs.Audit))
+		fmt.Fprintf(ro.Progress, "policy whatif: %d task events, %d decisions-topic records in the range; %d audit records, %d retries read\n",
+			len(logs.Ingress), len(logs.Decisions), len(logs.Audit), len(logs.Retry))
 	}
 	b, err := checker.Replay(logs, checker.Options{Policy: o.Baseline, Ingress: t.Ingress, Decisions: t.Decisions})
 	if err != nil {
@@ -88,7 +93,23 @@ func Read(ctx context.Context, clientOpts []kgo.Opt, t Topics, rng replay.Range,
 			inputs[at{r.Topic, r.Partition, r.Offset}] = true
 		}
 	}
-	err = replay.Each(ctx, clientOpts, []string{t.Audit}, replay.Range{Since: rng.Since}, idle, nil, func(rec *kgo.Record) error {
+	tasks := map[string]bool{}
+	for _, recs := range [][]*kgo.Record{logs.Ingress, logs.Decisions} {
+		for _, r := range recs {
+			tasks[string(r.Key)] = true
+		}
+	}
+	topics := []string{t.Audit}
+	if t.Retry != "" {
+		topics = append(topics, t.Retry)
+	}
+	err = replay.Each(ctx, clientOpts, topics, replay.Range{Since: rng.Since}, idle, nil, func(rec *kgo.Record) error {
+		if rec.Topic == t.Retry {
+			if tasks[string(rec.Key)] { // the retries of the range's tasks: their expiry
+				logs.Retry = append(logs.Retry, rec)
+			}
+			return nil
+		}
 		r, err := c.DecodeRouted(rec.Value)
 		if err != nil || inputs[at{r.Input.Topic, r.Input.Partition, r.Input.Offset}] {
 			logs.Audit = append(logs.Audit, rec) // an undecodable one too: the replay reports it

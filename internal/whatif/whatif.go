@@ -8,7 +8,8 @@
 // disagreement means the what-if cannot be trusted for that task, and says
 // why.
 //
-// The counterfactual has limits, stated in every report (Limits): the
+// The counterfactual has limits, stated in every report with how many
+// decisions of the range each could touch (Limits, Limit): the
 // inputs are what the workers reported under the policy that ran. After a
 // changed decision nobody knows what a worker would have done: a retry the
 // candidate adds is replayed against the attempts that really followed (if
@@ -30,6 +31,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/ledger"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // Options configure Compare.
@@ -44,13 +46,28 @@ type Options struct {
 	Examples int
 }
 
-// Limits are the counterfactual's limits, printed with every report.
-var Limits = []string{
-	"inputs are what workers reported under the policy that ran: after a changed decision, what a worker would have done is unknown",
-	"a retry the candidate adds is replayed against the attempts that really followed, if any; its cost is estimated from the observed mean attempt cost of its class and provider/model",
-	"attempts after a retry the candidate drops are still in the log and replayed (as work for an ended task); their cost is observed",
-	"breakers never change a decision (they hold or release retries when due); their openings are estimated by feeding each policy's decisions, in time order, to one breaker set",
-	"a task whose life starts before the range is replayed from an empty state: it disagrees with the audit, and is counted in disagreements",
+// The counterfactual's approximations, printed with every report, each
+// with how many decisions of the range it could touch (Limit).
+const (
+	LimitWorkers  = "inputs are what workers reported under the policy that ran: after a changed decision, what a worker would have done is unknown"
+	LimitAdded    = "a retry the candidate adds is replayed against the attempts that really followed, if any; its cost is estimated from the observed mean attempt cost of its class and provider/model"
+	LimitDropped  = "attempts after a retry the candidate drops are still in the log and replayed (as work for an ended task); their cost is observed"
+	LimitBreakers = "breakers never change a decision (they hold or release retries when due); their openings are estimated by feeding each policy's decisions, in time order, to one breaker set"
+	LimitHeld     = "a task's state expires 2 x SLA after its last decision or its retry's publication: a retry the router published is taken at its recorded time (a breaker's hold included), one only the candidate makes at its due time, as if no breaker held it; a hold moves the expiry, hence the decisions after it"
+	LimitTTL      = "a decision on a state that expired (its TTL) in one replay depends on the times above; had the candidate kept or forgotten the state at another time, the decisions after it would differ"
+	LimitRange    = "a task whose life starts before the range is replayed from an empty state: it disagrees with the audit, and is counted in disagreements"
+	LimitReview   = "a review item the candidate opens and the baseline did not was never shown to anyone: it is answered only by a review decision that really followed"
+)
+
+// Limits are the counterfactual's approximations, in the order reports
+// print them.
+var Limits = []string{LimitWorkers, LimitAdded, LimitDropped, LimitBreakers, LimitHeld, LimitTTL, LimitRange, LimitReview}
+
+// Limit is one approximation of a report and how many of its decisions it
+// could touch.
+type Limit struct {
+	Text      string `json:"limit"`
+	Decisions int    `json:"decisions"`
 }
 
 // Report is what the candidate would have changed.
@@ -85,7 +102,9 @@ type Report struct {
 	// Timelines holds, for each example task of a changed cell, every
 	// decision of the task in the range under both policies, in order.
 	Timelines map[string][]Step `json:"timelines,omitempty"`
-	Limits    []string          `json:"limits"`
+	// Limits are the approximations (Limits), each with how many decisions
+	// of the range it could touch.
+	Limits []Limit `json:"limits"`
 }
 
 // Step is one decision of an example task's timeline: the baseline's and
@@ -108,6 +127,11 @@ const (
 	WhyRangeStart = "range_starts_inside_task"
 	WhyPolicy     = "baseline_differs_from_running_policy"
 	WhyNoAudit    = "no_audit_record"
+	// WhyExpiry: the router decided on a fresh state (the task's state had
+	// expired) and the replay on the state it carried, or the other way
+	// round: a retry's publication time or the logs read do not say when
+	// the router forgot the task.
+	WhyExpiry = "task_state_expiry"
 )
 
 // Cell is one transition of the matrix.
@@ -189,16 +213,19 @@ type Change struct {
 }
 
 // Differs reports whether two decisions of one input differ for a what-if:
-// class, route, rule or retry delay. The reason's text (which names the
-// policy's numbers) does not count.
+// class, route, rule, retry delay, or the review item's owner or priority.
+// The reason's text (which names the policy's numbers) does not count.
 func Differs(a, b *event.Decision) bool {
 	if a.Class != b.Class || a.Route != b.Route || a.Rule != b.Rule {
 		return true
 	}
-	if (a.Retry == nil) != (b.Retry == nil) {
+	if (a.Retry == nil) != (b.Retry == nil) || a.Retry != nil && a.Retry.DelayMs != b.Retry.DelayMs {
 		return true
 	}
-	return a.Retry != nil && a.Retry.DelayMs != b.Retry.DelayMs
+	if (a.Review == nil) != (b.Review == nil) {
+		return true
+	}
+	return a.Review != nil && (a.Review.Owner != b.Review.Owner || a.Review.Priority != b.Review.Priority)
 }
 
 // Compare compares the baseline and candidate replays of the same inputs.
@@ -212,7 +239,8 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 	if o.Examples <= 0 {
 		o.Examples = 3
 	}
-	r := &Report{Decisions: len(base), Why: map[string]int{}, Limits: Limits}
+	r := &Report{Decisions: len(base), Why: map[string]int{}}
+	lim := newLimits()
 	if !o.Since.IsZero() {
 		r.Since = o.Since.UTC().Format(time.RFC3339)
 	}
@@ -240,7 +268,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 		}
 		if b.Diff != "" {
 			r.Disagreements++
-			why := whyDisagree(base, i)
+			why := whyDisagree(base, i, o.Baseline)
 			r.Why[why]++
 			if !disagreeing[b.Task] {
 				disagreeing[b.Task] = true
@@ -278,6 +306,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 		}
 		slaB.step(b, bd, owners, o.Baseline, false)
 		slaC.step(c, cd, owners, o.Candidate, true)
+		lim.step(b, c)
 		if !Differs(bd, cd) {
 			continue
 		}
@@ -330,6 +359,7 @@ func Compare(base, cand []checker.Decided, o Options) (*Report, error) {
 	}
 	removedAttempts, removed := removedCost(base, cand)
 	r.Cost.RemovedAttempts, r.Cost.RemovedUSD = removedAttempts, float64(removed)/1e6
+	r.Limits = lim.finish(r)
 	r.Cost.AddedUSD = float64(ledger.Micros(r.Cost.AddedUSD)) / 1e6
 	r.Cost.NetUSD = float64(ledger.Micros(r.Cost.AddedUSD)-removed) / 1e6
 	r.Cost.ObservedUSD = float64(observed) / 1e6
@@ -380,8 +410,12 @@ func load(m map[string]*OwnerLoad, owner string, p *policy.Policy) *OwnerLoad {
 // whyDisagree says why the baseline's decision of base[i] differs from the
 // recorded one: no audit record; the task's first decision in the range
 // counts fewer attempts than the router had (the range starts inside the
-// task's life); otherwise the baseline is not the policy that ran.
-func whyDisagree(base []checker.Decided, i int) string {
+// task's life); the router decided on a fresh state where the replay kept
+// the task's (the recorded decision is p's on a fresh state), or the replay
+// forgot a state the router kept (its decision counts fewer attempts than
+// the recorded one): the task's state expiry; otherwise the baseline is not
+// the policy that ran.
+func whyDisagree(base []checker.Decided, i int, p *policy.Policy) string {
 	d := &base[i]
 	if !d.Audited || d.Model.Route == "" {
 		return WhyNoAudit
@@ -394,7 +428,74 @@ func whyDisagree(base []checker.Decided, i int) string {
 	if f.Audited && (f.Recorded.Totals.Attempts > f.Model.Totals.Attempts || f.Review != nil) {
 		return WhyRangeStart
 	}
+	if d.Fresh && d.Recorded.Totals.Attempts > d.Model.Totals.Attempts {
+		return WhyExpiry
+	}
+	if d.Event != nil && !d.Fresh {
+		var st task.State
+		fresh := p.Decide(d.Event, &st, d.At)
+		if !Differs(&fresh, &d.Recorded) && fresh.Totals.Attempts == d.Recorded.Totals.Attempts {
+			return WhyExpiry
+		}
+	}
 	return WhyPolicy
+}
+
+// limits counts, for each approximation (Limits), the decisions of the
+// range it could touch: after a task's first changed decision, every later
+// one (the worker's behaviour); the retries the candidate adds; the
+// attempts after a retry it drops; the decisions that feed breakers; the
+// decisions after an estimated retry publication in the candidate replay;
+// the decisions on a state that expired in either replay; the decisions of
+// tasks whose life starts before the range; the review items the candidate
+// alone opens.
+type limits struct {
+	n       map[string]int
+	changed map[string]bool // tasks with a changed decision so far
+	held    map[string]bool // tasks after an estimated retry publication
+}
+
+func newLimits() *limits {
+	return &limits{n: map[string]int{}, changed: map[string]bool{}, held: map[string]bool{}}
+}
+
+func (l *limits) step(b, c *checker.Decided) {
+	bd, cd := &b.Model, &c.Model
+	if l.changed[b.Task] {
+		l.n[LimitWorkers]++
+	}
+	if Differs(bd, cd) {
+		l.changed[b.Task] = true
+	}
+	if cd.Route == event.RouteRetry && bd.Route != event.RouteRetry {
+		l.n[LimitAdded]++
+	}
+	if b.Event != nil && bd.Route != "" && bd.Route != event.RouteDrop || c.Event != nil && cd.Route != "" && cd.Route != event.RouteDrop {
+		l.n[LimitBreakers]++
+	}
+	if c.Estimated || b.Estimated {
+		l.held[b.Task] = true
+	}
+	if l.held[b.Task] {
+		l.n[LimitHeld]++
+	}
+	if b.Fresh || c.Fresh {
+		l.n[LimitTTL]++
+	}
+	if cd.Review != nil && cd.Route != event.RouteDrop && (bd.Review == nil || bd.Route == event.RouteDrop) {
+		l.n[LimitReview]++
+	}
+}
+
+// finish returns the limits with their counts; r holds the rest.
+func (l *limits) finish(r *Report) []Limit {
+	l.n[LimitDropped] = r.Cost.RemovedAttempts
+	l.n[LimitRange] = r.Why[WhyRangeStart]
+	out := make([]Limit, 0, len(Limits))
+	for _, t := range Limits {
+		out = append(out, Limit{Text: t, Decisions: l.n[t]})
+	}
+	return out
 }
 
 // means are observed mean attempt costs (micro-dollars per attempt) by class

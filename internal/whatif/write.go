@@ -49,7 +49,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "disagreements: %d (the baseline replayed vs the decisions the router recorded)\n", r.Disagreements)
 	if r.Disagreements > 0 {
 		fmt.Fprintf(w, "  the what-if cannot be trusted for %d task(s):\n", r.DisagreementTasks)
-		for _, why := range []string{WhyRangeStart, WhyPolicy, WhyNoAudit} {
+		for _, why := range []string{WhyRangeStart, WhyExpiry, WhyPolicy, WhyNoAudit} {
 			if n := r.Why[why]; n > 0 {
 				fmt.Fprintf(w, "  %d decision(s): %s\n", n, whyText(why))
 			}
@@ -135,9 +135,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintln(w, "\nlimits of a what-if:")
+	fmt.Fprintln(w, "\nlimits of a what-if (decisions of the range each could touch):")
 	for _, l := range r.Limits {
-		fmt.Fprintf(w, "  - %s\n", l)
+		fmt.Fprintf(w, "  - %d: %s\n", l.Decisions, l.Text)
 	}
 	return nil
 }
@@ -155,6 +155,8 @@ func whyText(why string) string {
 		return "the range starts inside the task's life (the router had seen attempts before --since); start the range earlier"
 	case WhyPolicy:
 		return "the baseline decides otherwise than the policy that ran; is --baseline the file the router ran with?"
+	case WhyExpiry:
+		return "the router decided on a fresh state (the task's state had expired) and the replay on the one it carried, or the other way round; are the retry topic and the task's earlier inputs in the logs read?"
 	case WhyNoAudit:
 		return "an input has no audit record in the logs read (decided after they were read?)"
 	}
