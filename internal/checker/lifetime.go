@@ -34,7 +34,7 @@ type touch struct {
 	pendN      int32
 	pendSince  time.Time
 	pendDue    time.Time // the pending retry's not_before
-	fresh      bool // the state was forgotten before this decision: a new life of the task
+	fresh      bool      // the state was forgotten before this decision: a new life of the task
 }
 
 // expiry is when the state after touch k expires as seen at time x (the

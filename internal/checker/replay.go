@@ -32,7 +32,8 @@ type Decided struct {
 	Diff string
 	// Repeat says, for a task event the model decided, why its attempt is
 	// not counted again (policy.RepeatOf), "" when it is.
-	Repeat policy.Repeat	// Fresh reports that the model's state of the task had expired (its
+	Repeat policy.Repeat
+	// Fresh reports that the model's state of the task had expired (its
 	// TTL) before this input, which was decided on a fresh state; Estimated
 	// that the expiry check before it took a retry's publication time at
 	// its due time, the retry topic holding none (another policy's retry).
