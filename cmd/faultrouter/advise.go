@@ -95,7 +95,7 @@ func adviseCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	for _, x := range []struct {
 		short string
 		name  *string
-	}{{"ingress", &t.Ingress}, {"decisions", &t.Decisions}, {"audit", &t.Audit}} {
+	}{{"ingress", &t.Ingress}, {"decisions", &t.Decisions}, {"audit", &t.Audit}, {"retry", &t.Retry}} {
 		if *x.name, err = set.Name(x.short); err != nil {
 			return err
 		}

@@ -218,7 +218,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := demoCost(ctx, seeds, cfg, began, candidate, stdout); err != nil {
 		return err
 	}
-	if err := demoAdvise(ctx, seeds, whatif.Topics{Ingress: cfg.Topics.Ingress, Decisions: cfg.Topics.Decisions, Audit: cfg.Topics.Audit}, began, stdout); err != nil {
+	if err := demoAdvise(ctx, seeds, whatif.Topics{Ingress: cfg.Topics.Ingress, Decisions: cfg.Topics.Decisions, Audit: cfg.Topics.Audit, Retry: cfg.Topics.Retry}, began, stdout); err != nil {
 		return err
 	}
 	if !*withConsole {
