@@ -71,9 +71,34 @@ def test_single_object_encoding_roundtrip():
     assert back["error"]["retry_after_ms"] == 2000 and back["stage"] is None
 
 
+BUNDLED = SCHEMA_FILES + sorted(f"history/{p.name}" for p in (AVRO / "history").glob("*.avsc"))
+
+
 @pytest.mark.skipif(not AVRO.is_dir(), reason="not in a faultrouter checkout")
-@pytest.mark.parametrize("name", SCHEMA_FILES)
+@pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_schemas_are_the_repositorys(name):
     bundled = Path(__file__).resolve().parents[1] / "src" / "faultrouter" / "avro" / name
     assert filecmp.cmp(bundled, AVRO / name, shallow=False), (
         f"clients/python/src/faultrouter/avro/{name} differs from avro/{name}: copy it over")
+
+
+def test_an_older_routers_record_is_read():
+    # a RoutedRecord written with the frozen first version is read into the current schema
+    import json
+    from fastavro import parse_schema, schemaless_writer
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    v1 = json.loads((Path(__file__).resolve().parents[1] / "src/faultrouter/avro/history/routed_record.v1.avsc").read_text())
+    parsed = parse_schema(v1)
+    rec = {"event": None, "decision": {"class": "SUCCEEDED", "route": "COMPLETE", "rule": "r", "reason": "x",
+                                       "retry": None, "totals": {"attempts": 1, "retries": 0, "cost_usd": 0.0,
+                                                                 "tokens": 0, "elapsed_ms": 0},
+                                       "review": None, "feedback": None, "suggested_model": None,
+                                       "user_message": None, "decided_at": 0},
+           "input": {"topic": "t", "partition": 0, "offset": 1, "timestamp": 0}}
+    buf = io.BytesIO()
+    buf.write(b"\xc3\x01" + bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")))
+    schemaless_writer(buf, parsed, rec)
+    name, back = Schemas().decode(buf.getvalue())
+    assert name == "faultrouter.RoutedRecord" and back["decision"]["rule"] == "r"
+    assert back["decision"].get("prevented") is None

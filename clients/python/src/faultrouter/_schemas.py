@@ -57,6 +57,15 @@ class Schemas:
             # fastavro gives the fingerprint's bytes in wire order (little-endian), as hex
             self.headers[full_name(r)] = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
         self.names = {h: n for n, h in self.headers.items()}
+        # earlier versions (history/): records an older router wrote are read into the current
+        # schema by Avro's schema resolution
+        self.writers: dict[bytes, Any] = {}
+        for raw_h in _history(avro_dir):
+            canonical = to_parsing_canonical_form(parse_schema(raw_h))
+            header = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+            if header not in self.names:
+                self.names[header] = full_name(raw_h)
+                self.writers[header] = parse_schema(raw_h, {})
 
     def fingerprint(self, name: str) -> str:
         """The fingerprint as faultrouter prints it: hex of the number, most significant first."""
@@ -69,11 +78,14 @@ class Schemas:
         return buf.getvalue()
 
     def decode(self, value: bytes) -> tuple[str, dict]:
-        """(full name, record) of a single-object encoded value."""
-        name = self.names.get(bytes(value[:10]))
+        """(full name, record) of a single-object encoded value, read into the current schema."""
+        header = bytes(value[:10])
+        name = self.names.get(header)
         if name is None:
-            raise ValueError(f"not a faultrouter record: header {bytes(value[:10]).hex()}")
-        return name, schemaless_reader(io.BytesIO(value[10:]), self.parsed[name], None)
+            raise ValueError(f"not a record of a faultrouter schema this package knows: header {header.hex()} "
+                             "(a newer router's schema? upgrade the faultrouter package)")
+        writer = self.writers.get(header, self.parsed[name])
+        return name, schemaless_reader(io.BytesIO(value[10:]), writer, self.parsed[name])
 
 
 class RegistrySerde:
@@ -102,6 +114,14 @@ class RegistrySerde:
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         return self.deserializer(value, SerializationContext(topic, MessageField.VALUE))
+
+
+def _history(avro_dir: str | Path | None) -> list[dict]:
+    """The frozen earlier versions of the schemas, each complete on its own."""
+    if avro_dir is None:
+        d = resources.files("faultrouter").joinpath("avro", "history")
+        return [json.loads(f.read_text()) for f in sorted(d.iterdir(), key=lambda f: f.name) if f.name.endswith(".avsc")]
+    return [json.loads(h.read_text()) for h in sorted((Path(avro_dir) / "history").glob("*.avsc"))]
 
 
 def schema_fingerprints(avro_dir: str | Path | None = None) -> list[tuple[str, str, str]]:
