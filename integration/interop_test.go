@@ -200,7 +200,7 @@ func pythonWorkerSuite(t *testing.T, e *env, r *router) {
 	}
 	pytestPassed(t, out)
 	for _, rec := range e.tailNow("deadletter") {
-		if !strings.HasPrefix(str(rec, "event.task_id"), "py-timeouts-") {
+		if !strings.HasPrefix(str(rec, "task_id"), "py-timeouts-") {
 			t.Errorf("dead-lettered: %v", rec)
 		}
 	}

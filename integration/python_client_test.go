@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -79,7 +83,155 @@ for r in json.load(sys.stdin):
 // pytestPassed fails the test unless pytest's summary says every test passed.
 func pytestPassed(t *testing.T, out []byte) {
 	t.Helper()
-	if !regexp.MustCompile(`(?m)^\d+ passed(, \d+ deselected)? in `).Match(out) {
+	if !regexp.MustCompile(`(?m)^\d+ passed(, \d+ (deselected|skipped))? in `).Match(out) {
 		t.Fatalf("pytest did not report every test passed:\n%s", out)
 	}
+}
+
+// docBlocks returns the Python code blocks of a Markdown page whose first line
+// names their file ("# worker.py: ..."), by file name, in page order.
+func docBlocks(t *testing.T, page string) (names []string, files map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = map[string]string{}
+	for _, m := range regexp.MustCompile("(?s)```python\n(# ([a-z_]+\\.py):[^\n]*\n.*?)```").FindAllStringSubmatch(string(b), -1) {
+		names = append(names, m[2])
+		files[m[2]] = m[1]
+	}
+	return names, files
+}
+
+// Guards docs/getting-started.md as a new user follows it: its worker.py and
+// retries.py, extracted from the page and run as written with the package
+// installed by `pip install ./clients/python` (interop.sh), against the
+// package's fake API and a router and console on the real broker (standing
+// in for `faultrouter demo --serve`). The 429 is retried when due (the retry
+// record is written no sooner than the decision's not_before, and the second
+// attempt completes the task), the refusal opens a MODEL_REFUSAL review item,
+// and the console shows both: the refusal in its review queue, the retry and
+// the success in the rate-limited task's timeline.
+func TestGettingStarted(t *testing.T) {
+	names, files := docBlocks(t, "../docs/getting-started.md")
+	if strings.Join(names, " ") != "worker.py retries.py" {
+		t.Fatalf("docs/getting-started.md: Python blocks %v, want worker.py then retries.py", names)
+	}
+	dir := t.TempDir()
+	for name, code := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	python := interop(t, "FAULTROUTER_PYTHON", "python")
+	e := newEnv(t)
+	e.startRouter("a", t.TempDir())
+	c := e.startConsole(fmt.Sprintf("users:\n  - {name: demo, password_bcrypt: %q, roles: [reviewer, operator], owners: [\"*\"]}\n",
+		e.hashPassword("demo-pw")))
+
+	// the fake API, as `python -m faultrouter.fake` in step 3
+	port := freePort(t)
+	fake := exec.Command(python, "-m", "faultrouter.fake", "--port", fmt.Sprint(port))
+	fake.Dir = dir
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fake.Process.Kill(); fake.Wait() })
+	if !waitFor(30*time.Second, func() bool {
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatal("the fake API did not listen")
+	}
+	env := append(e.cmdEnv(), fmt.Sprintf("OPENAI_BASE_URL=http://127.0.0.1:%d/v1", port), "OPENAI_API_KEY=fake")
+	runPy := func(name string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, python, name)
+		cmd.Dir, cmd.Env = dir, env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("python %s: %v\n%s\n%s", name, err, out.String(), errOut.String())
+		}
+		t.Logf("python %s:\n%s", name, out.String())
+		return out.String()
+	}
+
+	out := runPy("worker.py")
+	limited := regexp.MustCompile(`(?m)^(t1-[a-z2-7]{26}) failed: RateLimitError`).FindStringSubmatch(out)
+	refused := regexp.MustCompile(`(?m)^(t1-[a-z2-7]{26}) answered: \(refused: `).FindStringSubmatch(out)
+	if limited == nil || refused == nil {
+		t.Fatalf("worker.py did not print a rate-limited and a refused ticket:\n%s", out)
+	}
+	rate, ref := limited[1], refused[1]
+	if out := runPy("retries.py"); !strings.Contains(out, rate+" retry 1, attempt 2: Echo: ") {
+		t.Fatalf("retries.py did not take %s's retry and get an answer:\n%s", rate, out)
+	}
+
+	audit := e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool {
+		return len(byTask(r, rate)) >= 2 && len(byTask(r, ref)) >= 1
+	})
+	var got []string
+	for _, r := range byTask(audit, rate) {
+		got = append(got, str(r, "decision.class")+"/"+str(r, "decision.route"))
+	}
+	if strings.Join(got, " ") != "RATE_LIMITED/RETRY SUCCEEDED/COMPLETE" {
+		t.Fatalf("the rate-limited ticket was routed %v, want a retry then completion", got)
+	}
+	notBefore, err := time.Parse(time.RFC3339Nano, str(byTask(audit, rate)[0], "decision.retry.not_before"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := get(byTask(audit, rate)[0], "decision.retry.delay_ms"); d != float64(2000) {
+		t.Errorf("the 429's retry waits %v ms, want the retry-after's 2000", d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var published []time.Time
+	for _, r := range readTopic(ctx, t, e.prefix+"ai.tasks.retry", true) {
+		if string(r.Key) == rate {
+			published = append(published, r.Timestamp)
+		}
+	}
+	if len(published) != 1 || published[0].Before(notBefore.Truncate(time.Millisecond)) {
+		t.Fatalf("retry of %s published at %v, want once, not before %v", rate, published, notBefore)
+	}
+	if r := byTask(audit, ref); str(r[0], "decision.class")+"/"+str(r[0], "decision.route") != "MODEL_REFUSAL/REVIEW" {
+		t.Fatalf("the refused ticket was routed %v, want MODEL_REFUSAL/REVIEW", r[0]["decision"])
+	}
+
+	demo := newHTTPPerson(t, c.url)
+	demo.login("demo", "demo-pw")
+	if !waitFor(30*time.Second, func() bool {
+		_, page := demo.get("/review")
+		return strings.Contains(page, ref) && strings.Contains(page, "MODEL_REFUSAL")
+	}) {
+		_, page := demo.get("/review")
+		t.Fatalf("the console's review queue does not show %s as MODEL_REFUSAL:\n%s", ref, page)
+	}
+	if _, page := demo.get("/task?id=" + rate); !strings.Contains(page, "RATE_LIMITED") || !strings.Contains(page, "SUCCEEDED") {
+		t.Fatalf("the console's timeline of %s does not show the 429 and the success:\n%s", rate, page)
+	}
+}
+
+// Guards the Python package without a router: its checks and wire format,
+// task IDs, and each row of the SDK mapping table through the pinned openai
+// and anthropic SDKs (sync and async) and langchain-core against the fake
+// API; each row's test fails if the row is wrong.
+func TestPythonClientSDKs(t *testing.T) {
+	python := interop(t, "FAULTROUTER_PYTHON", "python")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/test_router.py")
+	cmd.Dir = pythonClient
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest: %v\n%s", err, out)
+	}
+	pytestPassed(t, out)
 }
