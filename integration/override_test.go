@@ -38,7 +38,7 @@ func TestOverrideRoutesOneModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.startRouter("a", t.TempDir(), "--policy", path)
+	r := e.startRouter("a", t.TempDir(), "--policy", path)
 
 	mini := func(line string) string {
 		return strings.Replace(line, `"model":"gpt-4o"`, `"model":"gpt-4o-mini"`, 1)
@@ -78,6 +78,19 @@ func TestOverrideRoutesOneModel(t *testing.T) {
 	retries := e.tailUntil("retry", 30*time.Second, func(r []map[string]any) bool { return len(r) >= 1 })
 	if len(retries) != 1 || str(retries[0], "task_id") != "t-base-net" || str(retries[0], "decision.override") != "" {
 		t.Errorf("retry: want t-base-net's retry under the base policy, got %v", retries)
+	}
+
+	// the router's line for the decision names the override too
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		if strings.Contains(l, "t-mini-net") && strings.Contains(l, "routed") && !strings.Contains(l, "override=mini-no-retry") {
+			t.Errorf("the log line of t-mini-net's decision does not name the override: %s", l)
+		}
+		if strings.Contains(l, "t-base-net") && strings.Contains(l, "override=") {
+			t.Errorf("the log line of t-base-net's decision names an override: %s", l)
+		}
+	}
+	if !strings.Contains(r.logs.String(), "override=mini-no-retry") {
+		t.Errorf("no log line names the override:\n%s", r.logs.String())
 	}
 
 	// the reference model of the same policy agrees with every output

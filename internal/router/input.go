@@ -232,7 +232,7 @@ func (r *Router) routedRecordFrom(b *batch, topic string, ev *event.TaskEvent, r
 // strings and the input's topic, plus room for the varints, unions and the
 // schema header of the rest.
 func routedSize(d *event.Decision, src *event.Source, raw []byte) int {
-	n := 160 + len(raw) + len(d.Rule) + len(d.Reason) + len(d.Feedback) + len(d.SuggestedModel) + len(d.UserMessage) + len(src.Topic)
+	n := 160 + len(raw) + len(d.Rule) + len(d.Reason) + len(d.Feedback) + len(d.SuggestedModel) + len(d.UserMessage) + len(d.Override) + len(src.Topic)
 	if d.Review != nil {
 		n += len(d.Review.Owner) + len(d.Review.Priority)
 	}
@@ -262,6 +262,9 @@ func (r *Router) logDecision(in *input) {
 	rec.AddAttrs(slog.String("task_id", id), slog.String("topic", in.rec.Topic), slog.Int("partition", int(in.rec.Partition)),
 		slog.Int64("offset", in.rec.Offset), slog.String("class", string(d.Class)), slog.String("route", string(d.Route)),
 		slog.String("rule", d.Rule), slog.String("reason", d.Reason))
+	if d.Override != "" {
+		rec.AddAttrs(slog.String("override", d.Override))
+	}
 	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
 }
 
