@@ -83,7 +83,7 @@ func Replay(logs Logs, o Options) ([]Decided, error) {
 				if stopped {
 					d.Diff = "an earlier input of the task has no audit record"
 				} else {
-					d.Model = in.decided
+					d.Model, d.Repeat, d.Fresh, d.Estimated = in.decided, in.repeat, in.fresh, in.estimated
 					d.Diff = diffDecision(d.Recorded, d.Model)
 				}
 			}
