@@ -71,7 +71,8 @@ func costWorkload(t *testing.T, e *env, tasks int) ([][]event.TaskEvent, time.Ti
 // second 401, a business rejection, a write without receipt (held) or a
 // success. A dead letter, a refusal and a held write stop the task: the
 // default baseline (4 attempts) would have made 4 - attempts more, at the
-// task's mean attempt cost.
+// task's mean attempt cost, counting every attempt of the task (those after
+// the stop netted off).
 type expectedLedger struct {
 	total, failed, prevented int64 // micro-dollars
 	deadLettered             []string
@@ -83,13 +84,9 @@ func computeLedger(byTask [][]event.TaskEvent) expectedLedger {
 	var x expectedLedger
 	for _, evs := range byTask {
 		seen := map[string]bool{}
-		ended, receipted, timeouts, auths, attempts := false, false, 0, 0, 0
+		ended, stopped, receipted, timeouts, auths, attempts := false, false, false, 0, 0, 0
 		var spent int64
-		stop := func() {
-			n := int64(attempts)
-			x.prevented += (spent*(4-n) + n/2) / n
-			ended = true
-		}
+		stop := func() { stopped, ended = true, true }
 		for _, ev := range evs {
 			if seen[ev.EventID] {
 				continue
@@ -127,6 +124,11 @@ func computeLedger(byTask [][]event.TaskEvent) expectedLedger {
 			if failed {
 				x.failed += cost
 			}
+		}
+		// a stopped task's claims add up to what its baseline had left
+		// after its last attempt
+		if n := int64(attempts); stopped && n < 4 {
+			x.prevented += (spent*(4-n) + n/2) / n
 		}
 	}
 	return x

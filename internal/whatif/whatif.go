@@ -411,7 +411,8 @@ func load(m map[string]*OwnerLoad, owner string, p *policy.Policy) *OwnerLoad {
 // recorded one: no audit record; the task's first decision in the range
 // counts fewer attempts than the router had (the range starts inside the
 // task's life); the router decided on a fresh state where the replay kept
-// the task's (the recorded decision is p's on a fresh state), or the replay
+// the task's (the recorded decision counts fewer attempts than the
+// replay's and is p's on a fresh state), or the replay
 // forgot a state the router kept (its decision counts fewer attempts than
 // the recorded one): the task's state expiry; otherwise the baseline is not
 // the policy that ran.
@@ -431,7 +432,7 @@ func whyDisagree(base []checker.Decided, i int, p *policy.Policy) string {
 	if d.Fresh && d.Recorded.Totals.Attempts > d.Model.Totals.Attempts {
 		return WhyExpiry
 	}
-	if d.Event != nil && !d.Fresh {
+	if d.Event != nil && !d.Fresh && d.Recorded.Totals.Attempts < d.Model.Totals.Attempts {
 		var st task.State
 		fresh := p.Decide(d.Event, &st, d.At)
 		if !Differs(&fresh, &d.Recorded) && fresh.Totals.Attempts == d.Recorded.Totals.Attempts {
