@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"os"
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,4 +93,71 @@ func cpuRow(u *cpuUse) string {
 		s += ", cores " + strconv.FormatFloat(100*u.MachineBusy, 'f', 0, 64) + "% busy"
 	}
 	return s
+}
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
+// 100 on every Linux platform Go runs on).
+const clockTicks = 100
+
+// processCPU returns the CPU time (user and system, every thread) that the
+// process pid has used so far, from /proc/<pid>/stat; ok is false where it
+// cannot be read.
+func processCPU(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// the command name, field 2, is in parentheses and may hold spaces:
+	// the fields after its closing one start at field 3 (state)
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64) // field 14
+	stime, err2 := strconv.ParseUint(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, true
+}
+
+// allocUse is what the Go heap allocated over a run, an event each.
+type allocUse struct {
+	ObjectsPerEvent float64 `json:"allocs_per_event"`
+	BytesPerEvent   float64 `json:"alloc_bytes_per_event"`
+}
+
+// allocMark is where a run's allocation count starts.
+type allocMark struct{ objects, bytes uint64 }
+
+var allocSamples = []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+
+// markAllocs reads the heap allocations of this process so far
+// (runtime/metrics: cumulative, every goroutine).
+func markAllocs() allocMark {
+	s := slices.Clone(allocSamples)
+	metrics.Read(s)
+	var m allocMark
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		m.objects = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		m.bytes = s[1].Value.Uint64()
+	}
+	return m
+}
+
+// since returns the allocations from m to now over events events.
+func (m allocMark) since(events int) *allocUse {
+	if events <= 0 {
+		return nil
+	}
+	now := markAllocs()
+	return &allocUse{ObjectsPerEvent: float64(now.objects-m.objects) / float64(events),
+		BytesPerEvent: float64(now.bytes-m.bytes) / float64(events)}
 }

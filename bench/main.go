@@ -31,7 +31,11 @@
 //     behind its record cache, run on the same backlog under a fresh
 //     application id right after the router's run; the ratio router/peer;
 //   - memory: the resident set of a `faultrouter run` process holding
-//     --rss-tasks live task states.
+//     --rss-tasks live task states;
+//   - CPU an event on the backlog: the router's, each passthrough's (this
+//     process's CPU over each run) and the peer's (its JVM's process CPU,
+//     from /proc/<pid>/stat, over its measured run), the router's ratio to
+//     each, and the router's heap allocations an event (runtime/metrics).
 //
 // It prints one table and writes it as JSON (--json). It starts the
 // project's broker with integration/kafka.sh unless --brokers is given. Only
@@ -147,12 +151,21 @@ type result struct {
 	// RouterBatch is the mean records per committed transaction of the
 	// router's backlog run.
 	RouterBatch float64 `json:"router_mean_batch_records"`
-	// RouterCPU is the CPU of the router's backlog run.
-	RouterCPU   *cpuUse        `json:"router_cpu,omitempty"`
-	Classes     map[string]int `json:"classes"`
-	LatencyHalf latencyResult  `json:"latency_half_load"`
-	LatencyLow  latencyResult  `json:"latency_low_rate"`
-	CommitMs    float64        `json:"mean_batch_ms"`
+	// RouterCPU is the CPU of the router's backlog run, RawCPU and
+	// RawUncappedCPU the passthroughs' on the same backlog (each run alone
+	// in this process); the ratios are the router's CPU an event over each.
+	RouterCPU      *cpuUse `json:"router_cpu,omitempty"`
+	RawCPU         *cpuUse `json:"raw_cpu,omitempty"`
+	RawUncappedCPU *cpuUse `json:"raw_uncapped_cpu,omitempty"`
+	CPUOverRaw     float64 `json:"router_cpu_over_raw,omitempty"`
+	CPUOverUncap   float64 `json:"router_cpu_over_raw_uncapped,omitempty"`
+	// RouterAllocs is what the router's backlog run allocated on the Go
+	// heap, an event each (runtime/metrics, this process).
+	RouterAllocs *allocUse      `json:"router_allocs,omitempty"`
+	Classes      map[string]int `json:"classes"`
+	LatencyHalf  latencyResult  `json:"latency_half_load"`
+	LatencyLow   latencyResult  `json:"latency_low_rate"`
+	CommitMs     float64        `json:"mean_batch_ms"`
 	// BacklogCommitMs is the router's commit interval in its backlog run:
 	// the run's time over its transactions (the Kafka Streams peer's
 	// commit.interval.ms)
@@ -253,13 +266,17 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 
 	step(out, "raw transactional passthrough, %d records a poll", res.PollRecords)
+	cpu0 := markCPU()
 	if res.RawPerSec, res.RawBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw", n, res.PollRecords); err != nil {
 		return err
 	}
+	res.RawCPU = cpu0.since(n)
 	step(out, "raw transactional passthrough, uncapped (polls whatever is buffered)")
+	cpu0 = markCPU()
 	if res.RawUncappedPerSec, res.RawUncappedBatch, err = passthrough(ctx, seeds, topics.Ingress, raw, prefix+"raw-uncapped", n, 0); err != nil {
 		return err
 	}
+	res.RawUncappedCPU = cpu0.since(n)
 
 	step(out, "router, default policy")
 	stateDir, err := tempDir(c.workDir, "state")
@@ -275,7 +292,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cpu0 := markCPU()
+	cpu0, alloc0 := markCPU(), markAllocs()
 	rt, _, err := startRouter(ctx, seeds, topics, prefix+"router", stateDir, c.tune)
 	if err != nil {
 		stopProfile()
@@ -283,7 +300,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	took, err := rt.waitRouted(ctx, n)
 	stopProfile()
-	res.RouterCPU = cpu0.since(n)
+	res.RouterCPU, res.RouterAllocs = cpu0.since(n), alloc0.since(n)
+	if res.RawCPU.PerEventUs > 0 && res.RawUncappedCPU.PerEventUs > 0 {
+		res.CPUOverRaw = res.RouterCPU.PerEventUs / res.RawCPU.PerEventUs
+		res.CPUOverUncap = res.RouterCPU.PerEventUs / res.RawUncappedCPU.PerEventUs
+	}
 	if err != nil {
 		rt.stop()
 		return err
@@ -481,6 +502,13 @@ func printTable(out io.Writer, r *result) {
 	if r.RouterCPU != nil {
 		row("  CPU: the router's, an event; the machine's", cpuRow(r.RouterCPU), "")
 	}
+	if r.RawCPU != nil && r.RawUncappedCPU != nil {
+		row("  CPU an event, router over raw (its poll size; uncapped)",
+			fmt.Sprintf("%.1f; %.1f µs raw", r.RawCPU.PerEventUs, r.RawUncappedCPU.PerEventUs), fmt.Sprintf("%.2f; %.2f", r.CPUOverRaw, r.CPUOverUncap))
+	}
+	if a := r.RouterAllocs; a != nil {
+		row("  allocations an event, the router's backlog run", fmt.Sprintf("%.1f (%.0f bytes)", a.ObjectsPerEvent, a.BytesPerEvent), "")
+	}
 	for _, l := range []struct {
 		name string
 		l    latencyResult
@@ -522,6 +550,11 @@ func printTable(out io.Writer, r *result) {
 	if r.Peer != nil {
 		row("Kafka Streams peer, same backlog (ratio: router/peer)",
 			fmt.Sprintf("%.0f events/s", r.Peer.PerSec), fmt.Sprintf("%.2f", r.Peer.RouterOver))
+		if r.Peer.CPUPerEventUs > 0 {
+			row("  CPU an event: the peer's JVM, its run (ratio: router/peer)",
+				fmt.Sprintf("%.1f µs", r.Peer.CPUPerEventUs), fmt.Sprintf("%.2f", r.Peer.RouterCPUOver))
+			row("  the peer's JVM from launch to exit (start-up, warm-up)", fmt.Sprintf("%.1f µs", r.Peer.WholeCPUPerEventUs), "")
+		}
 	}
 	if r.RSS != nil {
 		row(fmt.Sprintf("`faultrouter run` RSS with %d live tasks", r.RSS.Tasks),

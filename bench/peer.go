@@ -28,6 +28,15 @@ type peerResult struct {
 	Processed  int64   `json:"processed"`
 	Routed     int64   `json:"routed"`
 	RunningS   float64 `json:"start_to_running_s"`
+	// CPUPerEventUs is the JVM's process CPU (every thread: stream threads,
+	// clients, RocksDB, JIT and GC) from the application's first RUNNING
+	// state until its offsets reached the backlog's end, an event of the
+	// backlog; WholeCPUPerEventUs the JVM's CPU from launch to exit (its
+	// start-up and the warm-up run included) over the same events.
+	// RouterCPUOver is the router's CPU an event over CPUPerEventUs.
+	CPUPerEventUs      float64 `json:"cpu_us_per_event,omitempty"`
+	WholeCPUPerEventUs float64 `json:"whole_process_cpu_us_per_event,omitempty"`
+	RouterCPUOver      float64 `json:"router_cpu_over_peer,omitempty"`
 }
 
 // runPeer runs the Kafka Streams peer on the backlog, the partitions of topic
@@ -60,6 +69,9 @@ func runPeer(ctx context.Context, c config, out io.Writer, res *result, seeds []
 			return err
 		}
 		p.OverRaw, p.RouterOver = p.PerSec/res.RawPerSec, res.RouterPerSec/p.PerSec
+		if p.CPUPerEventUs > 0 && res.RouterCPU != nil {
+			p.RouterCPUOver = res.RouterCPU.PerEventUs / p.CPUPerEventUs
+		}
 		res.Peer = &p
 	}
 	return nil
@@ -168,7 +180,11 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 
 	// its clock starts when the application first runs: partitions assigned,
 	// the (empty) store restored, the transactional producer ready
-	var start time.Time
+	var (
+		start time.Time
+		cpu0  time.Duration
+		cpuOK bool
+	)
 	for start.IsZero() {
 		select {
 		case l, ok := <-lines:
@@ -177,6 +193,7 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 			}
 			if l == "running" {
 				start = time.Now()
+				cpu0, cpuOK = processCPU(cmd.Process.Pid)
 			}
 		case <-ctx.Done():
 			return fail(ctx.Err())
@@ -200,6 +217,7 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 		}
 	}
 	took := time.Since(start)
+	cpu1, cpuOK1 := processCPU(cmd.Process.Pid)
 	processed, routed, err := stop()
 	if err != nil {
 		return peerResult{}, fmt.Errorf("Kafka Streams peer exited with %v (its output: %s)", err, log)
@@ -208,8 +226,15 @@ func streamsPeer(ctx context.Context, seeds []kgo.Opt, brokers, topic string, en
 	for _, o := range ends {
 		n += o
 	}
-	return peerResult{PerSec: float64(n) / took.Seconds(), Processed: processed, Routed: routed,
-		RunningS: start.Sub(launched).Seconds()}, nil
+	p := peerResult{PerSec: float64(n) / took.Seconds(), Processed: processed, Routed: routed,
+		RunningS: start.Sub(launched).Seconds()}
+	if cpuOK && cpuOK1 && n > 0 {
+		p.CPUPerEventUs = float64((cpu1 - cpu0).Microseconds()) / float64(n)
+		if st := cmd.ProcessState; st != nil {
+			p.WholeCPUPerEventUs = float64((st.UserTime() + st.SystemTime()).Microseconds()) / float64(n)
+		}
+	}
+	return p, nil
 }
 
 // reached reports whether the committed offsets of every partition in ends
