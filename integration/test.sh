@@ -19,6 +19,9 @@ if [[ -n $unformatted ]]; then
 fi
 go vet ./...
 
+echo "== docs: every relative link resolves, every faultrouter command shown is in its verb's --help"
+go test -count=1 -run '^TestDocs' ./internal/docscheck ./cmd/faultrouter
+
 echo "== unit tests"
 go test -count=1 $(go list ./... | grep -v /integration)
 
