@@ -1,5 +1,15 @@
 package event
 
+// Rules of the audit record of a reviewer's decision (Decision.Rule on a
+// record whose input is the decisions topic): the item was approved and the
+// task is retried now, the item was rejected and the task has ended, or the
+// task had no open item and nothing changed.
+const (
+	RuleManualOverride = "MANUAL_OVERRIDE_SUCCESS"
+	RuleManualRejected = "MANUAL_REJECTED"
+	RuleNoOpenItem     = "review.no_open_item"
+)
+
 // Decision is what the router decided for one input record. It travels on
 // every routed and audit record.
 type Decision struct {

@@ -9,11 +9,13 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// Rules of the review loop-back; the audit records carry them.
+// Rules of the review loop-back; the audit records carry them. They are
+// declared in package event, the records' contract, so that a worker reads
+// them without importing the policy.
 const (
-	RuleManualOverride = "MANUAL_OVERRIDE_SUCCESS"
-	RuleManualRejected = "MANUAL_REJECTED"
-	RuleNoOpenItem     = "review.no_open_item"
+	RuleManualOverride = event.RuleManualOverride
+	RuleManualRejected = event.RuleManualRejected
+	RuleNoOpenItem     = event.RuleNoOpenItem
 )
 
 // DecideReview applies a reviewer's decision to the task's open review item

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // ReviewOutcome is what the router did with a reviewer's decision on a task,
@@ -53,13 +52,13 @@ func (o *ReviewOutcomes) Next(ctx context.Context) (ReviewOutcome, error) {
 		}
 		d := routed.Decision
 		if routed.Input.Topic != o.decisions ||
-			(d.Rule != policy.RuleManualOverride && d.Rule != policy.RuleManualRejected && d.Rule != policy.RuleNoOpenItem) {
+			(d.Rule != event.RuleManualOverride && d.Rule != event.RuleManualRejected && d.Rule != event.RuleNoOpenItem) {
 			continue
 		}
 		return ReviewOutcome{
 			TaskID:   string(rec.Key), // the audit record is keyed by the decision's task ID
-			Approved: d.Rule == policy.RuleManualOverride,
-			Rejected: d.Rule == policy.RuleManualRejected,
+			Approved: d.Rule == event.RuleManualOverride,
+			Rejected: d.Rule == event.RuleManualRejected,
 			Decision: d,
 		}, nil
 	}

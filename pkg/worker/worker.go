@@ -1,13 +1,3 @@
-// Package worker is faultrouter's client for AI workers written in Go. A
-// Reporter sends the outcome of every attempt to the ingress topic, Retries
-// delivers the retries the router publishes when they are due (with the
-// validator's feedback and the model to use), and ReviewOutcomes tells what
-// became of a task a person reviewed.
-//
-// Records are Avro in the single-object encoding of package codec (the
-// fingerprints of the Avro specification, so Java and Python workers write the
-// same bytes) and are keyed by task ID, hashed like the Java client
-// (murmur2), so each lands on its task's partition.
 package worker
 
 import (
