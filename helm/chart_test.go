@@ -90,7 +90,7 @@ func TestChartRendersTheDeployment(t *testing.T) {
 	for _, a := range at(c, "args").([]any) {
 		args = append(args, a.(string))
 	}
-	for _, want := range []string{"run", "--instance-id=$(POD_NAME)", "--state-dir=/var/lib/faultrouter", "--policy=/etc/faultrouter/policy.yaml", "--metrics-addr=:9464"} {
+	for _, want := range []string{"run", "--instance-id=$(POD_NAME)", "--static-membership", "--session-timeout=10s", "--state-dir=/var/lib/faultrouter", "--policy=/etc/faultrouter/policy.yaml", "--metrics-addr=:9464"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %v lack %s", args, want)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,10 +48,18 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		rf          = fs.Int("replication-factor", 0, "replication factor when creating topics (default: topics/, 1; production: 3)")
 		maxBytes    = fs.Int("max-record-bytes", 512<<10, "largest input record value routed; larger ones are dead-lettered")
 		partCheck   = fs.Duration("partition-check", 30*time.Second, "how often the partition counts of ingress, decisions and state are read to detect partitions added at runtime")
+		sessionTO   = fs.Duration("session-timeout", router.Default().SessionTimeout, "consumer group session timeout: how long the partitions of a crashed instance wait before the group moves them; within the broker's group.min/max.session.timeout.ms (env FAULTROUTER_SESSION_TIMEOUT)")
+		static      = fs.Bool("static-membership", false, "join the group as a static member named by --instance-id (a restarted instance takes its partitions back at once); for instance IDs that name one instance for good, such as a StatefulSet's pods (env FAULTROUTER_STATIC_MEMBERSHIP=true)")
 		regLookup   = fs.Bool("registry-lookup-only", false, "with --wire-format confluent: look up the output schemas in the registry instead of registering them at start (register them with `faultrouter schemas register`)")
 	)
 	regFlags := addRegistryFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := durationFromEnv(fs, "session-timeout", "FAULTROUTER_SESSION_TIMEOUT", sessionTO); err != nil {
+		return err
+	}
+	if err := boolFromEnv(fs, "static-membership", "FAULTROUTER_STATIC_MEMBERSHIP", static); err != nil {
 		return err
 	}
 	switch {
@@ -64,6 +73,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errors.New("run: --group must not be empty")
 	case *partCheck <= 0:
 		return fmt.Errorf("run: --partition-check must be a positive duration, got %s", *partCheck)
+	case *sessionTO < time.Second:
+		return fmt.Errorf("run: --session-timeout must be at least 1s (and within the broker's group.min/max.session.timeout.ms, 6s..30m by default), got %s", *sessionTO)
 	}
 	wire, err := regFlags.wire()
 	if err != nil {
@@ -115,6 +126,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.InstanceID = *instanceID
 	cfg.MaxRecordBytes = *maxBytes
 	cfg.PartitionCheck = *partCheck
+	cfg.SessionTimeout, cfg.StaticMembership = *sessionTO, *static
 	cfg.Logger = log
 	cfg.Registerer = reg
 	cfg.Registry, cfg.WireFormat, cfg.LookupSchemasOnly = schemaRegistry, wire, *regLookup
@@ -185,3 +197,43 @@ func serveMetrics(addr string, reg *prometheus.Registry, ready func() bool) (*ht
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// durationFromEnv sets *d from the environment variable key unless the
+// flag name was given; a value that is not a duration is an error naming it.
+func durationFromEnv(fs *flag.FlagSet, name, key string, d *time.Duration) error {
+	v, ok := os.LookupEnv(key)
+	if !ok || flagSet(fs, name) {
+		return nil
+	}
+	parsed, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("run: %s=%q is not a duration (such as 10s)", key, v)
+	}
+	*d = parsed
+	return nil
+}
+
+// boolFromEnv sets *b from the environment variable key unless the flag
+// name was given; a value other than true or false is an error naming it.
+func boolFromEnv(fs *flag.FlagSet, name, key string, b *bool) error {
+	v, ok := os.LookupEnv(key)
+	if !ok || flagSet(fs, name) {
+		return nil
+	}
+	switch v {
+	case "true":
+		*b = true
+	case "false", "":
+		*b = false
+	default:
+		return fmt.Errorf("run: %s=%q must be true or false", key, v)
+	}
+	return nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

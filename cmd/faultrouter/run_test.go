@@ -18,6 +18,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{"run without state dir", []string{"run"}, "--state-dir is required"},
 		{"run with a zero record limit", []string{"run", "--state-dir", t.TempDir(), "--max-record-bytes", "0"}, "--max-record-bytes must be a positive"},
 		{"run with an empty instance", []string{"run", "--state-dir", t.TempDir(), "--instance-id", ""}, "--instance-id must not be empty"},
+		{"run with a short session timeout", []string{"run", "--state-dir", t.TempDir(), "--session-timeout", "500ms"}, "--session-timeout must be at least 1s"},
 		{"run with a bad log format", []string{"run", "--state-dir", t.TempDir(), "--log-format", "xml"}, "allowed text, json"},
 		{"run with a bad SASL mechanism", []string{"run", "--state-dir", t.TempDir(), "--sasl-mechanism", "GSSAPI"}, "allowed PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"},
 		{"tail with a bad format", []string{"tail", "--topic", "audit", "--format", "yaml"}, "allowed json, text"},
@@ -28,6 +29,23 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 			err := dispatch(context.Background(), c.args, strings.NewReader(""), io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("faultrouter %s: error %v, want one naming %q", strings.Join(c.args, " "), err, c.want)
+			}
+		})
+	}
+}
+
+// Guards the environment of run's group flags: a value that is not a
+// duration, or not true or false, is one error naming the variable.
+func TestBadGroupEnvNamesTheVariable(t *testing.T) {
+	for _, c := range []struct{ key, value, want string }{
+		{"FAULTROUTER_SESSION_TIMEOUT", "ten", "FAULTROUTER_SESSION_TIMEOUT=\"ten\" is not a duration"},
+		{"FAULTROUTER_STATIC_MEMBERSHIP", "yes", "FAULTROUTER_STATIC_MEMBERSHIP=\"yes\" must be true or false"},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			t.Setenv(c.key, c.value)
+			err := dispatch(context.Background(), []string{"run", "--state-dir", t.TempDir()}, strings.NewReader(""), io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s=%s: error %v, want %q", c.key, c.value, err, c.want)
 			}
 		})
 	}

@@ -105,11 +105,22 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout. Default 30s.
 	TransactionTimeout time.Duration
 	// SessionTimeout is the consumer-group session timeout: how long a
-	// crashed instance holds its partitions before the group moves them (a
-	// restarted instance waits that long to rejoin). It must lie within the
-	// broker's group.min/max.session.timeout.ms (6s..30min by default).
+	// crashed instance holds its partitions before the group moves them. It
+	// must lie within the broker's group.min/max.session.timeout.ms
+	// (6s..30min by default). The heartbeat interval is a tenth of it, so
+	// that a member expires only after ten heartbeats in a row went
+	// unanswered, and the others notice a rebalance within a tenth.
 	// Default 10s.
 	SessionTimeout time.Duration
+	// StaticMembership makes this instance a static member of the group
+	// (KIP-345), its group.instance.id the InstanceID: a restarted
+	// instance (a crash, a pod rescheduled) takes its partitions back as
+	// soon as it rejoins, without waiting for the session timeout and
+	// without moving the others' partitions; a clean shutdown still leaves
+	// the group (Run), so that its partitions move at once. Use it where
+	// each instance ID names one instance for good (a StatefulSet's pod
+	// names). Default false.
+	StaticMembership bool
 	// Logger receives the router's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the router's metrics. Default: none registered.
@@ -378,6 +389,7 @@ func (r *Router) Run(ctx context.Context) error {
 	for {
 		err := r.runSession(ctx)
 		if ctx.Err() != nil {
+			r.leaveStatic()
 			return nil
 		}
 		r.setReady(false)
@@ -409,6 +421,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.TransactionalID(r.cfg.Group+"-"+r.cfg.InstanceID),
 		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
 		kgo.SessionTimeout(r.cfg.SessionTimeout),
+		kgo.HeartbeatInterval(r.cfg.SessionTimeout/10),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
@@ -431,6 +444,9 @@ func (r *Router) runSession(ctx context.Context) error {
 	)
 	if r.metrics.kprom != nil {
 		opts = append(opts, kgo.WithHooks(r.metrics.kprom))
+	}
+	if r.cfg.StaticMembership {
+		opts = append(opts, kgo.InstanceID(r.cfg.InstanceID))
 	}
 	// The next session restores into the store, and Run closes it: the last
 	// batch's write is waited for once closeSession (below) has aborted any
