@@ -104,6 +104,9 @@ func adviseCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "policy advise", opts, t.Ingress, t.Decisions, t.Audit, t.Retry); err != nil {
+		return err
+	}
 	res, err := advise.Run(ctx, opts, t, advise.Options{Policy: running, MinCount: *minCount},
 		advise.RunOptions{Since: rng.Since, Until: rng.Until, RunningFile: runningFile, Idle: *idle, Progress: stderr})
 	if err != nil {

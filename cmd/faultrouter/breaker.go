@@ -74,6 +74,9 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "breaker "+verb, opts, topics.Decisions, topics.Breakers); err != nil {
+		return err
+	}
 	var n int
 	if verb == "latch" {
 		n, err = control.LatchBreaker(ctx, opts, c, topics, control.Latch{Scope: sc, Key: *key, Reason: *reason, Operator: *operator})

@@ -75,6 +75,9 @@ func costCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "cost", opts, audit); err != nil {
+		return err
+	}
 	rep, err := costReport(ctx, opts, audit, rng, p, *idle, stderr)
 	if err != nil {
 		return ctxErr(ctx, err)

@@ -73,6 +73,9 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "produce", opts, name); err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(append(opts, kgo.DefaultProduceTopic(name), kgo.RecordDeliveryTimeout(30*time.Second))...)
 	if err != nil {
 		return err

@@ -136,6 +136,9 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "replay", opts, topics...); err != nil {
+		return err
+	}
 	found, err := replay.Read(ctx, opts, c, topics, replay.ReadOptions{Filter: f.filter, ShortOf: shortOf, Idle: f.idle,
 		Progress: stderr, ProgressEvery: f.progressEvery, ProgressInterval: f.progressInterval})
 	if err != nil {

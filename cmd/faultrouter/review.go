@@ -64,6 +64,9 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fmt.Errorf("review decide: %w", err)
 	}
+	if err := g.requireTopics(ctx, "review decide", opts, name); err != nil {
+		return err
+	}
 	var frame func(string, []byte) []byte
 	if wire == registry.Confluent {
 		if frame, err = regFlags.framer(ctx, c, name, avro.ReviewDecision); err != nil {

@@ -73,6 +73,9 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if c, err = regFlags.reading(c); err != nil {
 		return fmt.Errorf("tail: %w", err)
 	}
+	if err := g.requireTopics(ctx, "tail", opts, name); err != nil {
+		return err
+	}
 	p := &printer{c: c, w: stdout, text: *format == "text"}
 	count := 0
 	if *untilEnd {

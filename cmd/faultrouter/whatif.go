@@ -95,6 +95,9 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	if err := g.requireTopics(ctx, "policy whatif", opts, names["ingress"], names["decisions"], names["audit"], names["retry"]); err != nil {
+		return err
+	}
 	rep, err := runWhatif(ctx, opts, names, rng, baseline, candidate, *examples, *idle, stderr)
 	if err != nil {
 		return ctxErr(ctx, err)
