@@ -122,12 +122,15 @@ func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person)
 	case reason == "":
 		return badRequest("A reason is required to reset a breaker: it goes on the alerts topic with your name.")
 	}
+	// the operator log first: a reset that cannot be logged is not sent
+	if err := s.record(r.Context(), opAction{Action: "breaker_reset", User: p.Name, What: scope.String() + "/" + key, Why: reason}); err != nil {
+		return err
+	}
 	n, err := control.ResetBreaker(r.Context(), s.cfg.Kafka, s.codec, control.Topics{Decisions: s.topic("decisions"), Breakers: s.topic("breakers")}, control.Reset{Scope: scope, Key: key, Reason: reason, Operator: p.Name})
 	if err != nil {
 		return err
 	}
 	s.log.Info("console: breaker reset sent", "scope", scope.String(), "key", key, "operator", p.Name)
-	s.record(r.Context(), opAction{Action: "breaker_reset", User: p.Name, What: scope.String() + "/" + key, Why: reason})
-	http.Redirect(w, r, "/breakers?"+url.Values{"done": {"reset"}, "task": {scope.String() + "/" + key}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
+	s.done(w, r, "/breakers", url.Values{"done": {"reset"}, "task": {scope.String() + "/" + key}, "n": {strconv.Itoa(n)}})
 	return nil
 }

@@ -29,6 +29,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // claim is who holds a review item and until when.
@@ -184,7 +186,7 @@ func (s *Server) changeClaim(w http.ResponseWriter, r *http.Request, p *person, 
 	default:
 		a.What = "claimed task " + task
 	}
-	if err := s.writeAndReadBack(r.Context(), &a); err != nil {
+	if err := s.writeAndReadBack(r.Context(), s.actionRecord(&a), "claim"); err != nil {
 		return err
 	}
 	c, held := s.claimOn(&it, time.Now())
@@ -198,7 +200,7 @@ func (s *Server) changeClaim(w http.ResponseWriter, r *http.Request, p *person, 
 		return conflict(fmt.Sprintf("The claim of task %s did not hold; reload and try again.", task))
 	}
 	s.log.Info("console: claim", "task_id", task, "op", op, "holder", a.Holder, "by", p.Name)
-	http.Redirect(w, r, "/review?"+url.Values{"done": {op}, "task": {task}}.Encode(), http.StatusSeeOther)
+	s.done(w, r, "/review", url.Values{"done": {op}, "task": {task}})
 	return nil
 }
 
@@ -254,18 +256,18 @@ func (s *Server) claimable(p *person, it *reviewItem, found bool, task string, n
 	return nil
 }
 
-// writeAndReadBack writes a to the console topic and waits until this
-// replica has read it back (and applied it), at most claimReadBack.
-func (s *Server) writeAndReadBack(ctx context.Context, a *opAction) error {
-	rec := s.actionRecord(a)
+// writeAndReadBack writes rec (a claim, a confirmation's use) to the
+// console topic and waits until this replica has read it back (and applied
+// it), at most claimReadBack.
+func (s *Server) writeAndReadBack(ctx context.Context, rec *kgo.Record, what string) error {
 	if err := s.produce(ctx, rec); err != nil {
-		s.log.Error("console: claim not written to the console topic", "task_id", a.Tasks[0], "user", a.User, "err", err)
-		return &userError{Status: http.StatusServiceUnavailable, Msg: "The claim could not be written to Kafka; nothing changed. Try again in a moment."}
+		s.log.Error("console: record not written to the console topic", "what", what, "key", string(rec.Key), "err", err)
+		return &userError{Status: http.StatusServiceUnavailable, Msg: "The " + what + " could not be written to Kafka; nothing changed. Try again in a moment."}
 	}
 	deadline := time.Now().Add(claimReadBack)
 	for !s.consoleReadPast(rec.Partition, rec.Offset) {
 		if time.Now().After(deadline) {
-			return &userError{Status: http.StatusServiceUnavailable, Msg: "The claim was written but this console has not read it back yet; reload in a moment to see who holds the item."}
+			return &userError{Status: http.StatusServiceUnavailable, Msg: "The " + what + " was written but this console has not read it back yet; reload in a moment to see what it did."}
 		}
 		select {
 		case <-ctx.Done():

@@ -287,6 +287,8 @@ type Server struct {
 	allOutBefore map[string]time.Time
 	usersSum     [32]byte             // of the users file as last read
 	usedSets     map[string]time.Time // confirmed selections -> when
+	firstUse     map[string]string    // confirmed selection -> the use that acts on it (fixedset.go)
+	consoleParts atomic.Int32         // the console topic's partition count at start
 	claims       map[string]claim     // task ID -> who holds its item (claims.go)
 	leases       map[string]claim     // notice key -> the replica sending it (notify.go)
 	instance     string               // this replica, for the leases
@@ -339,6 +341,7 @@ func New(cfg Config) (*Server, error) {
 		timelines: make(chan struct{}, timelineReads)}
 	s.signedOut, s.usedSets, s.allOutBefore = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 	s.claims, s.leases, s.consoleNext = map[string]claim{}, map[string]claim{}, map[int32]int64{}
+	s.firstUse = map[string]string{}
 	inst := make([]byte, 8)
 	rand.Read(inst)
 	s.instance = hex.EncodeToString(inst)

@@ -250,6 +250,11 @@ func (s *Server) deadLetterRaw(w http.ResponseWriter, r *http.Request, p *person
 	if err != nil {
 		return err
 	}
+	// the raw record may hold a person's input: who downloaded it is logged
+	if err := s.record(r.Context(), opAction{Action: "deadletter_raw", User: p.Name, What: "downloaded dead letter " + r.URL.Query().Get("id"),
+		Tasks: []string{d.TaskID}}); err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="deadletter-%d-%d.bin"`, part, off))
 	w.Header().Set("Cache-Control", "no-store")
@@ -356,10 +361,9 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 	if len(send) == 0 {
 		return badRequest("Nothing to re-drive: the loop guard refused every selected record.")
 	}
-	if err := s.claimSet(set); err != nil {
+	if err := s.useSet(r.Context(), set, p.Name); err != nil {
 		return err
 	}
-	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
 	var tasks []string
 	seen := map[string]bool{}
 	for _, x := range plan {
@@ -368,8 +372,13 @@ func (s *Server) redrivePost(w http.ResponseWriter, r *http.Request, p *person) 
 			tasks = append(tasks, x.Step.TaskID)
 		}
 	}
-	s.record(r.Context(), opAction{Action: "redrive", User: p.Name, What: fmt.Sprintf("job %s: %d records (%s)", j.ID, len(send), desc),
-		Why: reason, Set: set, Tasks: tasks})
-	http.Redirect(w, r, "/deadletter?"+url.Values{"done": {"job"}, "task": {j.ID}}.Encode(), http.StatusSeeOther)
+	// the operator log first: a re-drive that cannot be logged does not start
+	if err := s.record(r.Context(), opAction{Action: "redrive", User: p.Name, What: fmt.Sprintf("re-drive of %d records (%s), selection %s", len(send), desc, set),
+		Why: reason, Set: set, Tasks: tasks}); err != nil {
+		return err
+	}
+	j := s.jobs.start(p.Name, reason, desc, rate, send, len(plan)-len(send))
+	s.log.Info("console: re-drive job started", "job", j.ID, "set", set, "records", len(send), "by", p.Name)
+	s.done(w, r, "/deadletter", url.Values{"done": {"job"}, "task": {j.ID}})
 	return nil
 }

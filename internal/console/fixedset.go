@@ -5,8 +5,10 @@ package console
 // (who, what, why, the items or a digest of the records, the rate) into
 // the confirmation form; the confirmation acts on the signed items only,
 // is refused when altered or older than setTTL, and is refused the second
-// time. A used selection is recorded on the console topic, so the other
-// replicas refuse it too once they have read the record.
+// time. A confirmation is used through the console topic: a set-use record
+// keyed by the selection, read back before anything is done; the request
+// whose record is the selection's first in the topic acts, any other is
+// refused, so a confirmation posted to two replicas at once acts once.
 
 import (
 	"context"
@@ -64,6 +66,7 @@ func (s *Server) claimSet(set string) error {
 	for k, t := range s.usedSets {
 		if now.Sub(t) > 2*setTTL {
 			delete(s.usedSets, k)
+			delete(s.firstUse, k)
 		}
 	}
 	return nil
@@ -75,12 +78,42 @@ func (s *Server) releaseSet(set string) {
 	s.mu.Unlock()
 }
 
-func (s *Server) markSetUsed(set string, at time.Time) {
+// markSetUsed applies a record of the console topic that names a
+// selection: it is used, and the first set-use record read names the
+// request that acts on it.
+func (s *Server) markSetUsed(set string, at time.Time, use string) {
 	s.mu.Lock()
 	if _, ok := s.usedSets[set]; !ok {
 		s.usedSets[set] = at
 	}
+	if _, ok := s.firstUse[set]; !ok && use != "" {
+		s.firstUse[set] = use
+	}
 	s.mu.Unlock()
+}
+
+// useSet uses a confirmed selection for this request, through the console
+// topic: it refuses a selection this replica knows used, writes a set-use
+// record keyed by the selection, waits until it has read it back, and
+// refuses unless that record is the selection's first in the topic (the
+// same selection confirmed on another replica at the same moment).
+func (s *Server) useSet(ctx context.Context, set, user string) error {
+	if err := s.claimSet(set); err != nil {
+		return err
+	}
+	use := newID()
+	b, _ := json.Marshal(opAction{Kind: "set_use", Action: "confirm", User: user, At: time.Now(), Set: set, Use: use, Parts: s.partitions()})
+	if err := s.writeAndReadBack(ctx, &kgo.Record{Topic: s.consoleTopic(), Key: []byte("set/" + set), Value: b}, "confirmation"); err != nil {
+		s.releaseSet(set)
+		return err
+	}
+	s.mu.Lock()
+	first := s.firstUse[set]
+	s.mu.Unlock()
+	if first != use {
+		return conflict("Refused: this confirmation was submitted already, on another replica of the console; nothing was done twice.")
+	}
+	return nil
 }
 
 // digest is a short fingerprint of a list.
@@ -121,6 +154,12 @@ type opAction struct {
 	// shows them to operators only.
 	Addr  string `json:"addr,omitempty"`
 	Tried string `json:"tried,omitempty"`
+	// Use names one request's use of a confirmation (Kind "set_use").
+	Use string `json:"use,omitempty"`
+	// Parts is the console topic's partition count its writer saw at start:
+	// a record keyed by a task or a selection is ordered with the others of
+	// its key only while the count stays the same.
+	Parts int `json:"parts,omitempty"`
 }
 
 // maxActionTasks bounds the task IDs one action record lists.
@@ -134,8 +173,19 @@ func (s *Server) actionRecord(a *opAction) *kgo.Record {
 	if len(a.Tasks) > maxActionTasks {
 		a.MoreTasks, a.Tasks = len(a.Tasks)-maxActionTasks, a.Tasks[:maxActionTasks]
 	}
+	a.Parts = s.partitions()
 	b, _ := json.Marshal(a)
-	return &kgo.Record{Topic: s.consoleTopic(), Key: []byte(a.User), Value: b}
+	// the records whose order decides something share a key, so that they
+	// share a partition on a console topic of several: a claim, assignment,
+	// release or notice lease with every other of its task or notice
+	key := a.User
+	switch a.Action {
+	case actClaim, actAssign, actRelease, actLease:
+		if len(a.Tasks) == 1 {
+			key = "task/" + a.Tasks[0]
+		}
+	}
+	return &kgo.Record{Topic: s.consoleTopic(), Key: []byte(key), Value: b}
 }
 
 // record writes an operator action to the console topic and waits for it:

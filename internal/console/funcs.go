@@ -55,8 +55,9 @@ func roundDur(d time.Duration) string {
 	return out
 }
 
-// flashOf words the outcome a POST redirected with (done=..., task=...):
-// the text comes from here, never from the URL.
+// flashOf words the outcome a POST redirected with (done=..., task=...,
+// from the signed flash cookie): the text comes from here, never from the
+// URL.
 func flashOf(q url.Values) string {
 	task, n := q.Get("task"), q.Get("n")
 	switch q.Get("done") {

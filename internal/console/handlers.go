@@ -7,7 +7,9 @@ package console
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -271,7 +273,7 @@ type page struct {
 func (s *Server) render(w http.ResponseWriter, r *http.Request, p *person, name string, status int, title, nav string, data any) {
 	read, total, caughtUp, perr := s.prog.snapshot()
 	pg := page{Title: title, Nav: nav, Me: p, CSRF: s.csrfToken(w, r, p), Lang: lang(r), Now: time.Now(), Data: data,
-		Flash:    flashOf(r.URL.Query()),
+		Flash:    flashOf(s.takeFlash(w, r)),
 		Progress: map[string]any{"Read": read, "Total": total, "CaughtUp": caughtUp, "Error": perr}}
 	t, err := s.pages.get(name, pg.Lang)
 	var buf bytes.Buffer
@@ -334,4 +336,37 @@ func (ps pages) get(name, lang string) (*template.Template, error) {
 		return nil, err
 	}
 	return t.Funcs(template.FuncMap{"t": translator(lang)}), nil
+}
+
+const flashCookie = "frc_flash"
+
+// done redirects a state-changing request to path and leaves its outcome
+// (done=..., task=..., n=...) for the next page's banner in a short-lived
+// cookie signed with the console's secret: a link cannot put words in the
+// banner.
+func (s *Server) done(w http.ResponseWriter, r *http.Request, path string, outcome url.Values) {
+	v := base64.RawURLEncoding.EncodeToString([]byte(outcome.Encode()))
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(flashCookie), Value: v + "." + hex.EncodeToString(s.mac("flash", v)), Path: "/",
+		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
+	http.Redirect(w, r, path, http.StatusSeeOther)
+}
+
+// takeFlash returns the outcome the last redirect left, and clears it.
+func (s *Server) takeFlash(w http.ResponseWriter, r *http.Request) url.Values {
+	c, err := r.Cookie(s.cookieName(flashCookie))
+	if err != nil {
+		return nil
+	}
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(flashCookie), Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: s.secure(r)})
+	v, sig, ok := strings.Cut(c.Value, ".")
+	if !ok || !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(s.mac("flash", v)))) {
+		return nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		return nil
+	}
+	q, _ := url.ParseQuery(string(b))
+	return q
 }

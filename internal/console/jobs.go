@@ -220,10 +220,29 @@ func (s *Server) jobControl(w http.ResponseWriter, r *http.Request, p *person) e
 	if err := needOperator(p, "controlling a re-drive"); err != nil {
 		return err
 	}
+	id, op := r.PathValue("id"), r.PathValue("op")
+	if op != "pause" && op != "resume" && op != "stop" {
+		return badRequest(fmt.Sprintf("Unknown job operation %q: pause, resume or stop.", op))
+	}
+	s.jobs.mu.Lock()
+	j, running, state := s.jobs.all[id], s.jobs.ctl[id] != nil, ""
+	if j != nil {
+		state = string(j.State)
+	}
+	s.jobs.mu.Unlock()
+	switch {
+	case j == nil:
+		return notFound(fmt.Sprintf("No re-drive job %q.", id))
+	case !running:
+		return conflict(fmt.Sprintf("Job %s is %s already.", id, state))
+	}
+	// the operator log first: a control that cannot be logged is not applied
+	if err := s.record(r.Context(), opAction{Action: "job_" + op, User: p.Name, What: "re-drive job " + id}); err != nil {
+		return err
+	}
 	if err := s.jobs.control(r.PathValue("id"), r.PathValue("op")); err != nil {
 		return err
 	}
-	s.record(r.Context(), opAction{Action: "job_" + r.PathValue("op"), User: p.Name, What: "re-drive job " + r.PathValue("id")})
 	http.Redirect(w, r, "/deadletter", http.StatusSeeOther)
 	return nil
 }

@@ -346,7 +346,7 @@ func (n *notifier) lease(ctx context.Context, nt *notice) bool {
 	key := nt.key()
 	holder := "notifier " + s.instance
 	a := opAction{Action: actLease, User: "console", Holder: holder, Tasks: []string{key}, At: time.Now(), Until: time.Now().Add(n.leaseTTL())}
-	if err := s.writeAndReadBack(ctx, &a); err != nil {
+	if err := s.writeAndReadBack(ctx, s.actionRecord(&a), "notice lease"); err != nil {
 		s.log.Warn("console: webhook: the notice's lease was not written; it is tried at a later scan", "task_id", nt.Item.TaskID, "err", err)
 		n.mu.Lock()
 		delete(n.inflight, key)

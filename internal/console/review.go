@@ -354,8 +354,9 @@ func verdict(approve bool) string {
 }
 
 // decide sends the decisions of p on tasks, refusing the lot when any one
-// may not be decided now.
-func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool, reason string) error {
+// may not be decided now; once they may, logged goes to the operator log
+// before any decision is sent, and none is sent when it cannot be written.
+func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool, reason string, logged opAction) error {
 	if strings.TrimSpace(reason) == "" {
 		return badRequest("A reason is required: it goes on the audit record (and, for a reject, to the end user).")
 	}
@@ -384,12 +385,19 @@ func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool
 		ds[i] = event.ReviewDecision{TaskID: task, Approve: approve, Reason: reason, Reviewer: p.Name, At: event.At(now)}
 	}
 	s.mu.Unlock()
-	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), ds...); err != nil {
+	unsend := func() {
 		s.mu.Lock()
 		for _, task := range tasks {
 			delete(s.sent, task)
 		}
 		s.mu.Unlock()
+	}
+	if err := s.record(r.Context(), logged); err != nil {
+		unsend()
+		return err
+	}
+	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), ds...); err != nil {
+		unsend()
 		return fmt.Errorf("writing the decision: %w", err)
 	}
 	for _, task := range tasks {
@@ -433,11 +441,11 @@ func (s *Server) reviewDecide(w http.ResponseWriter, r *http.Request, p *person)
 		})
 		return nil
 	}
-	if err := s.decide(r, p, []string{task}, action == "approve", reason); err != nil {
+	if err := s.decide(r, p, []string{task}, action == "approve", reason,
+		opAction{Action: action, User: p.Name, What: "task " + task, Why: reason, Tasks: []string{task}}); err != nil {
 		return err
 	}
-	s.record(r.Context(), opAction{Action: action, User: p.Name, What: "task " + task, Why: reason, Tasks: []string{task}})
-	http.Redirect(w, r, "/review?"+url.Values{"done": {action}, "task": {task}}.Encode(), http.StatusSeeOther)
+	s.done(w, r, "/review", url.Values{"done": {action}, "task": {task}})
 	return nil
 }
 
@@ -497,7 +505,7 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, p *person, 
 	if err := s.checkSet(r.PostFormValue("sig"), "bulk", p.Name, set, action, reason, strings.Join(tasks, "\n")); err != nil {
 		return err
 	}
-	if err := s.claimSet(set); err != nil {
+	if err := s.useSet(r.Context(), set, p.Name); err != nil {
 		return err
 	}
 	var decidable []string
@@ -513,14 +521,12 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, p *person, 
 	if len(decidable) == 0 {
 		return conflict("None of the previewed items can be decided now: they were decided or closed since the preview.")
 	}
-	if err := s.decide(r, p, decidable, action == "approve", reason); err != nil {
-		s.releaseSet(set)
+	if err := s.decide(r, p, decidable, action == "approve", reason, opAction{Action: "bulk_" + action, User: p.Name,
+		What: fmt.Sprintf("%d items", len(decidable)), Why: reason, Tasks: decidable, Set: set}); err != nil {
 		return err
 	}
-	s.record(r.Context(), opAction{Action: "bulk_" + action, User: p.Name, What: fmt.Sprintf("%d items", len(decidable)), Why: reason,
-		Tasks: decidable, Set: set})
-	http.Redirect(w, r, "/review?"+url.Values{"done": {"bulk"}, "n": {strconv.Itoa(len(decidable))},
-		"skipped": {strconv.Itoa(len(tasks) - len(decidable))}}.Encode(), http.StatusSeeOther)
+	s.done(w, r, "/review", url.Values{"done": {"bulk"}, "n": {strconv.Itoa(len(decidable))},
+		"skipped": {strconv.Itoa(len(tasks) - len(decidable))}})
 	return nil
 }
 

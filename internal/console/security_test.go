@@ -316,10 +316,10 @@ func TestSecretsCostsAndInternalErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "FAULTROUTER_CONSOLE_SECRET") || !strings.Contains(err.Error(), "32") {
 		t.Errorf("a 9-byte secret: %v, want an error naming FAULTROUTER_CONSOLE_SECRET and 32 bytes", err)
 	}
-	users := testUsers(t) // hashes of MinBcryptCost
+	users := testUsers(t) // hashes of bcrypt.MinCost
 	cost, err := bcrypt.Cost(users.dummy())
-	if err != nil || cost != MinBcryptCost {
-		t.Errorf("dummy hash: cost %d, %v; want a valid hash of the users' cost %d", cost, err, MinBcryptCost)
+	if err != nil || cost != bcrypt.MinCost {
+		t.Errorf("dummy hash: cost %d, %v; want a valid hash of the users' cost %d", cost, err, bcrypt.MinCost)
 	}
 	if err := bcrypt.CompareHashAndPassword(users.dummy(), []byte("pw")); !errors.Is(err, bcrypt.ErrMismatchedHashAndPassword) {
 		t.Errorf("comparing with the dummy hash: %v, want a mismatch after the full compare", err)

@@ -59,7 +59,7 @@ func TestSessionsEndEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	usersFile := filepath.Join(dir, "users.yaml")
 	writeUsers := func(pw string) {
-		h, _ := bcrypt.GenerateFromPassword([]byte(pw), MinBcryptCost)
+		h, _ := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.MinCost)
 		os.WriteFile(usersFile+".tmp", []byte(fmt.Sprintf("users:\n  - {name: alice, password_bcrypt: %q, roles: [reviewer], owners: [\"*\"]}\n  - {name: victor, password_bcrypt: %q, roles: [viewer]}\n", h, h)), 0o600)
 		os.Rename(usersFile+".tmp", usersFile)
 	}

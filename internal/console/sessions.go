@@ -222,7 +222,7 @@ func (s *Server) ensureConsoleTopic(ctx context.Context, adm *kadm.Client) error
 		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("console: the console topic %s is missing and could not be created (create it with one partition, or allow the console to): %w", s.consoleTopic(), err)
+		return fmt.Errorf("console: the console topic %s is missing and could not be created (create it, one partition is enough, or allow the console to): %w", s.consoleTopic(), err)
 	}
 	return nil
 }
@@ -263,6 +263,9 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 	if ctx.Err() != nil {
 		return nil
 	}
+	parts := 0
+	ends.Each(func(kadm.ListedOffset) { parts++ })
+	s.consoleParts.Store(int32(parts))
 	consume := map[string]map[int32]kgo.Offset{s.consoleTopic(): {}}
 	todo := map[int32]int64{}
 	starts.Each(func(o kadm.ListedOffset) {
@@ -303,8 +306,15 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 		fs.EachError(func(t string, p int32, err error) {
 			s.log.Warn("console: fetch", "topic", t, "partition", p, "err", err)
 		})
+		var partsErr error
 		fs.EachRecord(func(rec *kgo.Record) {
 			var a opAction
+			if json.Unmarshal(rec.Value, &a) == nil && a.Parts != 0 && a.Parts != parts && partsErr == nil {
+				partsErr = fmt.Errorf("console: the console topic %s has %d partitions, but a record of %s was written when it had %d: "+
+					"a task's claims (and a confirmation's uses) may sit on two partitions, where replicas read them in different orders. "+
+					"Keep the console topic's partition count fixed; to start over, name a new topic with --console-topic (sign-outs and claims start empty there)",
+					s.consoleTopic(), parts, a.At.UTC().Format(time.RFC3339), a.Parts)
+			}
 			if json.Unmarshal(rec.Value, &a) == nil {
 				if (a.Action == "logout" || a.Action == "logout_all") && a.Session != "" {
 					s.revoke(a.Session, a.At)
@@ -313,7 +323,7 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 					s.revokeAll(a.User, a.At)
 				}
 				if a.Set != "" {
-					s.markSetUsed(a.Set, a.At)
+					s.markSetUsed(a.Set, a.At, a.Use)
 				}
 				if a.Kind == "action" && (a.Action == actClaim || a.Action == actAssign || a.Action == actRelease || a.Action == actLease) {
 					s.applyClaim(&a)
@@ -324,12 +334,22 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 				delete(todo, rec.Partition)
 			}
 		})
+		if partsErr != nil {
+			if ready != nil {
+				return partsErr // before serving: one clear error
+			}
+			s.log.Error("console: the console topic's partition count changed while running; restart every replica", "err", partsErr)
+		}
 		if ready != nil && len(todo) == 0 {
 			close(ready)
 			ready = nil
 		}
 	}
 }
+
+// partitions is the console topic's partition count as read at start; 0
+// before.
+func (s *Server) partitions() int { return int(s.consoleParts.Load()) }
 
 // users is the users file as last read.
 func (s *Server) users() *Users { return s.usersNow.Load() }

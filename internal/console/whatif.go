@@ -113,6 +113,10 @@ func (s *Server) whatifRun(w http.ResponseWriter, r *http.Request, p *person) er
 		return &userError{Status: http.StatusTooManyRequests, Msg: "Refused: another what-if is running on this console; try again when it ends."}
 	}
 	defer s.whatifBusy.Unlock()
+	if err := s.record(r.Context(), opAction{Action: "whatif", User: p.Name,
+		What: fmt.Sprintf("what-if of a candidate policy (%d bytes, sha256 %s) over the last %dh", len(text), digest([]string{text})[:12], pg.Hours)}); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), whatifTimeout)
 	defer cancel()
 	until := time.Now()
