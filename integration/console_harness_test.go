@@ -131,7 +131,7 @@ func text(t *testing.T, ctx context.Context, c *consoleProc, sel string) string 
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
 // shot saves a PNG of the whole page to FAULTROUTER_SCREENSHOTS (docs/ when
-// the README's screenshots are renewed) or the test's temporary directory.
+// docs/console.md's screenshots are renewed) or the test's temporary directory.
 func shot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 	dir := os.Getenv("FAULTROUTER_SCREENSHOTS")
 	if dir == "" {

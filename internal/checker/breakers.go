@@ -276,7 +276,7 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 // process decided (before a restart, or before its partition moved here)
 // and held, moving its time to when its breaker was worth asking again,
 // comes out at that time on the process that restored its state, not in
-// due order with the retries this process held (README, Breakers).
+// due order with the retries this process held (docs/data-path.md, Breakers).
 func (c *checker) decidedBy(x *expectRetry, instance string, proc int) bool {
 	if x.input == nil || x.input.audit == nil {
 		return false

@@ -24,7 +24,7 @@ import (
 
 const (
 	// decisionSlack bounds what a routed record holds beyond its input's
-	// key, value and headers (README, Unwritable input).
+	// key, value and headers (docs/data-path.md, Unwritable input).
 	decisionSlack = 48 << 10
 	// recordOverhead is what a record costs in a batch beyond its key,
 	// value and headers, as the router counts it.

@@ -146,7 +146,7 @@ func (f *forwarder) watchPartitions(ctx context.Context, cl *kgo.Client, out rec
 		changed = true
 		reason := fmt.Sprintf("partitions of %s changed from %d to %d while routing: tasks keep their home partition "+
 			"(murmur2 over %d partitions) and records on other partitions are forwarded there; "+
-			"restart every instance together to adopt a new partition count (see README, Partitions)", t.topic, t.was, t.now, f.home)
+			"restart every instance together to adopt a new partition count (see docs/data-path.md, Adding partitions)", t.topic, t.was, t.now, f.home)
 		f.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", f.home)
 		f.alerts.alert(out, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
 			Requests: t.now})

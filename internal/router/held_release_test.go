@@ -13,7 +13,7 @@ import (
 )
 
 // Guards "retries held behind a breaker come out in their due order once it
-// closes" (README, circuit breakers), as the checker's breaker.held_order
+// closes" (docs/data-path.md, Breakers), as the checker's breaker.held_order
 // check reads it: of the retries held behind one breaker, none is published
 // after a retry that was due later. The default policy, breakers on, a
 // router on a fake clock: 25 rate-limited tasks of acme/m1 (task IDs in the

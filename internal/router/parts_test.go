@@ -9,7 +9,7 @@ import (
 
 // Guards "a reader can name the part each file belongs to": every source
 // file of the package is named in parts.go's list of parts and in the
-// README's table of them.
+// table of them in docs/data-path.md.
 func TestEveryFileHasAPart(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -19,14 +19,14 @@ func TestEveryFileHasAPart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "data-path.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(readme)
 	from, to := strings.Index(text, "| part | files | type |"), strings.Index(text, "The parts meet at small interfaces")
 	if from < 0 || to < from {
-		t.Fatal("README: the table of the router's parts is missing")
+		t.Fatal("docs/data-path.md: the table of the router's parts is missing")
 	}
 	table := text[from:to]
 	for _, f := range files {
@@ -37,7 +37,7 @@ func TestEveryFileHasAPart(t *testing.T) {
 			t.Errorf("%s: not in parts.go's list of parts", f)
 		}
 		if !strings.Contains(table, "`"+f+"`") {
-			t.Errorf("%s: not in the README's table of parts", f)
+			t.Errorf("%s: not in docs/data-path.md's table of parts", f)
 		}
 	}
 }

@@ -12,7 +12,7 @@
 // the next, is one batch's work and the poll that starts the next batch. A
 // record that arrives while a batch is routed is routed in the next one, so
 // its latency to a committed audit record is the rest of one commit interval
-// and one more, plus the broker's commit markers (README, Performance).
+// and one more, plus the broker's commit markers (docs/performance.md, Commit interval and latency).
 //
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the

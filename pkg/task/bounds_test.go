@@ -73,7 +73,7 @@ func TestBoundedCopy(t *testing.T) {
 
 // Guards the state record bound: a state whose every field is at its limit,
 // made of the character JSON escapes to six bytes, still encodes far below
-// the state topic's 1 MiB (README: under 256 KiB).
+// the state topic's 1 MiB (docs/data-path.md: under 256 KiB).
 func TestWorstCaseStateIsBounded(t *testing.T) {
 	id := strings.Repeat("<", event.MaxIDBytes)
 	huge := strings.Repeat("<", 500_000)

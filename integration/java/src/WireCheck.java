@@ -40,7 +40,7 @@ public final class WireCheck {
   }
 
   /**
-   * Loads avro/ the way the README tells a Java user to: the shared named types
+   * Loads avro/ the way docs/workers.md tells a Java user to: the shared named types
    * (class.avsc, task_event.avsc) first, into one parser, then the records that
    * reference them. Frozen history files are complete and get their own parser.
    */
