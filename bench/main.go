@@ -32,6 +32,12 @@
 //     application id right after the router's run; the ratio router/peer;
 //   - memory: the resident set of a `faultrouter run` process holding
 //     --rss-tasks live task states;
+//   - a deploy and a crash (fleet.go): three `faultrouter run` processes,
+//     static group members, at a steady rate (--fleet-rate): latency to
+//     committed audit in a run without disruption, over a rolling restart
+//     (SIGTERM one, start it, wait until it is ready, the next), and when
+//     one is killed with SIGKILL, with the time until the killed
+//     instance's partitions are decided again beside the session timeout;
 //   - CPU an event on the backlog: the router's, each passthrough's (this
 //     process's CPU over each run) and the peer's (its JVM's process CPU,
 //     from /proc/<pid>/stat, over its measured run), the router's ratio to
@@ -83,6 +89,11 @@ type config struct {
 	peer        bool
 	peerRouted  int
 	peerWarmup  int
+	// fleetDur, fleetRate and sessionTimeout shape the fleet runs
+	// (fleet.go); fleetDur 0 skips them
+	fleetDur       time.Duration
+	fleetRate      float64
+	sessionTimeout time.Duration
 	// batchRecords and batchLatency override the router's MaxBatchRecords
 	// and MaxBatchLatency when not 0
 	batchRecords int
@@ -116,6 +127,9 @@ func main() {
 	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
 	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
 	flag.IntVar(&c.peerWarmup, "peer-warmup", 30_000, "backlog records the peer's JVM is warmed up on, untimed, before its measured run")
+	flag.DurationVar(&c.fleetDur, "fleet", 10*time.Second, "three `faultrouter run` processes at --fleet-rate: the length of the steady run, and what the rolling-restart and SIGKILL runs add after their disruption; 0 skips them")
+	flag.Float64Var(&c.fleetRate, "fleet-rate", 200, "the fleet runs' rate, events/s")
+	flag.DurationVar(&c.sessionTimeout, "session-timeout", router.Default().SessionTimeout, "the fleet's --session-timeout")
 	flag.IntVar(&c.batchRecords, "max-batch-records", 0, "the router's MaxBatchRecords (its batch bound under a backlog); 0: its default")
 	flag.DurationVar(&c.batchLatency, "max-batch-latency", 0, "the router's MaxBatchLatency (its batch's latency bound under a backlog); 0: its default")
 	flag.Parse()
@@ -175,6 +189,7 @@ type result struct {
 	Peer            *peerResult   `json:"streams_peer,omitempty"`
 	PeerSkipped     string        `json:"streams_peer_skipped,omitempty"`
 	RSS             *rssResult    `json:"rss,omitempty"`
+	Fleet           *fleetResult  `json:"fleet,omitempty"`
 }
 
 type latencyResult struct {
@@ -420,22 +435,30 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	res.Restore = restoreResult{Records: recs, PlainS: plain.Seconds(), PlainPerSec: float64(recs) / plain.Seconds(),
 		RestoreS: restoreS, ReadyS: ready.Seconds(), PlainCPU: plainCPU, RestoreCPU: restoreCPU}
-	if restoreS > 0 {
+	if restoreS > 0 && recs > 0 {
 		res.Restore.RestorePerS = restored / restoreS
 		res.Restore.RestoreRatio = res.Restore.RestorePerS / res.Restore.PlainPerSec
 	}
 
+	bin := c.routerBin
+	if bin == "" && (c.rssTasks > 0 || c.fleetDur > 0) {
+		bin = filepath.Join(c.workDir, "faultrouter")
+		b := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/faultrouter")
+		b.Stdout, b.Stderr = os.Stderr, os.Stderr
+		if err := b.Run(); err != nil {
+			return fmt.Errorf("build the router (run from the repository root or pass --router-bin): %w", err)
+		}
+	}
+	if c.fleetDur > 0 {
+		fr, err := runFleet(ctx, out, c, seeds, bin, c.fleetRate, c.fleetDur)
+		if err != nil {
+			return err
+		}
+		res.Fleet = &fr
+	}
+
 	if c.rssTasks > 0 {
 		step(out, "memory of `faultrouter run` with %d live tasks", c.rssTasks)
-		bin := c.routerBin
-		if bin == "" {
-			bin = filepath.Join(c.workDir, "faultrouter")
-			b := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/faultrouter")
-			b.Stdout, b.Stderr = os.Stderr, os.Stderr
-			if err := b.Run(); err != nil {
-				return fmt.Errorf("build the router (run from the repository root or pass --router-bin): %w", err)
-			}
-		}
 		r, err := rss(ctx, bin, c.brokers, seeds, fmt.Sprintf("bench-rss-%d.", time.Now().Unix()), c.workDir, c.rssTasks)
 		if err != nil {
 			return err
@@ -554,6 +577,22 @@ func printTable(out io.Writer, r *result) {
 			row("  CPU an event: the peer's JVM, its run (ratio: router/peer)",
 				fmt.Sprintf("%.1f µs", r.Peer.CPUPerEventUs), fmt.Sprintf("%.2f", r.Peer.RouterCPUOver))
 			row("  the peer's JVM from launch to exit (start-up, warm-up)", fmt.Sprintf("%.1f µs", r.Peer.WholeCPUPerEventUs), "")
+		}
+	}
+	if f := r.Fleet; f != nil {
+		row(fmt.Sprintf("three `faultrouter run`, %.0f events/s: latency, steady", f.Rate),
+			fmt.Sprintf("p99 %.0f, max %.0f ms", f.Steady.P99, f.Steady.MaxMs), "")
+		row("  over a rolling restart (ratio: p99 over steady's)",
+			fmt.Sprintf("p99 %.0f, max %.0f ms", f.Restart.P99, f.Restart.MaxMs), fmt.Sprintf("%.2f", f.RestartP99Over))
+		row("  each instance, SIGTERM to ready again", secondsList(f.RestartS), "")
+		row(fmt.Sprintf("  SIGKILL of one (partitions %v): latency", f.KilledPartitions),
+			fmt.Sprintf("p99 %.0f, max %.0f ms", f.Kill.P99, f.Kill.MaxMs), "")
+		row(fmt.Sprintf("  its partitions decided again after (session timeout %.0f s)", f.SessionTimeoutS),
+			fmt.Sprintf("%.1f s", f.DecidedAgainS), fmt.Sprintf("%+.1f s", f.OverSessionS))
+		for _, l := range []latencyResult{f.Steady, f.Restart, f.Kill} {
+			if l.Missing > 0 {
+				row("  a fleet run fell behind: audit records not read 30 s after it", fmt.Sprintf("%d", l.Missing), "")
+			}
 		}
 	}
 	if r.RSS != nil {
@@ -677,4 +716,13 @@ func endOffsets(ctx context.Context, seeds []kgo.Opt, topic string) (map[int32]i
 	out := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
 	return out, ends.Error()
+}
+
+// secondsList formats durations in seconds, one decimal each.
+func secondsList(ss []float64) string {
+	parts := make([]string, len(ss))
+	for i, v := range ss {
+		parts[i] = fmt.Sprintf("%.1f", v)
+	}
+	return strings.Join(parts, ", ") + " s"
 }

@@ -209,6 +209,15 @@ func routerTopics(set topicspec.Set) router.Topics {
 // committed and read by a read_committed consumer. The first second is
 // warm-up and not counted.
 func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, firstTask int, rate float64, d time.Duration) (percentiles, error) {
+	return observedLatency(ctx, seeds, w, audit, firstTask, rate, d, nil)
+}
+
+// observedLatency is latency that also calls observe, when not nil, for
+// every event whose audit record was read (the warm-up's too): when its
+// input was produced, when its audit record was read and its partition
+// (the audit topic is keyed by task as ingress is, so it is the input's).
+func observedLatency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, firstTask int, rate float64, d time.Duration,
+	observe func(sent, read time.Time, partition int32)) (percentiles, error) {
 	adm, err := kgo.NewClient(seeds...)
 	if err != nil {
 		return percentiles{}, err
@@ -300,6 +309,9 @@ func latency(ctx context.Context, seeds []kgo.Opt, w *workload, audit string, fi
 				seen++
 				if in.After(warm) {
 					lats = append(lats, now.Sub(in))
+				}
+				if observe != nil {
+					observe(in, now, rec.Partition)
 				}
 				mu.Unlock()
 			})

@@ -59,6 +59,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 				"partition", p, "protocol", "range")
 		}
 	}
+	r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
 	if err := r.rst.restore(ctx, cl, parts); err != nil {
 		r.setReady(false)
 		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)

@@ -13,6 +13,18 @@ package router
 // committed. A session that ends on an error is not left: the next session
 // rejoins under the same instance ID and gets its partitions back.
 //
+// A static member that died (SIGKILL, a node lost) leaves its last
+// transaction open: the state changelog's last stable offset, and the
+// offset fetch of its partitions, wait until the broker aborts it, up to the
+// transaction timeout plus the broker's cleanup interval after it began,
+// longer than the session timeout. So on each assignment a static member
+// fences the transactional ID of every instance that was a member at its
+// last assignment, is no longer one, and has a transaction open
+// (fenceDeparted): the InitProducerID aborts that transaction at once, and
+// the restore of the partitions it owned need not wait for it. An instance
+// fenced while it was only paused is a zombie whose next transaction fails,
+// as its session already did.
+//
 // The leave is never sent from an assignment callback: franz-go's group
 // management waits for the callback to return, and a leave waits for the
 // group management (a deadlock).
@@ -20,6 +32,8 @@ package router
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -58,4 +72,76 @@ func (r *Router) leaveStatic() {
 		r.log.Warn("leaving the group failed: its partitions move when the session times out",
 			"group", r.cfg.Group, "group_instance_id", r.cfg.InstanceID, "session_timeout", r.cfg.SessionTimeout, "err", err)
 	}
+}
+
+// fenceTimeout bounds fenceDeparted; what it did not fence the broker
+// aborts at the transaction timeout.
+const fenceTimeout = 10 * time.Second
+
+// fenceDeparted aborts the open transactions of the static members that
+// left the group since the last assignment without ending them (see
+// above). It runs in the assignment callback before the restore; it only
+// reads the group and writes with other clients, never the session's group.
+func (r *Router) fenceDeparted(ctx context.Context, cl *kgo.Client) {
+	if !r.cfg.StaticMembership {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	described, err := adm.DescribeGroups(ctx, r.cfg.Group)
+	if err != nil || described.Error() != nil {
+		r.log.Debug("fencing departed members: describe group", "group", r.cfg.Group, "err", errors.Join(err, described.Error()))
+		return
+	}
+	members := map[string]bool{}
+	for _, m := range described[r.cfg.Group].Members {
+		if m.InstanceID != nil {
+			members[*m.InstanceID] = true
+		}
+	}
+	var departed []string
+	for id := range r.knownMembers {
+		if !members[id] && id != r.cfg.InstanceID {
+			departed = append(departed, id)
+		}
+	}
+	r.knownMembers = members
+	if len(departed) == 0 {
+		return
+	}
+	open, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+	if err != nil {
+		r.log.Warn("fencing departed members: list transactions (their open transactions are aborted at the transaction timeout)",
+			"departed", departed, "err", err)
+		return
+	}
+	prefix := r.cfg.Group + "-"
+	for _, id := range slices.Sorted(slices.Values(departed)) {
+		txnID := prefix + id
+		if _, ok := open[txnID]; !ok {
+			continue
+		}
+		start := time.Now()
+		if err := fenceTransactionalID(ctx, r.cfg.ClientOpts, txnID); err != nil {
+			r.log.Warn("fencing a departed member's open transaction failed: it is aborted at the transaction timeout",
+				"group_instance_id", id, "transactional_id", txnID, "err", err)
+			continue
+		}
+		r.log.Info("fenced the open transaction of a member that left the group without ending it",
+			"group_instance_id", id, "transactional_id", txnID, "took", time.Since(start).Round(time.Millisecond),
+			"members", slices.Sorted(maps.Keys(members)))
+	}
+}
+
+// fenceTransactionalID initializes a producer under txnID: the broker
+// bumps its epoch and aborts its open transaction.
+func fenceTransactionalID(ctx context.Context, opts []kgo.Opt, txnID string) error {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.TransactionalID(txnID))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, _, err = cl.ProducerID(ctx)
+	return err
 }

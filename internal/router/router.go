@@ -259,6 +259,9 @@ type Router struct {
 	// onLost): a batch committed before one of them may hold states a
 	// restore has since replaced (statesBefore)
 	rebalances atomic.Uint64
+	// knownMembers are the group's static members at the last
+	// assignment (membership.go); only the assignment callback uses it.
+	knownMembers map[string]bool
 
 	ready atomic.Bool
 	// registryDown is set while a batch waits for the schema registry
