@@ -75,4 +75,4 @@ fi
 # about 100 MB, are resolved into ~/.m2 on the first run: under a minute)
 echo "== bench (small backlog)"
 go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 --join 3s \
-	--rss-tasks 2000 --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"
+	--rss-tasks 2000 --fleet 3s --fleet-rate 100 --session-timeout 6s --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"
