@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +148,20 @@ func TestCostCountsEachAttemptOnce(t *testing.T) {
 			ledger.Dollars(got.TotalUSD), ledger.Dollars(got.PreventedUSD))
 	}
 
+	// the console's Cost page: the same attempts and sums
+	con := e.startConsole(fmt.Sprintf("users:\n  - {name: vera, password_bcrypt: %q, roles: [viewer]}\n", e.hashPassword("s3cret-pw")))
+	vera := newHTTPPerson(t, con.url)
+	vera.login("vera", "s3cret-pw")
+	want := costCards{total: ledger.Dollars(got.TotalUSD), prevented: ledger.Dollars(got.PreventedUSD), attempts: got.Attempts}
+	var page costCards
+	if !waitFor(60*time.Second, func() bool {
+		_, body := vera.get("/cost")
+		page = readCostCards(body)
+		return page == want
+	}) {
+		t.Errorf("the console's Cost page shows %+v; faultrouter cost says %+v", page, want)
+	}
+
 	// the checker: every audit record summed as cost sums them, equal to
 	// its model's decisions
 	topic := func(short string) string { return e.prefix + "ai.tasks." + short }
@@ -204,4 +220,28 @@ func TestCostCountsEachAttemptOnce(t *testing.T) {
 	if ttlLimit < 1 {
 		t.Errorf("the limits do not count the decision on t-ttl's expired state (%d): %+v", ttlLimit, w.Limits)
 	}
+}
+
+// costCards are the totals the console's Cost page shows.
+type costCards struct {
+	total, prevented string
+	attempts         int64
+}
+
+var (
+	costTotal     = regexp.MustCompile(`id="cost-total">([^<]*)</b><small>(\d+) `)
+	costPrevented = regexp.MustCompile(`id="cost-prevented">([^<]*)<`)
+)
+
+// readCostCards reads the totals off the Cost page's HTML.
+func readCostCards(body string) costCards {
+	var c costCards
+	if m := costTotal.FindStringSubmatch(body); m != nil {
+		c.total = m[1]
+		c.attempts, _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	if m := costPrevented.FindStringSubmatch(body); m != nil {
+		c.prevented = m[1]
+	}
+	return c
 }
