@@ -49,6 +49,9 @@ type checkerConfig struct {
 	// every duration divided by FAULTROUTER_TIME_FACTOR (compress_test.go),
 	// and the workload with the long paths of a task's life
 	compressed bool
+	// set gives durations of the compressed policy their value instead, by
+	// key (compressedPolicy)
+	set map[string]int64
 	// schedule, when set, replaces the faults: it runs while the workload
 	// streams and returns the names of what it did
 	schedule func(c *cluster, began time.Time, produced *atomic.Int64) []string
@@ -130,9 +133,16 @@ func checkerSeed(t *testing.T) uint64 {
 // routers (it must have removed records of the changelog); and once the
 // routers stopped, every instance's Pebble store holds exactly what the
 // compacted changelog says below its checkpoints.
+// openCooldown is the provider/model breakers' cooldown in the checker's
+// runs: compressed as the rest of the policy (30 ms), an OPEN would end
+// before another instance could read it, and breaker.open_everywhere would
+// check nothing.
+var openCooldown = map[string]int64{"breakers.provider_model.cooldown_ms": 4000}
+
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
-	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
+	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true,
+		set: openCooldown})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
@@ -149,6 +159,12 @@ func TestChecker(t *testing.T) {
 	// written before it, and items written after one, which it must not end
 	if res.rep.Latch.EndedByReset == 0 || res.rep.Latch.AboveReset == 0 {
 		t.Fatalf("the run had no item ended by a RESET written after it, or none written after a RESET (%s, seed %d)", res.rep.Latch, seed)
+	}
+	// breaker.open_everywhere too: failure-rate OPENs whose cooldown outlasts
+	// their reach, and retries of another instance they held
+	t.Logf("OPEN states: %s", res.rep.Open)
+	if res.rep.Open.Checked == 0 || res.rep.Open.Held == 0 {
+		t.Fatalf("no OPEN of a failure-rate breaker held a retry of another instance (%s, seed %d): breaker.open_everywhere checked nothing", res.rep.Open, seed)
 	}
 	requireCleaned(t, res)
 	if res.storeTasks == 0 {
@@ -209,7 +225,7 @@ func TestCheckerSoak(t *testing.T) {
 	for round := 0; round == 0 || time.Since(began) < dur; round++ {
 		s := seed + uint64(round)
 		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
-			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true})
+			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true, set: openCooldown})
 			results = append(results, res)
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
@@ -242,9 +258,9 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		bins: map[string][]string{}}
 	if cfg.compressed {
 		var path string
-		path, pol = compressedPolicy(t)
+		path, pol = compressedPolicy(t, cfg.set)
 		c.args = append([]string{"--policy", path}, c.args...)
-		t.Logf("policy: the default policy, every duration divided by %d", timeFactor(t))
+		t.Logf("policy: the default policy, every duration divided by %d, except %v", timeFactor(t), cfg.set)
 	}
 	if cfg.unwritable {
 		c.args = append(c.args, "--max-record-bytes", strconv.Itoa(maxInputBytes))
@@ -358,6 +374,13 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 			r.stop(t)
 		}
 	}
+	// and one more instance, alone, on an empty state directory: it
+	// restores every partition from the compacted changelog's start, where
+	// the tasks that expired and came back are a tombstone the cleaner
+	// kept, then their new state; its store is compared too
+	if !cfg.noSettle {
+		restoreAll(t, c)
+	}
 	watch.caughtUp(ctx, t, 2*time.Minute)
 	res.stateCleaned = cleanerReport(ctx, t, watch, stateTopic)
 	res.breakersCleaned = cleanerReport(ctx, t, watch, breakersTopic)
@@ -365,6 +388,22 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	t.Logf("log cleaner: %s", res.breakersCleaned)
 	res.storeTasks = checkStores(ctx, t, e, c.dirs)
 	return res
+}
+
+// restoreAll starts instance "restored" on an empty state directory once
+// the others stopped, waits until it restored the state of every partition
+// (its log says so), and stops it: checkStores then compares what the
+// router's own restore built with the changelog.
+func restoreAll(t *testing.T, c *cluster) {
+	t.Helper()
+	r := c.start("restored")
+	if !waitFor(2*time.Minute, func() bool {
+		l := r.logs.String()
+		return strings.Contains(l, "state restored") || strings.Contains(l, "state is up to date")
+	}) {
+		t.Fatalf("the instance on an empty state directory did not restore the state; logs:\n%s", tailLines(r.logs.String(), 40))
+	}
+	r.stop(t)
 }
 
 // readLogs reads every input and output topic to its committed end, and

@@ -2,9 +2,11 @@ package integration
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,7 +41,7 @@ var notLifetimes = map[string]bool{"budget_exhausted.max_elapsed_ms": true}
 // minutes lives days of tasks, review items, retries, breaker windows and
 // expiries. Breakers and surge alerts stay on: it is the product's policy,
 // only faster.
-func compressedPolicyYAML(factor int64) string {
+func compressedPolicyYAML(factor int64, set map[string]int64) string {
 	var lines []string
 	var walk func(v reflect.Value, path string, depth int)
 	walk = func(v reflect.Value, path string, depth int) {
@@ -67,7 +69,9 @@ func compressedPolicyYAML(factor int64) string {
 				switch fv := v.Field(i); {
 				case strings.HasSuffix(tag, "_ms") && fv.Kind() == reflect.Int64:
 					ms := fv.Int()
-					if !notLifetimes[key] && ms > 0 {
+					if v, ok := set[key]; ok {
+						ms = v
+					} else if !notLifetimes[key] && ms > 0 {
 						ms = max(ms/factor, 1)
 					}
 					lines = append(lines, fmt.Sprintf("%s%s: %d", indent, tag, ms))
@@ -83,15 +87,20 @@ func compressedPolicyYAML(factor int64) string {
 		}
 	}
 	walk(reflect.ValueOf(*policy.Default()), "", 0)
-	return fmt.Sprintf("# the default policy, every duration divided by %d\n%s\n", factor, strings.Join(lines, "\n"))
+	head := fmt.Sprintf("# the default policy, every duration divided by %d", factor)
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		head += fmt.Sprintf("\n# except %s: %d", k, set[k])
+	}
+	return head + "\n" + strings.Join(lines, "\n") + "\n"
 }
 
-// compressedPolicy writes compressedPolicyYAML(FAULTROUTER_TIME_FACTOR) to a
-// file for --policy and returns its path and the policy as the router loads
-// it.
-func compressedPolicy(t *testing.T) (string, *policy.Policy) {
+// compressedPolicy writes compressedPolicyYAML(FAULTROUTER_TIME_FACTOR, set)
+// to a file for --policy and returns its path and the policy as the router
+// loads it. set gives durations their value instead, by key
+// ("breakers.provider_model.cooldown_ms").
+func compressedPolicy(t *testing.T, set map[string]int64) (string, *policy.Policy) {
 	t.Helper()
-	y := compressedPolicyYAML(timeFactor(t))
+	y := compressedPolicyYAML(timeFactor(t), set)
 	pol, err := policy.Parse([]byte(y))
 	if err != nil {
 		t.Fatalf("the compressed policy does not load: %v\n%s", err, y)
@@ -107,7 +116,7 @@ func compressedPolicy(t *testing.T) (string, *policy.Policy) {
 // duration of the default policy is divided (the 72 h ai_product SLA is
 // 4 min 19 s), nothing else changes, and the router's own loader accepts it.
 func TestCompressedPolicy(t *testing.T) {
-	pol, err := policy.Parse([]byte(compressedPolicyYAML(1000)))
+	pol, err := policy.Parse([]byte(compressedPolicyYAML(1000, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

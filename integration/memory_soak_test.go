@@ -95,7 +95,7 @@ func TestMemorySoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _ := compressedPolicy(t) // compress_test.go
+	pol, _ := compressedPolicy(t, nil) // compress_test.go
 	routers := map[string]*router{}
 	names := []string{"a", "b"}
 	for _, n := range names {

@@ -109,6 +109,7 @@ func (c *checker) latchEverywhere() {
 		}
 	}
 	c.itemRecords()
+	c.openEverywhere() // openreach.go
 }
 
 // retryInLatch checks each publication of retry x into template ref against

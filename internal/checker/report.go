@@ -48,6 +48,8 @@ type Report struct {
 	ProcessesUnchecked int
 	// Latch is what the check that a latch holds everywhere saw.
 	Latch LatchReach
+	// Open is what the check that an ordinary OPEN holds everywhere saw.
+	Open OpenReach
 	// Routes counts the model's decisions by route.
 	Routes map[string]int `json:",omitempty"`
 	// Ledger are the cost ledger's sums of the model's decisions.
