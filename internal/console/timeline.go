@@ -17,14 +17,18 @@ import (
 )
 
 // Bounds of a timeline: it reads from timelineSince ago unless the page
-// asks for more (since=...), only the task's partition of each topic, and at
+// asks for more (since=..., at most timelineMaxSince ago: an older start
+// would hold a read slot for as long as the topics' whole history takes;
+// faultrouter replay --task reads further), only the task's partition of
+// each topic, and at
 // most timelineReads timelines are read at once (a page beyond waits up to
 // timelineWait, then is refused with 503 and Retry-After).
 const (
-	timelineSince = 7 * 24 * time.Hour
-	timelineReads = 2
-	timelineWait  = 5 * time.Second
-	maxTaskID     = 1024
+	timelineSince    = 7 * 24 * time.Hour
+	timelineMaxSince = 90 * 24 * time.Hour
+	timelineReads    = 2
+	timelineWait     = 5 * time.Second
+	maxTaskID        = 1024
 )
 
 func (s *Server) timelinePage(w http.ResponseWriter, r *http.Request, p *person) error {
@@ -36,6 +40,10 @@ func (s *Server) timelinePage(w http.ResponseWriter, r *http.Request, p *person)
 		t, err := replay.ParseTime(sinceArg, time.Now())
 		if err != nil {
 			return badRequest(fmt.Sprintf("Since %q: give an RFC 3339 time (2026-11-29T02:00:00Z) or a relative one (-720h).", sinceArg))
+		}
+		if time.Since(t) > timelineMaxSince {
+			return badRequest(fmt.Sprintf("Since %q: at most %s back (-%s); for older records use faultrouter replay --task %s --since ...",
+				sinceArg, "90 days", timelineMaxSince, id))
 		}
 		since = t
 	}
