@@ -37,7 +37,8 @@ import (
 //   - the restore of the state store from the changelog (restore.go,
 //     restorer);
 //   - the partitions this instance owns (assignment.go; balancer.go, the
-//     co-partitioned group balancer).
+//     co-partitioned group balancer; membership.go, static membership and
+//     its fence of a member that left with a transaction open).
 //
 // retry_append_fault.go is a deliberately broken build for the checker's
 // self-test (build tag checkerfault), never part of a release.
