@@ -10,6 +10,20 @@
 #   integration/kafka.sh status   exit 0 when a broker started by this script is running
 #   integration/kafka.sh brokers  print the bootstrap address
 #
+# Cluster mode: three combined broker+controller KRaft nodes on this machine,
+# replication factor 3 by default, min.insync.replicas 2, the offsets and
+# transaction state topics at replication 3 (min ISR 2), PLAINTEXT only. Node N
+# (1-3) listens on cluster-port+N-1, its controller on cluster-port+10+N-1, and
+# keeps its data and log in $FAULTROUTER_KAFKA_DIR/cluster/nodeN; each JVM has
+# a 512 MiB heap. The same jars as the single broker.
+#   integration/kafka.sh cluster start      format (once) and start the three nodes, wait until each is unfenced
+#   integration/kafka.sh cluster stop       stop them and remove their data
+#   integration/kafka.sh cluster kill N     SIGKILL node N (no controlled shutdown)
+#   integration/kafka.sh cluster start N    start node N again on its data, wait until it is unfenced
+#   integration/kafka.sh cluster restart N  SIGTERM node N, then start it again
+#   integration/kafka.sh cluster status     exit 0 when all three nodes run
+#   integration/kafka.sh cluster brokers    print the bootstrap addresses
+#
 # A second start while one runs reuses the running broker. Besides PLAINTEXT
 # the broker has a SASL_SSL listener (SCRAM-SHA-512 over TLS) on port+2: start
 # makes a test CA and the broker's PKCS12 keystore with keytool, and a SCRAM
@@ -21,6 +35,7 @@
 #   FAULTROUTER_KAFKA_DIR       working directory (default /tmp/faultrouter-kafka)
 #   FAULTROUTER_KAFKA_PORT      broker port (default 19092; the controller uses port+1)
 #   FAULTROUTER_KAFKA_SASL_SSL  1 (default) for the SASL_SSL listener, 0 for PLAINTEXT only
+#   FAULTROUTER_KAFKA_CLUSTER_PORT  cluster mode's first broker port (default port+100: 19192)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -144,11 +159,16 @@ ssl.keystore.password=$(saslenv KEYSTORE_PASSWORD)
 ssl.client.auth=none
 PROPS
 	fi
-	cat >"$dir/log4j2.properties" <<PROPS
+	logconfig "$dir/log4j2.properties" "$logfile"
+}
+
+# logconfig writes a log4j2 configuration to $1 that logs to the file $2.
+logconfig() {
+	cat >"$1" <<PROPS
 status=warn
 appender.file.type=File
 appender.file.name=file
-appender.file.fileName=$logfile
+appender.file.fileName=$2
 appender.file.layout.type=PatternLayout
 appender.file.layout.pattern=[%d] %p %m (%c)%n
 rootLogger.level=INFO
@@ -249,11 +269,216 @@ stop() {
 	log "broker stopped"
 }
 
+# Cluster mode: three combined broker+controller nodes.
+cbase=${FAULTROUTER_KAFKA_CLUSTER_PORT:-$((port + 100))}
+cdir=$dir/cluster
+nodes=(1 2 3)
+
+nport() { echo $((cbase + $1 - 1)); }       # node N's broker port
+ncport() { echo $((cbase + 10 + $1 - 1)); } # node N's controller port
+ndir() { echo "$cdir/node$1"; }
+npid() { echo "$(ndir "$1")/broker.pid"; }
+
+nrunning() {
+	[[ -f $(npid "$1") ]] && kill -0 "$(cat "$(npid "$1")")" 2>/dev/null
+}
+
+nanswers() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$(nport "$1")") 2>/dev/null
+}
+
+cbrokers() {
+	local n out=()
+	for n in "${nodes[@]}"; do out+=("127.0.0.1:$(nport "$n")"); done
+	(IFS=,; echo "${out[*]}")
+}
+
+cjvm=(-Xms128m -Xmx512m -XX:+UseG1GC -XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -Djava.awt.headless=true)
+
+nconfigure() {
+	local n=$1 d voters="" m
+	d=$(ndir "$n")
+	mkdir -p "$d/data"
+	for m in "${nodes[@]}"; do voters+="${voters:+,}$m@127.0.0.1:$(ncport "$m")"; done
+	cat >"$d/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$(nport "$n"),CONTROLLER://127.0.0.1:$(ncport "$n")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(nport "$n")
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$d/data
+num.partitions=1
+default.replication.factor=3
+min.insync.replicas=2
+offsets.topic.replication.factor=3
+offsets.topic.num.partitions=6
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+transaction.state.log.num.partitions=6
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.segment.bytes=67108864
+transaction.partition.verification.enable=true
+log.cleaner.backoff.ms=1000
+# three JVMs share the machine: fewer threads each
+num.network.threads=2
+num.io.threads=4
+background.threads=4
+PROPS
+	logconfig "$d/log4j2.properties" "$d/broker.log"
+}
+
+# nlaunch starts node N in the background on its formatted data.
+nlaunch() {
+	local n=$1 d
+	d=$(ndir "$n")
+	if nrunning "$n"; then
+		return
+	fi
+	if nanswers "$n"; then
+		log "port $(nport "$n") is taken by a process this script did not start; set FAULTROUTER_KAFKA_CLUSTER_PORT"
+		exit 1
+	fi
+	# where this start's lines begin: the log is appended to across restarts
+	if [[ -f $d/broker.log ]]; then wc -l <"$d/broker.log" >"$d/log.mark"; else echo 0 >"$d/log.mark"; fi
+	setsid java "${cjvm[@]}" "-Dlog4j2.configurationFile=$d/log4j2.properties" "-Dkafka.logs.dir=$d" \
+		-cp "$lib/*" kafka.Kafka "$d/server.properties" >>"$d/stdout.log" 2>&1 </dev/null 9>&- &
+	echo $! >"$(npid "$n")"
+}
+
+# nready reports whether node N answers and logged, since its last start,
+# that it is unfenced and started.
+nready() {
+	local d
+	d=$(ndir "$1")
+	nanswers "$1" && tail -n "+$(($(cat "$d/log.mark") + 1))" "$d/broker.log" 2>/dev/null | grep -q "Kafka Server started"
+}
+
+# nwait waits until every node named is ready.
+nwait() {
+	local i n left
+	for ((i = 0; i < 360; i++)); do
+		left=()
+		for n in "$@"; do
+			if ! nrunning "$n"; then
+				log "node $n exited during start-up:"
+				tail -n 40 "$(ndir "$n")/stdout.log" "$(ndir "$n")/broker.log" >&2 || true
+				exit 1
+			fi
+			nready "$n" || left+=("$n")
+		done
+		if ((${#left[@]} == 0)); then
+			log "node(s) $* ready after $((i / 2)) s"
+			return
+		fi
+		sleep 0.5
+	done
+	log "node(s) ${left[*]} did not start within 180 s"
+	exit 1
+}
+
+nhalt() {
+	local n=$1 pid i
+	nrunning "$n" || { rm -f "$(npid "$n")"; return; }
+	pid=$(cat "$(npid "$n")")
+	kill "$pid" 2>/dev/null || true
+	for ((i = 0; i < 60; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		log "node $n did not stop in 30 s; killing it"
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$(npid "$n")"
+}
+
+nkill() {
+	local n=$1 pid i
+	nrunning "$n" || { log "node $n is not running"; exit 1; }
+	pid=$(cat "$(npid "$n")")
+	kill -9 "$pid"
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	rm -f "$(npid "$n")"
+	log "node $n (127.0.0.1:$(nport "$n")) killed with SIGKILL"
+}
+
+cstart() {
+	mkdir -p "$cdir"
+	exec 9>"$cdir/lock"
+	flock -w 300 9 || { log "another start holds $cdir/lock"; exit 1; }
+	command -v java >/dev/null || { log "java not found: install a Java 17 JDK"; exit 1; }
+	command -v mvn >/dev/null || { log "mvn not found: install Maven"; exit 1; }
+	resolve
+	local n cp="$lib/*" pids=()
+	[[ -f $cdir/cluster.id ]] || java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null >"$cdir/cluster.id"
+	for n in "${nodes[@]}"; do
+		nconfigure "$n"
+		if [[ ! -f $(ndir "$n")/data/meta.properties ]]; then
+			java "${cjvm[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$(cat "$cdir/cluster.id")" \
+				-c "$(ndir "$n")/server.properties" >"$(ndir "$n")/format.log" 2>&1 &
+			pids+=($!)
+		fi
+	done
+	for n in "${pids[@]}"; do
+		wait "$n" || { cat "$cdir"/node*/format.log >&2; exit 1; }
+	done
+	log "starting a three-node Apache Kafka cluster on $(cbrokers) (logs: $cdir/node*/broker.log)"
+	# all at once: a node's start waits for a quorum of the three
+	for n in "${nodes[@]}"; do nlaunch "$n"; done
+	nwait "${nodes[@]}"
+	cbrokers
+}
+
+cstop() {
+	local n
+	# SIGTERM to all at once: a node stopping alone would wait for a quorum
+	for n in "${nodes[@]}"; do
+		nrunning "$n" && kill "$(cat "$(npid "$n")")" 2>/dev/null || true
+	done
+	for n in "${nodes[@]}"; do nhalt "$n"; done
+	rm -rf "$cdir"
+	log "cluster stopped"
+}
+
+cnode() {
+	[[ ${1:-} =~ ^[123]$ ]] || { log "cluster $2: want a node number, 1, 2 or 3, got '${1:-}'"; exit 2; }
+}
+
+cluster() {
+	case ${1:-} in
+	start)
+		if [[ -n ${2:-} ]]; then
+			cnode "$2" start
+			[[ -f $(ndir "$2")/data/meta.properties ]] || { log "node $2 has no data: run kafka.sh cluster start first"; exit 1; }
+			nconfigure "$2"
+			nlaunch "$2"
+			nwait "$2"
+		else
+			cstart
+		fi
+		;;
+	stop) cstop ;;
+	kill) cnode "${2:-}" kill; nkill "$2" ;;
+	restart) cnode "${2:-}" restart; nhalt "$2"; nlaunch "$2"; nwait "$2" ;;
+	status) for n in "${nodes[@]}"; do nrunning "$n" || exit 1; done ;;
+	brokers) cbrokers ;;
+	*) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	esac
+}
+
 case ${1:-} in
 start) start ;;
 stop) stop ;;
 restart) halt; start ;;
 status) running ;;
 brokers) echo "127.0.0.1:$port" ;;
-*) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+cluster) shift; cluster "$@" ;;
+*) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
