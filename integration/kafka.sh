@@ -17,7 +17,7 @@
 # keeps its data and log in $FAULTROUTER_KAFKA_DIR/cluster/nodeN; each JVM has
 # a 512 MiB heap. The same jars as the single broker.
 #   integration/kafka.sh cluster start      format (once) and start the three nodes, wait until each is unfenced
-#   integration/kafka.sh cluster stop       stop them and remove their data
+#   integration/kafka.sh cluster stop       kill them and remove their data
 #   integration/kafka.sh cluster kill N     SIGKILL node N (no controlled shutdown)
 #   integration/kafka.sh cluster start N    start node N again on its data, wait until it is unfenced
 #   integration/kafka.sh cluster restart N  SIGTERM node N, then start it again
@@ -438,11 +438,11 @@ cstart() {
 
 cstop() {
 	local n
-	# SIGTERM to all at once: a node stopping alone would wait for a quorum
+	# SIGKILL: their data goes with them, and a controlled shutdown of the
+	# last nodes waits for a quorum that the first ones took away
 	for n in "${nodes[@]}"; do
-		nrunning "$n" && kill "$(cat "$(npid "$n")")" 2>/dev/null || true
+		if nrunning "$n"; then nkill "$n" 2>/dev/null; fi
 	done
-	for n in "${nodes[@]}"; do nhalt "$n"; done
 	rm -rf "$cdir"
 	log "cluster stopped"
 }
