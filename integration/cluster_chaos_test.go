@@ -308,7 +308,7 @@ func (k clusterKill) write(b *strings.Builder) {
 	for _, name := range slices.Sorted(maps.Keys(k.logged)) {
 		lines := k.logged[name]
 		fmt.Fprintf(b, "  router %s logged %d lines about leaders, coordinators, rebalances, aborts or warnings meanwhile\n", name, len(lines))
-		for _, l := range summarize(lines, 12) {
+		for _, l := range summarize(lines, 16) {
 			fmt.Fprintf(b, "    %s\n", l)
 		}
 	}
@@ -392,7 +392,7 @@ func killBroker(ctx context.Context, t *testing.T, e *env, n int, watched, topic
 	k.back, k.recovered = time.Since(killed), load.produced.Load()
 	for name, r := range routers {
 		for _, l := range strings.Split(r.logs.String()[marks[name]:], "\n") {
-			if movedRe.MatchString(l) {
+			if movedRe.MatchString(l) && !strings.Contains(l, "msg=routed") { // not the decisions of undecodable inputs
 				k.logged[name] = append(k.logged[name], l)
 			}
 		}
@@ -433,14 +433,16 @@ func partitionDetails(ctx context.Context, t *testing.T, adm *kadm.Client, topic
 var fieldRe = regexp.MustCompile(`^time=\S+ |\b(broker|partition|epoch|leader_epoch|id|producer_id|offset|time)=\S+`)
 
 // summarize returns the distinct lines (their time and numbers stripped),
-// each with its count, the most frequent first, at most n of them.
+// each with its count, in the order they first appeared, at most n of them.
 func summarize(lines []string, n int) []string {
 	count := map[string]int{}
+	var kinds []string
 	for _, l := range lines {
-		count[fieldRe.ReplaceAllString(l, "")]++
+		k := fieldRe.ReplaceAllString(l, "")
+		if count[k]++; count[k] == 1 {
+			kinds = append(kinds, k)
+		}
 	}
-	kinds := slices.Collect(maps.Keys(count))
-	slices.SortFunc(kinds, func(a, b string) int { return count[b] - count[a] })
 	var out []string
 	for i, l := range kinds {
 		if i == n {
