@@ -83,3 +83,17 @@ fi
 echo "== bench (small backlog)"
 go run ./bench --brokers "$FAULTROUTER_TEST_BROKERS" --tasks 1000 --latency 2s --low-rate 200 --join 3s \
 	--rss-tasks 2000 --fleet 3s --fleet-rate 100 --session-timeout 6s --json "$FAULTROUTER_KAFKA_DIR/bench-result.json"
+
+# The router on three brokers, as production runs it: kafka.sh's cluster mode
+# (three KRaft nodes on 127.0.0.1:19192-19194, FAULTROUTER_KAFKA_CLUSTER_PORT
+# moves them; replication 3, min.insync.replicas 2) and TestClusterChaos
+# against it alone, which SIGKILLs one node at a time. The single broker is
+# done with and stopped first: the machine's cores go to the three nodes.
+echo "== the three-broker chaos test on a three-node KRaft cluster"
+integration/kafka.sh stop
+stop_rest=$(trap -p EXIT | sed "s/^trap -- '\(.*\)' EXIT\$/\1/")
+trap "integration/kafka.sh cluster stop || true; $stop_rest" EXIT
+FAULTROUTER_TEST_CLUSTER=$(integration/kafka.sh cluster start)
+FAULTROUTER_TEST_BROKERS=$FAULTROUTER_TEST_CLUSTER FAULTROUTER_TEST_CLUSTER=$FAULTROUTER_TEST_CLUSTER \
+	go test -count=1 -v -timeout 10m -run '^TestClusterChaos$' ./integration/
+integration/kafka.sh cluster stop
