@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // The router on a three-broker cluster, as production runs it: topics at
@@ -84,12 +85,11 @@ func TestClusterChaos(t *testing.T) {
 		cluster, len(topics), time.Since(began).Round(100*time.Millisecond))
 
 	load := startClusterLoad(ctx, t, e.prefix+"ai.tasks.ingress", "cluster", 500)
-	watched := append(slices.Clone(topics), "__consumer_offsets", "__transaction_state")
 	var kills []clusterKill
 	last := int32(-1)
 	for k := 1; k <= 3; k++ {
 		pause(3 * time.Second) // records flow before each kill
-		kills = append(kills, killBroker(ctx, t, e, k, watched, topics, last, load, routers))
+		kills = append(kills, killBroker(ctx, t, e, k, last, &load.produced, routers))
 		last = int32(kills[len(kills)-1].node)
 	}
 	time.Sleep(2 * time.Second) // and after the last
@@ -140,25 +140,32 @@ func TestClusterChaos(t *testing.T) {
 func requireReplicated(ctx context.Context, t *testing.T, e *env) []string {
 	t.Helper()
 	adm := newAdmin(t)
-	md, err := adm.Metadata(ctx)
+	set, err := topicspec.Load(e.prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var topics []string
-	for name, d := range md.Topics {
-		if !strings.HasPrefix(name, e.prefix) {
-			continue
+	for _, short := range topicspec.Shorts() {
+		name, err := set.Name(short)
+		if err != nil {
+			t.Fatal(err)
 		}
 		topics = append(topics, name)
-		for _, p := range d.Partitions {
+	}
+	// every broker's metadata has them soon after they were created
+	var md kadm.Metadata
+	if !waitFor(30*time.Second, func() bool {
+		md, err = adm.Metadata(ctx, topics...)
+		return err == nil && md.Topics.Error() == nil
+	}) {
+		t.Fatalf("the topics are not all there 30 s after topics apply: %v %v", err, md.Topics.Error())
+	}
+	for _, name := range topics {
+		for _, p := range md.Topics[name].Partitions {
 			if len(p.Replicas) != 3 {
 				t.Fatalf("%s/%d has %d replicas %v, want 3", name, p.Partition, len(p.Replicas), p.Replicas)
 			}
 		}
-	}
-	slices.Sort(topics)
-	if len(topics) == 0 {
-		t.Fatalf("topics apply created no topic with prefix %s", e.prefix)
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
 	if err != nil {
@@ -321,12 +328,24 @@ func (k clusterKill) write(b *strings.Builder) {
 var movedRe = regexp.MustCompile(`(?i)leader|coordinator|abort|on_lost|on_revoke|level=(WARN|ERROR)`)
 
 // killBroker SIGKILLs the broker that leads most of the test's partitions
-// (not the last one killed), waits until no watched partition is led by
-// it, starts it again and waits until it is in every watched partition's
-// ISR.
-func killBroker(ctx context.Context, t *testing.T, e *env, n int, watched, topics []string, last int32, load *clusterLoad, routers map[string]*router) clusterKill {
+// (not the last one killed), waits until no partition of the test's topics,
+// the group offsets and the transaction state is led by it, starts it
+// again and waits until it is in every ISR of them. produced counts the
+// records produced so far; routers are the running instances.
+func killBroker(ctx context.Context, t *testing.T, e *env, n int, last int32, produced *atomic.Int64, routers map[string]*router) clusterKill {
 	t.Helper()
 	adm := newAdmin(t)
+	md, err := adm.Metadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topics []string
+	for name := range md.Topics {
+		if strings.HasPrefix(name, e.prefix) {
+			topics = append(topics, name)
+		}
+	}
+	watched := append(slices.Clone(topics), "__consumer_offsets", "__transaction_state")
 	parts := partitionDetails(ctx, t, adm, watched)
 	leads := map[int32]int{}
 	for _, p := range parts {
@@ -350,7 +369,11 @@ func killBroker(ctx context.Context, t *testing.T, e *env, n int, watched, topic
 			coord = append(coord, "coordinator of the routers' group")
 		}
 	}
-	for _, c := range adm.FindTxnCoordinators(ctx, e.prefix+"router-a", e.prefix+"router-b") {
+	var txnIDs []string // the transactional ID is <group>-<instance-id>
+	for _, name := range slices.Sorted(maps.Keys(routers)) {
+		txnIDs = append(txnIDs, e.prefix+"router-"+name)
+	}
+	for _, c := range adm.FindTxnCoordinators(ctx, txnIDs...) {
 		if c.Err == nil && c.NodeID == node {
 			coord = append(coord, "transaction coordinator of "+c.Name)
 		}
@@ -364,7 +387,7 @@ func killBroker(ctx context.Context, t *testing.T, e *env, n int, watched, topic
 		marks[name] = len(r.logs.String())
 	}
 
-	k.atRecords = load.produced.Load()
+	k.atRecords = produced.Load()
 	killed := time.Now()
 	kafkaCluster(t, "kill", fmt.Sprint(node))
 	if !waitFor(90*time.Second, func() bool {
@@ -389,7 +412,7 @@ func killBroker(ctx context.Context, t *testing.T, e *env, n int, watched, topic
 	}) {
 		t.Fatalf("kill %d: broker %d was not back in every ISR within 2 min of its start", n, node)
 	}
-	k.back, k.recovered = time.Since(killed), load.produced.Load()
+	k.back, k.recovered = time.Since(killed), produced.Load()
 	for name, r := range routers {
 		for _, l := range strings.Split(r.logs.String()[marks[name]:], "\n") {
 			if movedRe.MatchString(l) && !strings.Contains(l, "msg=routed") { // not the decisions of undecodable inputs
