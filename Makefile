@@ -1,7 +1,7 @@
 # faultrouter: the README's commands.
 GO ?= go
 
-.PHONY: build demo test unit fuzz soak soak-memory broker-start broker-stop lint bench
+.PHONY: build demo test unit fuzz soak soak-memory soak-cluster broker-start broker-stop lint bench
 
 build: ## build bin/faultrouter
 	$(GO) build -trimpath -o bin/faultrouter ./cmd/faultrouter
@@ -17,6 +17,9 @@ soak: ## the reference-model checker under faults for DURATION (default 10m); SE
 
 soak-memory: ## two routers for DURATION (default 10m) on a time-compressed policy, with names that come and go; their memory, breakers and the breakers topic's live keys must stay flat
 	DURATION=$(DURATION) integration/soak.sh memory
+
+soak-cluster: ## the checker on a three-node KRaft cluster (replication 3), three broker SIGKILLs among its faults (several minutes); SEED=n replays a seed
+	SEED=$(SEED) integration/soak.sh cluster
 
 unit: ## unit tests only (no broker)
 	$(GO) test ./...
