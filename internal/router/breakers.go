@@ -121,11 +121,12 @@ type breakers struct {
 	table    *breakerTable
 	adopting []pendingState
 	checked  []breaker.Ref
-	// batch are the latch items the batch opened or ended, shared the
-	// breakers whose state it wrote, resetTombs the RESETs it tombstoned:
+	// batch are the latch items the batch opened or ended, shared how
+	// many state records of each breaker it wrote, resetTombs the RESETs
+	// it tombstoned:
 	// the table counts them once it commits
 	batch       map[string]batchItem
-	shared      map[breaker.Ref]bool
+	shared      map[breaker.Ref]int
 	resetTombs  map[breaker.Ref]bool
 	itemScratch []latch.Item
 	// expired is when idle breakers were last let go (expire)

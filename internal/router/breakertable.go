@@ -379,7 +379,7 @@ func (t *breakerTable) keep(s event.BreakerState, ref breaker.Ref) {
 // its transaction has committed: its items (opened or ended), the
 // breakers whose state it shared and the RESETs it tombstoned. Every state
 // another instance wrote and the table read by now is older than these.
-func (t *breakerTable) wrote(items map[string]batchItem, states map[breaker.Ref]bool, resets map[breaker.Ref]bool) {
+func (t *breakerTable) wrote(items map[string]batchItem, states map[breaker.Ref]int, resets map[breaker.Ref]bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, it := range items {
@@ -405,11 +405,16 @@ func (t *breakerTable) wrote(items map[string]batchItem, states map[breaker.Ref]
 	if t.topic == "" {
 		return
 	}
-	for ref := range states {
-		t.mineStates[ref]++
-		if t.mineStates[ref] == 0 {
+	for ref, n := range states {
+		// n records, counted as they are read back (applyState): a
+		// count still above zero is a change of this instance's in flight,
+		// newer than what was read of the breaker; one at zero or below
+		// was read back already, and what was read after it is newer
+		t.mineStates[ref] += n
+		switch c := t.mineStates[ref]; {
+		case c == 0:
 			delete(t.mineStates, ref)
-		} else {
+		case c > 0:
 			delete(t.pending, ref)
 		}
 	}
@@ -814,9 +819,9 @@ func (k *breakers) share(ref breaker.Ref, reason string, out recordsOut, now tim
 		return
 	}
 	if k.shared == nil {
-		k.shared = map[breaker.Ref]bool{}
+		k.shared = map[breaker.Ref]int{}
 	}
-	k.shared[ref] = true
+	k.shared[ref]++ // a batch may change a breaker more than once: a record each
 	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.String(), ref.Key)), Timestamp: now,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
 	if sh.State != breaker.Closed {

@@ -451,6 +451,45 @@ func TestBreakerTablePendingStates(t *testing.T) {
 	}
 }
 
+// Guards the count of this instance's own states in flight: a batch that
+// changed a breaker twice (OPEN to HALF_OPEN to CLOSED) wrote two records
+// of it, and the reader may read both back, then another instance's OPEN
+// written after them, before the batch's commit is told to the table. That
+// OPEN is newer than everything this instance wrote and must be adopted.
+func TestOwnStatesReadBackBeforeTheCommitKeepANewerState(t *testing.T) {
+	r := adoptRouter(t)
+	tb := r.brk.table
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	step(r, t0, true, func(b *batch) {
+		r.brk.set.Adopt(ref, breaker.Shared{State: breaker.HalfOpen}, "cooldown over", t0)
+		r.brk.share(ref, "cooldown over", b, t0)
+		r.brk.set.Adopt(ref, breaker.Shared{State: breaker.Closed}, "a success while half-open", t0)
+		r.brk.share(ref, "a success while half-open", b, t0)
+		// read back before the commit is told, then c's OPEN after them
+		if readBack(r, b); len(b.out) != 2 {
+			t.Fatalf("the batch wrote %d records of the breaker, want 2", len(b.out))
+		}
+		feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(10*time.Millisecond)))
+	})
+	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" || p[0].State != breaker.Open.String() {
+		t.Fatalf("c's OPEN, read after both of this instance's records, was dropped when the batch's commit was told: %v", p)
+	}
+	// and the other way round: told first, the own records in flight are
+	// newer than an OPEN read before them
+	tb.wrote(nil, map[breaker.Ref]int{ref: 2}, nil)
+	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(20*time.Millisecond)))
+	if p, _ := tb.changes(); len(p) != 0 {
+		t.Fatalf("an OPEN read before this instance's own records in flight was kept: %v", p)
+	}
+	feed(r, stateRec(t, ref, breaker.HalfOpen.String(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.Closed.String(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(40*time.Millisecond)))
+	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" {
+		t.Fatalf("c's OPEN read after this instance's records were read back was not kept: %v", p)
+	}
+}
+
 // Guards that an item a re-drive cleared no longer holds its template: an
 // operator re-drives the task of one of two hallucinations (its review item
 // is gone, so no one can decide it); its item is tombstoned without
