@@ -133,11 +133,13 @@ func checkerSeed(t *testing.T) uint64 {
 // routers (it must have removed records of the changelog); and once the
 // routers stopped, every instance's Pebble store holds exactly what the
 // compacted changelog says below its checkpoints.
-// openCooldown is the provider/model breakers' cooldown in the checker's
-// runs: compressed as the rest of the policy (30 ms), an OPEN would end
-// before another instance could read it, and breaker.open_everywhere would
-// check nothing.
-var openCooldown = map[string]int64{"breakers.provider_model.cooldown_ms": 4000}
+// openCooldown is the provider/model breakers' cooldown and window in the
+// checker's runs: compressed as the rest of the policy (30 ms), an OPEN
+// would end before another instance could read it, and
+// breaker.open_everywhere would check nothing; a 1 s window (60 ms
+// compressed) lets the home storm's failures, on one partition of three,
+// trip the breaker of the instance that owns it.
+var openCooldown = map[string]int64{"breakers.provider_model.cooldown_ms": 4000, "breakers.provider_model.window_ms": 1000}
 
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)

@@ -74,6 +74,26 @@ var (
 	wlBase          = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// wlHomeStormModel is the model of the home storm (wlLongPaths): used by
+// no other scenario.
+var wlHomeStormModel = [2]string{"local", "llama-3"}
+
+// homeStormTime picks a stream time in a home storm: 10 s from 12 s in,
+// and 10 s from 32 s in.
+func homeStormTime(rng *rand.Rand) time.Duration {
+	at := 12*time.Second + time.Duration(rng.Int64N(int64(10*time.Second)))
+	if rng.IntN(2) == 0 {
+		at += 20 * time.Second
+	}
+	return at
+}
+
+// homePartition is the ingress partition of task id (three partitions),
+// by the partitioner the workload is produced with.
+func homePartition(id string) int32 {
+	return int32(homeHash.Partition(&kgo.Record{Key: []byte(id)}, 3))
+}
+
 // stormAt reports whether stream time t lies in a provider storm: 12 s out
 // of every 45 s, starting 10 s in.
 func stormAt(t time.Duration) bool {
@@ -314,6 +334,27 @@ var wlLongPaths = []struct {
 	weight int
 	run    func(g *taskGen)
 }{
+	// the home storm: the home-storm model fails, in its storms, only on
+	// the tasks of ingress partition 0, so only the instance that owns it
+	// trips the model's breaker; the others, whose tasks of the model mostly
+	// succeed, hold their retries into it only through the OPEN shared on
+	// the breakers topic (breaker.open_everywhere)
+	{"home-storm", 120, func(g *taskGen) {
+		g.pm = wlHomeStormModel
+		g.at = homeStormTime(g.rng)
+		if homePartition(g.id) == 0 {
+			for range 3 {
+				g.emit(g.timeout())
+				g.wait(200*time.Millisecond, 800*time.Millisecond)
+			}
+			return // the third timeout is dead-lettered
+		}
+		if g.rng.IntN(4) == 0 {
+			g.emit(g.timeout())
+			g.wait(2500*time.Millisecond, 5*time.Second)
+		}
+		g.emit(g.success())
+	}},
 	// a refusal (owner ai_product, an SLA far longer than the task's TTL)
 	// decided after the task's TTL: the item outlived it and the decision
 	// is applied
@@ -561,7 +602,7 @@ func (w *workload) addLatchResets(c *codec.Codec) {
 // closes any more.
 func (w *workload) finalResets(at time.Duration) []workItem {
 	tail := &workload{}
-	for _, pm := range wlProviders {
+	for _, pm := range append(slices.Clone(wlProviders), wlHomeStormModel) {
 		tail.addReset(at, breaker.ProviderModel, pm[0]+"/"+pm[1])
 	}
 	for _, a := range wlActions {
