@@ -35,7 +35,8 @@
 #   FAULTROUTER_KAFKA_DIR       working directory (default /tmp/faultrouter-kafka)
 #   FAULTROUTER_KAFKA_PORT      broker port (default 19092; the controller uses port+1)
 #   FAULTROUTER_KAFKA_SASL_SSL  1 (default) for the SASL_SSL listener, 0 for PLAINTEXT only
-#   FAULTROUTER_KAFKA_CLUSTER_PORT  cluster mode's first broker port (default port+100: 19192)
+#   FAULTROUTER_KAFKA_CLUSTER_PORT  cluster mode's first broker port (default port+100: 19192;
+#                               below 32768, where clients' ephemeral ports may take one)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
