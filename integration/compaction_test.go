@@ -63,21 +63,33 @@ func compactWhileRouting(ctx context.Context, t *testing.T, topics ...string) {
 			t.Fatalf("set the cleaner's settings of %s: %v %s", r.Name, r.Err, r.ErrMessage)
 		}
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
-	if err != nil {
-		t.Fatalf("describe %v: %v", topics, err)
-	}
-	for _, rc := range rcs {
-		got := map[string]string{}
-		for _, c := range rc.Configs {
-			if c.Value != nil {
-				got[c.Key] = *c.Value
+	// the broker applies a change when it replays the metadata record: a
+	// describe right after the alter may still show the old value
+	var bad string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+		if err != nil {
+			t.Fatalf("describe %v: %v", topics, err)
+		}
+		bad = ""
+		for _, rc := range rcs {
+			got := map[string]string{}
+			for _, c := range rc.Configs {
+				if c.Value != nil {
+					got[c.Key] = *c.Value
+				}
+			}
+			for k, v := range cleanerConfigs {
+				if got[k] != v && bad == "" {
+					bad = fmt.Sprintf("%s: %s is %q after it was set to %q (%v)", rc.Name, k, got[k], v, rc.Err)
+				}
 			}
 		}
-		for k, v := range cleanerConfigs {
-			if got[k] != v {
-				t.Fatalf("%s: %s is %q after it was set to %q (%v)", rc.Name, k, got[k], v, rc.Err)
-			}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(bad)
 		}
 	}
 }

@@ -55,10 +55,25 @@ func roundDur(d time.Duration) string {
 	return out
 }
 
+// flash is the banner of the outcome a POST redirected with: its words,
+// and what the page's script reads of it (the task a decision or a claim
+// named, to select the next item).
+type flash struct {
+	Text, Done, Task string
+}
+
 // flashOf words the outcome a POST redirected with (done=..., task=...,
 // from the signed flash cookie): the text comes from here, never from the
-// URL.
-func flashOf(q url.Values) string {
+// URL. Nil without one.
+func flashOf(q url.Values) *flash {
+	done, task := q.Get("done"), q.Get("task")
+	if text := flashText(q); text != "" {
+		return &flash{Text: text, Done: done, Task: task}
+	}
+	return nil
+}
+
+func flashText(q url.Values) string {
 	task, n := q.Get("task"), q.Get("n")
 	switch q.Get("done") {
 	case "approve":

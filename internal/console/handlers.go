@@ -264,7 +264,7 @@ type page struct {
 	Me       *person
 	CSRF     string
 	Lang     string
-	Flash    string
+	Flash    *flash
 	Progress map[string]any
 	Now      time.Time
 	Data     any

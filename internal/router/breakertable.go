@@ -66,6 +66,10 @@ type breakerTable struct {
 	// latest of each breaker, with their place in the order read
 	pending map[breaker.Ref]pendingState
 	seq     uint64
+	// latest is the latest failure-rate state of each breaker read, in
+	// the topic's order, whoever wrote it (a RESET or a tombstone removes
+	// it): what a breaker returns to when its latch ends (syncLatch)
+	latest map[breaker.Ref]event.BreakerState
 	// mine are this instance's own item records committed and not read
 	// back yet, by key; mineStates and mineResets count its own breaker
 	// states and RESET tombstones committed and not read back, by breaker
@@ -109,7 +113,7 @@ type pendingState struct {
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	t := &breakerTable{topic: topic, self: self, log: log, book: latch.New(), resets: map[breaker.Ref]event.BreakerState{},
-		pending: map[breaker.Ref]pendingState{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
+		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
 		mineResets: map[breaker.Ref]int{}, loaded: make(chan struct{}), read: map[int32]int64{}, stopped: make(chan struct{})}
 	if topic == "" {
 		t.done = true
@@ -325,6 +329,7 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 	}
 	t.book.Reset(ref, rec.Offset)
 	t.resets[ref] = s
+	delete(t.latest, ref)
 	// it also closes the breaker's failure-rate state, in the topic's order
 	t.keep(s, ref)
 }
@@ -354,6 +359,11 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	if rec.Value == nil {
+		delete(t.latest, ref)
+	} else {
+		t.latest[ref] = s
+	}
 	if s.Instance == t.self && t.done {
 		// this instance's own change, in its breakers already; what
 		// others wrote before it is older
@@ -761,8 +771,35 @@ func (k *breakers) syncLatch(ref breaker.Ref, out recordsOut, now time.Time) {
 			who = rs.Instance
 			reason = fmt.Sprintf("%s reset the breaker: %s", rs.Instance, rs.Reason)
 		}
-		k.transitionEventsFrom(k.set.Reset(ref, reason, now), out, who)
+		k.transitionEventsFrom(k.unlatch(ref, reason, now), out, who)
 	}
+}
+
+// unlatch ends ref's latch and leaves the breaker in the failure-rate
+// state shared for it, the latest the table read (none: CLOSED): an OPEN
+// whose cooldown has not ended still holds retries, on every instance
+// alike. It returns the transition (none when it stays OPEN).
+func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) []breaker.Transition {
+	k.table.mu.Lock()
+	s, shared := k.table.latest[ref]
+	k.table.mu.Unlock()
+	var sh breaker.Shared
+	if shared {
+		sh.State, _ = breaker.ParseState(s.State)
+		if s.OpenedAt != nil {
+			sh.OpenedAt = s.OpenedAt.Time
+		}
+		sh.Elsewhere = s.Instance != k.instance
+		if sh.State != breaker.Closed {
+			reason += "; back to the " + sh.State.String() + " " + s.Instance + " shared: " + s.Reason
+		}
+	}
+	ts := k.set.Unlatch(ref, sh, reason, now)
+	if sh.State == breaker.Open {
+		k.log.Warn("breaker latch ended; it stays OPEN until its cooldown ends", "scope", ref.Scope, "key", ref.Key,
+			"reason", reason, "opened_at", sh.OpenedAt)
+	}
+	return ts
 }
 
 // tidy writes, for a breaker whose latch changed, the tombstones of the

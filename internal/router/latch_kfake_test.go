@@ -218,3 +218,37 @@ func TestALateResetDoesNotReleaseANewerLatch(t *testing.T) {
 		}
 	}
 }
+
+// Guards what a latch leaves when it ends: instance c, which had not read
+// the latch, shared an OPEN of the template by its failure rate while a
+// hallucination's item held it latched here. When the item is decided the
+// latch ends, but the OPEN's cooldown has not: the template's retries stay
+// held, past their due time, until c shares that the breaker closed; then
+// each is published once.
+func TestALatchThatEndsLeavesTheSharedOpen(t *testing.T) {
+	w := latchStart(t)
+	w.write(w.item("h-1", true))
+	w.run()
+	ids := w.retryable("t-latch-ends")
+	w.write(w.state(breaker.Open)) // c's OPEN, after the item
+	time.Sleep(time.Second)
+	w.routes("t-while-latched")   // a batch reads it while the template is latched
+	w.write(w.item("h-1", false)) // a decided the item
+	w.skew.Store(int64(2 * time.Minute))
+	w.routes("t-after-item")
+	time.Sleep(time.Second)
+	w.routes("t-after-item-2")
+	if got := w.published(ids); len(got) != 0 {
+		t.Fatalf("retries published into %s when its latch ended inside the cooldown of c's OPEN: %v", w.tpl, got)
+	}
+	w.write(w.state(breaker.Closed))
+	if !lcWaitFor(30*time.Second, func() bool { return len(w.published(ids)) == len(ids) }) {
+		t.Fatalf("after c shared that the breaker closed, %d of %d held retries were published", len(w.published(ids)), len(ids))
+	}
+	w.routes("t-after-close")
+	for id, n := range w.published(ids) {
+		if n != 1 {
+			t.Errorf("%s: published %d times, want once", id, n)
+		}
+	}
+}

@@ -544,6 +544,43 @@ func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
 	return []Transition{s.move(ref, b, Closed, reason, now, nil)}
 }
 
+// Unlatch ends a breaker's latch without a person's reset (its last item
+// was decided) and leaves it in sh, the failure-rate state the instances
+// share for it: an OPEN keeps the time it opened there, so the cooldown
+// it began before or while the breaker was latched still holds retries; a
+// HALF_OPEN lets probes through; a CLOSED closes it, clearing its window.
+// It returns the transition it causes (none for an OPEN, which stays OPEN),
+// and nothing for a breaker that is not latched.
+func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transition {
+	ref = s.lookup(ref)
+	b, ok := s.breakers[ref]
+	if !ok || !b.latched {
+		return nil
+	}
+	s.saveFound(ref, b)
+	if sh.State != Open {
+		var ts []Transition
+		if b.state != sh.State {
+			ts = append(ts, s.move(ref, b, sh.State, reason, now, nil))
+		}
+		b.latched = false
+		if sh.State == HalfOpen && sh.Elsewhere {
+			b.wait = now.UnixMilli() + s.cfg[ref.Scope].Cooldown.Milliseconds()
+		}
+		return ts
+	}
+	b.latched = false
+	b.wait = 0
+	if !sh.OpenedAt.IsZero() {
+		b.openedAt = sh.OpenedAt.UnixMilli()
+	}
+	if sh.Elsewhere {
+		cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
+		b.wait = b.openedAt + cooldown + recheck(cooldown)
+	}
+	return nil
+}
+
 // State returns the state of a breaker; CLOSED for one never seen.
 func (s *Set) State(ref Ref) State {
 	if b, ok := s.breakers[s.lookup(ref)]; ok {

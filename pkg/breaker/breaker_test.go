@@ -577,3 +577,42 @@ func TestAdoptOpenKeepsTheLaterOpening(t *testing.T) {
 		t.Fatalf("29 s after it opened here the breaker is %s (allowed %v), want OPEN: its own cooldown is 30 s", s.State(ref), ok)
 	}
 }
+
+// TestUnlatchLeavesTheSharedState guards the end of a latch by its last
+// item: the breaker takes the failure-rate state shared for it. A shared
+// OPEN keeps refusing until its own cooldown (and, written elsewhere, a
+// recheck step more) ends, with no transition; a shared CLOSED closes it;
+// a rollback brings the latch back.
+func TestUnlatchLeavesTheSharedState(t *testing.T) {
+	tpl := Ref{Scope: PromptTemplate, Key: "refund-v3"}
+	s := newTestSet(t)
+	s.Trip(tpl, "hallucination", Outcome{TaskID: "t1"}, t0)
+	opened := t0.Add(2 * time.Second) // another instance's OPEN, cooldown 5 s
+	now := t0.Add(3 * time.Second)
+	s.Begin()
+	if ts := s.Unlatch(tpl, Shared{State: Open, OpenedAt: opened, Elsewhere: true}, "item decided", now); len(ts) != 0 {
+		t.Fatalf("Unlatch into a shared OPEN = %+v, want no transition", ts)
+	}
+	if s.Latched(tpl) || s.State(tpl) != Open {
+		t.Fatalf("after Unlatch: latched %v, state %s; want unlatched OPEN", s.Latched(tpl), s.State(tpl))
+	}
+	if ok, _ := s.Allow([]Ref{tpl}, opened.Add(4*time.Second)); ok {
+		t.Error("a retry was let through inside the shared OPEN's cooldown")
+	}
+	if got, want := s.HoldUntil([]Ref{tpl}, now), opened.Add(5*time.Second+time.Second+250*time.Millisecond); !got.Equal(want) {
+		t.Errorf("HoldUntil = %s, want the shared cooldown's end and a recheck step, %s", got, want)
+	}
+	s.Rollback()
+	if !s.Latched(tpl) {
+		t.Error("a rolled-back Unlatch left the breaker unlatched")
+	}
+	if ts := s.Unlatch(tpl, Shared{}, "item decided", now); len(ts) != 1 || ts[0].To != Closed {
+		t.Fatalf("Unlatch into a shared CLOSED = %+v, want OPEN>CLOSED", ts)
+	}
+	if ok, _ := s.Allow([]Ref{tpl}, now); !ok {
+		t.Error("a retry was refused after the latch ended into CLOSED")
+	}
+	if ts := s.Unlatch(tpl, Shared{}, "again", now); ts != nil {
+		t.Errorf("Unlatch of a breaker not latched = %+v, want nothing", ts)
+	}
+}

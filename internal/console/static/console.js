@@ -115,9 +115,9 @@
 
   // after a decision or a claim the page names the task: select the next
   // open item after it (or the claimed one itself)
-  var q = new URLSearchParams(location.search);
+  var outcome = document.getElementById("flash");
   var start = 0;
-  var done = q.get("done"), task = q.get("task");
+  var done = outcome && outcome.dataset.done, task = outcome && outcome.dataset.task;
   if (task) {
     for (var i = 0; i < rows.length; i++) {
       if (rows[i].getAttribute("data-task") === task) {
