@@ -381,7 +381,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	// the tasks that expired and came back are a tombstone the cleaner
 	// kept, then their new state; its store is compared too
 	if !cfg.noSettle {
-		restoreAll(ctx, t, c, cfg.partitionsChange)
+		restoreAll(t, c)
 	}
 	watch.caughtUp(ctx, t, 2*time.Minute)
 	res.stateCleaned = cleanerReport(ctx, t, watch, stateTopic)
@@ -396,15 +396,10 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 // the others stopped, waits until it restored the state of every partition
 // (its log says so), and stops it: checkStores then compares what the
 // router's own restore built with the changelog. After partitions were
-// added it is started as an operator restarts every instance to adopt the
-// new count: with --partitions naming it.
-func restoreAll(ctx context.Context, t *testing.T, c *cluster, partitionsChanged bool) {
+// added it starts with the flags the others started with, as an operator
+// restarts every instance to adopt the new count.
+func restoreAll(t *testing.T, c *cluster) {
 	t.Helper()
-	if partitionsChanged {
-		args := c.args
-		c.args = append(slices.Clip(args), "--partitions", strconv.Itoa(partitionCount(ctx, t, c.e.prefix+"faultrouter.state")))
-		defer func() { c.args = args }()
-	}
 	r := c.start("restored")
 	if !waitFor(2*time.Minute, func() bool {
 		l := r.logs.String()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -101,6 +102,14 @@ func (s Set) Check(ctx context.Context, adm *kadm.Client) ([]Problem, error) {
 // request does not know yet (`run` started right after `topics apply`, or
 // after another instance created the topics), so Ensure waits for it, up to
 // propagationTimeout, logging once which topics it waits for (log may be nil).
+//
+// The partition count of a spec is what a topic is created with: an
+// existing topic keeps its own, as a Kafka Streams application keeps its
+// source topics' (partitions added to ingress, decisions and state, then
+// every instance restarted with its usual flags). Ensure logs such a
+// difference and refuses only what the router cannot route with: ingress,
+// decisions and state with different counts, replication factors and
+// configs that contradict the spec, missing topics.
 func (s Set) Ensure(ctx context.Context, adm *kadm.Client, log *slog.Logger) error {
 	if _, err := s.Apply(ctx, adm); err != nil {
 		return err
@@ -109,6 +118,15 @@ func (s Set) Ensure(ctx context.Context, adm *kadm.Client, log *slog.Logger) err
 	if err != nil {
 		return err
 	}
+	problems = slices.DeleteFunc(problems, func(p Problem) bool {
+		if p.Field != FieldPartitions {
+			return false
+		}
+		if log != nil {
+			log.Info("topic keeps its partition count", "topic", p.Topic, "partitions", p.Got, "spec", p.Want)
+		}
+		return true
+	})
 	if len(problems) > 0 {
 		return &CheckError{Problems: problems}
 	}
