@@ -681,9 +681,21 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 	k.checked = append(k.checked, dirty...)
 	// latches first: a latched breaker ignores the states (a process that
 	// starts adopts no OPEN or CLOSED of a template its items latch)
+	var later []breaker.Ref
 	for _, ref := range dirty {
 		k.syncLatch(ref, out, now)
-		k.tidy(ref, out, now)
+		// a tombstone is written only once the table is current: a
+		// partition just assigned may have an item of the same task
+		// written after the one a RESET ended, which this instance has
+		// not read yet, and the tombstone would end that one
+		if k.table.current() {
+			k.tidy(ref, out, now)
+		} else {
+			later = append(later, ref)
+		}
+	}
+	if len(later) > 0 {
+		k.table.dirtyAgain(later)
 	}
 	for i := range states {
 		k.adopt(states[i].ref, &states[i].BreakerState, out, now)

@@ -35,6 +35,7 @@ func adoptRouter(t *testing.T) *Router {
 	r.attachBreakers(brk)
 	brk.home = func([]byte) int32 { return 0 }
 	brk.table.done = true // read to its end: the test feeds it
+	brk.table.target = map[int32]int64{}
 	return r
 }
 
@@ -624,5 +625,38 @@ func TestLatchesApplyBeforeStates(t *testing.T) {
 		if e.To == breaker.Closed.String() {
 			t.Fatalf("the batch closed the template on its way to the latch: %+v", r.brk.events)
 		}
+	}
+}
+
+// Guards the tombstones of items a RESET ended, written by the owner of the
+// task's partition: an instance that was just assigned the partition, and
+// has not read the breakers topic to where it stood then, may not have read
+// a newer item of the same task (same key), written by the previous owner
+// after the RESET. It writes no tombstone until it has: that one would end
+// the newer item and reopen the template while it is undecided.
+func TestNoItemTombstoneBeforeTheTableIsCurrent(t *testing.T) {
+	r := adoptRouter(t)
+	tb := r.brk.table
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	r.cfg.Now = func() time.Time { return t0 }
+	feed(r, itemRec(t, "h-9", "a", true), resetRec(t, tplRef, "ops"))
+	// the partition is assigned: the table must read two more records
+	tb.mu.Lock()
+	tb.target = map[int32]int64{0: tb.read[0] + 2}
+	tb.mu.Unlock()
+	b := step(r, t0, true, nil)
+	if _, decided := itemRecords(b); decided != 0 {
+		t.Fatalf("an instance behind its assignment's target wrote %d item tombstones", decided)
+	}
+	// a's newer item of h-9, and the RESET's end of the old one read; now current
+	feed(r, itemRec(t, "h-9", "a", true), stateRec(t, breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}, breaker.Closed.String(), "a", false, t0))
+	b = step(r, t0.Add(time.Second), true, nil)
+	readBack(r, b)
+	if _, decided := itemRecords(b); decided != 0 {
+		t.Fatalf("the batch wrote %d item tombstones once current, want none: h-9's item is open again", decided)
+	}
+	step(r, t0.Add(2*time.Second), true, nil)
+	if !r.brk.set.Latched(tplRef) {
+		t.Fatal("a's newer item of h-9 does not hold the template")
 	}
 }
