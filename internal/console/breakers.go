@@ -1,18 +1,17 @@
 package console
 
 // breakers.go: every breaker the alerts topic has told of, per scope and
-// key: its state, its last transitions and failure rates, why it opened,
-// when it next lets a probe through, and how many due retries it holds.
+// key, a page at a time, open ones first: its state, its last transitions
+// and failure rates, why it opened, when it next lets a probe through, and
+// how many due retries it holds.
 // An operator resets one with a reason (the same record `faultrouter breaker
 // reset` writes, to every decisions partition).
 
 import (
-	"cmp"
-	"encoding/json"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +26,7 @@ type breakerRow struct {
 	Rate      string
 	NextProbe string
 	Held      int
+	HeldMore  bool // Held stopped counting at maxHeldCount
 }
 
 // cooldown is the policy's cooldown of a scope.
@@ -42,36 +42,64 @@ func (s *Server) cooldown(scope string) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// held counts the due retries not yet published, per SCOPE/key: what the
-// router holds while a breaker they would go into is open.
-func (s *Server) held(now time.Time) (map[string]int, error) {
-	out := map[string]int{}
-	err := s.view.each("due/", false, func(_ string, val []byte) bool {
-		var p pendingRetry
-		if json.Unmarshal(val, &p) == nil && !p.NotBefore.After(now) {
-			for _, ref := range p.Refs {
-				out[ref]++
-			}
+// breakersPage is the number of breakers on one page of the Breakers page.
+const breakersPage = 100
+
+// maxHeldCount bounds the held retries counted for one breaker on a page
+// (more show as that many and more).
+const maxHeldCount = 1000
+
+// heldBy counts the due retries not yet published that would go into the
+// breaker ref (SCOPE/key): what the router holds while it is open. It stops
+// at maxHeldCount.
+func (s *Server) heldBy(ref string, now time.Time) (int, error) {
+	n := 0
+	prefix := dueRefKey(ref, "")
+	err := s.view.eachRange(prefix, string(upper(prefix)), false, func(_ string, val []byte) bool {
+		if len(val) == 8 && int64(binary.BigEndian.Uint64(val)) <= now.UnixMilli() {
+			n++
 		}
-		return true
+		return n < maxHeldCount
 	})
-	return out, err
+	return n, err
 }
 
-func (s *Server) breakerRows(now time.Time) ([]breakerRow, error) {
-	held, err := s.held(now)
-	if err != nil {
-		return nil, err
+// breakerRows returns a page of breakers, open ones first, from the index
+// key after (exclusive; "" for the first page), and the key the next page
+// starts after ("" on the last page).
+func (s *Server) breakerRows(now time.Time, after string) ([]breakerRow, string, error) {
+	var keys []string
+	lo := "brks/"
+	if strings.HasPrefix(after, lo) {
+		lo = after + "\x00"
 	}
-	var rows []breakerRow
-	err = s.view.each("brk/", false, func(_ string, val []byte) bool {
+	err := s.view.eachRange(lo, string(upper("brks/")), false, func(k string, _ []byte) bool {
+		keys = append(keys, k)
+		return len(keys) <= breakersPage
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(keys) > breakersPage {
+		keys = keys[:breakersPage]
+		next = keys[breakersPage-1]
+	}
+	rows := make([]breakerRow, 0, len(keys))
+	for _, k := range keys {
+		ref := k[len("brks/x/"):]
 		var b breakerView
-		if json.Unmarshal(val, &b) != nil {
-			return true
+		if ok, err := s.view.get("brk/"+ref, &b); err != nil {
+			return nil, "", err
+		} else if !ok {
+			continue
 		}
 		r := breakerRow{breakerView: b, Rate: b.failureRate()}
 		if b.State != breaker.Closed.String() {
-			r.Held = held[b.Scope+"/"+b.Key]
+			if r.Held, err = s.heldBy(ref, now); err != nil {
+				return nil, "", err
+			}
+			r.HeldMore = r.Held >= maxHeldCount
 		}
 		switch {
 		case b.State == breaker.Open.String() && b.Latched:
@@ -86,24 +114,18 @@ func (s *Server) breakerRows(now time.Time) ([]breakerRow, error) {
 			r.NextProbe = "now: probing"
 		}
 		rows = append(rows, r)
-		return true
-	})
-	order := map[string]int{breaker.Open.String(): 0, breaker.HalfOpen.String(): 1, breaker.Closed.String(): 2}
-	slices.SortFunc(rows, func(a, b breakerRow) int {
-		if c := cmp.Compare(order[a.State], order[b.State]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Scope+"/"+a.Key, b.Scope+"/"+b.Key)
-	})
-	return rows, err
+	}
+	return rows, next, nil
 }
 
 func (s *Server) breakersPage(w http.ResponseWriter, r *http.Request, p *person) error {
-	rows, err := s.breakerRows(time.Now())
+	after := r.URL.Query().Get("after")
+	rows, next, err := s.breakerRows(time.Now(), after)
 	if err != nil {
 		return err
 	}
-	s.render(w, r, p, "breakers", http.StatusOK, "Breakers", "breakers", map[string]any{"Rows": rows, "Operator": p.operator()})
+	s.render(w, r, p, "breakers", http.StatusOK, "Breakers", "breakers", map[string]any{"Rows": rows, "Operator": p.operator(),
+		"Next": next, "First": strings.HasPrefix(after, "brks/")})
 	return nil
 }
 

@@ -327,11 +327,27 @@ type reviewerProgress struct {
 	DecidedToday, Open, Overdue int
 }
 
-// maxProgressScan bounds the operator log records read for today's counts.
-const maxProgressScan = 100_000
+// decisions is how many review decisions the action sent: one for an
+// approval or a rejection, the tasks of a bulk one.
+func (a *opAction) decisions() int {
+	switch a.Action {
+	case "approve", "reject":
+		return 1
+	case "bulk_approve", "bulk_reject":
+		return len(a.Tasks) + a.MoreTasks
+	}
+	return 0
+}
 
-// progressOf counts today's console decisions per reviewer (from the
-// operator log) and the open and overdue claims per holder.
+// progressKey is the view's count of a reviewer's decisions on the UTC day
+// of at: prog/<day ms:16 hex>/<user>.
+func progressKey(at time.Time, user string) string {
+	return "prog/" + timeKey(at.UTC().Truncate(24*time.Hour).UnixMilli()) + "/" + user
+}
+
+// progressOf counts today's console decisions per reviewer (kept as the
+// operator log's records arrive: one key per reviewer and day) and the open
+// and overdue claims per holder.
 func (s *Server) progressOf(now time.Time) ([]reviewerProgress, error) {
 	by := map[string]*reviewerProgress{}
 	get := func(n string) *reviewerProgress {
@@ -340,20 +356,13 @@ func (s *Server) progressOf(now time.Time) ([]reviewerProgress, error) {
 		}
 		return by[n]
 	}
-	day := now.UTC().Truncate(24 * time.Hour)
-	scanned := 0
-	err := s.view.eachRange("op/"+timeKey(day.UnixMilli()), "op0", false, func(_ string, val []byte) bool {
-		var a opAction
-		if json.Unmarshal(val, &a) == nil {
-			switch a.Action {
-			case "approve", "reject":
-				get(a.User).DecidedToday++
-			case "bulk_approve", "bulk_reject":
-				get(a.User).DecidedToday += len(a.Tasks) + a.MoreTasks
-			}
+	prefix := strings.TrimSuffix(progressKey(now, ""), "/") + "/"
+	err := s.view.each(prefix, false, func(k string, val []byte) bool {
+		var n int
+		if json.Unmarshal(val, &n) == nil {
+			get(strings.TrimPrefix(k, prefix)).DecidedToday += n
 		}
-		scanned++
-		return scanned < maxProgressScan
+		return true
 	})
 	if err != nil {
 		return nil, err

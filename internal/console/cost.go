@@ -12,8 +12,9 @@ package console
 // lists the provider/models and templates with the most failed spend.
 //
 // Keys (view.go): cost/<hour:16 hex>/c/<class>, .../m/<provider/model>,
-// .../t/<template> -> costSums (JSON). A view built by an earlier build has
-// no cost keys for the records it had read: remove its directory to rebuild.
+// .../t/<template> -> costSums (JSON), pruned with the view's retention. A
+// view built by an earlier build has no cost keys for the records it had
+// read: remove its directory to rebuild.
 
 import (
 	"cmp"
@@ -173,11 +174,9 @@ func (s *Server) costPage(w http.ResponseWriter, r *http.Request, p *person) err
 	models, tmpls := map[string]*costSums{}, map[string]*costSums{}
 	var total costSums
 	prefix := "cost/"
-	lower := prefix + timeKey(from.UnixMilli())
-	err := s.view.each(prefix, false, func(k string, val []byte) bool {
-		if k < lower {
-			return true
-		}
+	// the range's hours only: the index is read from where the range
+	// begins (and pruned with the view's retention)
+	err := s.view.eachRange(prefix+timeKey(from.UnixMilli()), prefix+timeKey(to.UnixMilli()), false, func(k string, val []byte) bool {
 		rest := strings.TrimPrefix(k, prefix)
 		if len(rest) < 19 || rest[16] != '/' || rest[18] != '/' {
 			return true

@@ -9,6 +9,7 @@ package console
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -246,7 +248,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 				return nil, err
 			}
 			if !ts.Before(p.At) {
-				return nil, b.del("due/" + task)
+				return nil, delDue(b, &p)
 			}
 		}
 	case *event.ReviewDecision:
@@ -265,8 +267,17 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			if _, err := b.get(key, &bv); err != nil {
 				return nil, err
 			}
+			was := bv.State
 			applyTransition(&bv, v, codec.ParseBreakerHeaders(rec.Headers).Latched, ts)
 			if err := b.put(key, bv); err != nil {
+				return nil, err
+			}
+			if was != "" && was != bv.State {
+				if err := b.del(breakerOrderKey(was, v.Scope, v.Key)); err != nil {
+					return nil, err
+				}
+			}
+			if err := b.b.Set([]byte(breakerOrderKey(bv.State, v.Scope, v.Key)), nil, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -279,13 +290,71 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 // and counts by, without decoding the item. Stored as owner NUL class.
 type queueEntry struct {
 	Owner, Class string
+	// Template is a hallucination item's prompt template, Decided whether
+	// someone decided the item (the router has not audited it yet): the
+	// queue counts the items that keep each latched template offline from
+	// the index alone
+	Template string
+	Decided  bool
 }
 
-func (e queueEntry) bytes() []byte { return []byte(e.Owner + "\x00" + e.Class) }
+func (e queueEntry) bytes() []byte {
+	d := "0"
+	if e.Decided {
+		d = "1"
+	}
+	return []byte(e.Owner + "\x00" + e.Class + "\x00" + e.Template + "\x00" + d)
+}
 
 func parseQueueEntry(b []byte) queueEntry {
-	o, c, _ := strings.Cut(string(b), "\x00")
-	return queueEntry{Owner: o, Class: c}
+	f := strings.SplitN(string(b), "\x00", 4)
+	for len(f) < 4 {
+		f = append(f, "")
+	}
+	return queueEntry{Owner: f[0], Class: f[1], Template: f[2], Decided: f[3] == "1"}
+}
+
+// The queue's counts, kept as items open and close, so that a page of the
+// queue reads no more than its page, whatever the queue holds: open items
+// by owner (qc/o/<owner>), by class (qc/c/<class>), and the hallucination
+// items no one decided yet by template (qc/t/<template>).
+const (
+	countOwner    = "qc/o/"
+	countClass    = "qc/c/"
+	countTemplate = "qc/t/"
+)
+
+// countEntry adds d to the counts of an open item's entry.
+func countEntry(b *batch, e queueEntry, d int) error {
+	keys := []string{countOwner + e.Owner, countClass + e.Class}
+	if e.Template != "" && !e.Decided {
+		keys = append(keys, countTemplate+e.Template)
+	}
+	for _, k := range keys {
+		var n int
+		if _, err := b.get(k, &n); err != nil {
+			return err
+		}
+		var err error
+		if n += d; n > 0 {
+			err = b.put(k, n)
+		} else {
+			err = b.del(k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entryOf is the queue index entry of an open item.
+func entryOf(it *reviewItem) queueEntry {
+	e := queueEntry{Owner: it.Owner, Class: it.Class, Decided: it.decided() != nil}
+	if it.Class == string(event.ClassHallucination) {
+		e.Template = it.Template
+	}
+	return e
 }
 
 func queueKey(it *reviewItem) string {
@@ -313,6 +382,9 @@ func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note,
 		if err := b.del(queueKey(&was)); err != nil {
 			return nil, err
 		}
+		if err := countEntry(b, entryOf(&was), -1); err != nil {
+			return nil, err
+		}
 	} else if was.Closed != nil && !was.OpenedAt.IsZero() {
 		if err := b.del(closedKey(&was)); err != nil {
 			return nil, err
@@ -332,7 +404,10 @@ func (s *Server) updateItem(b *batch, task string, fn func(*reviewItem)) (*note,
 	switch {
 	case it.open():
 		if err = b.b.Set([]byte("open/"+task), nil, nil); err == nil {
-			err = b.b.Set([]byte(queueKey(&it)), queueEntry{Owner: it.Owner, Class: it.Class}.bytes(), nil)
+			err = b.b.Set([]byte(queueKey(&it)), entryOf(&it).bytes(), nil)
+		}
+		if err == nil {
+			err = countEntry(b, entryOf(&it), 1)
 		}
 	default:
 		if err = b.del("open/" + task); err == nil && it.Closed != nil && !it.OpenedAt.IsZero() {
@@ -357,13 +432,53 @@ func (s *Server) trackRetry(b *batch, task string, r *event.Routed, ts time.Time
 	if ok && ts.Before(p.At) {
 		return nil
 	}
-	if d.Route == event.RouteRetry && d.Retry != nil {
-		return b.put("due/"+task, pendingRetry{TaskID: task, NotBefore: d.Retry.NotBefore.Time, Refs: retryRefs(r.Event), At: ts})
-	}
 	if ok {
-		return b.del("due/" + task)
+		if err := delDue(b, &p); err != nil {
+			return err
+		}
+	}
+	if d.Route == event.RouteRetry && d.Retry != nil {
+		p = pendingRetry{TaskID: task, NotBefore: d.Retry.NotBefore.Time, Refs: retryRefs(r.Event), At: ts}
+		if err := b.put("due/"+task, p); err != nil {
+			return err
+		}
+		var nb [8]byte
+		binary.BigEndian.PutUint64(nb[:], uint64(p.NotBefore.UnixMilli()))
+		for _, ref := range p.Refs {
+			if err := b.b.Set([]byte(dueRefKey(ref, task)), nb[:], nil); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// delDue forgets a retry not yet published, with its entries under its
+// breakers.
+func delDue(b *batch, p *pendingRetry) error {
+	for _, ref := range p.Refs {
+		if err := b.del(dueRefKey(ref, p.TaskID)); err != nil {
+			return err
+		}
+	}
+	return b.del("due/" + p.TaskID)
+}
+
+// dueRefKey is the entry of a retry not yet published under a breaker it
+// goes into (ref: SCOPE/key).
+func dueRefKey(ref, task string) string { return "dueref/" + ref + "/\x00" + task }
+
+// breakerOrderKey is a breaker's place on the Breakers page: open ones
+// first, then half-open, then closed, each by scope and key.
+func breakerOrderKey(state, scope, key string) string {
+	rank := "2"
+	switch state {
+	case breaker.Open.String():
+		rank = "0"
+	case breaker.HalfOpen.String():
+		rank = "1"
+	}
+	return "brks/" + rank + "/" + scope + "/" + key
 }
 
 // applyDeadLetter stores a dead-letter record with its original bytes.

@@ -29,6 +29,16 @@ func (s *Server) applyAction(b *batch, rec *kgo.Record) (*note, error) {
 		return nil, err
 	}
 	at := fmt.Sprintf("%s/%08x/%016x", timeKey(a.At.UnixMilli()), rec.Partition, rec.Offset)
+	if n := a.decisions(); n > 0 {
+		// the reviewers' table counts each action once, as it arrives
+		if seen, err := b.get("op/"+at, nil); err != nil {
+			return nil, err
+		} else if !seen {
+			if err := b.add(progressKey(a.At, a.User), n); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := b.put("op/"+at, a); err != nil {
 		return nil, err
 	}

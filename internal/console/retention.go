@@ -54,8 +54,16 @@ func (s *Server) prune(now time.Time) (int, error) {
 			return 0, err
 		}
 	}
-	// alerts, by time
+	// alerts, by time; the reviewers' counts of the days before it
 	if err := b.b.DeleteRange([]byte("alr/"), []byte("alr/"+cutoff), nil); err != nil {
+		b.b.Close()
+		return 0, err
+	}
+	if err := b.b.DeleteRange([]byte("cost/"), []byte("cost/"+timeKey(now.Add(-s.cfg.ViewRetention).Truncate(time.Hour).UnixMilli())), nil); err != nil {
+		b.b.Close()
+		return 0, err
+	}
+	if err := b.b.DeleteRange([]byte("prog/"), []byte(strings.TrimSuffix(progressKey(now.Add(-s.cfg.ViewRetention), ""), "/")), nil); err != nil {
 		b.b.Close()
 		return 0, err
 	}

@@ -7,8 +7,9 @@ package console
 // decided, until the router's audit record for it appears.
 
 import (
-	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -58,19 +59,12 @@ type latchNote struct {
 }
 
 // latchNotes sets the latch note of each row of a hallucination whose
-// template is latched; halluc are the tasks of every open hallucination
-// item in the queue.
-func (s *Server) latchNotes(rows []row, halluc []string) error {
-	open := map[string]int{} // template -> open items not decided yet
-	for _, task := range halluc {
-		var it reviewItem
-		if ok, err := s.view.get("rev/"+task, &it); err != nil {
-			return err
-		} else if ok && it.open() && it.Template != "" && it.decided() == nil {
-			open[it.Template]++
-		}
-	}
+// template is latched, from the count of the template's open hallucination
+// items no one decided yet kept in the view (a page reads no other item,
+// however many a bad rollout opened).
+func (s *Server) latchNotes(rows []row) error {
 	latched := map[string]bool{}
+	open := map[string]int{}
 	for i := range rows {
 		r := &rows[i]
 		if r.Class != string(event.ClassHallucination) || r.Template == "" {
@@ -85,6 +79,13 @@ func (s *Server) latchNotes(rows []row, halluc []string) error {
 			}
 			l = ok && b.State == breaker.Open.String() && b.Latched
 			latched[r.Template] = l
+			if l {
+				var n int
+				if _, err := s.view.get(countTemplate+r.Template, &n); err != nil {
+					return err
+				}
+				open[r.Template] = n
+			}
 		}
 		if !l {
 			continue
@@ -98,10 +99,66 @@ func (s *Server) latchNotes(rows []row, halluc []string) error {
 	return nil
 }
 
-// ownerCount is one owner's open and overdue items.
+// ownerCount is one owner's open and overdue items; OverdueMore when the
+// overdue items were counted only up to maxOverdueScan.
 type ownerCount struct {
 	Owner         string
 	Open, Overdue int
+	OverdueMore   bool
+}
+
+// maxQueueScan bounds the queue index entries one page reads to find its
+// items; maxOverdueScan the overdue ones it counts; maxCounted the owners
+// and classes it lists.
+const (
+	maxQueueScan   = 20_000
+	maxOverdueScan = 20_000
+	maxCounted     = 1_000
+)
+
+// queueCounts returns each owner's open and overdue items, by owner, and
+// the open items by class: the open counts are kept in the view as items
+// open and close; the overdue ones are the queue index's entries due before
+// now (it is in due order), counted up to maxOverdueScan.
+func (s *Server) queueCounts(now time.Time) ([]ownerCount, map[string]int, error) {
+	var owners []ownerCount
+	at := map[string]int{}
+	err := s.view.each(countOwner, false, func(k string, val []byte) bool {
+		var n int
+		if json.Unmarshal(val, &n) == nil {
+			at[k[len(countOwner):]] = len(owners)
+			owners = append(owners, ownerCount{Owner: k[len(countOwner):], Open: n})
+		}
+		return len(owners) < maxCounted
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	classes := map[string]int{}
+	err = s.view.each(countClass, false, func(k string, val []byte) bool {
+		var n int
+		if json.Unmarshal(val, &n) == nil {
+			classes[k[len(countClass):]] = n
+		}
+		return len(classes) < maxCounted
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	scanned := 0
+	err = s.view.eachRange("q/", "q/"+timeKey(now.UnixMilli()), false, func(_ string, val []byte) bool {
+		if i, ok := at[parseQueueEntry(val).Owner]; ok {
+			owners[i].Overdue++
+		}
+		scanned++
+		return scanned < maxOverdueScan
+	})
+	if scanned >= maxOverdueScan {
+		for i := range owners {
+			owners[i].OverdueMore = true
+		}
+	}
+	return owners, classes, err
 }
 
 // queuePage is the number of items on one page of the queue.
@@ -228,44 +285,48 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 		after = ""
 	}
 	now := time.Now()
-	counts := map[string]*ownerCount{}
-	classes := map[string]bool{}
-	var page, halluc []string
-	next, total := "", 0
-	err := s.queueScan("", func(k, task string, due time.Time, e queueEntry) bool {
-		oc := counts[e.Owner]
-		if oc == nil {
-			oc = &ownerCount{Owner: e.Owner}
-			counts[e.Owner] = oc
-		}
-		oc.Open++
-		if due.Before(now) {
-			oc.Overdue++
-		}
-		classes[e.Class] = true
-		if e.Class == string(event.ClassHallucination) {
-			halluc = append(halluc, task)
-		}
+	owners, classes, err := s.queueCounts(now)
+	if err != nil {
+		return err
+	}
+	// a page of the filter's items from after: at most maxQueueScan index
+	// entries read (a filter that matches few items goes on from where the
+	// page stopped)
+	var page []string
+	next, scanned := "", 0
+	err = s.queueScan(after, func(k, task string, _ time.Time, e queueEntry) bool {
+		scanned++
 		if f.matchEntry(e) {
-			total++
-			if k > after {
-				if len(page) < queuePage {
-					page = append(page, task)
-					next = k
-				} else if len(page) == queuePage {
-					page = append(page, "") // there is a next page
-				}
+			if len(page) == queuePage {
+				return false // there is a next page
 			}
+			page = append(page, task)
 		}
-		return true
+		next = k
+		return scanned < maxQueueScan
 	})
 	if err != nil {
 		return err
 	}
-	if len(page) > queuePage {
-		page = page[:queuePage]
-	} else {
-		next = ""
+	if len(page) < queuePage && scanned < maxQueueScan {
+		next = "" // the index ended
+	}
+	total := ""
+	switch {
+	case f.Owner == "" && f.Class == "":
+		n := 0
+		for _, oc := range owners {
+			n += oc.Open
+		}
+		total = strconv.Itoa(n)
+	case f.Class == "":
+		for _, oc := range owners {
+			if oc.Owner == f.Owner {
+				total = strconv.Itoa(oc.Open)
+			}
+		}
+	case f.Owner == "":
+		total = strconv.Itoa(classes[f.Class])
 	}
 	rows := make([]row, 0, len(page))
 	for _, task := range page {
@@ -276,14 +337,9 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 			rows = append(rows, s.rowOf(&it, p, now))
 		}
 	}
-	if err := s.latchNotes(rows, halluc); err != nil {
+	if err := s.latchNotes(rows); err != nil {
 		return err
 	}
-	var owners []ownerCount
-	for _, oc := range counts {
-		owners = append(owners, *oc)
-	}
-	slices.SortFunc(owners, func(a, b ownerCount) int { return cmp.Compare(a.Owner, b.Owner) })
 	closed, err := s.recentlyClosed(20)
 	if err != nil {
 		return err
@@ -296,7 +352,7 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 		s.fillAssignees(rows)
 	}
 	s.render(w, r, p, "review", http.StatusOK, "Review queue", "review", map[string]any{
-		"Rows": rows, "Owners": owners, "Classes": sortedSet(classes), "Filter": f, "Closed": closed,
+		"Rows": rows, "Owners": owners, "Classes": slices.Sorted(maps.Keys(classes)), "Filter": f, "Closed": closed,
 		"Reviewer": p.reviewer(), "Total": total, "Next": next, "First": after != "",
 		"Progress": progress,
 	})

@@ -11,17 +11,20 @@ package console
 //	meta/layout                        -> the version of this layout
 //	rev/<task_id>                      -> reviewItem (JSON)
 //	open/<task_id>                     -> marker: the item is open
-//	q/<due:16 hex>/<task_id>           -> queueEntry (owner NUL class): an open item by due time
+//	q/<due:16 hex>/<task_id>           -> queueEntry (owner NUL class NUL template NUL decided): an open item by due time
 //	cls/<closed:16 hex>/<task_id>      -> marker: a closed item by closing time
 //	orp/<decided:16 hex>/<task_id>     -> marker: decisions for a task without an item, by decision time (retention.go)
 //	brk/<scope>/<key>                  -> breakerView (JSON)
+//	brks/<rank>/<scope>/<key>          -> marker: the breakers in the page's order (rank 0 OPEN, 1 HALF_OPEN, 2 CLOSED)
 //	dl/<time:16 hex>/<topic>/<partition>/<offset> -> deadLetter (JSON)
 //	dli/<topic>/<partition>/<offset>   -> the dl/ key of that dead letter
 //	alr/<time:16 hex>/<partition>/<offset> -> alert (JSON)
 //	due/<task_id>                      -> pendingRetry (JSON): an audited retry not yet published
+//	dueref/<scope>/<key>/<task_id>     -> its not-before (8 bytes, ms), under each breaker it goes into
 //	job/<id>                           -> job (JSON): a re-drive job and who ran it
 //	cost/<hour:16 hex>/<c|m|t>/<name>  -> costSums (JSON): the cost ledger of an hour by class, provider/model, template (cost.go)
 //	op/<time:16 hex>/<partition>/<offset> -> opAction (JSON): an operator action
+//	prog/<day:16 hex>/<user>           -> the user's decisions that day (JSON number)
 //	opt/<task_id>/<time>/<partition>/<offset> -> opAction of one task
 //	nq/<task_id>                       -> marker: a high-priority item opened, to notify (notify.go)
 //	ntf/<notice>/<task_id>/<opened:16 hex> -> marker: the webhook notice of that opening was sent
@@ -34,6 +37,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -43,6 +47,9 @@ import (
 // view is the Pebble-backed cache of the topics.
 type view struct {
 	db *pebble.DB
+	// reads counts the keys the pages read (a get, or a key an iteration
+	// visits): the work of a page, which its tests bound
+	reads atomic.Int64
 }
 
 func openView(dir string, log *slog.Logger) (*view, error) {
@@ -60,7 +67,7 @@ func openView(dir string, log *slog.Logger) (*view, error) {
 
 // viewLayout is the version of the key layout; a view of another layout
 // (or of none) is emptied and rebuilt from the topics.
-const viewLayout = "3"
+const viewLayout = "4"
 
 func (v *view) checkLayout(log *slog.Logger) error {
 	b, closer, err := v.db.Get([]byte("meta/layout"))
@@ -92,6 +99,7 @@ func (v *view) close() error { return v.db.Close() }
 
 // get decodes the JSON value of key into out; false when there is none.
 func (v *view) get(key string, out any) (bool, error) {
+	v.reads.Add(1)
 	b, closer, err := v.db.Get([]byte(key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
@@ -127,6 +135,7 @@ func (v *view) each(prefix string, desc bool, fn func(key string, val []byte) bo
 		valid, next = it.Last, it.Prev
 	}
 	for ok := valid(); ok; ok = next() {
+		v.reads.Add(1)
 		if !fn(string(it.Key()), it.Value()) {
 			break
 		}
@@ -146,6 +155,7 @@ func (v *view) eachRange(lo, hi string, desc bool, fn func(key string, val []byt
 		valid, next = it.Last, it.Prev
 	}
 	for ok := valid(); ok; ok = next() {
+		v.reads.Add(1)
 		if !fn(string(it.Key()), it.Value()) {
 			break
 		}
@@ -197,8 +207,18 @@ func (b *batch) put(key string, val any) error {
 
 func (b *batch) del(key string) error { return b.b.Delete([]byte(key), nil) }
 
+// add adds n to the count under key (0 when absent).
+func (b *batch) add(key string, n int) error {
+	var c int
+	if _, err := b.get(key, &c); err != nil {
+		return err
+	}
+	return b.put(key, c+n)
+}
+
 // get reads key as the batch would leave it: an indexed batch reads through
-// to the database, and a key it deletes is not found.
+// to the database, and a key it deletes is not found. A nil out only asks
+// whether the key is there.
 func (b *batch) get(key string, out any) (bool, error) {
 	val, closer, err := b.b.Get([]byte(key))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -208,6 +228,9 @@ func (b *batch) get(key string, out any) (bool, error) {
 		return false, err
 	}
 	defer closer.Close()
+	if out == nil {
+		return true, nil
+	}
 	return true, json.Unmarshal(val, out)
 }
 
