@@ -130,7 +130,10 @@ func (c *checker) breakers(ts []transition) {
 		cfg := c.breakerConfig(sc)
 		latch := latchedOpen(t)
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
-		if sc == breaker.PromptTemplate && e.From == breaker.Open.String() && e.To == breaker.Closed.String() {
+		// OPEN to OPEN: the latch alone ended, the breaker stays open on
+		// the failure-rate state shared for it
+		unlatched := e.From == breaker.Open.String() && e.To == breaker.Open.String()
+		if sc == breaker.PromptTemplate && e.From == breaker.Open.String() && (e.To == breaker.Closed.String() || unlatched) {
 			// a template goes from OPEN to CLOSED when its latch is let go
 			// (a reviewer's decision of an item, the last item decided
 			// elsewhere, a RESET), or, not latched, adopting another
@@ -142,6 +145,10 @@ func (c *checker) breakers(ts []transition) {
 			c.released(k.ref, e, at, decided)
 		}
 		switch {
+		case unlatched:
+			if !prev.latched {
+				c.violate("breaker.chain", e.TaskID, "%s on instance %s: its latch ended at %s, but it was not latched", k.ref, e.Instance, stamp(at))
+			}
 		case isAdopted:
 			// a change another instance made, or a person's RESET record
 			closed := e.To == breaker.Closed.String()
@@ -182,7 +189,10 @@ func (c *checker) breakers(ts []transition) {
 				c.violate("breaker.cause", e.TaskID, "%s closed at %s by task %s, which has no SUCCEEDED decision at that time", k.ref, stamp(at), e.TaskID)
 			}
 		}
-		timelines[k] = append(tl, span{state: e.To, from: at, process: proc, latched: latch || prev.latched && e.To == breaker.Open.String(), adopted: isAdopted})
+		// after the latch ended the OPEN is the shared one, whose cooldown
+		// began before (checked as an adopted one)
+		timelines[k] = append(tl, span{state: e.To, from: at, process: proc,
+			latched: latch || prev.latched && e.To == breaker.Open.String() && !unlatched, adopted: isAdopted || unlatched})
 	}
 	c.retriesVsBreakers(timelines)
 	for _, xs := range c.retries {

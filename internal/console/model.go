@@ -197,7 +197,9 @@ func applyTransition(b *breakerView, e *event.BreakerEvent, latched bool, ts tim
 	b.Scope, b.Key, b.State, b.Instance, b.Since = e.Scope, e.Key, e.To, e.Instance, ts
 	b.Failures, b.Requests = e.Failures, e.Requests
 	if e.To == breaker.Open.String() {
-		b.OpenedAt, b.OpenReason = ts, e.Reason
+		if e.From != breaker.Open.String() { // OPEN to OPEN: the latch alone ended
+			b.OpenedAt, b.OpenReason = ts, e.Reason
+		}
 		b.Latched = latched
 	}
 	if e.To == breaker.Closed.String() {

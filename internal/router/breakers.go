@@ -311,11 +311,11 @@ func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
 		who = "a reviewer"
 	}
 	reason := fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason)
-	ts := k.unlatch(ref, reason, now)
+	ts, from := k.unlatch(ref, reason, now)
 	for i := range ts {
 		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
 	}
-	k.transitionEvents(ts, out)
+	k.transitionEventsFrom(ts, out, from)
 }
 
 // command audits a RESET or LATCH command from the decisions topic and

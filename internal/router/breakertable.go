@@ -783,15 +783,17 @@ func (k *breakers) syncLatch(ref breaker.Ref, out recordsOut, now time.Time) {
 			who = rs.Instance
 			reason = fmt.Sprintf("%s reset the breaker: %s", rs.Instance, rs.Reason)
 		}
-		k.transitionEventsFrom(k.unlatch(ref, reason, now), out, who)
+		ts, from := k.unlatch(ref, reason, now)
+		k.transitionEventsFrom(ts, out, cmp.Or(from, who))
 	}
 }
 
 // unlatch ends ref's latch and leaves the breaker in the failure-rate
 // state shared for it, the latest the table read (none: CLOSED): an OPEN
 // whose cooldown has not ended still holds retries, on every instance
-// alike. It returns the transition (none when it stays OPEN).
-func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) []breaker.Transition {
+// alike. It returns the transition (OPEN to OPEN when it stays open), and
+// the other instance whose shared state it took ("" for none or this one).
+func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) ([]breaker.Transition, string) {
 	k.table.mu.Lock()
 	s, shared := k.table.latest[ref]
 	k.table.mu.Unlock()
@@ -807,11 +809,11 @@ func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) []brea
 		}
 	}
 	ts := k.set.Unlatch(ref, sh, reason, now)
-	if sh.State == breaker.Open {
-		k.log.Warn("breaker latch ended; it stays OPEN until its cooldown ends", "scope", ref.Scope, "key", ref.Key,
-			"reason", reason, "opened_at", sh.OpenedAt)
+	from := ""
+	if sh.State != breaker.Closed && sh.Elsewhere {
+		from = s.Instance
 	}
-	return ts
+	return ts, from
 }
 
 // tidy writes, for a breaker whose latch changed, the tombstones of the

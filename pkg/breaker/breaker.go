@@ -549,8 +549,8 @@ func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
 // share for it: an OPEN keeps the time it opened there, so the cooldown
 // it began before or while the breaker was latched still holds retries; a
 // HALF_OPEN lets probes through; a CLOSED closes it, clearing its window.
-// It returns the transition it causes (none for an OPEN, which stays OPEN),
-// and nothing for a breaker that is not latched.
+// It returns the transition it causes (OPEN to OPEN when it stays open: the
+// latch alone ended), and nothing for a breaker that is not latched.
 func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transition {
 	ref = s.lookup(ref)
 	b, ok := s.breakers[ref]
@@ -578,7 +578,8 @@ func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transi
 		cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
 		b.wait = b.openedAt + cooldown + recheck(cooldown)
 	}
-	return nil
+	fail, req := s.counts(ref, b, now.UnixMilli())
+	return []Transition{{Ref: ref, From: Open, To: Open, Reason: reason, Failures: fail, Requests: req, At: now}}
 }
 
 // State returns the state of a breaker; CLOSED for one never seen.

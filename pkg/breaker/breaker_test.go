@@ -581,7 +581,7 @@ func TestAdoptOpenKeepsTheLaterOpening(t *testing.T) {
 // TestUnlatchLeavesTheSharedState guards the end of a latch by its last
 // item: the breaker takes the failure-rate state shared for it. A shared
 // OPEN keeps refusing until its own cooldown (and, written elsewhere, a
-// recheck step more) ends, with no transition; a shared CLOSED closes it;
+// recheck step more) ends, its transition OPEN to OPEN; a shared CLOSED closes it;
 // a rollback brings the latch back.
 func TestUnlatchLeavesTheSharedState(t *testing.T) {
 	tpl := Ref{Scope: PromptTemplate, Key: "refund-v3"}
@@ -590,8 +590,8 @@ func TestUnlatchLeavesTheSharedState(t *testing.T) {
 	opened := t0.Add(2 * time.Second) // another instance's OPEN, cooldown 5 s
 	now := t0.Add(3 * time.Second)
 	s.Begin()
-	if ts := s.Unlatch(tpl, Shared{State: Open, OpenedAt: opened, Elsewhere: true}, "item decided", now); len(ts) != 0 {
-		t.Fatalf("Unlatch into a shared OPEN = %+v, want no transition", ts)
+	if ts := s.Unlatch(tpl, Shared{State: Open, OpenedAt: opened, Elsewhere: true}, "item decided", now); len(ts) != 1 || ts[0].From != Open || ts[0].To != Open {
+		t.Fatalf("Unlatch into a shared OPEN = %+v, want one OPEN>OPEN transition (the latch alone ended)", ts)
 	}
 	if s.Latched(tpl) || s.State(tpl) != Open {
 		t.Fatalf("after Unlatch: latched %v, state %s; want unlatched OPEN", s.Latched(tpl), s.State(tpl))
