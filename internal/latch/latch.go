@@ -144,6 +144,12 @@ func (b *Book) ForgetReset(ref breaker.Ref) {
 	b.dirty[ref] = true
 }
 
+// ResetOffset returns the offset of ref's last RESET.
+func (b *Book) ResetOffset(ref breaker.Ref) (int64, bool) {
+	r, ok := b.resets[ref]
+	return r, ok
+}
+
 // Latched reports whether ref is latched: an item of it is open above its
 // last RESET.
 func (b *Book) Latched(ref breaker.Ref) bool { return b.above[ref] > 0 }

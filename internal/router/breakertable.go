@@ -36,6 +36,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -318,6 +319,14 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 		if writer == t.self && t.done {
 			t.mineResets[ref]--
 		}
+		// the tombstone names the RESET it removes: a newer one, read
+		// before it, stays (an earlier release names none)
+		at, named := resetOffsetOf(rec.Headers)
+		if named {
+			if r, ok := t.book.ResetOffset(ref); ok && r != at {
+				return
+			}
+		}
 		t.book.ForgetReset(ref)
 		delete(t.resets, ref)
 		return
@@ -332,6 +341,18 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 	delete(t.latest, ref)
 	// it also closes the breaker's failure-rate state, in the topic's order
 	t.keep(s, ref)
+}
+
+// resetOffsetOf reads the offset a RESET tombstone names
+// (codec.HeaderBreakerResetOffset).
+func resetOffsetOf(hs []kgo.RecordHeader) (int64, bool) {
+	for _, h := range hs {
+		if h.Key == codec.HeaderBreakerResetOffset {
+			n, err := strconv.ParseInt(string(h.Value), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
@@ -829,6 +850,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 	t.mu.Lock()
 	ended := t.book.Ended(ref)
 	obsolete := t.book.Obsolete(ref) && t.mineResets[ref] <= 0
+	resetAt, _ := t.book.ResetOffset(ref)
 	for i, key := range ended {
 		if m := t.mine[key]; m != nil && m.n > 0 {
 			ended[i] = "" // its tombstone is on its way
@@ -853,7 +875,8 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 		}
 		k.resetTombs[ref] = true
 		out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.String(), ref.Key)), Timestamp: now,
-			Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}})
+			Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)},
+				{Key: codec.HeaderBreakerResetOffset, Value: []byte(strconv.FormatInt(resetAt, 10))}}})
 	}
 }
 

@@ -660,3 +660,26 @@ func TestNoItemTombstoneBeforeTheTableIsCurrent(t *testing.T) {
 		t.Fatal("a's newer item of h-9 does not hold the template")
 	}
 }
+
+// Guards the tombstone of a RESET no item needs any more: written for the
+// RESET this instance read, it reaches the readers after a newer RESET
+// that a person wrote meanwhile, which ended a newer item. The newer RESET
+// stays: the item it ended does not hold the template again.
+func TestARESETTombstoneKeepsANewerRESET(t *testing.T) {
+	r := adoptRouter(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	r.cfg.Now = func() time.Time { return t0 }
+	feed(r, itemRec(t, "h-1", "a", true), resetRec(t, tplRef, "ops"))
+	readBack(r, step(r, t0, true, nil)) // h-1's tombstone
+	b := step(r, t0.Add(time.Second), true, nil)
+	if n := len(b.out); n != 1 || !strings.HasPrefix(string(b.out[0].Key), event.BreakerResetPrefix) || b.out[0].Value != nil {
+		t.Fatalf("the batch wrote %v, want the obsolete RESET's tombstone", b.out)
+	}
+	// before it is read back: a newer item, and a person's newer RESET
+	feed(r, itemRec(t, "h-2", "a", true), resetRec(t, tplRef, "ops"))
+	readBack(r, b)
+	step(r, t0.Add(2*time.Second), true, nil)
+	if r.brk.set.Latched(tplRef) {
+		t.Fatal("the tombstone of the older RESET removed the newer one: h-2's item, which it ended, latched the template again")
+	}
+}

@@ -65,6 +65,10 @@ const (
 	// router instance that wrote it; on a latch item's tombstone it is the
 	// only sign of its writer.
 	HeaderBreakerInstance = "faultrouter.breaker.instance"
+	// HeaderBreakerResetOffset is, on the tombstone of a RESET record of
+	// the breakers topic, the offset of the RESET it removes (decimal), so
+	// that a reader that has read a newer RESET of the breaker keeps it.
+	HeaderBreakerResetOffset = "faultrouter.breaker.reset.offset"
 	// HeaderBreakerAdoptedFrom is, on a TRANSITION of the alerts topic that
 	// an instance took from the breakers topic rather than made itself, the
 	// instance whose change it adopted (its own ID for a state an earlier
