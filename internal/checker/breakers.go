@@ -132,7 +132,7 @@ func (c *checker) breakers(ts []transition) {
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		// OPEN to OPEN: the latch alone ended, the breaker stays open on
 		// the failure-rate state shared for it
-		unlatched := e.From == breaker.Open.String() && e.To == breaker.Open.String()
+		unlatched := e.From == breaker.Open.String() && e.To == breaker.Open.String() && !latchedOpen(t)
 		if sc == breaker.PromptTemplate && e.From == breaker.Open.String() && (e.To == breaker.Closed.String() || unlatched) {
 			// a template goes from OPEN to CLOSED when its latch is let go
 			// (a reviewer's decision of an item, the last item decided

@@ -518,7 +518,9 @@ func (s *Set) Tick(now time.Time) []Transition {
 }
 
 // Trip opens a breaker and latches it: it stays OPEN, whatever the cooldown,
-// until Reset. It returns no transition for a breaker already latched.
+// until Reset or Unlatch. It returns no transition for a breaker already
+// latched, and OPEN to OPEN for one open on its failure rate (the latch
+// alone begins).
 func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transition {
 	b, ref := s.get(ref, now)
 	if b.latched {
@@ -528,6 +530,10 @@ func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transitio
 	if b.state != Open {
 		ts = append(ts, s.move(ref, b, Open, reason, now, &o))
 	} else {
+		s.saveFound(ref, b)
+		fail, req := s.counts(ref, b, now.UnixMilli())
+		ts = append(ts, Transition{Ref: ref, From: Open, To: Open, Reason: reason, Failures: fail, Requests: req,
+			Class: o.Class, TaskID: o.TaskID, At: now})
 		b.openedAt = now.UnixMilli()
 	}
 	b.latched = true

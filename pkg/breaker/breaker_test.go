@@ -616,3 +616,21 @@ func TestUnlatchLeavesTheSharedState(t *testing.T) {
 		t.Errorf("Unlatch of a breaker not latched = %+v, want nothing", ts)
 	}
 }
+
+// TestTripOfAnOpenBreakerSaysItLatched guards the alerts of a latch that
+// begins on a breaker its failure rate opened: the transition is OPEN to
+// OPEN, with the outcome's task, so that a reader of the transitions knows
+// it is latched (and, when the latch ends, Unlatch's OPEN to OPEN).
+func TestTripOfAnOpenBreakerSaysItLatched(t *testing.T) {
+	s := newTestSet(t)
+	for i := range 4 {
+		s.Record(Outcome{Ref: pm, Failure: true}, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if s.State(pm) != Open {
+		t.Fatalf("four failures left the breaker %s", s.State(pm))
+	}
+	ts := s.Trip(pm, "hallucination", Outcome{TaskID: "t9", Class: "MODEL_HALLUCINATION"}, t0.Add(time.Second))
+	if len(ts) != 1 || ts[0].From != Open || ts[0].To != Open || ts[0].TaskID != "t9" || !s.Latched(pm) {
+		t.Fatalf("Trip of an OPEN breaker = %+v (latched %v), want one OPEN>OPEN transition of t9", ts, s.Latched(pm))
+	}
+}
