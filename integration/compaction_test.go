@@ -30,13 +30,17 @@ import (
 // cleanerConfigs are the compacted topics' settings in a checker run: a
 // segment is closed (and so cleanable) a few seconds after it began, the
 // cleaner takes a log with almost any dirty share at once, and a tombstone
-// is removed 10 s after the cleaner first passed it, well within a run.
-// The broker's cleaner looks for work every second (kafka.sh).
+// is removed 45 s after the cleaner first passed it: those of a run's
+// first half are gone when it ends, so a restart reads states whose
+// tombstones it never sees, and those of its last minute are still there
+// when its last instance restores, where a tombstone followed by the
+// task's next state must give that state. The broker's cleaner looks for
+// work every second (kafka.sh).
 var cleanerConfigs = map[string]string{
 	"segment.ms":                "3000",
 	"min.cleanable.dirty.ratio": "0.01",
 	"min.compaction.lag.ms":     "0",
-	"delete.retention.ms":       "10000",
+	"delete.retention.ms":       "45000",
 }
 
 // compactWhileRouting gives the topics (they exist: the first router
