@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // State is a breaker state.
@@ -38,11 +40,11 @@ var States = []State{Closed, Open, HalfOpen}
 func (s State) String() string {
 	switch s {
 	case Closed:
-		return "CLOSED"
+		return event.BreakerClosed
 	case Open:
-		return "OPEN"
+		return event.BreakerOpen
 	case HalfOpen:
-		return "HALF_OPEN"
+		return event.BreakerHalfOpen
 	}
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
@@ -69,11 +71,11 @@ var Scopes = []Scope{ProviderModel, Downstream, PromptTemplate}
 func (s Scope) String() string {
 	switch s {
 	case ProviderModel:
-		return "PROVIDER_MODEL"
+		return event.ScopeProviderModel
 	case Downstream:
-		return "DOWNSTREAM"
+		return event.ScopeDownstream
 	case PromptTemplate:
-		return "PROMPT_TEMPLATE"
+		return event.ScopePromptTemplate
 	}
 	return fmt.Sprintf("Scope(%d)", uint8(s))
 }

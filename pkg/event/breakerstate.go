@@ -39,7 +39,21 @@ type BreakerState struct {
 // BreakerStateKey is the record key of a breaker's state: "<scope>/<key>".
 func BreakerStateKey(scope, key string) string { return scope + "/" + key }
 
-var breakerStates = []string{"CLOSED", "OPEN", "HALF_OPEN"}
+// The names of the breaker states and scopes as every record, page and
+// report writes them (BreakerState.State and .Scope, BreakerEvent.From, .To
+// and .Scope), declared here once: pkg/breaker's State and Scope print
+// them, the policy's surge scopes are two of them.
+const (
+	BreakerClosed   = "CLOSED"
+	BreakerOpen     = "OPEN"
+	BreakerHalfOpen = "HALF_OPEN"
+
+	ScopeProviderModel  = "PROVIDER_MODEL"
+	ScopeDownstream     = "DOWNSTREAM"
+	ScopePromptTemplate = "PROMPT_TEMPLATE"
+)
+
+var breakerStates = []string{BreakerClosed, BreakerOpen, BreakerHalfOpen}
 
 // Validate checks the fields a BreakerState must have.
 func (s *BreakerState) Validate() error {
@@ -50,11 +64,11 @@ func (s *BreakerState) Validate() error {
 		return &FieldError{Field: "key", Msg: "required, a non-empty string"}
 	case !slices.Contains(breakerStates, s.State):
 		return &FieldError{Field: "state", Msg: fmt.Sprintf("must be one of %v, got %q", breakerStates, s.State)}
-	case s.State == "OPEN" && (s.OpenedAt == nil || s.OpenedAt.IsZero()):
+	case s.State == BreakerOpen && (s.OpenedAt == nil || s.OpenedAt.IsZero()):
 		return &FieldError{Field: "opened_at", Msg: "required while state is OPEN"}
-	case s.Latched && s.State != "OPEN":
+	case s.Latched && s.State != BreakerOpen:
 		return &FieldError{Field: "latched", Msg: "true only while state is OPEN, got state " + s.State}
-	case s.Reset && s.State != "CLOSED":
+	case s.Reset && s.State != BreakerClosed:
 		return &FieldError{Field: "reset", Msg: "true only with state CLOSED, got state " + s.State}
 	case s.UpdatedAt.IsZero():
 		return &FieldError{Field: "updated_at", Msg: "required, an RFC 3339 time or integer milliseconds"}

@@ -257,8 +257,8 @@ type Surge struct {
 
 // Surge scopes.
 const (
-	SurgeScopePromptTemplate = "PROMPT_TEMPLATE"
-	SurgeScopeProviderModel  = "PROVIDER_MODEL"
+	SurgeScopePromptTemplate = event.ScopePromptTemplate
+	SurgeScopeProviderModel  = event.ScopeProviderModel
 )
 
 var surgeScopes = []string{SurgeScopePromptTemplate, SurgeScopeProviderModel}
