@@ -207,9 +207,11 @@ func (s *Server) consoleTopic() string {
 	if s.cfg.ConsoleTopic != "" {
 		return s.cfg.ConsoleTopic
 	}
-	state := s.topic("state")
-	return strings.TrimSuffix(state, "faultrouter.state") + "faultrouter.console"
+	return s.cfg.Topics.Prefix() + ConsoleTopicName
 }
+
+// ConsoleTopicName is the console's own topic without the topics' prefix.
+const ConsoleTopicName = "faultrouter.console"
 
 // consoleTopicRetention keeps the sign-outs and the operator actions.
 const consoleTopicRetention = 90 * 24 * time.Hour

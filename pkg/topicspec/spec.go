@@ -50,7 +50,8 @@ type Spec struct {
 // Set is every faultrouter topic, addressed by short name. The zero Set holds
 // no topics; build one with Load.
 type Set struct {
-	specs []Spec // in the order of shorts
+	specs  []Spec // in the order of shorts
+	prefix string // Load's prefix
 }
 
 // Shorts returns the short names of all topics, in the order of docs/design.md.
@@ -75,7 +76,7 @@ func load(fsys fs.FS, prefix string) (Set, error) {
 				ErrInvalidSpec, f, strings.Join(fileNames(), ", "))
 		}
 	}
-	var s Set
+	s := Set{prefix: prefix}
 	for _, short := range shorts {
 		file := short + ".yaml"
 		data, err := fs.ReadFile(fsys, file)
@@ -199,6 +200,10 @@ func (s Set) Name(short string) (string, error) {
 	return sp.Name, nil
 }
 
+// Prefix is the prefix Load put before every topic name: a tool's own
+// topic beside the router's (the console's) takes it too.
+func (s Set) Prefix() string { return s.prefix }
+
 // Names returns every topic's Kafka name, in the order of docs/design.md.
 func (s Set) Names() []string {
 	out := make([]string, len(s.specs))
@@ -212,7 +217,7 @@ func (s Set) Names() []string {
 // (so ingress, decisions and state stay co-partitioned). The default is the
 // count in each spec file (6). Validate rejects n < 1.
 func (s Set) WithPartitions(n int32) Set {
-	out := Set{specs: s.Specs()}
+	out := Set{specs: s.Specs(), prefix: s.prefix}
 	for i := range out.specs {
 		out.specs[i].Partitions = n
 	}
@@ -226,7 +231,7 @@ func (s Set) WithPartitions(n int32) Set {
 // The default is the factor in each spec file (1, for a single broker);
 // production clusters should use 3. Validate rejects rf < 1.
 func (s Set) WithReplicationFactor(rf int16) Set {
-	out := Set{specs: s.Specs()}
+	out := Set{specs: s.Specs(), prefix: s.prefix}
 	minISR := "1"
 	if rf >= 3 {
 		minISR = "2"
