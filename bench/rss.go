@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // rssResult is the memory of a `faultrouter run` process holding tasks live
@@ -74,7 +76,15 @@ func rss(ctx context.Context, bin, brokers string, seeds []kgo.Opt, prefix, work
 		return rssResult{}, err
 	}
 	defer cl.Close()
-	w, err := newWorkload(prefix+"ai.tasks.ingress", "rss", 7)
+	set, err := topicspec.Load(prefix)
+	if err != nil {
+		return rssResult{}, err
+	}
+	ingress, err := set.Name("ingress")
+	if err != nil {
+		return rssResult{}, err
+	}
+	w, err := newWorkload(ingress, "rss", 7)
 	if err != nil {
 		return rssResult{}, err
 	}
