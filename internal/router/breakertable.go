@@ -825,6 +825,11 @@ func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) ([]bre
 			sh.OpenedAt = s.OpenedAt.Time
 		}
 		sh.Elsewhere = s.Instance != k.instance
+		if sh.State == breaker.HalfOpen && !sh.Elsewhere {
+			// this instance's own probing, which the latch interrupted:
+			// its probes were never published; it closes
+			sh = breaker.Shared{}
+		}
 		if sh.State != breaker.Closed {
 			reason += "; back to the " + sh.State.String() + " " + s.Instance + " shared: " + s.Reason
 		}
