@@ -2,31 +2,16 @@ package console
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // BenchmarkReviewFirstPage10k renders the first page of a queue of 10,000
 // open items (the goal: under 200 ms), for a reviewer, from the view alone.
 func BenchmarkReviewFirstPage10k(b *testing.B) {
-	set, err := topicspec.Load("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := New(Config{Listen: "127.0.0.1:0", StateDir: b.TempDir(), Kafka: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, Topics: set,
-		Users: &Users{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.view.close()
+	s := workServer(b)
 	now := time.Now()
 	owners := []string{"ai_product", "security", "operations", "billing"}
 	for i := 0; i < 10_000; i += 1000 {

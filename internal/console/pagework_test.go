@@ -21,18 +21,18 @@ import (
 
 // workServer is a console with its view and no Kafka: the test fills the
 // view through the ingest's own functions and renders pages from it.
-func workServer(t *testing.T) *Server {
-	t.Helper()
+func workServer(tb testing.TB) *Server {
+	tb.Helper()
 	set, err := topicspec.Load("")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	s, err := New(Config{Listen: "127.0.0.1:0", StateDir: t.TempDir(), Kafka: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, Topics: set,
+	s, err := New(Config{Listen: "127.0.0.1:0", StateDir: tb.TempDir(), Kafka: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, Topics: set,
 		Users: &Users{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { s.view.close() })
+	tb.Cleanup(func() { s.view.close() })
 	return s
 }
 
