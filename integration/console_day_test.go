@@ -114,7 +114,7 @@ func TestConsoleReviewersDayInTheBrowser(t *testing.T) {
 
 	// c claims t-k1
 	selectTask(ctx, "t-k1")
-	run(t, ctx, c, "c claims t-k1", chromedp.KeyEvent("c"), chromedp.WaitVisible(css("#flash")))
+	run(t, ctx, c, "c claims t-k1", chromedp.KeyEvent("c"), flashSays("You hold t-k1 now"))
 	if got := text(t, ctx, c, row("t-k1")+" .holder"); !strings.Contains(got, "claimed by you") {
 		t.Errorf("t-k1 after alice's claim says %q", got)
 	}
@@ -165,7 +165,7 @@ func TestConsoleReviewersDayInTheBrowser(t *testing.T) {
 	if _, page := bob.get("/review"); !strings.Contains(queueRowHTML(page, "t-k1"), "<b>alice</b>") || strings.Contains(queueRowHTML(page, "t-k1"), "decided") {
 		t.Error("t-k1 is decided after one Enter: an approval must be confirmed")
 	}
-	run(t, ctx, c, "Enter again approves", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("#flash")))
+	run(t, ctx, c, "Enter again approves", chromedp.KeyEvent(kb.Enter), flashSays("Approval of t-k1 sent"))
 	if got := text(t, ctx, c, "#flash"); !strings.Contains(got, "Approval of t-k1 sent") {
 		t.Errorf("after Enter the page says %q", got)
 	}
@@ -179,7 +179,7 @@ func TestConsoleReviewersDayInTheBrowser(t *testing.T) {
 	if got := eval(ctx, `document.querySelector("form input[name=reason]").value`); got != "not what was asked" {
 		t.Errorf("the rejection's reason is %q, want exactly what was typed after r", got)
 	}
-	run(t, ctx, c, "Enter sends the rejection", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(css("#flash")))
+	run(t, ctx, c, "Enter sends the rejection", chromedp.KeyEvent(kb.Enter), flashSays("Rejection of t-k2 sent"))
 	if got := text(t, ctx, c, "#flash"); !strings.Contains(got, "Rejection of t-k2 sent") {
 		t.Errorf("after the confirmation the page says %q", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,6 +144,24 @@ func shot(t *testing.T, name string) chromedp.Action[chromedp.Void] {
 			return err
 		}
 		return os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	})
+}
+
+// flashSays waits, without reloading, until the page's banner says want:
+// the banner of the page before a navigation must not count.
+func flashSays(want string) chromedp.Action[chromedp.Void] {
+	js := `(document.querySelector("#flash") || {textContent: ""}).textContent.includes(` + strconv.Quote(want) + `)`
+	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		for {
+			if ok, err := chromedp.Evaluate[bool](js)(ctx, tg); err == nil && ok {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the banner never said %q", want)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	})
 }
 
