@@ -189,19 +189,13 @@ func (r *runningRouter) waitCaughtUp(ctx context.Context) error {
 	return nil
 }
 
-// routerTopics maps the topic specs onto the router's topic names.
+// routerTopics are the router's topics in a benchmark: those of the set but
+// the breakers topic, which the benchmark's topics leave out (each router's
+// breakers are its own).
 func routerTopics(set topicspec.Set) router.Topics {
-	n := func(short string) string {
-		name, err := set.Name(short)
-		if err != nil {
-			panic(err)
-		}
-		return name
-	}
-	return router.Topics{
-		Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"),
-		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"),
-	}
+	t := set.Topics()
+	t.Breakers = ""
+	return t
 }
 
 // latency produces events at a steady rate for d and measures, for each, the

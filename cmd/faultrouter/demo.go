@@ -18,7 +18,6 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
-	"github.com/faultrouter/faultrouter/internal/whatif"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -109,7 +108,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer os.RemoveAll(dir)
 	cfg := router.Default()
 	cfg.ClientOpts = seeds
-	cfg.Topics = routerTopics(set)
+	cfg.Topics = set.Topics()
 	cfg.StateDir = dir
 	cfg.InstanceID = "demo"
 	cfg.Logger = log
@@ -218,7 +217,7 @@ func demoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := demoCost(ctx, seeds, cfg, began, candidate, stdout); err != nil {
 		return err
 	}
-	if err := demoAdvise(ctx, seeds, whatif.Topics{Ingress: cfg.Topics.Ingress, Decisions: cfg.Topics.Decisions, Audit: cfg.Topics.Audit, Retry: cfg.Topics.Retry}, began, stdout); err != nil {
+	if err := demoAdvise(ctx, seeds, cfg.Topics, began, stdout); err != nil {
 		return err
 	}
 	if !*withConsole {

@@ -119,7 +119,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := router.Default()
 	cfg.ClientOpts = opts
-	cfg.Topics = routerTopics(set)
+	cfg.Topics = set.Topics()
 	cfg.StateDir = *stateDir
 	cfg.Policy = pol
 	cfg.Group = *group
@@ -158,21 +158,6 @@ func ensureTopics(ctx context.Context, opts []kgo.Opt, set topicspec.Set, log *s
 		return fmt.Errorf("run: refusing to start: %w", err)
 	}
 	return nil
-}
-
-// routerTopics maps the topic specs onto the router's topic names.
-func routerTopics(set topicspec.Set) router.Topics {
-	n := func(short string) string {
-		name, err := set.Name(short)
-		if err != nil {
-			panic(err) // the embedded specs always hold every short name
-		}
-		return name
-	}
-	return router.Topics{
-		Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"),
-		Audit: n("audit"), DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"), Breakers: n("breakers"),
-	}
 }
 
 // serveMetrics serves /metrics, /healthz and /readyz on addr.

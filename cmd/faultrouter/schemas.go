@@ -81,7 +81,7 @@ func schemasCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		list = []registry.TopicSchema{{Topic: name, Schema: string(text)}}
 	} else {
-		t := routerTopics(set)
+		t := set.Topics()
 		list, err = registry.Schemas{Ingress: t.Ingress, Decisions: t.Decisions, Retry: t.Retry, Review: t.Review,
 			Audit: t.Audit, DeadLetter: t.DeadLetter, Alerts: t.Alerts}.TopicSchemas()
 		if err != nil {

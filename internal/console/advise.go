@@ -98,7 +98,7 @@ func (s *Server) adviseRun(w http.ResponseWriter, r *http.Request, p *person) er
 	ctx, cancel := context.WithTimeout(r.Context(), whatifTimeout)
 	defer cancel()
 	until := time.Now()
-	res, err := advise.Run(ctx, s.cfg.Kafka, whatif.Topics{Ingress: s.topic("ingress"), Decisions: s.topic("decisions"), Audit: s.topic("audit"), Retry: s.topic("retry")},
+	res, err := advise.Run(ctx, s.cfg.Kafka, s.cfg.Topics.Topics(),
 		advise.Options{Policy: s.cfg.Policy},
 		advise.RunOptions{Since: until.Add(-time.Duration(pg.Hours) * time.Hour), Until: until, RunningFile: s.cfg.PolicyFile, Idle: 20 * time.Second})
 	if err != nil {

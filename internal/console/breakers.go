@@ -148,7 +148,7 @@ func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person)
 	if err := s.record(r.Context(), opAction{Action: "breaker_reset", User: p.Name, What: scope.String() + "/" + key, Why: reason}); err != nil {
 		return err
 	}
-	n, err := control.ResetBreaker(r.Context(), s.cfg.Kafka, s.codec, control.Topics{Decisions: s.topic("decisions"), Breakers: s.topic("breakers")}, control.Reset{Scope: scope, Key: key, Reason: reason, Operator: p.Name})
+	n, err := control.ResetBreaker(r.Context(), s.cfg.Kafka, s.codec, s.cfg.Topics.Topics(), control.Reset{Scope: scope, Key: key, Reason: reason, Operator: p.Name})
 	if err != nil {
 		return err
 	}

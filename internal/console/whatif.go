@@ -120,7 +120,7 @@ func (s *Server) whatifRun(w http.ResponseWriter, r *http.Request, p *person) er
 	ctx, cancel := context.WithTimeout(r.Context(), whatifTimeout)
 	defer cancel()
 	until := time.Now()
-	rep, err := whatif.Run(ctx, s.cfg.Kafka, whatif.Topics{Ingress: s.topic("ingress"), Decisions: s.topic("decisions"), Audit: s.topic("audit"), Retry: s.topic("retry")},
+	rep, err := whatif.Run(ctx, s.cfg.Kafka, s.cfg.Topics.Topics(),
 		whatif.Options{Baseline: s.cfg.Policy, Candidate: cand, Since: until.Add(-time.Duration(pg.Hours) * time.Hour), Until: until},
 		whatif.RunOptions{Idle: 20 * time.Second})
 	if err != nil {

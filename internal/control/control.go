@@ -20,6 +20,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Sentinel errors of the instructions.
@@ -95,9 +96,8 @@ func partitions(ctx context.Context, cl *kgo.Client, topic string) (map[int32]ka
 // topic, whose records every router instance applies in offset order (the
 // authority for latches), and the decisions topic, on every partition of
 // which every instance audits the instruction.
-type Topics struct {
-	Decisions, Breakers string
-}
+// It reads the Decisions and Breakers fields.
+type Topics = topicspec.Topics
 
 // Reset is a person closing a circuit breaker.
 type Reset struct {

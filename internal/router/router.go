@@ -43,16 +43,12 @@ import (
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
-// Topics are the full names of the topics the router reads and writes.
-type Topics struct {
-	Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State string
-	// Breakers is the compacted topic the instances share their breakers
-	// through (breakertable.go). Optional: without it each instance's
-	// breakers are its own and live in its memory only.
-	Breakers string
-}
+// Topics are the full names of the topics the router reads and writes
+// (Breakers optional: breakertable.go).
+type Topics = topicspec.Topics
 
 // Config configures a Router. Default returns the defaults; Validate names
 // the first bad field.

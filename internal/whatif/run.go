@@ -16,15 +16,15 @@ import (
 	"github.com/faultrouter/faultrouter/internal/checker"
 	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Topics are the full names of the topics a what-if reads. Retry is
 // optional: without it the replay takes every retry to be published at its
 // due time (a breaker's hold not seen), which moves the expiry of tasks held
 // behind an open breaker.
-type Topics struct {
-	Ingress, Decisions, Audit, Retry string
-}
+// It reads the Ingress, Decisions, Audit and Retry fields.
+type Topics = topicspec.Topics
 
 // RunOptions are the I/O side of Run.
 type RunOptions struct {

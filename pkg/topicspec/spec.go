@@ -200,6 +200,30 @@ func (s Set) Name(short string) (string, error) {
 	return sp.Name, nil
 }
 
+// Topics are the full names of the topics, one field per short name: the
+// one declaration the router's, the console's, the control verbs' and the
+// what-if's topic sets are (each reads the fields it needs).
+type Topics struct {
+	Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State string
+	// Breakers is the compacted topic the router instances share their
+	// breakers and latches through. Optional for a router: without it each
+	// instance's breakers are its own and live in its memory only.
+	Breakers string
+}
+
+// Topics returns the full names of the set's topics.
+func (s Set) Topics() Topics {
+	n := func(short string) string {
+		name, err := s.Name(short)
+		if err != nil {
+			panic(err) // every Set holds every short name (load, Validate)
+		}
+		return name
+	}
+	return Topics{Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"), Audit: n("audit"),
+		DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"), Breakers: n("breakers")}
+}
+
 // Prefix is the prefix Load put before every topic name: a tool's own
 // topic beside the router's (the console's) takes it too.
 func (s Set) Prefix() string { return s.prefix }

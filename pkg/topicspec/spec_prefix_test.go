@@ -18,3 +18,19 @@ func TestSetKeepsItsPrefix(t *testing.T) {
 		t.Errorf("the state topic %q does not begin with the prefix", name)
 	}
 }
+
+// Guards the one declaration of the topics' names: Topics gives every short
+// name's full name, prefix included.
+func TestTopicsNamesEveryTopic(t *testing.T) {
+	s, err := Load("p.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Topics()
+	for short, name := range map[string]string{"ingress": got.Ingress, "decisions": got.Decisions, "retry": got.Retry, "review": got.Review,
+		"audit": got.Audit, "deadletter": got.DeadLetter, "alerts": got.Alerts, "state": got.State, "breakers": got.Breakers} {
+		if want, _ := s.Name(short); name != want {
+			t.Errorf("Topics() names %s %q, want %q", short, name, want)
+		}
+	}
+}
