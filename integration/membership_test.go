@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,5 +108,93 @@ func TestStaticMemberHandsOverOnShutdown(t *testing.T) {
 		return len(after) == 2 && len(after["a"]) > 0 && len(after["b"]) > 0
 	}) {
 		t.Errorf("a did not rejoin as static member a: group %v; a's logs:\n%s", after, a.logs.String())
+	}
+}
+
+// Guards the fence of a departed static member's open transaction: static
+// member a freezes (SIGSTOP) in the middle of a transaction while a stream
+// runs, and stays frozen past the session timeout. The group moves its
+// partitions to b; b finds a gone with its transaction open and fences a's
+// transactional ID itself (the broker aborts the transaction at once, not
+// at the transaction timeout), then restores and routes a's partitions:
+// every event produced while a was frozen is decided exactly once. The
+// real policy, breakers on.
+func TestDepartedStaticMembersTransactionIsFenced(t *testing.T) {
+	e := newEnv(t)
+	flags := []string{"--static-membership", "--session-timeout", "6s"}
+	a := e.startRouter("a", t.TempDir(), flags...)
+	b := e.startRouter("b", t.TempDir(), flags...)
+	adm := kadm.NewClient(kafkaClient(t))
+	txnID := e.prefix + "router-a"
+
+	// a steady stream, so that a is in a transaction most of the time
+	stop := make(chan struct{})
+	streamed := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { streamed <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var batch strings.Builder
+			for range 20 {
+				batch.WriteString(taskEvent(fmt.Sprintf("fence-%d", n), fmt.Sprintf("t-fence-%d", n), 1, `"status":"OK","stage":"MODEL","output":{"text":"done","schema_valid":true,"confidence":0.95}`))
+				n++
+			}
+			e.cli(batch.String(), "produce", "--topic", "ingress")
+		}
+	}()
+	ongoing := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		open, err := adm.ListTransactions(ctx, nil, []string{"Ongoing"})
+		if err != nil {
+			return false
+		}
+		_, ok := open[txnID]
+		return ok
+	}
+	// freeze a until it is frozen inside a transaction
+	pid := a.cmd.Process.Pid
+	frozen := false
+	for try := 0; try < 200 && !frozen; try++ {
+		syscall.Kill(-pid, syscall.SIGSTOP)
+		if frozen = ongoing(); !frozen {
+			syscall.Kill(-pid, syscall.SIGCONT)
+			time.Sleep(time.Duration(20+try%7*10) * time.Millisecond)
+		}
+	}
+	if !frozen {
+		close(stop)
+		t.Fatalf("a was never frozen inside a transaction of %s in 200 tries", txnID)
+	}
+	defer a.kill()
+	if !waitFor(60*time.Second, func() bool {
+		return strings.Contains(b.logs.String(), "fenced the open transaction of a member that left the group") &&
+			strings.Contains(b.logs.String(), txnID)
+	}) {
+		close(stop)
+		t.Fatalf("b did not fence a's open transaction %s; b's logs:\n%s", txnID, tailLines(b.logs.String(), 60))
+	}
+	if ongoing() {
+		t.Errorf("a's transaction %s is still open after b fenced it", txnID)
+	}
+	close(stop)
+	n := <-streamed
+	audit := e.tailUntil("audit", 60*time.Second, func(r []map[string]any) bool {
+		for i := range n {
+			if len(byTask(r, fmt.Sprintf("t-fence-%d", i))) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range n {
+		if got := len(byTask(audit, fmt.Sprintf("t-fence-%d", i))); got != 1 {
+			t.Fatalf("t-fence-%d has %d audit records, want exactly 1 (%d tasks streamed); b's logs:\n%s", i, got, n, tailLines(b.logs.String(), 60))
+		}
 	}
 }
