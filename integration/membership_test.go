@@ -21,7 +21,7 @@ import (
 // departed member until the session times out and their events wait.
 func TestStaticMemberHandsOverOnShutdown(t *testing.T) {
 	e := newEnv(t)
-	flags := append([]string{"--static-membership", "--session-timeout", "60s"}, quietBreakers(t)...)
+	flags := []string{"--static-membership", "--session-timeout", "60s"}
 	a := e.startRouter("a", t.TempDir(), flags...)
 	b := e.startRouter("b", t.TempDir(), flags...)
 	adm := kadm.NewClient(kafkaClient(t))
