@@ -256,3 +256,24 @@ func TestCostPageWorkIsBounded(t *testing.T) {
 		t.Errorf("after pruning with a 7-day retention %d cost keys are left, want the 3 of this hour", left)
 	}
 }
+
+// Guards the queue's pager at the edge: a queue of exactly one page has no
+// next page, one of a page and one item has.
+func TestQueuePagerAtAPage(t *testing.T) {
+	for _, n := range []int{queuePage, queuePage + 1} {
+		s := workServer(t)
+		now := time.Now()
+		fill(t, s, n, func(b *batch, i int) error {
+			_, err := s.updateItem(b, fmt.Sprintf("p-%04d", i), func(it *reviewItem) {
+				it.OpenedAt, it.SLAMs = now.Add(-time.Duration(i)*time.Second), 3_600_000
+				it.Owner, it.Class, it.Reason = "ai_product", string(event.ClassModelRefusal), "refused"
+			})
+			return err
+		})
+		p := &person{Name: "rita", Roles: []string{RoleReviewer}, Owners: []string{"*"}}
+		body, _ := render(t, s, p, "/review", s.reviewPage)
+		if got, want := strings.Contains(body, `id="next-page"`), n > queuePage; got != want {
+			t.Errorf("a queue of %d items: next page link %v, want %v", n, got, want)
+		}
+	}
+}

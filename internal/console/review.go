@@ -293,22 +293,27 @@ func (s *Server) reviewPage(w http.ResponseWriter, r *http.Request, p *person) e
 	// entries read (a filter that matches few items goes on from where the
 	// page stopped)
 	var page []string
-	next, scanned := "", 0
+	next, scanned, more := "", 0, false
 	err = s.queueScan(after, func(k, task string, _ time.Time, e queueEntry) bool {
 		scanned++
 		if f.matchEntry(e) {
 			if len(page) == queuePage {
-				return false // there is a next page
+				more = true // there is a next page
+				return false
 			}
 			page = append(page, task)
 		}
 		next = k
-		return scanned < maxQueueScan
+		if scanned >= maxQueueScan {
+			more = true // looked through enough: the next page goes on from here
+			return false
+		}
+		return true
 	})
 	if err != nil {
 		return err
 	}
-	if len(page) < queuePage && scanned < maxQueueScan {
+	if !more {
 		next = "" // the index ended
 	}
 	total := ""
