@@ -66,6 +66,16 @@ func render(t *testing.T, s *Server, p *person, url string, page func(http.Respo
 	return w.Body.String(), reads
 }
 
+// skipShort skips a test of 100,000 records under -short: the race pass
+// (make test) runs the package with it, where filling the view takes
+// minutes and the work counted is the same.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("100,000 records: run without -short")
+	}
+}
+
 // pageBound is the most view keys one page may read, whatever the view
 // holds: its page of rows and what each row shows, and the counts kept.
 const pageBound = 2_000
@@ -79,6 +89,7 @@ const pageBound = 2_000
 // shows is exact: the owner's open count, the other items keeping the
 // template offline, the approvals today. Its next page reads no more.
 func TestReviewPageWorkIsBounded(t *testing.T) {
+	skipShort(t)
 	s := workServer(t)
 	now := time.Now()
 	const n = 100_000
@@ -156,6 +167,7 @@ func section(body, id string) string {
 // open one: a page of 100, open ones first, each open breaker's held
 // retries counted up to a bound, and a next page.
 func TestBreakersPageWorkIsBounded(t *testing.T) {
+	skipShort(t)
 	s := workServer(t)
 	now := time.Now()
 	const n = 100_000
@@ -217,6 +229,7 @@ func TestBreakersPageWorkIsBounded(t *testing.T) {
 // (one per template and hour) are not read for the last 24 hours, and
 // the view's retention prunes them.
 func TestCostPageWorkIsBounded(t *testing.T) {
+	skipShort(t)
 	s := workServer(t)
 	now := time.Now()
 	old := now.Add(-10 * 24 * time.Hour)
