@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -115,16 +116,39 @@ func TestRedriveByFilterPreviewThenJob(t *testing.T) {
 // readAll reads every record of topic.
 func readAll(t *testing.T, opts []kgo.Opt, topic string) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.KeepControlRecords())...) // a transaction's marker may be the last offset
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// to the end offsets listed now: a fixed wait reads nothing on a slow
+	// machine (the race detector)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	var out []*kgo.Record
+	for len(left) > 0 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		})
+	}
+	if len(left) > 0 {
+		t.Fatalf("%s: partitions %v not read to their end within 30 s", topic, left)
 	}
 	return out
 }
