@@ -276,7 +276,9 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 			todo[o.Partition] = e.Offset
 		}
 	})
-	cl, err := kgo.NewClient(append(s.cfg.Kafka, kgo.ConsumePartitions(consume))...)
+	// control records too: a transaction's marker at a partition's end
+	// tells that the end was read
+	cl, err := kgo.NewClient(append(s.cfg.Kafka, kgo.ConsumePartitions(consume), kgo.KeepControlRecords())...)
 	if err != nil {
 		return err
 	}
@@ -288,10 +290,10 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 	for {
 		pctx, pcancel := ctx, context.CancelFunc(func() {})
 		if ready != nil {
-			// a partition whose last offsets hold no record to deliver (a
-			// transaction marker) would never report its end: five quiet
-			// seconds count as read
-			pctx, pcancel = context.WithTimeout(ctx, 5*time.Second)
+			// the end offsets are read (control records included); a fetch
+			// that stays empty this long (a broker that answers nothing)
+			// counts as read rather than keep the console from serving
+			pctx, pcancel = context.WithTimeout(ctx, 30*time.Second)
 		}
 		fs := cl.PollFetches(pctx)
 		quiet := fs.NumRecords() == 0 && pctx.Err() != nil && ctx.Err() == nil
@@ -310,6 +312,12 @@ func (s *Server) readConsoleTopic(ctx context.Context, ready chan<- struct{}) er
 		})
 		var partsErr error
 		fs.EachRecord(func(rec *kgo.Record) {
+			if rec.Attrs.IsControl() {
+				if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {
+					delete(todo, rec.Partition)
+				}
+				return
+			}
 			var a opAction
 			if json.Unmarshal(rec.Value, &a) == nil && a.Parts != 0 && a.Parts != parts && partsErr == nil {
 				partsErr = fmt.Errorf("console: the console topic %s has %d partitions, but a record of %s was written when it had %d: "+
