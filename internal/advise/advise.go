@@ -44,6 +44,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -179,6 +180,71 @@ func (m Match) String() string {
 func (m Match) contains(n Match) bool {
 	in := func(a, b string) bool { return a == "*" || a == b }
 	return in(m.Provider, n.Provider) && in(m.Model, n.Model) && in(m.Action, n.Action) && in(m.PromptTemplate, n.PromptTemplate)
+}
+
+// holds reports whether every event n selects is selected by m, where m
+// may be a policy file's match (a value may be a prefix ending in "*").
+func (m Match) holds(n Match) bool {
+	a, b := m.values(), n.values()
+	for i := range a {
+		x, y := a[i], b[i]
+		switch {
+		case x == "*":
+		case strings.HasSuffix(x, "*"):
+			if y == "*" || !strings.HasPrefix(strings.TrimSuffix(y, "*"), strings.TrimSuffix(x, "*")) {
+				return false
+			}
+		case x != y:
+			return false
+		}
+	}
+	return true
+}
+
+// overlaps reports whether an event can be selected by both m and n, either
+// of which may be a policy file's match.
+func (m Match) overlaps(n Match) bool {
+	a, b := m.values(), n.values()
+	for i := range a {
+		x, y := a[i], b[i]
+		if x == "*" || y == "*" {
+			continue
+		}
+		px, py := strings.HasSuffix(x, "*"), strings.HasSuffix(y, "*")
+		x, y = strings.TrimSuffix(x, "*"), strings.TrimSuffix(y, "*")
+		switch {
+		case px && py:
+			if !strings.HasPrefix(x, y) && !strings.HasPrefix(y, x) {
+				return false
+			}
+		case px:
+			if !strings.HasPrefix(y, x) {
+				return false
+			}
+		case py:
+			if !strings.HasPrefix(x, y) {
+				return false
+			}
+		case x != y:
+			return false
+		}
+	}
+	return true
+}
+
+func (m Match) values() [4]string {
+	return [4]string{m.Provider, m.Model, m.Action, m.PromptTemplate}
+}
+
+// policyMatch is the match of a policy's override ("" is "*").
+func policyMatch(pm policy.Match) Match {
+	any := func(v string) string {
+		if v == "" {
+			return "*"
+		}
+		return v
+	}
+	return Match{any(pm.Provider), any(pm.Model), any(pm.Action), any(pm.PromptTemplate)}
 }
 
 // levels are the matches an event is counted under, broadest first: its

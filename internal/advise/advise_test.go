@@ -186,3 +186,24 @@ func TestWilson(t *testing.T) {
 		}
 	}
 }
+
+// TestALaterRetryThatHelpsKeepsTheEarlierOne guards lowering max_retries:
+// retry 1 never succeeding is no reason to stop at 0 when retry 2 succeeds
+// nine times in ten (a first retry that fails and sets up a second is not
+// useless); when every later retry fails too, max_retries is lowered.
+func TestALaterRetryThatHelpsKeepsTheEarlierOne(t *testing.T) {
+	o := Options{MinCount: 30, UselessBelow: 0.15}
+	m := Match{"acme", "*", "*", "*"}
+	row := func(n, k, of int) RetryRow { return RetryRow{N: n, Success: rateOf(k, of)} }
+	if p, ok := lowerRetries(event.ClassNetworkTimeout, m, 3, []RetryRow{row(1, 0, 100), row(2, 90, 100), row(3, 5, 10)}, o); ok {
+		t.Errorf("proposed %s, though retry 2 succeeded 90 of 100 times", p.Change.Text)
+	}
+	p, ok := lowerRetries(event.ClassNetworkTimeout, m, 3, []RetryRow{row(1, 40, 100), row(2, 0, 60), row(3, 1, 60)}, o)
+	if !ok || p.Change.To != 1 {
+		t.Errorf("got %+v (%v), want max_retries 3 -> 1: retries 2 and 3 never help", p.Change, ok)
+	}
+	// a later retry measured too few times says nothing either way
+	if p, ok := lowerRetries(event.ClassNetworkTimeout, m, 3, []RetryRow{row(1, 0, 100), row(2, 3, 5)}, o); !ok || p.Change.To != 0 {
+		t.Errorf("got %+v (%v), want max_retries 3 -> 0", p.Change, ok)
+	}
+}

@@ -14,7 +14,10 @@ import (
 // and the one key it changes in its class's section), each SLA proposal in
 // `owners`. An override already in the file with the same match gets the
 // key instead of a second entry (two entries with one match are an error).
-// The file's other keys and its comments are kept.
+// A new entry starts from the sections of the file's override that decides
+// its events today (the most specific one whose match holds the new one):
+// a narrower override replaces that one for its events, and would otherwise
+// drop its settings. The file's other keys and its comments are kept.
 func Candidate(running []byte, proposals []Proposal) ([]byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(running, &doc); err != nil {
@@ -52,6 +55,14 @@ func Candidate(running []byte, proposals []Proposal) ([]byte, error) {
 				set(m, kv[0], v)
 			}
 			set(entry, "match", m)
+			if from := deciding(overrides, *p.Match); from != nil {
+				entry.HeadComment += "\n(the other settings are those of override " + get(from, "name") + ", which decided these events)"
+				for i := 0; i+1 < len(from.Content); i += 2 {
+					if k := from.Content[i].Value; k != "name" && k != "match" {
+						set(entry, k, deepCopy(from.Content[i+1]))
+					}
+				}
+			}
 			overrides.Content = append(overrides.Content, entry)
 		}
 		sec := child(entry, p.Change.Section, yaml.MappingNode)
@@ -110,29 +121,61 @@ func get(m *yaml.Node, key string) string {
 // or "*" is any), nil when none.
 func sameMatch(overrides *yaml.Node, m Match) *yaml.Node {
 	for _, e := range overrides.Content {
-		if e.Kind != yaml.MappingNode {
-			continue
-		}
-		var mm *yaml.Node
-		for i := 0; i+1 < len(e.Content); i += 2 {
-			if e.Content[i].Value == "match" {
-				mm = e.Content[i+1]
-			}
-		}
-		if mm == nil || mm.Kind != yaml.MappingNode {
-			continue
-		}
-		any := func(key string) string {
-			if v := get(mm, key); v != "" {
-				return v
-			}
-			return "*"
-		}
-		if (Match{any("provider"), any("model"), any("action"), any("prompt_template")}) == m {
+		if om, ok := matchOf(e); ok && om == m {
 			return e
 		}
 	}
 	return nil
+}
+
+// matchOf is the match of override entry e (a missing key is "*"), false
+// when e has none.
+func matchOf(e *yaml.Node) (Match, bool) {
+	if e.Kind != yaml.MappingNode {
+		return Match{}, false
+	}
+	var mm *yaml.Node
+	for i := 0; i+1 < len(e.Content); i += 2 {
+		if e.Content[i].Value == "match" {
+			mm = e.Content[i+1]
+		}
+	}
+	if mm == nil || mm.Kind != yaml.MappingNode {
+		return Match{}, false
+	}
+	any := func(key string) string {
+		if v := get(mm, key); v != "" {
+			return v
+		}
+		return "*"
+	}
+	return Match{any("provider"), any("model"), any("action"), any("prompt_template")}, true
+}
+
+// deciding is the entry of overrides that decides the events of m today:
+// the most specific one whose match holds every event m selects; nil when
+// none does (the base policy decides them).
+func deciding(overrides *yaml.Node, m Match) *yaml.Node {
+	var best *yaml.Node
+	depth := 0
+	for _, e := range overrides.Content {
+		if om, ok := matchOf(e); ok && om.holds(m) && om.depth() > depth {
+			best, depth = e, om.depth()
+		}
+	}
+	return best
+}
+
+func deepCopy(n *yaml.Node) *yaml.Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, x := range n.Content {
+		c.Content[i] = deepCopy(x)
+	}
+	return &c
 }
 
 // uniqueName is name, or name-2, name-3... if an override has it.

@@ -97,3 +97,80 @@ overrides:
 		t.Errorf("the candidate holds two overrides for provider acme:\n%s", got)
 	}
 }
+
+// TestCandidateKeepsTheDecidingOverride guards a narrower entry written
+// into a file whose broader override decides its events today: the new
+// entry replaces that override for its events, so it starts from that
+// override's sections (all of them, not only the changed class's), and the
+// one key is changed.
+func TestCandidateKeepsTheDecidingOverride(t *testing.T) {
+	running := `overrides:
+  - name: acme-all
+    match: {provider: acme}
+    network_timeout: {base_delay_ms: 500, max_retries: 4}
+    model_refusal: {min_confidence: 0.9}
+  - name: acme-big
+    match: {provider: acme, model: "acme-big*"}
+    network_timeout: {max_retries: 5}
+`
+	m := Match{"acme", "acme-small", "*", "*"}
+	props := []Proposal{{Name: "advise-acme-acme-small-network_timeout", Kind: KindMaxRetries, Class: event.ClassNetworkTimeout, Match: &m,
+		Change: Change{Section: "network_timeout", Key: "max_retries", From: 4, To: 1}}}
+	b, err := Candidate([]byte(running), props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := policy.Parse(b)
+	if err != nil {
+		t.Fatalf("the candidate does not load: %v\n%s", err, b)
+	}
+	small := &event.TaskEvent{Provider: "acme", Model: "acme-small"}
+	o, ok := cand.OverrideFor(small)
+	switch {
+	case !ok || o.Name != "advise-acme-acme-small-network_timeout":
+		t.Fatalf("an acme-small event is decided by %q (%v), want the new entry\n%s", o.Name, ok, b)
+	case o.NetworkTimeout == nil || o.NetworkTimeout.MaxRetries != 1 || o.NetworkTimeout.BaseDelayMs != 500:
+		t.Errorf("network_timeout %+v, want max_retries 1 and acme-all's base_delay_ms 500\n%s", o.NetworkTimeout, b)
+	case o.ModelRefusal == nil || o.ModelRefusal.MinConfidence != 0.9:
+		t.Errorf("model_refusal %+v, want acme-all's min_confidence 0.9 kept for acme-small\n%s", o.ModelRefusal, b)
+	}
+	if !strings.Contains(string(b), "override acme-all, which decided these events") {
+		t.Errorf("the new entry does not say whose settings it carries:\n%s", b)
+	}
+	// an event the new entry does not select is decided as before
+	if o, _ := cand.OverrideFor(&event.TaskEvent{Provider: "acme", Model: "acme-big-2"}); o.Name != "acme-big" {
+		t.Errorf("an acme-big-2 event is decided by %q, want acme-big", o.Name)
+	}
+}
+
+// TestCandidateOfARunningFileLoads guards proposals made against a running
+// policy with overrides: a proposal whose match would tie with one of the
+// running file's overrides (as specific, able to select the same events)
+// is not made, so the candidate always loads and its what-if runs.
+func TestCandidateOfARunningFileLoads(t *testing.T) {
+	running := []byte(`overrides:
+  - name: refunds
+    match: {action: refund}
+    business_rejected: {owner: operations}
+`)
+	p, err := policy.Parse(running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Analyze(decideAll(p, workload.AdviceStream("adv", t0, true)), Options{Policy: p})
+	if len(r.Proposals) == 0 {
+		t.Fatal("no proposals: the stream's patterns are gone")
+	}
+	for _, pr := range r.Proposals {
+		if pr.Match != nil && pr.Match.depth() == 1 && pr.Match.Provider != "*" {
+			t.Errorf("proposal %s at %s ties with override refunds (action=refund): both as specific, both select acme's refunds", pr.Name, pr.Match)
+		}
+	}
+	b, err := Candidate(running, r.Proposals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.Parse(b); err != nil {
+		t.Fatalf("the candidate does not load: %v\n%s", err, b)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // Kinds of proposal.
@@ -115,16 +116,21 @@ func covered(out []Proposal, kind string, class event.Class, m Match) bool {
 	return false
 }
 
-// ties reports whether a proposal at m would tie with one made: another
-// match as specific that can select the same events (a provider/model's
-// action and its template), which a policy file may not hold.
-func ties(out []Proposal, m Match) bool {
+// ties reports whether a proposal at m would tie with a match the
+// candidate file holds: a proposal made, or an override of the running
+// policy, as specific and able to select the same events (a
+// provider/model's action and its template), which a policy file may not
+// hold. A match equal to m does not tie: the candidate writes the key into
+// that entry.
+func ties(out []Proposal, running []policy.Override, m Match) bool {
+	tie := func(o Match) bool { return o != m && o.depth() == m.depth() && o.overlaps(m) }
 	for _, p := range out {
-		if p.Match == nil || *p.Match == m || p.Match.depth() != m.depth() {
-			continue
+		if p.Match != nil && tie(*p.Match) {
+			return true
 		}
-		ov := func(a, b string) bool { return a == "*" || b == "*" || a == b }
-		if ov(p.Match.Provider, m.Provider) && ov(p.Match.Model, m.Model) && ov(p.Match.Action, m.Action) && ov(p.Match.PromptTemplate, m.PromptTemplate) {
+	}
+	for i := range running {
+		if tie(policyMatch(running[i].Match)) {
 			return true
 		}
 	}
@@ -143,7 +149,7 @@ func proposeRetries(t *tallies, o Options) []Proposal {
 	var out []Proposal
 	for _, g := range matchesOf(seen, func(k cm) Match { return k.match }) {
 		cur, ok := maxRetries(o.Policy, g.class, t.first[g.match])
-		if !ok || covered(out, KindMaxRetries, g.class, g.match) || redundant(t.children[retryKey{class: g.class, match: g.match}]) || ties(out, g.match) {
+		if !ok || covered(out, KindMaxRetries, g.class, g.match) || redundant(t.children[retryKey{class: g.class, match: g.match}]) || ties(out, o.Policy.Overrides, g.match) {
 			continue
 		}
 		curve := curveOf(t, g.class, g.match)
@@ -169,14 +175,20 @@ func curveOf(t *tallies, class event.Class, m Match) []RetryRow {
 }
 
 // lowerRetries proposes max_retries n-1 at the first retry n that does not
-// help.
+// help, when no later retry the range measured helps either (a retry that
+// fails but sets up one that succeeds is not useless).
 func lowerRetries(class event.Class, m Match, cur int32, curve []RetryRow, o Options) (Proposal, bool) {
-	for _, row := range curve {
+	for i, row := range curve {
 		if row.N > int(cur) || row.Success.N < o.MinCount {
 			break
 		}
 		if row.Success.Interval.Hi >= o.UselessBelow {
 			continue
+		}
+		for _, later := range curve[i+1:] {
+			if later.N <= int(cur) && later.Success.N >= o.MinCount && later.Success.Interval.Hi >= o.UselessBelow {
+				return Proposal{}, false
+			}
 		}
 		to := row.N - 1
 		s := row.Success
@@ -235,7 +247,7 @@ func proposeConfidence(t *tallies, o Options, before []Proposal) []Proposal {
 	}
 	var out []Proposal
 	for _, m := range matchesOf(seen, func(m Match) Match { return m }) {
-		if covered(out, KindMinConfidence, event.ClassModelRefusal, m) || redundant(children[m]) || ties(append(before, out...), m) {
+		if covered(out, KindMinConfidence, event.ClassModelRefusal, m) || redundant(children[m]) || ties(append(before, out...), o.Policy.Overrides, m) {
 			continue
 		}
 		cur := minConfidence(o.Policy, t.first[m])
