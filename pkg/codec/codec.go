@@ -72,12 +72,18 @@ type Codec struct {
 	accepted []SchemaInfo
 
 	taskEvent, routed, breaker, review, state *writer // the schemas this codec writes
+	// routedPlain is RoutedRecord version 2, written for a decision no
+	// policy override made (decision.override null), so that a reader
+	// that knows only version 2 reads every record of a policy without
+	// overrides; nil if this build cannot write it
+	routedPlain *writer
 
 	view *view // the reader's fields and enums
 
 	// wire writes RoutedRecords without goavro (routed_wire.go); nil when
-	// it does not agree with goavro on this build's schemas
-	wire *routedWire
+	// it does not agree with goavro on this build's schemas; wirePlain is
+	// the same for routedPlain
+	wire, wirePlain *routedWire
 	// event reads and writes bodies of the current TaskEvent schema without
 	// goavro (event_wire.go); nil when it does not agree with goavro
 	event *eventWire
@@ -148,6 +154,8 @@ func NewWith(o Options) (*Codec, error) {
 		case s.Name == avro.RoutedRecord && s.Current:
 			c.routed, writes = w, true
 			readers = append(readers, s.JSON)
+		case s.Name == avro.RoutedRecord && s.Version == plainRoutedVersion:
+			c.routedPlain, writes = w, true
 		case s.Name == avro.BreakerEvent && s.Current:
 			c.breaker, writes = w, true
 			readers = append(readers, s.JSON)
@@ -181,8 +189,17 @@ func NewWith(o Options) (*Codec, error) {
 	if c.wire, err = newRoutedWire(routed.JSON, c.writers[cur.Fingerprint]); err != nil {
 		return nil, err
 	}
+	if c.routedPlain != nil {
+		if c.wirePlain, err = newRoutedWire(c.routedPlain.json, c.writers[cur.Fingerprint]); err != nil {
+			return nil, err
+		}
+		c.wirePlain.plain = true
+	}
 	if !c.routedWireAgrees() {
-		c.wire = nil
+		c.wire, c.wirePlain = nil, nil
+	}
+	if !c.routedPlainAgrees() {
+		c.routedPlain, c.wirePlain = nil, nil
 	}
 	if ew, err := newEventWire(cur.JSON); err == nil && c.eventWireAgrees(c.writers[cur.Fingerprint], ew) {
 		c.event = ew

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"reflect"
@@ -105,7 +106,7 @@ func TestOlderReaderReadsNewerWriter(t *testing.T) {
 			writes = append(writes, s.Name+"/"+s.Fingerprint)
 		}
 	}
-	if len(writes) != 5 || writes[0] != avro.TaskEvent+"/"+wantFingerprints["faultrouter.TaskEvent/1"] {
+	if len(writes) != 6 || writes[0] != avro.TaskEvent+"/"+wantFingerprints["faultrouter.TaskEvent/1"] {
 		t.Fatalf("old codec writes %v", writes)
 	}
 }
@@ -235,5 +236,56 @@ func TestRoutedRecordV2ReadsWithoutOverride(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, r) {
 		t.Errorf("v2 record decoded as\n%+v\nwant\n%+v", got.Decision, r.Decision)
+	}
+}
+
+// TestNoOverrideWritesVersion2 guards RoutedRecord version 3's rollout: a
+// decision no policy override made is written with version 2, byte for
+// byte what a version-2 writer writes, so a reader that knows only version
+// 2 (an earlier build's tail, console or worker; a consumer pinned to its
+// fingerprint) reads every record of a policy without overrides; a
+// decision an override made is written with version 3, and both decode.
+func TestNoOverrideWritesVersion2(t *testing.T) {
+	c := newCodec(t)
+	if c.wirePlain == nil {
+		t.Error("version 2 is written with goavro: routed_wire.go's encoder does not agree with it")
+	}
+	v2 := goavroCodec(t, avro.RoutedRecord, 2)
+	v2fp := specFingerprint(t, v2)
+	for _, r := range routedSamples() {
+		r.Decision.Totals.CostUSD = 1.25 // not the sample's infinity, which DecodeRouted refuses
+		for _, override := range []string{"", "acme-timeouts"} {
+			r.Decision.Override = override
+			b, err := c.EncodeRouted(nil, &r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, v, err := c.WriterVersion(b)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case r.Decision.Override == "" && v != 2:
+				t.Errorf("a decision without an override is written with version %d, want 2", v)
+			case r.Decision.Override != "" && v != 3:
+				t.Errorf("a decision of override %q is written with version %d, want 3", r.Decision.Override, v)
+			}
+			if got, err := c.DecodeRouted(b); err != nil || !reflect.DeepEqual(got, r) {
+				t.Errorf("decoded as %+v (%v), want %+v", got.Decision, err, r.Decision)
+			}
+			if v != 2 {
+				continue
+			}
+			if fp := binary.LittleEndian.Uint64(b[2:10]); fp != v2fp {
+				t.Errorf("fingerprint %016x, want version 2's %016x", fp, v2fp)
+			}
+			native, rest, err := v2.NativeFromBinary(b[10:])
+			if err != nil || len(rest) != 0 {
+				t.Fatalf("a version-2 reader: %v (%d bytes left)", err, len(rest))
+			}
+			back, err := specSingle(v2, native)
+			if err != nil || !bytes.Equal(back, b) {
+				t.Errorf("a version-2 writer writes other bytes (%v)", err)
+			}
+		}
 	}
 }

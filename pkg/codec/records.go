@@ -7,7 +7,22 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
-// EncodeRouted appends the single-object encoding of r to dst.
+// plainRoutedVersion is the RoutedRecord version written for a decision
+// that no policy override made: version 3 only adds decision.override, so
+// a policy without overrides writes records every version-2 reader reads.
+const plainRoutedVersion = 2
+
+// routedWriter is the schema r is written with, and its wire encoder.
+func (c *Codec) routedWriter(r *event.Routed) (*writer, *routedWire) {
+	if r.Decision.Override == "" && c.routedPlain != nil {
+		return c.routedPlain, c.wirePlain
+	}
+	return c.routed, c.wire
+}
+
+// EncodeRouted appends the single-object encoding of r to dst: with
+// RoutedRecord version 2 when r's decision names no override, the current
+// version otherwise.
 func (c *Codec) EncodeRouted(dst []byte, r *event.Routed) ([]byte, error) {
 	return c.EncodeRoutedFrom(dst, r, nil)
 }
@@ -17,7 +32,7 @@ func (c *Codec) EncodeRouted(dst []byte, r *event.Routed) ([]byte, error) {
 // none). When in was written with the TaskEvent schema the RoutedRecord
 // embeds, the event's body is copied from it rather than encoded again.
 func (c *Codec) EncodeRoutedFrom(dst []byte, r *event.Routed, in []byte) ([]byte, error) {
-	if c.wire == nil {
+	if _, wire := c.routedWriter(r); wire == nil {
 		return c.encodeRoutedNative(dst, r)
 	}
 	return c.encodeRoutedWire(dst, r, in)
@@ -27,7 +42,7 @@ func (c *Codec) EncodeRoutedFrom(dst []byte, r *event.Routed, in []byte) ([]byte
 func (c *Codec) encodeRoutedWire(dst []byte, r *event.Routed, in []byte) ([]byte, error) {
 	var body []byte
 	if r.Event != nil {
-		if w, err := c.writerOf(in); err == nil && w == c.wire.event {
+		if w, err := c.writerOf(in); err == nil && w == c.wire.event { // wirePlain embeds the same
 			body = in[headerLen:]
 		} else if c.event != nil {
 			if body, err = c.event.encode(nil, r.Event); err != nil {
@@ -42,8 +57,9 @@ func (c *Codec) encodeRoutedWire(dst []byte, r *event.Routed, in []byte) ([]byte
 			}
 		}
 	}
+	w, wire := c.routedWriter(r)
 	n := len(dst)
-	out, err := c.wire.encode(header(dst, c.routed), r, body)
+	out, err := wire.encode(header(dst, w), r, body)
 	if err != nil {
 		return dst[:n], err
 	}
@@ -64,7 +80,11 @@ func (c *Codec) encodeRoutedNative(dst []byte, r *event.Routed) ([]byte, error) 
 		"topic": r.Input.Topic, "partition": r.Input.Partition, "offset": r.Input.Offset,
 		"timestamp": r.Input.Timestamp.Millis(),
 	}
-	return encode(dst, c.routed, m)
+	w, _ := c.routedWriter(r)
+	if w != c.routed {
+		delete(m["decision"].(map[string]any), "override")
+	}
+	return encode(dst, w, m)
 }
 
 // DecodeRouted decodes a RoutedRecord. Its event, when present, was
