@@ -5,9 +5,13 @@
 #   integration/interop.sh java     resolve Java Avro (integration/java/pom.xml, from Maven
 #                                   Central, cached in ~/.m2), compile integration/java/src
 #                                   with javac; prints the classpath to run WireCheck with
-#   integration/interop.sh python   make a virtual environment with the Python package's pinned
+#   integration/interop.sh python [3.N]
+#                                   make a virtual environment with the Python package's pinned
 #                                   test requirements (clients/python/requirements-test.txt, from
-#                                   PyPI) and `pip install ./clients/python`; prints its python
+#                                   PyPI) and `pip install ./clients/python`; prints its python.
+#                                   With 3.N, on that Python (python3.N on the PATH, or pyenv's);
+#                                   without, on python3.11, or python3. Exit status 3: no Python
+#                                   3.N on this machine
 #
 # Each is redone only when its inputs change (a hash of them is kept beside the
 # result). Environment: FAULTROUTER_INTEROP_DIR, the cache directory (default
@@ -38,10 +42,34 @@ java_setup() {
 	echo "$dir/classes:$(cat "$dir/deps.txt")"
 }
 
+# find_python prints the path of an interpreter of Python $1 (3.N) that runs:
+# python3.N on the PATH, or one pyenv installed (pyenv's shims run only the
+# versions it has selected).
+find_python() {
+	local c
+	for c in "$(command -v "python$1" 2>/dev/null)" "$(pyenv root 2>/dev/null)"/versions/"$1".*/bin/"python$1" /usr/bin/"python$1"; do
+		if [[ -x $c ]] && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, sys.argv[1].split("."))))' "$1" 2>/dev/null; then
+			echo "$c"
+			return
+		fi
+	done
+	return 1
+}
+
 python_setup() {
 	local dir=$cache/venv pkg=$root/clients/python want have py
 	local req=$pkg/requirements-test.txt
-	py=$(command -v python3.11 || command -v python3)
+	if [[ -n ${1:-} ]]; then
+		py=$(find_python "$1") || {
+			log "no Python $1 on this machine"
+			exit 3
+		}
+		dir=$cache/venv-$1
+	elif py=$(find_python 3.11); then
+		dir=$cache/venv-3.11 # the one `python 3.11` makes
+	else
+		py=$(command -v python3)
+	fi
 	want=$(stamp "$req"; "$py" --version)
 	if [[ ! -f $dir/.stamp || $(cat "$dir/.stamp") != "$want" ]]; then
 		log "creating a virtual environment with $(basename "$req") from PyPI"
@@ -63,9 +91,9 @@ python_setup() {
 
 case ${1:-} in
 java) java_setup ;;
-python) python_setup ;;
+python) python_setup "${2:-}" ;;
 *)
-	echo "usage: $0 java|python" >&2
+	echo "usage: $0 java|python [3.N]" >&2
 	exit 2
 	;;
 esac

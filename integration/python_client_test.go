@@ -222,16 +222,45 @@ func TestGettingStarted(t *testing.T) {
 // Guards the Python package without a router: its checks and wire format,
 // task IDs, and each row of the SDK mapping table through the pinned openai
 // and anthropic SDKs (sync and async) and langchain-core against the fake
-// API; each row's test fails if the row is wrong.
+// API; each row's test fails if the row is wrong. It runs on every Python
+// the package supports that the machine has (FAULTROUTER_PYTHON_VERSIONS,
+// default 3.10 to 3.13), each in its own virtual environment of the pinned
+// test requirements (interop.sh python 3.N); a version the machine lacks
+// is skipped and named.
 func TestPythonClientSDKs(t *testing.T) {
-	python := interop(t, "FAULTROUTER_PYTHON", "python")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/test_router.py")
-	cmd.Dir = pythonClient
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("pytest: %v\n%s", err, out)
+	versions := strings.Fields(os.Getenv("FAULTROUTER_PYTHON_VERSIONS"))
+	if len(versions) == 0 {
+		versions = []string{"3.10", "3.11", "3.12", "3.13"}
 	}
-	pytestPassed(t, out)
+	ran := 0
+	for _, v := range versions {
+		t.Run("python"+v, func(t *testing.T) {
+			cmd := exec.Command("./interop.sh", "python", v)
+			cmd.Stderr = os.Stderr
+			py, err := cmd.Output()
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 3 {
+				t.Skipf("no Python %s on this machine", v)
+			}
+			if err != nil {
+				t.Fatalf("interop.sh python %s: %v", v, err)
+			}
+			python := strings.TrimSpace(string(py))
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd = exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/test_router.py")
+			cmd.Dir = pythonClient
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("pytest on Python %s: %v\n%s", v, err, out)
+			}
+			pytestPassed(t, out)
+			if got, err := exec.Command(python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])").Output(); err != nil || strings.TrimSpace(string(got)) != v {
+				t.Fatalf("the virtual environment runs Python %q (%v), want %s", got, err, v)
+			}
+			ran++
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no Python version of the list is on this machine")
+	}
 }

@@ -57,6 +57,10 @@ class Schemas:
             # fastavro gives the fingerprint's bytes in wire order (little-endian), as hex
             self.headers[full_name(r)] = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
         self.names = {h: n for n, h in self.headers.items()}
+        # the current schemas complete on their own, to resolve an older writer's records into
+        # (fastavro before 1.13 does not resolve a writer's enum against a reader's reference
+        # to a named type parsed elsewhere)
+        self.readers = {n: parse_schema(r, {}) for n, r in self.expanded.items()}
         # earlier versions (history/): records an older router wrote are read into the current
         # schema by Avro's schema resolution
         self.writers: dict[bytes, Any] = {}
@@ -84,8 +88,10 @@ class Schemas:
         if name is None:
             raise ValueError(f"not a record of a faultrouter schema this package knows: header {header.hex()} "
                              "(a newer router's schema? upgrade the faultrouter package)")
-        writer = self.writers.get(header, self.parsed[name])
-        return name, schemaless_reader(io.BytesIO(value[10:]), writer, self.parsed[name])
+        writer = self.writers.get(header)
+        if writer is None:
+            return name, schemaless_reader(io.BytesIO(value[10:]), self.parsed[name], None)
+        return name, schemaless_reader(io.BytesIO(value[10:]), writer, self.readers[name])
 
 
 class RegistrySerde:
