@@ -118,8 +118,15 @@ public final class WireCheck {
   }
 
   static void decode(File dir, Path in) throws IOException {
-    Schema schema = load(dir).get("routed_record.avsc");
-    BinaryMessageDecoder<GenericRecord> dec = new BinaryMessageDecoder<>(GenericData.get(), schema);
+    Map<String, Schema> all = load(dir);
+    BinaryMessageDecoder<GenericRecord> dec = new BinaryMessageDecoder<>(GenericData.get(), all.get("routed_record.avsc"));
+    // the router writes version 2 for a decision no override made: the decoder resolves
+    // the earlier versions (history/) into the current schema
+    for (Map.Entry<String, Schema> e : all.entrySet()) {
+      if (e.getKey().startsWith("history/routed_record.")) {
+        dec.addSchema(e.getValue());
+      }
+    }
     GenericRecord r = dec.decode(Files.readAllBytes(in));
     System.out.println(GenericData.get().toString(r));
   }
