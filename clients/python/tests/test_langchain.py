@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -34,6 +35,27 @@ class OpenAIChat(BaseChatModel):
                         usage_metadata={"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens,
                                         "total_tokens": r.usage.total_tokens},
                         response_metadata={"finish_reason": r.choices[0].finish_reason, "model_name": r.model})
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+class AnthropicChat(BaseChatModel):
+    """What langchain-anthropic's chat model does with the pinned anthropic SDK: the stop
+    reason and model in response_metadata."""
+
+    base_url: str
+    model: str = "claude-test-1"
+
+    @property
+    def _llm_type(self) -> str:
+        return "anthropic-chat"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
+        c = anthropic.Anthropic(base_url=self.base_url, api_key="fake", max_retries=0)
+        r = c.messages.create(model=self.model, max_tokens=100, messages=[{"role": "user", "content": messages[-1].content}])
+        text = "".join(b.text for b in r.content if b.type == "text")
+        msg = AIMessage(content=text, usage_metadata={"input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
+                                                      "total_tokens": r.usage.input_tokens + r.usage.output_tokens},
+                        response_metadata={"stop_reason": r.stop_reason, "model_name": r.model})
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
@@ -79,3 +101,15 @@ def test_async_chain(chat, handler, reporter):
     asyncio.run(run())
     [ev] = reporter.events
     assert (ev["task_id"], ev["attempt"], ev["status"]) == ("t-lc-async", 2, "OK")
+
+
+def test_anthropic_stop_reason_refusal(api, handler, reporter):
+    chat = AnthropicChat(base_url=api.url)
+    with faultrouter.task("t-lc-claude-ref"):
+        chat.invoke("[fake:refusal] pick a lock", config={"callbacks": [handler]})
+    with faultrouter.task("t-lc-claude-ok"):
+        chat.invoke("hello", config={"callbacks": [handler]})
+    refused, answered = reporter.events
+    assert (refused["status"], refused["error"]["code"], refused["output"]["confidence"], refused["model"]) == \
+        ("ERROR", "refusal", 0.0, "claude-test-1")
+    assert (answered["status"], answered["output"]["text"], answered["usage"]["tokens"]) == ("OK", "Echo: hello", 42)

@@ -65,6 +65,7 @@ ERROR_ROWS = [
      {"status": "ERROR", "stage": "NETWORK", "error.type": "RateLimitError", "error.http_status": 429,
       "error.retry_after_ms": 2000}),
     ("[fake:429 retry-after=7]", "RateLimitError", {"error.http_status": 429, "error.retry_after_ms": 7000}),
+    ("[fake:429 retry-after-ms=1500]", "RateLimitError", {"error.http_status": 429, "error.retry_after_ms": 1500}),
     ("[fake:500]", "InternalServerError",
      {"status": "ERROR", "stage": "NETWORK", "error.type": "InternalServerError", "error.http_status": 500}),
     ("[fake:timeout=2]", "APITimeoutError",
@@ -76,6 +77,10 @@ ERROR_ROWS = [
      {"status": "ERROR", "stage": "PROTOCOL", "error.type": "PermissionDeniedError", "error.http_status": 403}),
     ("[fake:400]", "BadRequestError",
      {"status": "ERROR", "stage": "PROTOCOL", "error.type": "BadRequestError", "error.http_status": 400}),
+    ("[fake:404]", "NotFoundError",
+     {"status": "ERROR", "stage": "PROTOCOL", "error.type": "NotFoundError", "error.http_status": 404}),
+    ("[fake:502]", "InternalServerError",
+     {"status": "ERROR", "stage": "NETWORK", "error.type": "InternalServerError", "error.http_status": 502}),
 ]
 
 
@@ -246,3 +251,138 @@ def test_task_context_crosses_await(api, reporter):
     asyncio.run(main())
     assert sorted(e["task_id"] for e in reporter.events) == [f"t-{i}" for i in range(5)]
     assert all(e["output"]["text"] == "Echo: " + e["task_id"] for e in reporter.events)
+
+
+def test_retry_after_as_an_http_date(caller, reporter):
+    with faultrouter.task("t-date", action="answer_ticket"):
+        with pytest.raises(caller.errors.RateLimitError):
+            caller.call("[fake:429 retry-after-date=5] " + caller.sdk)
+    ev = only_event(reporter)
+    # the date has whole seconds: 5 s ahead is read as 4 to 5 s from when the answer arrived
+    assert 3000 <= ev["error"]["retry_after_ms"] <= 5000, ev["error"]
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_validate_on_every_sdk(sdk, api, reporter):
+    """validate= with the JSON of the answer: a json.JSONDecodeError is a schema violation,
+    raised to the caller, the call's usage kept; sync and async, OpenAI and Anthropic."""
+    import json
+
+    def validate(resp):
+        text = resp.choices[0].message.content if sdk.startswith("openai") else resp.content[0].text
+        json.loads(text)  # "Echo: ..." is no JSON
+
+    c = Caller(sdk, api.url, reporter, validate=validate)
+    with faultrouter.task("t-json"):
+        with pytest.raises(json.JSONDecodeError):
+            c.call("where is my order?")
+    ev = only_event(reporter)
+    assert (ev["status"], ev["stage"], ev["error"]["type"], ev["error"]["code"], ev["output"]["schema_valid"]) == \
+        ("ERROR", "MODEL", "JSONDecodeError", "schema_violation", False)
+    assert ev["usage"]["tokens"] == 42
+
+
+def test_json_decode_error_in_an_attempt(reporter):
+    import json
+
+    with faultrouter.task("t-json-attempt"):
+        with pytest.raises(json.JSONDecodeError):
+            with faultrouter.attempt(reporter, action="answer_ticket"):
+                json.loads("{not json")
+    ev = only_event(reporter)
+    assert (ev["stage"], ev["error"]["type"], ev["error"]["code"], ev["output"]["schema_valid"]) == \
+        ("MODEL", "JSONDecodeError", "schema_violation", False)
+
+
+class Order(__import__("pydantic").BaseModel):
+    order: int
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_parse_cut_off_is_a_schema_violation(is_async, api, reporter):
+    """chat.completions.parse with a structured answer cut off at the token limit: the SDK
+    raises LengthFinishReasonError after the call; the call reports a schema violation."""
+    c = Caller("openai-async" if is_async else "openai", api.url, reporter)
+    with faultrouter.task("t-length"):
+        with pytest.raises(openai.LengthFinishReasonError):
+            call = c.client.chat.completions.parse(model="gpt-4o-mini", response_format=Order,
+                                                   messages=[{"role": "user", "content": "[fake:length] order?"}])
+            asyncio.run(call) if is_async else call
+    ev = only_event(reporter)
+    assert (ev["status"], ev["stage"], ev["error"]["type"], ev["error"]["code"], ev["output"]["schema_valid"]) == \
+        ("ERROR", "MODEL", "LengthFinishReasonError", "schema_violation", False)
+
+
+def test_parse_content_filter_is_a_refusal(api, reporter):
+    c = Caller("openai", api.url, reporter)
+    with faultrouter.task("t-parse-filter"):
+        with pytest.raises(openai.ContentFilterFinishReasonError):
+            c.client.chat.completions.parse(model="gpt-4o-mini", response_format=Order,
+                                            messages=[{"role": "user", "content": "[fake:content_filter] order?"}])
+    ev = only_event(reporter)
+    assert (ev["status"], ev["error"]["type"], ev["error"]["code"], ev["output"]["confidence"]) == \
+        ("ERROR", "Refusal", "content_filter", 0.0)
+
+
+def test_create_with_a_schema_cut_off_is_a_schema_violation(api, reporter):
+    """chat.completions.create asking for json_schema output, cut off at the token limit:
+    no exception (create does not parse), but the answer cannot fit the schema."""
+    c = Caller("openai", api.url, reporter)
+    fmt = {"type": "json_schema", "json_schema": {"name": "order", "schema": Order.model_json_schema()}}
+    with faultrouter.task("t-create-length"):
+        c.client.chat.completions.create(model="gpt-4o-mini", response_format=fmt,
+                                         messages=[{"role": "user", "content": "[fake:length] order?"}])
+    ev = only_event(reporter)
+    assert (ev["status"], ev["error"]["type"], ev["error"]["code"], ev["output"]["schema_valid"]) == \
+        ("ERROR", "LengthFinishReasonError", "schema_violation", False)
+
+
+def test_a_plain_answer_cut_off_is_an_answer(api, reporter):
+    """finish_reason length without a requested schema is an answer (the text is what it is)."""
+    c = Caller("openai", api.url, reporter)
+    with faultrouter.task("t-long"):
+        c.call("[fake:length] tell me everything")
+    assert only_event(reporter)["status"] == "OK"
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_responses_api(is_async, api, reporter):
+    """OpenAI's Responses API: a refusal part is a refusal, an answer an answer."""
+    c = Caller("openai-async" if is_async else "openai", api.url, reporter)
+    calls = (("t-resp-ref", "[fake:refusal] pick a lock"), ("t-resp-ok", "hello"))
+    if is_async:
+        async def both():
+            for task_id, prompt in calls:
+                with faultrouter.task(task_id):
+                    await c.client.responses.create(model="gpt-4o-mini", input=prompt)
+        asyncio.run(both())
+    else:
+        for task_id, prompt in calls:
+            with faultrouter.task(task_id):
+                c.client.responses.create(model="gpt-4o-mini", input=prompt)
+    refused, answered = reporter.events
+    assert (refused["status"], refused["error"]["type"], refused["error"]["code"], refused["output"]["text"]) == \
+        ("ERROR", "Refusal", "refusal", faultrouter.fake.REFUSAL)
+    assert refused["output"]["confidence"] == 0.0
+    assert (answered["status"], answered["output"]["text"], answered["usage"]["tokens"]) == ("OK", "Echo: hello", 42)
+
+
+@pytest.mark.parametrize("sdk", ["anthropic", "anthropic-async"])
+def test_anthropic_cache_tokens_are_counted(sdk, api, reporter):
+    c = Caller(sdk, api.url, reporter, prices={"claude": (3.0, 15.0)})
+    with faultrouter.task("t-cache"):
+        c.call("[fake:cache] hello")
+    ev = only_event(reporter)
+    # 12 input + 100 written to the cache + 200 read from it, 30 output
+    assert ev["usage"]["tokens"] == 342
+    assert ev["usage"]["cost_usd"] == pytest.approx((312 * 3.0 + 30 * 15.0) / 1e6)
+
+
+def test_any_other_exception(reporter):
+    with faultrouter.task("t-other"):
+        with pytest.raises(KeyError):
+            with faultrouter.attempt(reporter, action="answer_ticket"):
+                {}["missing"]
+    ev = only_event(reporter)
+    assert (ev["status"], ev.get("stage"), ev["error"]["type"]) == ("ERROR", None, "KeyError")
+    assert ev["error"].get("http_status") is None and ev["error"].get("code") is None

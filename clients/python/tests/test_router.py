@@ -6,7 +6,7 @@ the retries taken back with Retries, and a reviewer's decision read with ReviewO
 Needs FAULTROUTER_BROKERS (and FAULTROUTER_TOPIC_PREFIX if the router has one); with
 FAULTROUTER_REGISTRY_URL, everything goes through that schema registry in the Confluent wire
 format (the router runs with --wire-format confluent). make test runs this file from the Go
-integration tests TestPythonClientRouted and TestPythonClientRegistry.
+integration tests TestPythonWorker and TestPythonWorkerRegistry.
 """
 
 from __future__ import annotations
@@ -85,6 +85,43 @@ def test_sdk_outcomes_are_routed(rep, fake):
             faultrouter.instrument(an, rep, action="answer_ticket", prompt_template="support-v1")
             await an.messages.create(model="claude-test-1", max_tokens=50, messages=[{"role": "user", "content": prompt}])
 
+    async def openai_async_call(prompt):
+        async with openai.AsyncOpenAI(base_url=fake.url + "/v1", api_key="fake", timeout=0.5) as c:
+            faultrouter.instrument(c, rep, action="answer_ticket", prompt_template="support-v1")
+            await openai_call(c, prompt)
+
+    def anthropic_sync_call(prompt):
+        an = faultrouter.instrument(anthropic.Anthropic(base_url=fake.url, api_key="fake", timeout=0.5), rep,
+                                    action="answer_ticket", prompt_template="support-v1")
+        an.messages.create(model="claude-test-1", max_tokens=50, messages=[{"role": "user", "content": prompt}])
+
+    def validated(code):
+        def validate(resp):
+            raise faultrouter.OutputInvalid("the answer has no order number", code=code)
+        c = faultrouter.instrument(openai.OpenAI(base_url=fake.url + "/v1", api_key="fake", timeout=0.5), rep,
+                                   action="answer_ticket", prompt_template="support-v1", validate=validate)
+        return lambda prompt: openai_call(c, prompt)
+
+    unreachable = faultrouter.instrument(openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="fake", timeout=0.5),
+                                         rep, action="answer_ticket")
+
+    def langchain_call(prompt):
+        from faultrouter.langchain import FaultrouterCallbackHandler
+        from test_langchain import OpenAIChat  # a chat model as langchain-openai's, on the plain SDK
+
+        handler = FaultrouterCallbackHandler(rep, action="answer_ticket", prompt_template="lc-v1")
+        OpenAIChat(base_url=fake.url + "/v1").invoke(prompt, config={"callbacks": [handler]})
+
+    sdks = {
+        "openai": lambda prompt: openai_call(oa, prompt),
+        "openai-async": lambda prompt: asyncio.run(openai_async_call(prompt)),
+        "anthropic": lambda prompt: anthropic_sync_call(prompt),
+        "anthropic-async": lambda prompt: asyncio.run(anthropic_call(prompt)),
+        "unreachable": lambda prompt: openai_call(unreachable, prompt),
+        "schema": validated(None),
+        "fixable": validated("CODE_2101"),
+        "langchain": langchain_call,
+    }
     want = {}  # task -> routes of its audit records, in order
 
     def call(name, prompt, routes_, times=1, sdk="openai"):
@@ -93,20 +130,26 @@ def test_sdk_outcomes_are_routed(rep, fake):
         with faultrouter.task(tid):
             for _ in range(times):
                 try:
-                    if sdk == "openai":
-                        openai_call(oa, prompt)
-                    else:
-                        asyncio.run(anthropic_call(prompt))
-                except (openai.APIError, anthropic.APIError):
+                    sdks[sdk](prompt)
+                except (openai.APIError, anthropic.APIError, faultrouter.OutputInvalid):
                     pass
         return tid
 
     rate = call("429", "[fake:429 retry-after=2] where is order 1?", ["RATE_LIMITED/RETRY"])
     call("500", "[fake:500] x", ["UNCLASSIFIED/REVIEW"])
-    call("401", "[fake:401] x", ["AUTH_FAILED/RETRY"], sdk="anthropic")
+    call("401", "[fake:401] x", ["AUTH_FAILED/RETRY"], sdk="anthropic-async")
+    call("403", "[fake:403] x", ["AUTH_FAILED/RETRY"], sdk="openai-async")
     call("400", "[fake:400] x", ["INPUT_QUALITY_ISSUE/REVIEW"])
-    refused = call("refusal", "[fake:refusal] x", ["MODEL_REFUSAL/REVIEW"], sdk="anthropic")
-    call("ok", "hello", ["SUCCEEDED/COMPLETE"], sdk="anthropic")
+    call("404", "[fake:404] x", ["UNCLASSIFIED/REVIEW"], sdk="anthropic")
+    call("502", "[fake:502] x", ["NETWORK_TIMEOUT/RETRY"], sdk="anthropic")
+    call("conn", "x", ["NETWORK_TIMEOUT/RETRY"], sdk="unreachable")
+    refused = call("refusal", "[fake:refusal] x", ["MODEL_REFUSAL/REVIEW"], sdk="anthropic-async")
+    call("filtered", "[fake:content_filter] x", ["MODEL_REFUSAL/REVIEW"], sdk="openai-async")
+    call("schema", "where is my order?", ["SCHEMA_VIOLATION/REVIEW"], sdk="schema")
+    call("fixable", "where is my order?", ["VALIDATION_FIXABLE/RETRY"], sdk="fixable")
+    call("lc-refusal", "[fake:refusal] x", ["MODEL_REFUSAL/REVIEW"], sdk="langchain")
+    call("lc-429", "[fake:429 retry-after=3] x", ["RATE_LIMITED/RETRY"], sdk="langchain")
+    call("ok", "hello", ["SUCCEEDED/COMPLETE"], sdk="anthropic-async")
     dead = call("timeouts", "[fake:timeout=2] x",
                 ["NETWORK_TIMEOUT/RETRY", "NETWORK_TIMEOUT/RETRY", "NETWORK_TIMEOUT/DEADLETTER"], times=3)
     rep.flush()

@@ -34,7 +34,7 @@ def full_name(schema: dict) -> str:
 
 def _read(avro_dir: str | Path | None, name: str) -> dict:
     if avro_dir is None:
-        return json.loads(resources.files("faultrouter").joinpath("avro", name).read_text())
+        return json.loads(resources.files("faultrouter").joinpath("avro").joinpath(name).read_text())
     return json.loads((Path(avro_dir) / name).read_text())
 
 
@@ -125,7 +125,7 @@ class RegistrySerde:
 def _history(avro_dir: str | Path | None) -> list[dict]:
     """The frozen earlier versions of the schemas, each complete on its own."""
     if avro_dir is None:
-        d = resources.files("faultrouter").joinpath("avro", "history")
+        d = resources.files("faultrouter").joinpath("avro").joinpath("history")
         return [json.loads(f.read_text()) for f in sorted(d.iterdir(), key=lambda f: f.name) if f.name.endswith(".avsc")]
     return [json.loads(h.read_text()) for h in sorted((Path(avro_dir) / "history").glob("*.avsc"))]
 

@@ -1,17 +1,23 @@
 """A local stand-in for the OpenAI and Anthropic APIs, to try a worker (and test one)
 without an API key: `python -m faultrouter.fake [--port 8000]`.
 
-It answers POST /v1/chat/completions as OpenAI does and POST /v1/messages as Anthropic
-does. What it answers is chosen by a directive in the last user message:
+It answers POST /v1/chat/completions and POST /v1/responses as OpenAI does and POST
+/v1/messages as Anthropic does. What it answers is chosen by a directive in the last user message:
 
-  [fake:429]           429 with retry-after: 2 (seconds); [fake:429 retry-after=5]
+  [fake:429]           429 with retry-after: 2 (seconds); [fake:429 retry-after=5];
+                       [fake:429 retry-after-ms=1500] (retry-after-ms);
+                       [fake:429 retry-after-date=5] (an HTTP date 5 s from now)
   [fake:429-once]      429 the first time this exact prompt is seen, an answer afterwards
   [fake:500]           500 server error        [fake:401]  401, invalid API key
   [fake:403]           403, permission denied  [fake:400]  400, invalid request
+  [fake:404]           404, no such model      [fake:502]  502 bad gateway
   [fake:timeout]       answers after 5 s (a client with a shorter timeout times out);
                        [fake:timeout=2]
   [fake:refusal]       a refusal: OpenAI's message.refusal, Anthropic's stop_reason refusal
   [fake:content_filter] OpenAI's finish_reason content_filter
+  [fake:length]        OpenAI's finish_reason length, the answer cut off
+  [fake:cache]         an answer whose Anthropic usage has prompt-cache tokens (100 written,
+                       200 read)
   anything else        an answer echoing the prompt, with token usage
 
 Point the SDKs at it: OpenAI(base_url="http://127.0.0.1:8000/v1") (or OPENAI_BASE_URL) and
@@ -20,6 +26,7 @@ Anthropic(base_url="http://127.0.0.1:8000") (or ANTHROPIC_BASE_URL); any API key
 
 from __future__ import annotations
 
+import email.utils
 import json
 import re
 import threading
@@ -33,7 +40,9 @@ REFUSAL = "I'm sorry, but I can't help with that request."
 
 
 def _last_user_text(body: dict) -> str:
-    for m in reversed(body.get("messages") or []):
+    if isinstance(body.get("input"), str):  # OpenAI responses
+        return body["input"]
+    for m in reversed(body.get("messages") or body.get("input") or []):
         if m.get("role") == "user":
             c = m.get("content")
             if isinstance(c, str):
@@ -97,16 +106,23 @@ class FakeAPI:
         if what == "timeout":
             time.sleep(float(arg or 5))
             what = None
-        if what in ("429", "500", "401", "403", "400"):
+        if what in ("429", "500", "502", "401", "403", "404", "400"):
             status = int(what)
             headers = {}
             if status == 429:
-                secs = arg.split("=", 1)[1] if arg.startswith("retry-after=") else "2"
-                headers["retry-after"] = secs
+                key, _, v = arg.partition("=")
+                if key == "retry-after-ms":
+                    headers["retry-after-ms"] = v
+                elif key == "retry-after-date":
+                    headers["retry-after"] = email.utils.formatdate(time.time() + float(v), usegmt=True)
+                else:
+                    headers["retry-after"] = v if key == "retry-after" else "2"
             return self._send(h, status, self._error(anthropic, status), headers)
         model = body.get("model") or "fake-model"
         if anthropic:
-            return self._send(h, 200, self._message(model, prompt, refused=what == "refusal"))
+            return self._send(h, 200, self._message(model, prompt, what))
+        if path.rstrip("/").endswith("/responses"):
+            return self._send(h, 200, self._response(model, prompt, what))
         return self._send(h, 200, self._completion(model, prompt, what))
 
     @staticmethod
@@ -115,6 +131,8 @@ class FakeAPI:
                  500: ("api_error", "server_error", "The server had an error while processing your request."),
                  401: ("authentication_error", "invalid_api_key", "Incorrect API key provided."),
                  403: ("permission_error", "permission_denied", "You are not allowed to use this model."),
+                 404: ("not_found_error", "model_not_found", "The model does not exist."),
+                 502: ("api_error", "bad_gateway", "Bad gateway."),
                  400: ("invalid_request_error", "invalid_value", "Invalid value for 'messages'.")}
         kind, code, msg = kinds[status]
         if anthropic:
@@ -129,16 +147,34 @@ class FakeAPI:
             message.update(content=None, refusal=REFUSAL)
         elif what == "content_filter":
             message["content"], finish = None, "content_filter"
+        elif what == "length":
+            message["content"], finish = '{"order": 12', "length"
         return {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()),
                 "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
                 "usage": {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42}}
 
     @staticmethod
-    def _message(model: str, prompt: str, refused: bool) -> dict:
+    def _message(model: str, prompt: str, what: str | None) -> dict:
+        refused = what == "refusal"
         content = [] if refused else [{"type": "text", "text": "Echo: " + prompt}]
+        usage: dict[str, Any] = {"input_tokens": 12, "output_tokens": 0 if refused else 30}
+        if what == "cache":
+            usage.update(cache_creation_input_tokens=100, cache_read_input_tokens=200)
         return {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": model,
                 "content": content, "stop_reason": "refusal" if refused else "end_turn", "stop_sequence": None,
-                "usage": {"input_tokens": 12, "output_tokens": 0 if refused else 30}}
+                "usage": usage}
+
+    @staticmethod
+    def _response(model: str, prompt: str, what: str | None) -> dict:
+        part: dict[str, Any] = {"type": "output_text", "text": "Echo: " + prompt, "annotations": []}
+        if what == "refusal":
+            part = {"type": "refusal", "refusal": REFUSAL}
+        return {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
+                "model": model, "status": "completed", "parallel_tool_calls": True, "tool_choice": "auto",
+                "tools": [], "output": [{"type": "message", "id": "msg_" + uuid.uuid4().hex, "role": "assistant",
+                                         "status": "completed", "content": [part]}],
+                "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42,
+                          "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:

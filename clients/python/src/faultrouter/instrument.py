@@ -85,8 +85,8 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             raise ValueError("faultrouter: no action: give instrument(..., action=) or task(..., action=)")
         t.events.append(reporter.report(build(t, outcome, elapsed, defaults)))
 
-    def on_answer(resp: Any, model_hint: Any) -> dict:
-        outcome = mapping.from_response(resp)
+    def on_answer(resp: Any, model_hint: Any, options: Any) -> dict:
+        outcome = mapping.cut_off_structured(resp, getattr(options, "json_data", None)) or mapping.from_response(resp)
         if not outcome.get("model") and isinstance(model_hint, str):
             outcome["model"] = model_hint
         return outcome
@@ -105,7 +105,7 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
-            outcome = on_answer(resp, model)
+            outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
                     validate(resp)
@@ -124,7 +124,7 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
-            outcome = on_answer(resp, model)
+            outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
                     validate(resp)

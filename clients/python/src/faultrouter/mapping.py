@@ -16,7 +16,8 @@
 | content_filter, stop_reason refusal        |          | output.text the refusal, confidence 0         |                           |
 | output that fails the caller's schema      | MODEL    | the exception's class, -, its code or         | SCHEMA_VIOLATION (a       |
 | (OutputInvalid, pydantic ValidationError,  |          | schema_violation; output.schema_valid false   | CODE_1xxx/2xxx code:      |
-| json.JSONDecodeError)                      |          |                                               | VALIDATION_FIXABLE)       |
+| json.JSONDecodeError; a structured answer  |          | (LengthFinishReasonError for a structured     | VALIDATION_FIXABLE)       |
+| cut off: finish_reason length)             |          | answer cut off)                               |                           |
 | any other exception                        | null     | its class, -, -                               | UNCLASSIFIED, or by type  |
 | an answer                                  | MODEL    | status OK; output.text, model, tokens, cost   | SUCCEEDED                 |
 
@@ -162,6 +163,23 @@ def cost_usd(model: str | None, tokens: tuple[int, int], prices: dict | None) ->
         return 0.0
     pin, pout = prices[best]
     return round((tokens[0] * pin + tokens[1] * pout) / 1e6, 9)
+
+
+def cut_off_structured(resp: Any, request: Any) -> dict | None:
+    """The fields of an OpenAI answer to a request for structured output (response_format
+    json_schema, as chat.completions.parse sends) that stopped at its token limit: its JSON
+    cannot be whole, so it fails the schema (the SDK's parse() raises LengthFinishReasonError
+    after the call). None for any other answer."""
+    fmt = _get(request, "response_format")
+    choices = _get(resp, "choices")
+    if _get(fmt, "type") != "json_schema" or not isinstance(choices, list) or not choices:
+        return None
+    if _get(choices[0], "finish_reason") != "length":
+        return None
+    return {"status": "ERROR", "stage": "MODEL",
+            "error": {"type": "LengthFinishReasonError", "code": "schema_violation",
+                      "message": "the structured answer was cut off at the token limit (finish_reason length)"},
+            "output": {"schema_valid": False}}
 
 
 def from_response(resp: Any) -> dict:
