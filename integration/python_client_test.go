@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +263,141 @@ func TestPythonClientSDKs(t *testing.T) {
 	}
 	if ran == 0 {
 		t.Fatal("no Python version of the list is on this machine")
+	}
+}
+
+// docShellBlocks returns the sh code blocks of a Markdown page, in page order.
+func docShellBlocks(t *testing.T, page string) []string {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// Guards docs/getting-started.md run as written, every code block of it, the
+// way a new user runs them: step 1's shell block at the repository's root
+// (go build, a fresh virtual environment, pip install of the package and the
+// openai SDK from PyPI), step 2's `./faultrouter demo --serve` in the
+// background as the first terminal, steps 3 to 5 in a second one (the fake
+// API on 127.0.0.1:8000, worker.py and retries.py as the page saves them).
+// It asserts what the page promises: the 429's retry is taken as attempt 2
+// and answered, and the console of the demo (signed in with the password it
+// printed) holds the refusal in its review queue and shows the 429, the retry
+// and the success in the rate-limited task's timeline. The page's ports
+// (9092, 8080, 8000) must be free.
+func TestGettingStartedAsWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the binary and installs the package from PyPI")
+	}
+	for _, port := range []int{9092, 8080, 8000} {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+			t.Fatalf("port %d, which docs/getting-started.md uses, is taken: %v", port, err)
+		} else {
+			l.Close()
+		}
+	}
+	sh := docShellBlocks(t, "../docs/getting-started.md")
+	if len(sh) != 5 || !strings.Contains(sh[1], "demo --serve") || !strings.Contains(sh[2], "faultrouter.fake &") ||
+		strings.TrimSpace(sh[3]) != "python worker.py" || strings.TrimSpace(sh[4]) != "python retries.py" {
+		t.Fatalf("docs/getting-started.md: shell blocks %q, want install, demo --serve, the fake API, worker.py, retries.py", sh)
+	}
+	_, files := docBlocks(t, "../docs/getting-started.md")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, code := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the first terminal's output goes to demo.out; the second terminal is the script's own
+	demoOut := filepath.Join(dir, "demo.out")
+	script := strings.Join([]string{
+		"set -euo pipefail",
+		"cd " + root,
+		"rm -rf .venv",
+		sh[0],
+		"(\n" + sh[1] + ") >" + demoOut + " 2>&1 &",
+		`for i in $(seq 1 600); do grep -q "Operator console:" ` + demoOut + ` && break; sleep 0.5; done`,
+		`grep -q "Operator console:" ` + demoOut + ` || { echo "demo --serve did not come up"; exit 1; }`,
+		"cd " + dir,
+		sh[2],
+		`python -c 'import socket, time
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", 8000), 1).close(); break
+    except OSError:
+        time.sleep(0.2)'`,
+		"echo '>>> worker.py'",
+		sh[3],
+		"echo '>>> retries.py'",
+		sh[4],
+	}, "\n")
+	log, err := os.Create(filepath.Join(dir, "terminal.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Stdout, cmd.Stderr = log, log // files, not pipes: the background terminal outlives bash
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "FAULTROUTER_BROKERS=", "OPENAI_BASE_URL=", "VIRTUAL_ENV=")
+	err = cmd.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) // Ctrl-C in both terminals
+		time.Sleep(2 * time.Second)
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		os.RemoveAll(filepath.Join(root, ".venv"))
+		os.Remove(filepath.Join(root, "faultrouter"))
+	})
+	err = cmd.Wait()
+	terminal, _ := os.ReadFile(log.Name())
+	demo, _ := os.ReadFile(demoOut)
+	if err != nil {
+		t.Fatalf("the page's blocks: %v\nsecond terminal:\n%s\nfirst terminal (demo --serve):\n%s", err, terminal, demo)
+	}
+	t.Logf("second terminal:\n%s", terminal)
+	out := string(terminal)
+	limited := regexp.MustCompile(`(?m)^(t1-[a-z2-7]{26}) failed: RateLimitError`).FindStringSubmatch(out)
+	refused := regexp.MustCompile(`(?m)^(t1-[a-z2-7]{26}) answered: \(refused: `).FindStringSubmatch(out)
+	if limited == nil || refused == nil {
+		t.Fatalf("worker.py did not print a rate-limited and a refused ticket:\n%s", out)
+	}
+	rate, ref := limited[1], refused[1]
+	if !strings.Contains(out, rate+" retry 1, attempt 2: Echo: ") {
+		t.Fatalf("retries.py did not take %s's retry and get an answer:\n%s", rate, out)
+	}
+	m := regexp.MustCompile(`Operator console: (http://\S+)\s+\(user demo, password (\S+);`).FindSubmatch(demo)
+	if m == nil {
+		t.Fatalf("demo --serve printed no console address and password:\n%s", demo)
+	}
+	person := newHTTPPerson(t, string(m[1]))
+	person.login("demo", string(m[2]))
+	if !waitFor(30*time.Second, func() bool {
+		_, page := person.get("/review")
+		return strings.Contains(page, ref) && strings.Contains(page, "MODEL_REFUSAL")
+	}) {
+		_, page := person.get("/review")
+		t.Fatalf("the demo console's review queue does not show %s as MODEL_REFUSAL:\n%s", ref, page)
+	}
+	if !waitFor(30*time.Second, func() bool {
+		_, page := person.get("/task?id=" + rate)
+		return strings.Contains(page, "RATE_LIMITED") && strings.Contains(page, "SUCCEEDED")
+	}) {
+		_, page := person.get("/task?id=" + rate)
+		t.Fatalf("the demo console's timeline of %s does not show the 429 and the success:\n%s", rate, page)
 	}
 }
