@@ -323,7 +323,9 @@ func New(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := codec.New()
+	// with a registry, every routed record is the current version: the
+	// subjects hold it alone, and their readers resolve by its ID
+	c, err := codec.NewWith(codec.Options{CurrentRoutedOnly: cfg.WireFormat == registry.Confluent})
 	if err != nil {
 		return nil, err
 	}

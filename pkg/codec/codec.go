@@ -64,6 +64,12 @@ type Options struct {
 	// Records written with any accepted version are read; fields the
 	// version does not have are dropped. Default 0: the current version.
 	TaskEventVersion int
+	// CurrentRoutedOnly writes every RoutedRecord with the current version,
+	// also a decision no policy override made (written with version 2 by
+	// default, for readers of an earlier build). For the Confluent wire
+	// format, whose readers resolve the writer schema by its registry ID and
+	// whose subjects hold the current version only.
+	CurrentRoutedOnly bool
 }
 
 // Codec encodes and decodes faultrouter's records. It is safe for concurrent use.
@@ -154,7 +160,7 @@ func NewWith(o Options) (*Codec, error) {
 		case s.Name == avro.RoutedRecord && s.Current:
 			c.routed, writes = w, true
 			readers = append(readers, s.JSON)
-		case s.Name == avro.RoutedRecord && s.Version == plainRoutedVersion:
+		case s.Name == avro.RoutedRecord && s.Version == plainRoutedVersion && !o.CurrentRoutedOnly:
 			c.routedPlain, writes = w, true
 		case s.Name == avro.BreakerEvent && s.Current:
 			c.breaker, writes = w, true

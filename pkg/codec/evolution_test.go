@@ -289,3 +289,21 @@ func TestNoOverrideWritesVersion2(t *testing.T) {
 		}
 	}
 }
+
+// TestCurrentRoutedOnly guards the codec of a router on the Confluent wire
+// format: every routed record is the current version, which its subjects
+// hold, also without an override.
+func TestCurrentRoutedOnly(t *testing.T) {
+	c, err := NewWith(Options{CurrentRoutedOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := routedSamples()[1]
+	b, err := c.EncodeRouted(nil, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, v, err := c.WriterVersion(b); err != nil || v != 3 {
+		t.Errorf("written with version %d (%v), want 3", v, err)
+	}
+}
