@@ -10,7 +10,6 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
 // Breaker windows depend on how the partitions' traffic interleaves in each
@@ -127,7 +126,7 @@ func (c *checker) breakers(ts []transition) {
 		if len(tl) > 0 {
 			tl[len(tl)-1].to = at
 		}
-		cfg := c.breakerConfig(sc)
+		cfg := c.breakerConfig(k.ref)
 		latch := latchedOpen(t)
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		// OPEN to OPEN: the latch alone ended, the breaker stays open on
@@ -172,9 +171,9 @@ func (c *checker) breakers(ts []transition) {
 		case e.To == breaker.Open.String():
 			c.violate("breaker.cause", e.TaskID, "%s opened at %s without a triggering task", k.ref, stamp(at))
 		case e.To == breaker.HalfOpen.String():
-			if prev.state == breaker.Open.String() && !prev.latched && !prev.adopted && at.Sub(prev.from) < time.Duration(cfg.CooldownMs)*time.Millisecond {
-				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %dms",
-					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.CooldownMs)
+			if prev.state == breaker.Open.String() && !prev.latched && !prev.adopted && at.Sub(prev.from) < cfg.Cooldown {
+				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %s",
+					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.Cooldown)
 			}
 			if prev.latched {
 				c.violate("breaker.latch", e.TaskID, "%s on instance %s half-opened at %s while latched open by a hallucination", k.ref, e.Instance, stamp(at))
@@ -225,7 +224,7 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 	}
 	for k, tl := range timelines {
 		pubs := byInstance[k.instance]
-		cfg := c.breakerConfig(k.ref.Scope)
+		cfg := c.breakerConfig(k.ref)
 		for i, s := range tl {
 			var in []pub
 			for _, p := range pubs {
@@ -316,16 +315,11 @@ func (c *checker) joined(from, to time.Time) bool {
 // a rebalance) the group's assignment may still be moving because of it.
 const rebalanceSpan = 15 * time.Second
 
-// breakerConfig is the policy's breaker configuration of a scope.
-func (c *checker) breakerConfig(sc breaker.Scope) policy.Breaker {
-	switch sc {
-	case breaker.Downstream:
-		return c.o.Policy.Breakers.Downstream
-	case breaker.PromptTemplate:
-		return c.o.Policy.Breakers.PromptTemplate
-	case breaker.ProviderModel:
-	}
-	return c.o.Policy.Breakers.ProviderModel
+// breakerConfig is the policy's limits of ref's breaker: its scope's, or
+// those of the override that sets them for its key.
+func (c *checker) breakerConfig(ref breaker.Ref) breaker.Config {
+	cfg, _ := c.o.Policy.BreakerLimits(ref)
+	return cfg
 }
 
 // heldElsewhere reports whether another breaker of the retry x, on the same

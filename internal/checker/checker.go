@@ -247,8 +247,16 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 		o.MaxViolations = 1000
 	}
 	if o.RetryLate == 0 {
-		b := o.Policy.Breakers
-		o.RetryLate = 60*time.Second + time.Duration(max(b.ProviderModel.CooldownMs, b.Downstream.CooldownMs, b.PromptTemplate.CooldownMs))*time.Millisecond
+		cooldown := func(b *policy.Breakers) int64 {
+			return max(b.ProviderModel.CooldownMs, b.Downstream.CooldownMs, b.PromptTemplate.CooldownMs)
+		}
+		longest := cooldown(&o.Policy.Breakers)
+		for i := range o.Policy.Overrides { // breaker limits of their own
+			if b := o.Policy.Overrides[i].Breakers; b != nil {
+				longest = max(longest, cooldown(b))
+			}
+		}
+		o.RetryLate = 60*time.Second + time.Duration(longest)*time.Millisecond
 	}
 	if o.DecideLate == 0 {
 		o.DecideLate = 3 * time.Minute

@@ -253,7 +253,7 @@ func (c *checker) missingOpens(k procKey, obs []observed, transitionsOf func(bre
 		return // the router forgets breakers then: not modelled
 	}
 	for _, ref := range refs {
-		cfg := c.breakerWindow(ref.Scope)
+		cfg := c.breakerConfig(ref)
 		from, closed := c.start(k), true
 		for _, t := range transitionsOf(ref) {
 			if closed {
@@ -268,11 +268,6 @@ func (c *checker) missingOpens(k procKey, obs []observed, transitionsOf func(bre
 			c.closedStretch(k, ref, cfg, outcomes[ref], from, math.MaxInt64, overlaps)
 		}
 	}
-}
-
-// breakerWindow is the breaker.Config of a scope's policy.
-func (c *checker) breakerWindow(sc breaker.Scope) breaker.Config {
-	return c.breakerConfig(sc).Config()
 }
 
 // closedStretch checks one stretch [from, to] (Unix ms) during which ref was

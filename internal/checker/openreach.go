@@ -141,7 +141,7 @@ func (c *checker) openHolds() map[breaker.Ref][]openHold {
 			continue
 		}
 		ref := breaker.Ref{Scope: scope, Key: k}
-		cooldown := time.Duration(c.cooldownOf(scope)) * time.Millisecond
+		cooldown := c.breakerConfig(ref).Cooldown
 		h := openHold{offset: r.rec.Offset, by: by, opened: s.OpenedAt.Time, from: r.readable.Add(openReach), endedBy: "its cooldown ended"}
 		h.to = h.opened.Add(cooldown)
 		end := int64(1<<63 - 1)
@@ -169,17 +169,4 @@ func (c *checker) openHolds() map[breaker.Ref][]openHold {
 		out[ref] = append(out[ref], h)
 	}
 	return out
-}
-
-// cooldownOf is the policy's cooldown of a breaker scope, in ms.
-func (c *checker) cooldownOf(sc breaker.Scope) int64 {
-	b := c.o.Policy.Breakers
-	switch sc {
-	case breaker.ProviderModel:
-		return b.ProviderModel.CooldownMs
-	case breaker.Downstream:
-		return b.Downstream.CooldownMs
-	default:
-		return b.PromptTemplate.CooldownMs
-	}
 }

@@ -166,6 +166,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	if err != nil {
 		return nil, fmt.Errorf("router: Policy.Breakers: %w", err)
 	}
+	set.SetLimits(p.BreakerLimitsFunc()) // the overrides' breaker limits, if any
 	surges, err := newSurges(p.Surge)
 	if err != nil {
 		return nil, fmt.Errorf("router: Policy.Surge: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
@@ -40,6 +41,12 @@ type expWorld struct {
 }
 
 func expStart(t *testing.T, clockMs int64) *expWorld {
+	t.Helper()
+	return expStartPolicy(t, clockMs, policy.Default())
+}
+
+// expStartPolicy is expStart with the router on policy p.
+func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -78,6 +85,7 @@ func expStart(t *testing.T, clockMs int64) *expWorld {
 	}
 
 	cfg := router.Default()
+	cfg.Policy = p
 	cfg.ClientOpts = w.seeds
 	cfg.Topics = w.topics
 	cfg.StateDir = t.TempDir()

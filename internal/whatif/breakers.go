@@ -29,6 +29,7 @@ func openings(ds []checker.Decided, p *policy.Policy) map[string]int {
 	if err != nil {
 		return nil // a validated policy's breakers are valid
 	}
+	set.SetLimits(p.BreakerLimitsFunc())
 	order := make([]int, len(ds))
 	for i := range order {
 		order[i] = i

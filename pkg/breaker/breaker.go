@@ -206,7 +206,10 @@ type breaker struct {
 
 // Set is the breakers of every scope. It is not safe for concurrent use.
 type Set struct {
-	cfg      [3]Config
+	cfg [3]Config
+	// limits gives the Config of a key whose limits are not its scope's
+	// (SetLimits); nil: every key has its scope's
+	limits   func(Ref) *Config
 	breakers map[Ref]*breaker
 	// undo holds, between Begin and Commit or Rollback, each changed
 	// breaker as it was at Begin (nil: it did not exist); epoch counts the
@@ -365,11 +368,11 @@ func (s *Set) evict(now time.Time) {
 
 // counts sums the window ending at now.
 func (s *Set) counts(ref Ref, b *breaker, now int64) (fail, req int32) {
-	return sumSlots(&b.window, s.cfg[ref.Scope].Window, now)
+	return sumSlots(&b.window, s.config(ref).Window, now)
 }
 
 func (s *Set) count(ref Ref, b *breaker, now int64, failure bool) {
-	countSlots(&b.window, s.cfg[ref.Scope].Window, now, failure)
+	countSlots(&b.window, s.config(ref).Window, now, failure)
 }
 
 func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, o *Outcome) Transition {
@@ -395,7 +398,7 @@ func (s *Set) move(ref Ref, b *breaker, to State, reason string, now time.Time, 
 
 // advance moves an OPEN breaker whose cooldown has passed to HALF_OPEN.
 func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
-	if b.state == Open && !b.latched && now.UnixMilli() >= max(b.openedAt+s.cfg[ref.Scope].Cooldown.Milliseconds(), b.wait) {
+	if b.state == Open && !b.latched && now.UnixMilli() >= max(b.openedAt+s.config(ref).Cooldown.Milliseconds(), b.wait) {
 		return []Transition{s.move(ref, b, HalfOpen, "cooldown over; letting probes through", now, nil)}
 	}
 	return nil
@@ -409,7 +412,7 @@ func (s *Set) Record(o Outcome, now time.Time) []Transition {
 	ts := s.advance(o.Ref, b, now)
 	ms := now.UnixMilli()
 	s.count(o.Ref, b, ms, o.Failure)
-	cfg := s.cfg[o.Scope]
+	cfg := s.config(o.Ref)
 	switch b.state {
 	case Closed:
 		fail, req := s.counts(o.Ref, b, ms)
@@ -454,7 +457,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 		case Open:
 			ok = false
 		case HalfOpen:
-			if b.probes >= s.cfg[ref.Scope].HalfOpenProbes || now.UnixMilli() < b.wait {
+			if b.probes >= s.config(ref).HalfOpenProbes || now.UnixMilli() < b.wait {
 				ok = false
 			}
 		case Closed:
@@ -485,7 +488,7 @@ func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 		if !ok {
 			continue
 		}
-		cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
+		cooldown := s.config(ref).Cooldown.Milliseconds()
 		var t time.Time
 		switch {
 		case b.state == Open && !b.latched:
@@ -573,7 +576,7 @@ func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transi
 		}
 		b.latched = false
 		if sh.State == HalfOpen && sh.Elsewhere {
-			b.wait = now.UnixMilli() + s.cfg[ref.Scope].Cooldown.Milliseconds()
+			b.wait = now.UnixMilli() + s.config(ref).Cooldown.Milliseconds()
 		}
 		return ts
 	}
@@ -583,7 +586,7 @@ func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transi
 		b.openedAt = sh.OpenedAt.UnixMilli()
 	}
 	if sh.Elsewhere {
-		cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
+		cooldown := s.config(ref).Cooldown.Milliseconds()
 		b.wait = b.openedAt + cooldown + recheck(cooldown)
 	}
 	fail, req := s.counts(ref, b, now.UnixMilli())
@@ -679,7 +682,7 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 		ts = append(ts, s.move(ref, b, sh.State, reason, now, nil))
 	}
 	s.saveFound(ref, b)
-	cooldown := s.cfg[ref.Scope].Cooldown.Milliseconds()
+	cooldown := s.config(ref).Cooldown.Milliseconds()
 	switch sh.State {
 	case Open:
 		b.latched = sh.Latched
@@ -708,9 +711,31 @@ func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transiti
 // no retry asked about, no change) before Expire lets it go: twice its
 // cooldown and window, and at least four rechecks (a held retry asks at the
 // end of the cooldown and every recheck after). Its key is no longer used.
-func (s *Set) Idle(sc Scope) time.Duration {
-	cooldown := s.cfg[sc].Cooldown
-	return max(2*(cooldown+s.cfg[sc].Window), 4*time.Duration(recheck(cooldown.Milliseconds()))*time.Millisecond)
+// A key with limits of its own (SetLimits) waits for IdleOf.
+func (s *Set) Idle(sc Scope) time.Duration { return idle(&s.cfg[sc]) }
+
+// IdleOf is Idle of ref's breaker, on its own limits.
+func (s *Set) IdleOf(ref Ref) time.Duration { return idle(s.config(ref)) }
+
+func idle(c *Config) time.Duration {
+	return max(2*(c.Cooldown+c.Window), 4*time.Duration(recheck(c.Cooldown.Milliseconds()))*time.Millisecond)
+}
+
+// SetLimits gives keys limits of their own: limits(ref) is the Config of
+// ref's breaker, or nil for its scope's (a policy override's breaker
+// limits, policy.Policy.BreakerLimitsFunc). Each Config must be valid; the
+// overflow breakers keep their scope's. Call it before the Set is used: a
+// breaker's window is laid out on its Config.
+func (s *Set) SetLimits(limits func(Ref) *Config) { s.limits = limits }
+
+// config is the Config of ref's breaker.
+func (s *Set) config(ref Ref) *Config {
+	if s.limits != nil && ref.Key != OverflowKey {
+		if c := s.limits(ref); c != nil {
+			return c
+		}
+	}
+	return &s.cfg[ref.Scope]
 }
 
 // Expire lets go of the breakers not used for Idle, latched ones aside and
@@ -724,11 +749,11 @@ func (s *Set) Expire(now time.Time, keep func(Ref) bool) []Transition {
 	ms := now.UnixMilli()
 	for _, ref := range s.sortedRefs() {
 		b := s.breakers[ref]
-		if b.latched || ms-b.used < s.Idle(ref.Scope).Milliseconds() || keep != nil && keep(ref) {
+		if b.latched || ms-b.used < s.IdleOf(ref).Milliseconds() || keep != nil && keep(ref) {
 			continue
 		}
 		if b.state != Closed {
-			ts = append(ts, s.move(ref, b, Closed, fmt.Sprintf("unused for %s: let go", s.Idle(ref.Scope)), now, nil))
+			ts = append(ts, s.move(ref, b, Closed, fmt.Sprintf("unused for %s: let go", s.IdleOf(ref)), now, nil))
 		}
 		s.save(ref)
 		delete(s.breakers, ref)

@@ -634,3 +634,39 @@ func TestTripOfAnOpenBreakerSaysItLatched(t *testing.T) {
 		t.Fatalf("Trip of an OPEN breaker = %+v (latched %v), want one OPEN>OPEN transition of t9", ts, s.Latched(pm))
 	}
 }
+
+// TestSetLimitsPerKey guards SetLimits: a key with limits of its own opens,
+// cools down and expires on them; the other keys of its scope keep the
+// scope's; the overflow breaker keeps the scope's.
+func TestSetLimitsPerKey(t *testing.T) {
+	s := newTestSet(t)
+	own := Config{Window: 10 * time.Second, MinRequests: 2, FailureRatio: 0.5, Cooldown: 30 * time.Second, HalfOpenProbes: 1}
+	s.SetLimits(func(r Ref) *Config {
+		if r == pm {
+			return &own
+		}
+		return nil
+	})
+	other := Ref{Scope: ProviderModel, Key: "acme/m2"}
+	for i := range 2 {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		s.Record(Outcome{Ref: pm, Failure: true}, at)
+		s.Record(Outcome{Ref: other, Failure: true}, at)
+	}
+	if s.State(pm) != Open || s.State(other) != Closed {
+		t.Fatalf("after 2 failures each: %s %s, %s %s; want acme/m1 OPEN (min_requests 2), acme/m2 CLOSED (4)", pm, s.State(pm), other, s.State(other))
+	}
+	// the scope's cooldown is 5 s; acme/m1's own is 30 s
+	if ok, _ := s.Allow([]Ref{pm}, t0.Add(6*time.Second)); ok || s.State(pm) != Open {
+		t.Fatalf("acme/m1 let a retry through 6 s after opening (state %s), its cooldown is 30 s", s.State(pm))
+	}
+	if ok, _ := s.Allow([]Ref{pm}, t0.Add(31*time.Second)); !ok || s.State(pm) != HalfOpen {
+		t.Fatalf("acme/m1 held a retry 31 s after opening (state %s), its cooldown is 30 s", s.State(pm))
+	}
+	if got, want := s.IdleOf(pm), idle(&own); got != want || got == s.Idle(ProviderModel) {
+		t.Errorf("IdleOf(acme/m1) %s, want %s (not the scope's %s)", got, want, s.Idle(ProviderModel))
+	}
+	if s.config(Ref{Scope: ProviderModel, Key: OverflowKey}) != &s.cfg[ProviderModel] {
+		t.Error("the overflow breaker does not keep its scope's limits")
+	}
+}

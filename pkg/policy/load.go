@@ -115,7 +115,7 @@ func checkNode(n *yaml.Node, t reflect.Type, path string, lines map[string]int) 
 			ft, ok := fields[k.Value]
 			if why, top := notOverridable[k.Value]; !ok && top && t == reflect.TypeFor[Override]() {
 				return &FieldError{Line: k.Line, Path: join(path, k.Value),
-					Msg: "not overridable: " + why + "; an override sets name, match and class sections (" + strings.Join(overridableSections(), ", ") + ")"}
+					Msg: "not overridable: " + why + "; an override sets name, match and sections of (" + strings.Join(overridableSections(), ", ") + ")"}
 			}
 			if !ok {
 				return &FieldError{Line: k.Line, Path: join(path, k.Value),

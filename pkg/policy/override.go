@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -19,9 +20,14 @@ import (
 // one event are an error (Validate), so at most one override is the most
 // specific for any event.
 //
-// Only class sections are overridable: the shared retry budget, the task
-// budget (budget_exhausted), the breakers, the owners and the other
-// top-level settings are the base's for every event.
+// Class sections are overridable, and the breakers' limits: an override's
+// `breakers` section sets the window, thresholds, cooldown and probes of
+// the breakers its match names (provider_model for a match on provider
+// and model alone, downstream for one on action alone, prompt_template for
+// one on prompt_template alone; BreakerLimits). The breakers themselves,
+// one per key shared by every event of the key, are unchanged. The shared
+// retry budget, the task budget (budget_exhausted), the owners and the
+// other top-level settings are the base's for every event.
 type Override struct {
 	// Name names the override in decisions, `policy explain` and errors:
 	// required, unique, of a-z, 0-9, '.', '_' and '-'.
@@ -46,6 +52,12 @@ type Override struct {
 	OutcomeUnknown     *Escalation         `yaml:"outcome_unknown"`
 	ParamsMismatch     *Escalation         `yaml:"params_mismatch"`
 	Unclassified       *Escalation         `yaml:"unclassified"`
+
+	// Breakers are the limits of the breakers the match names; nil keeps
+	// the base's. Read from a file, it is the base's breakers section with
+	// the keys the file gives replaced. A scope whose limits differ from
+	// the base's must be one the match names alone (see Override).
+	Breakers *Breakers `yaml:"breakers"`
 }
 
 // Match selects events by four of their fields. Each is an exact value
@@ -84,7 +96,6 @@ func (m Match) String() string {
 // notOverridable says why a top-level key cannot appear in an override.
 var notOverridable = map[string]string{
 	"retry_budget":     "the shared retry budget counts all of a task's retries, whatever model made them; set it at the top level",
-	"breakers":         "breakers already count per provider/model, action and prompt template and are the same for every event; set them at the top level",
 	"budget_exhausted": "a task's budget is one for all its attempts, which may run on different models; set it at the top level",
 	"owners":           "owners are defined once, at the top level; an override's sections name them",
 	"default_sla_ms":   "a task's SLA is the task's, not one event's; set it at the top level",
@@ -172,6 +183,13 @@ type compiledOverride struct {
 	match       [4]pattern
 	specificity int
 	policy      *Policy
+	// breakers holds, per breaker.Scope, the limits the override sets for
+	// the breakers of that scope its match selects; nil: the base's
+	breakers [3]*breaker.Config
+	// decides is set when the override changes a class section: an override
+	// of breaker limits alone decides no event (Decide and OverrideFor pass
+	// it by) and ties only with another one setting the same breakers
+	decides bool
 }
 
 func (o *compiledOverride) matches(ev *event.TaskEvent) bool {
@@ -194,7 +212,7 @@ func (o *compiledOverride) overlaps(q *compiledOverride) bool {
 // never both match (compileOverrides), so the first match is the one.
 func (p *Policy) resolve(ev *event.TaskEvent) *compiledOverride {
 	for i := range p.overrides {
-		if o := &p.overrides[i]; o.matches(ev) {
+		if o := &p.overrides[i]; o.decides && o.matches(ev) {
 			return o
 		}
 	}
@@ -285,6 +303,9 @@ func (p *Policy) with(o *Override) *Policy {
 	if o.Unclassified != nil {
 		q.Unclassified = *o.Unclassified
 	}
+	if o.Breakers != nil {
+		q.Breakers = *o.Breakers
+	}
 	return &q
 }
 
@@ -341,15 +362,136 @@ func (p *Policy) compileOverrides() ([]compiledOverride, error) {
 			fe.Msg += " (override " + o.Name + ")"
 			return nil, fe
 		}
+		if o.Breakers != nil {
+			if err := c.compileBreakers(p, o, path); err != nil {
+				return nil, err
+			}
+		}
+		c.decides = slices.ContainsFunc(o.Sections(), func(s string) bool { return s != "breakers" })
 		for j := range out {
-			if q := &out[j]; q.specificity == c.specificity && q.overlaps(&c) {
+			q := &out[j]
+			if q.specificity != c.specificity || !q.overlaps(&c) {
+				continue
+			}
+			if q.decides && c.decides {
 				return nil, &FieldError{Path: path, Msg: tie(q, &c)}
+			}
+			for _, bs := range breakerScopes {
+				if q.breakers[bs.scope] != nil && c.breakers[bs.scope] != nil {
+					return nil, &FieldError{Path: path + ".breakers." + bs.key, Msg: tie(q, &c)}
+				}
 			}
 		}
 		out = append(out, c)
 	}
 	slices.SortStableFunc(out, func(a, b compiledOverride) int { return b.specificity - a.specificity })
 	return out, nil
+}
+
+// breakerScopes are the breakers sections of an override: each scope's
+// yaml key, the match fields (indexes of Match.values) that key its
+// breakers, and its limits in a Breakers.
+var breakerScopes = [3]struct {
+	scope  breaker.Scope
+	key    string
+	fields []int
+	limits func(*Breakers) Breaker
+}{
+	{breaker.ProviderModel, "provider_model", []int{0, 1}, func(b *Breakers) Breaker { return b.ProviderModel }},
+	{breaker.Downstream, "downstream", []int{2}, func(b *Breakers) Breaker { return b.Downstream }},
+	{breaker.PromptTemplate, "prompt_template", []int{3}, func(b *Breakers) Breaker { return b.PromptTemplate }},
+}
+
+// compileBreakers keeps the limits o sets for each breaker scope (those
+// that differ from the base's), after checking that its match names that
+// scope's key fields alone: a breaker is one per key, whatever else its
+// events carry, so limits for the breakers of provider acme's refunds
+// would have no breaker to apply to.
+func (c *compiledOverride) compileBreakers(p *Policy, o *Override, path string) error {
+	for _, bs := range breakerScopes {
+		lim := bs.limits(o.Breakers)
+		if lim == bs.limits(&p.Breakers) {
+			continue
+		}
+		for k, pat := range c.match {
+			if !pat.any && !slices.Contains(bs.fields, k) {
+				var names []string
+				for _, f := range bs.fields {
+					names = append(names, matchKeys[f])
+				}
+				return &FieldError{Path: path + ".breakers." + bs.key, Msg: fmt.Sprintf(
+					"sets the limits of the %s breakers, which are keyed by %s alone, but the match also names %s=%s: "+
+						"put these limits in an override whose match names only %s (override %s)",
+					bs.key, strings.Join(names, " and "), matchKeys[k], pat, strings.Join(names, " and "), o.Name)}
+			}
+		}
+		cfg := lim.Config()
+		c.breakers[bs.scope] = &cfg
+	}
+	return nil
+}
+
+// BreakerLimits returns the limits of the breaker of ref: those of the most
+// specific override whose match selects its key and that sets limits for
+// its scope (and that override's name), or the base policy's. A
+// provider/model key is "provider/model", split at its first "/". The
+// policy must be validated.
+func (p *Policy) BreakerLimits(ref breaker.Ref) (breaker.Config, string) {
+	if o := p.breakerOverride(ref); o != nil {
+		return *o.breakers[ref.Scope], o.name
+	}
+	switch ref.Scope {
+	case breaker.Downstream:
+		return p.Breakers.Downstream.Config(), ""
+	case breaker.PromptTemplate:
+		return p.Breakers.PromptTemplate.Config(), ""
+	}
+	return p.Breakers.ProviderModel.Config(), ""
+}
+
+// BreakerLimitsFunc is BreakerLimits for a breaker.Set (Set.SetLimits): the
+// limits of ref's override, nil for the base's. Nil when no override sets
+// breaker limits.
+func (p *Policy) BreakerLimitsFunc() func(breaker.Ref) *breaker.Config {
+	for i := range p.overrides {
+		if p.overrides[i].breakers != [3]*breaker.Config{} {
+			return func(ref breaker.Ref) *breaker.Config {
+				if o := p.breakerOverride(ref); o != nil {
+					return o.breakers[ref.Scope]
+				}
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Policy) breakerOverride(ref breaker.Ref) *compiledOverride {
+	if int(ref.Scope) >= len(breakerScopes) {
+		return nil
+	}
+	for i := range p.overrides { // most specific first
+		o := &p.overrides[i]
+		if o.breakers[ref.Scope] == nil {
+			continue
+		}
+		switch ref.Scope {
+		case breaker.ProviderModel:
+			provider, model, _ := strings.Cut(ref.Key, "/")
+			if o.match[0].matches(provider) && o.match[1].matches(model) {
+				return o
+			}
+		case breaker.Downstream:
+			if o.match[2].matches(ref.Key) {
+				return o
+			}
+		case breaker.PromptTemplate:
+			if o.match[3].matches(ref.Key) {
+				return o
+			}
+		}
+	}
+	return nil
 }
 
 // tie is the error of two equally specific overrides a and b that can both

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -240,7 +242,12 @@ func TestOverrideErrors(t *testing.T) {
 		{"unknown match key", one("name: a\nmatch: {tenant: x}\nnetwork_timeout: {max_retries: 1}"), "overrides[0].match.tenant", []string{"allowed keys: action, model, prompt_template, provider"}},
 		{"changes nothing", one("name: a\nmatch: {model: m}"), "overrides[0]", []string{"changes nothing", "network_timeout"}},
 		{"retry budget", one("name: a\nmatch: {model: m}\nretry_budget: 9"), "overrides[0].retry_budget", []string{"not overridable", "shared retry budget"}},
-		{"breakers", one("name: a\nmatch: {model: m}\nbreakers: {provider_model: {min_requests: 5}}"), "overrides[0].breakers", []string{"not overridable", "breakers"}},
+		{"breakers of another key", one("name: a\nmatch: {provider: p, action: refund}\nbreakers: {provider_model: {min_requests: 5}}"), "overrides[0].breakers.provider_model",
+			[]string{"keyed by provider and model alone", "action=refund", "(override a)"}},
+		{"breakers of a template", one("name: a\nmatch: {model: m}\nbreakers: {prompt_template: {cooldown_ms: 5000}}"), "overrides[0].breakers.prompt_template",
+			[]string{"keyed by prompt_template alone", "model=m"}},
+		{"bad breaker value", one("name: a\nmatch: {action: refund}\nbreakers: {downstream: {failure_ratio: 2}}"), "overrides[0].breakers.downstream.failure_ratio",
+			[]string{"(override a)"}},
 		{"task budget", one("name: a\nmatch: {model: m}\nbudget_exhausted: {max_cost_usd: 2}"), "overrides[0].budget_exhausted", []string{"not overridable", "budget"}},
 		{"unknown section key", one("name: a\nmatch: {model: m}\nnetwork_timeout: {retries: 1}"), "overrides[0].network_timeout.retries", []string{"unknown key", "max_retries"}},
 		{"bad value", one("name: a\nmatch: {model: m}\nnetwork_timeout: {max_retries: -1}"), "overrides[0].network_timeout.max_retries", []string{"must be >= 0", "(override a)"}},
@@ -311,4 +318,79 @@ func BenchmarkDecideOverrides(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchmarkDecide(b, p)
+}
+
+// TestOverrideBreakerLimits guards an override's breakers section: the
+// breaker of a key its match selects takes its limits (the base's for the
+// keys the file does not give), the most specific override wins, and every
+// other breaker keeps the base's.
+func TestOverrideBreakerLimits(t *testing.T) {
+	p, err := Parse([]byte(`overrides:
+  - name: acme-breakers
+    match: {provider: acme}
+    breakers: {provider_model: {min_requests: 3, cooldown_ms: 5000}}
+  - name: acme-big
+    match: {provider: acme, model: "big*"}
+    breakers: {provider_model: {min_requests: 50}}
+  - name: refunds
+    match: {action: refund}
+    breakers: {downstream: {failure_ratio: 0.9}}
+    network_timeout: {max_retries: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Default().Breakers
+	for _, c := range []struct {
+		ref      breaker.Ref
+		min      int32
+		cooldown time.Duration
+		ratio    float64
+		by       string
+	}{
+		{breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/small"}, 3, 5 * time.Second, base.ProviderModel.FailureRatio, "acme-breakers"},
+		{breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/big-2"}, 50, base.ProviderModel.Config().Cooldown, base.ProviderModel.FailureRatio, "acme-big"},
+		{breaker.Ref{Scope: breaker.ProviderModel, Key: "other/big-2"}, base.ProviderModel.MinRequests, base.ProviderModel.Config().Cooldown, base.ProviderModel.FailureRatio, ""},
+		{breaker.Ref{Scope: breaker.Downstream, Key: "refund"}, base.Downstream.MinRequests, base.Downstream.Config().Cooldown, 0.9, "refunds"},
+		{breaker.Ref{Scope: breaker.Downstream, Key: "acme"}, base.Downstream.MinRequests, base.Downstream.Config().Cooldown, base.Downstream.FailureRatio, ""},
+		{breaker.Ref{Scope: breaker.PromptTemplate, Key: "acme"}, base.PromptTemplate.MinRequests, base.PromptTemplate.Config().Cooldown, base.PromptTemplate.FailureRatio, ""},
+	} {
+		got, by := p.BreakerLimits(c.ref)
+		if baseLimits, _ := Default().BreakerLimits(c.ref); got.MinRequests != c.min || got.Cooldown != c.cooldown ||
+			got.FailureRatio != c.ratio || by != c.by || got.Window != baseLimits.Window {
+			t.Errorf("%s: limits %+v of %q, want min_requests %d, cooldown %s, ratio %v of %q, the base's window",
+				c.ref, got, by, c.min, c.cooldown, c.ratio, c.by)
+		}
+		f := p.BreakerLimitsFunc()
+		if f == nil {
+			t.Fatal("BreakerLimitsFunc is nil with overrides that set breaker limits")
+		}
+		if fc := f(c.ref); (fc == nil) != (c.by == "") || fc != nil && *fc != got {
+			t.Errorf("%s: BreakerLimitsFunc gives %+v, want %+v", c.ref, fc, got)
+		}
+	}
+	if Default().BreakerLimitsFunc() != nil {
+		t.Error("BreakerLimitsFunc of the default policy is not nil")
+	}
+	// an override of breaker limits alone decides no event: an acme refund is
+	// decided by refunds, which ties with acme-breakers on events only
+	if o, ok := p.OverrideFor(&event.TaskEvent{Provider: "acme", Model: "small", Action: "refund"}); !ok || o.Name != "refunds" {
+		t.Errorf("an acme refund is decided by %q (%v), want refunds", o.Name, ok)
+	}
+	if _, ok := p.OverrideFor(&event.TaskEvent{Provider: "acme", Model: "small", Action: "answer"}); ok {
+		t.Error("an acme answer is decided by an override of breaker limits alone")
+	}
+	// two overrides setting one scope's limits for one key, as specific: a tie
+	_, err = Parse([]byte(`overrides:
+  - name: acme
+    match: {provider: acme}
+    breakers: {provider_model: {min_requests: 3}}
+  - name: small
+    match: {model: small}
+    breakers: {provider_model: {min_requests: 4}}
+`))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Path != "overrides[1].breakers.provider_model" || !strings.Contains(fe.Msg, "ambiguous") {
+		t.Errorf("two provider_model limits for acme/small: %v, want an ambiguity at overrides[1].breakers.provider_model", err)
+	}
 }
