@@ -186,3 +186,44 @@ func TestReviewLoadWithinSLA(t *testing.T) {
 		t.Errorf("review load %+v\nwant %+v", r.Review, want)
 	}
 }
+
+// TestCompareCountsOwnerAndPriorityChanges guards what counts as a changed
+// decision: the same route with the review item given to another owner, or
+// at another priority, is a change (a team's queue or its pager differs);
+// the same owner and priority is not.
+func TestCompareCountsOwnerAndPriorityChanges(t *testing.T) {
+	base := []checker.Decided{
+		decided("owner", "i/0@0", 0.01, event.ClassModelRefusal, event.RouteReview, 1),
+		decided("priority", "i/1@0", 0.01, event.ClassModelRefusal, event.RouteReview, 1),
+		decided("same", "i/2@0", 0.01, event.ClassModelRefusal, event.RouteReview, 1),
+	}
+	cand := make([]checker.Decided, len(base))
+	copy(cand, base)
+	for i := range cand {
+		m := cand[i].Model
+		rv := *m.Review
+		m.Review = &rv
+		cand[i].Model = m
+	}
+	cand[0].Model.Review.Owner = policy.OwnerContentSafety
+	cand[1].Model.Review.Priority = "high"
+	r, err := Compare(base, cand, Options{Baseline: policy.Default(), Candidate: policy.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Changed != 2 || r.ChangedTasks != 2 {
+		t.Fatalf("changed %d decisions of %d tasks, want 2 of 2 (owner, priority)", r.Changed, r.ChangedTasks)
+	}
+	for _, c := range r.Changes {
+		if c.Task == "same" {
+			t.Errorf("the unchanged review item is counted as a change: %+v", c)
+		}
+	}
+	loads := map[string]OwnerLoad{}
+	for _, l := range r.Review {
+		loads[l.Owner] = l
+	}
+	if loads[policy.OwnerAIProduct].Baseline != 3 || loads[policy.OwnerAIProduct].Candidate != 2 || loads[policy.OwnerContentSafety].Candidate != 1 {
+		t.Errorf("review load %+v, want ai_product 3 -> 2, content_safety 0 -> 1", r.Review)
+	}
+}
