@@ -1,7 +1,8 @@
 """Guards the LangChain callback handler: a chat model's run in a task reports one attempt,
 an answer, a refusal, a filtered answer or the SDK's exception, mapped as the table says.
-The chat model here does what langchain-openai's does with the pinned openai SDK against the
-fake API (message, usage_metadata, response_metadata, additional_kwargs["refusal"])."""
+The pinned langchain-openai ChatOpenAI and langchain-anthropic ChatAnthropic run against the
+fake API; two small chat models of the test's own, on the plain SDKs, cover what those do not
+return (a content_filter finish reason) and serve the router suite."""
 
 from __future__ import annotations
 
@@ -113,3 +114,32 @@ def test_anthropic_stop_reason_refusal(api, handler, reporter):
     assert (refused["status"], refused["error"]["code"], refused["output"]["confidence"], refused["model"]) == \
         ("ERROR", "refusal", 0.0, "claude-test-1")
     assert (answered["status"], answered["output"]["text"], answered["usage"]["tokens"]) == ("OK", "Echo: hello", 42)
+
+
+@pytest.mark.parametrize("flavour", ["openai", "anthropic"])
+def test_the_real_langchain_chat_models(flavour, api, handler, reporter):
+    """langchain-openai's ChatOpenAI and langchain-anthropic's ChatAnthropic, as teams use them,
+    against the fake API: an answer, a refusal and a 429, each one attempt mapped as the table
+    says."""
+    if flavour == "openai":
+        from langchain_openai import ChatOpenAI
+
+        chat = ChatOpenAI(model="gpt-4o-mini", base_url=api.url + "/v1", api_key="fake", max_retries=0)
+        errors = openai
+    else:
+        from langchain_anthropic import ChatAnthropic
+
+        chat = ChatAnthropic(model="claude-test-1", base_url=api.url, api_key="fake", max_retries=0)
+        errors = anthropic
+    with faultrouter.task(f"t-lc-real-ok-{flavour}"):
+        chat.invoke("hello", config={"callbacks": [handler]})
+    with faultrouter.task(f"t-lc-real-ref-{flavour}"):
+        chat.invoke("[fake:refusal] pick a lock", config={"callbacks": [handler]})
+    with faultrouter.task(f"t-lc-real-429-{flavour}"):
+        with pytest.raises(errors.RateLimitError):
+            chat.invoke("[fake:429 retry-after=3] x", config={"callbacks": [handler]})
+    ok, refused, limited = reporter.events
+    assert (ok["status"], ok["output"]["text"], ok["usage"]["tokens"]) == ("OK", "Echo: hello", 42)
+    assert ok["model"] in ("gpt-4o-mini", "claude-test-1")
+    assert (refused["status"], refused["error"]["code"], refused["output"]["confidence"]) == ("ERROR", "refusal", 0.0)
+    assert (limited["stage"], limited["error"]["http_status"], limited["error"]["retry_after_ms"]) == ("NETWORK", 429, 3000)
