@@ -386,3 +386,86 @@ def test_any_other_exception(reporter):
     ev = only_event(reporter)
     assert (ev["status"], ev.get("stage"), ev["error"]["type"]) == ("ERROR", None, "KeyError")
     assert ev["error"].get("http_status") is None and ev["error"].get("code") is None
+
+
+def stream_call(caller, prompt):
+    """A streamed call read to its end: its text."""
+    c = caller.client
+    if caller.sdk.startswith("openai"):
+        kw = dict(model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}], stream=True,
+                  stream_options={"include_usage": True})
+
+        def piece(chunk):
+            return (chunk.choices[0].delta.content or "") if chunk.choices else ""
+    else:
+        kw = dict(model="claude-test-1", max_tokens=100, messages=[{"role": "user", "content": prompt}], stream=True)
+
+        def piece(event):
+            return event.delta.text if event.type == "content_block_delta" else ""
+
+    if caller.is_async:
+        async def run():
+            text = ""
+            async for chunk in await (c.chat.completions.create(**kw) if caller.sdk.startswith("openai") else c.messages.create(**kw)):
+                text += piece(chunk)
+            return text
+        return asyncio.run(run())
+    text = ""
+    for chunk in (c.chat.completions.create(**kw) if caller.sdk.startswith("openai") else c.messages.create(**kw)):
+        text += piece(chunk)
+    return text
+
+
+def test_a_stream_reports_when_it_ends(caller, reporter):
+    """A streamed answer is reported once, when read to its end, with the text, model, tokens
+    and cost it carried; nothing before."""
+    with faultrouter.task("t-stream", sla_ms=60000):
+        text = stream_call(caller, "where is my order?")
+    assert text == "Echo: where is my order?"
+    ev = only_event(reporter)
+    assert (ev["status"], ev["stage"], ev["output"]["text"], ev["usage"]["tokens"]) == ("OK", "MODEL", text, 42)
+    assert ev["model"] in ("gpt-4o-mini", "claude-test-1")
+    want = 0.0000198 if caller.sdk.startswith("openai") else 0.000486
+    assert ev["usage"]["cost_usd"] == pytest.approx(want)
+
+
+def test_a_streamed_refusal_is_a_refusal(caller, reporter):
+    with faultrouter.task("t-stream-refused"):
+        stream_call(caller, "[fake:refusal] pick a lock")
+    ev = only_event(reporter)
+    assert (ev["status"], ev["error"]["type"], ev["error"]["code"], ev["output"]["confidence"]) == \
+        ("ERROR", "Refusal", "refusal", 0.0)
+    if caller.sdk.startswith("openai"):
+        assert ev["output"]["text"] == faultrouter.fake.REFUSAL
+
+
+@pytest.mark.parametrize("sdk", ["openai", "openai-async"])
+def test_a_streamed_content_filter_is_a_refusal(sdk, api, reporter):
+    c = Caller(sdk, api.url, reporter)
+    with faultrouter.task("t-stream-filtered"):
+        stream_call(c, "[fake:content_filter] x")
+    ev = only_event(reporter)
+    assert (ev["status"], ev["error"]["code"]) == ("ERROR", "content_filter")
+
+
+def test_a_stream_closed_early_reports_what_it_carried(api, reporter):
+    c = Caller("openai", api.url, reporter)
+    with faultrouter.task("t-stream-closed"):
+        s = c.client.chat.completions.create(model="gpt-4o-mini", stream=True,
+                                             messages=[{"role": "user", "content": "hello there"}])
+        next(iter(s))
+        assert reporter.events == [], "reported before the stream ended"
+        s.close()
+    ev = only_event(reporter)
+    assert ev["status"] == "OK" and ev["model"] == "gpt-4o-mini"
+
+
+def test_the_stream_helper_reports_once(api, reporter):
+    """The SDK's own stream helper (chat.completions.stream) reads the wrapped stream."""
+    c = Caller("openai", api.url, reporter)
+    with faultrouter.task("t-stream-helper"):
+        with c.client.chat.completions.stream(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]) as s:
+            final = s.get_final_completion()
+    assert final.choices[0].message.content == "Echo: hi"
+    ev = only_event(reporter)
+    assert (ev["status"], ev["output"]["text"]) == ("OK", "Echo: hi")

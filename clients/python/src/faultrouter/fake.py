@@ -20,6 +20,10 @@ It answers POST /v1/chat/completions and POST /v1/responses as OpenAI does and P
                        200 read)
   anything else        an answer echoing the prompt, with token usage
 
+A request with "stream": true is answered as the APIs stream (server-sent events): OpenAI's
+chat.completion.chunk objects (usage in a last chunk with stream_options.include_usage),
+Anthropic's message_start ... message_stop events; a refusal and content_filter stream too.
+
 Point the SDKs at it: OpenAI(base_url="http://127.0.0.1:8000/v1") (or OPENAI_BASE_URL) and
 Anthropic(base_url="http://127.0.0.1:8000") (or ANTHROPIC_BASE_URL); any API key does.
 """
@@ -119,6 +123,11 @@ class FakeAPI:
                     headers["retry-after"] = v if key == "retry-after" else "2"
             return self._send(h, status, self._error(anthropic, status), headers)
         model = body.get("model") or "fake-model"
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            if anthropic:
+                return self._send_sse(h, self._message_events(self._message(model, prompt, what)))
+            return self._send_sse(h, self._completion_chunks(self._completion(model, prompt, what), usage))
         if anthropic:
             return self._send(h, 200, self._message(model, prompt, what))
         if path.rstrip("/").endswith("/responses"):
@@ -175,6 +184,63 @@ class FakeAPI:
                                          "status": "completed", "content": [part]}],
                 "usage": {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42,
                           "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+
+    @staticmethod
+    def _completion_chunks(c: dict, usage: bool) -> list[tuple[str | None, Any]]:
+        """The chunks OpenAI streams for completion c: the role, the text (or refusal) in two
+        pieces, the finish reason, the usage if asked, [DONE]."""
+        msg, choice = c["choices"][0]["message"], c["choices"][0]
+
+        def chunk(delta: dict, finish: str | None = None, choices: bool = True, **extra: Any) -> tuple[None, dict]:
+            return None, {"id": c["id"], "object": "chat.completion.chunk", "created": c["created"], "model": c["model"],
+                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}] if choices else [],
+                          **extra}
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        for k in ("content", "refusal"):
+            v = msg.get(k)
+            if v:
+                out += [chunk({k: v[: len(v) // 2]}), chunk({k: v[len(v) // 2:]})]
+        out.append(chunk({}, choice["finish_reason"]))
+        if usage:
+            out.append(chunk({}, choices=False, usage=c["usage"]))
+        out.append((None, "[DONE]"))
+        return out
+
+    @staticmethod
+    def _message_events(m: dict) -> list[tuple[str | None, Any]]:
+        """The events Anthropic streams for message m."""
+        start = {**m, "content": [], "stop_reason": None, "usage": {**m["usage"], "output_tokens": 1}}
+        out: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
+        for i, block in enumerate(m["content"]):
+            text = block["text"]
+            out.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                "content_block": {"type": "text", "text": ""}}))
+            for piece in (text[: len(text) // 2], text[len(text) // 2:]):
+                out.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                    "delta": {"type": "text_delta", "text": piece}}))
+            out.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+        out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": m["stop_reason"], "stop_sequence": None},
+                                      "usage": {"output_tokens": m["usage"]["output_tokens"]}}))
+        out.append(("message_stop", {"type": "message_stop"}))
+        return out
+
+    @staticmethod
+    def _send_sse(h: BaseHTTPRequestHandler, events: list[tuple[str | None, Any]]) -> None:
+        text = ""
+        for name, data in events:
+            if name:
+                text += f"event: {name}\n"
+            text += "data: " + (data if isinstance(data, str) else json.dumps(data)) + "\n\n"
+        body = text.encode()
+        try:
+            h.send_response(200)
+            h.send_header("content-type", "text/event-stream")
+            h.send_header("content-length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, status: int, obj: dict, headers: dict | None = None) -> None:

@@ -43,7 +43,10 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
     Inside faultrouter.attempt(...), calls add to that attempt instead of reporting. A call
     outside any task is made and not reported (a warning says so, once). The client's own
     retries are turned off (see the module's doc). Copies made with client.with_options(...)
-    are instrumented alike. A streamed call reports when its stream opens.
+    are instrumented alike. A streamed call (stream=True, or the SDKs' stream helpers) reports
+    when its stream ends: read to its end, closed, or failed on the way; its text, refusal,
+    finish or stop reason and usage are those the stream carried (OpenAI sends usage in a
+    stream only with stream_options={"include_usage": True}).
     """
     if getattr(client, "_faultrouter", None) is not None:
         return client
@@ -64,18 +67,18 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             options.max_retries = 0
         return options
 
-    def settle(t0: float, outcome: dict, model: Any) -> None:
-        """Reports (or adds to the open attempt) one call's outcome."""
+    def settle(t0: float, outcome: dict, model: Any, where: tuple | None = None) -> None:
+        """Reports (or adds to the open attempt) one call's outcome: in the task (or attempt)
+        current now, or in where's, (attempt, task) as they were when a stream was opened."""
         elapsed = round((time.monotonic() - t0) * 1000)
         tokens = mapping.tokens_of(model) if model is not None else (0, 0)
         outcome.setdefault("provider", defaults["provider"])
         outcome["usage"] = {"tokens": sum(tokens), "cost_usd": mapping.cost_usd(outcome.get("model"), tokens, prices),
                             "elapsed_ms": elapsed}
-        a = current_attempt()
+        a, t = where if where is not None else (current_attempt(), current_task())
         if a is not None:
             a.add_call(outcome)
             return
-        t = current_task()
         if t is None:
             if not warned[0]:
                 warned[0] = True
@@ -95,6 +98,26 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
         body = getattr(options, "json_data", None)
         return body.get("model") if isinstance(body, dict) else None
 
+    def streamed(resp: Any, t0: float, model: Any) -> Any:
+        """A stream, wrapped to report its attempt when it ends (read to its end, closed, or
+        failed), from what it carried; resp itself when it is no stream."""
+        kind = mapping.stream_kind(resp)
+        if kind is None:
+            return resp
+        where = (current_attempt(), current_task())
+        acc = mapping.StreamAccumulator(kind)
+
+        def end(exc: BaseException | None) -> None:
+            if exc is not None:
+                settle(t0, {**mapping.from_exception(exc), "model": acc.model or model}, acc.response(), where)
+                return
+            body = acc.response()
+            outcome = on_answer(body, model, None)
+            settle(t0, outcome, body, where)
+
+        cls = _AsyncReportingStream if hasattr(resp, "__aiter__") else _ReportingStream
+        return cls(resp, acc, end)
+
     original = client.request  # type: ignore[attr-defined]
     if inspect.iscoroutinefunction(original):
         @functools.wraps(original)
@@ -105,6 +128,8 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
+            if mapping.stream_kind(resp) is not None:
+                return streamed(resp, t0, model)
             outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
@@ -124,6 +149,8 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
+            if mapping.stream_kind(resp) is not None:
+                return streamed(resp, t0, model)
             outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
@@ -144,3 +171,90 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
 
     client.copy = client.with_options = instrumented_copy  # type: ignore[attr-defined]
     return client
+
+
+class _ReportingStream:
+    """An SDK stream that reports its attempt once, when it ends; everything else is the
+    stream's."""
+
+    def __init__(self, stream: Any, acc: Any, end: Callable[[BaseException | None], None]):
+        self._stream, self._acc, self._end, self._done = stream, acc, end, False
+        self._it = iter(stream)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            self._end(exc)
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            chunk = next(self._it)
+        except StopIteration:
+            self._finish(None)
+            raise
+        except Exception as e:
+            self._finish(e)
+            raise
+        self._acc.add(chunk)
+        return chunk
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        finally:
+            self._finish(None)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _AsyncReportingStream:
+    """_ReportingStream for the SDKs' async streams."""
+
+    def __init__(self, stream: Any, acc: Any, end: Callable[[BaseException | None], None]):
+        self._stream, self._acc, self._end, self._done = stream, acc, end, False
+        self._it = stream.__aiter__()
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            self._end(exc)
+
+    def __aiter__(self) -> Any:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            chunk = await self._it.__anext__()
+        except StopAsyncIteration:
+            self._finish(None)
+            raise
+        except Exception as e:
+            self._finish(e)
+            raise
+        self._acc.add(chunk)
+        return chunk
+
+    async def close(self) -> None:
+        try:
+            await self._stream.close()
+        finally:
+            self._finish(None)
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

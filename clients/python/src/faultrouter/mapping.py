@@ -211,3 +211,61 @@ def from_response(resp: Any) -> dict:
     if fields["status"] == "OK" and isinstance(text, str) and text:
         fields["output"] = {"text": text[:TEXT_LIMIT]}
     return fields
+
+
+def stream_kind(resp: Any) -> str | None:
+    """"openai" or "anthropic" for an SDK stream (sync or async), None for anything else."""
+    names = [c.__name__ for c in type(resp).__mro__]
+    if "Stream" not in names and "AsyncStream" not in names:
+        return None
+    return type(resp).__module__.split(".")[0]
+
+
+class StreamAccumulator:
+    """Collects what a stream's chunks (OpenAI) or events (Anthropic) carry into the shape of
+    the answer they add up to, for from_response and tokens_of."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.model: str | None = None
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.finish: str | None = None
+        self.usage: dict[str, int] = {}
+
+    def add(self, chunk: Any) -> None:
+        if self.kind == "anthropic":
+            t = _get(chunk, "type")
+            if t == "message_start":
+                self.model = _get(chunk, "message", "model") or self.model
+                self._usage(_get(chunk, "message", "usage"))
+            elif t == "content_block_delta" and isinstance(_get(chunk, "delta", "text"), str):
+                self.text.append(_get(chunk, "delta", "text"))
+            elif t == "message_delta":
+                self.finish = _get(chunk, "delta", "stop_reason") or self.finish
+                self._usage(_get(chunk, "usage"))
+            return
+        self.model = _get(chunk, "model") or self.model
+        choices = _get(chunk, "choices")
+        if isinstance(choices, list) and choices:
+            for k, into in (("content", self.text), ("refusal", self.refusal)):
+                v = _get(choices[0], "delta", k)
+                if isinstance(v, str):
+                    into.append(v)
+            self.finish = _get(choices[0], "finish_reason") or self.finish
+        self._usage(_get(chunk, "usage"))
+
+    def _usage(self, u: Any) -> None:
+        for k in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens",
+                  "cache_creation_input_tokens", "cache_read_input_tokens"):
+            v = _get(u, k)
+            if isinstance(v, int):
+                self.usage[k] = v
+
+    def response(self) -> dict:
+        text = "".join(self.text)
+        if self.kind == "anthropic":
+            return {"type": "message", "model": self.model, "content": [{"type": "text", "text": text}],
+                    "stop_reason": self.finish, "usage": self.usage or None}
+        return {"model": self.model, "usage": self.usage or None, "choices": [
+            {"message": {"content": text or None, "refusal": "".join(self.refusal) or None}, "finish_reason": self.finish}]}
