@@ -51,11 +51,13 @@ class Schemas:
             self.parsed[full_name(r)] = parse_schema(r, named)
         self.headers: dict[str, bytes] = {}
         self.expanded: dict[str, dict] = {}  # references inlined: for a registry, and the fingerprint
-        for r in expand_schema(raw):
-            self.expanded[full_name(r)] = r
-            canonical = to_parsing_canonical_form(parse_schema(r))
+        for x in expand_schema(raw):
+            if not isinstance(x, dict):
+                raise ValueError(f"a schema file holds {type(x).__name__}, not a record or enum")
+            self.expanded[full_name(x)] = x
+            canonical = to_parsing_canonical_form(parse_schema(x))
             # fastavro gives the fingerprint's bytes in wire order (little-endian), as hex
-            self.headers[full_name(r)] = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
+            self.headers[full_name(x)] = MARKER + bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))
         self.names = {h: n for n, h in self.headers.items()}
         # the current schemas complete on their own, to resolve an older writer's records into
         # (fastavro before 1.13 does not resolve a writer's enum against a reader's reference
@@ -90,8 +92,12 @@ class Schemas:
                              "(a newer router's schema? upgrade the faultrouter package)")
         writer = self.writers.get(header)
         if writer is None:
-            return name, schemaless_reader(io.BytesIO(value[10:]), self.parsed[name], None)
-        return name, schemaless_reader(io.BytesIO(value[10:]), writer, self.readers[name])
+            rec = schemaless_reader(io.BytesIO(value[10:]), self.parsed[name], None)
+        else:
+            rec = schemaless_reader(io.BytesIO(value[10:]), writer, self.readers[name])
+        if not isinstance(rec, dict):
+            raise ValueError(f"a {name} record decoded to {type(rec).__name__}, not a record")
+        return name, rec
 
 
 class RegistrySerde:

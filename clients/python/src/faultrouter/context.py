@@ -7,7 +7,7 @@ import functools
 import inspect
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Literal, Protocol
 
 from . import mapping
 
@@ -132,7 +132,7 @@ class attempt:
         self._t0 = time.monotonic()
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         elapsed = round((time.monotonic() - self._t0) * 1000)
         try:
             t = _task.get()
@@ -160,7 +160,7 @@ class attempt:
     async def __aenter__(self) -> "attempt":
         return self.__enter__()
 
-    async def __aexit__(self, *exc: Any) -> bool:
+    async def __aexit__(self, *exc: Any) -> Literal[False]:
         return self.__exit__(*exc)
 
     # --- decorator ---

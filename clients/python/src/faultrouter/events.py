@@ -143,7 +143,7 @@ def _check(t: Any, v: Any, path: str, schemas: Schemas) -> None:
         raise FieldError(where, f"has the unsupported type {t}")
     if isinstance(v, bool) and t != "boolean" or not isinstance(v, allowed):
         raise FieldError(where, f"is {v!r} ({type(v).__name__}); allowed: {_describe(t)}")
-    if t == "int" and not _INT32[0] <= v <= _INT32[1]:
+    if t == "int" and isinstance(v, int) and not _INT32[0] <= v <= _INT32[1]:
         raise FieldError(where, f"is {v}, outside a 32-bit int")
 
 

@@ -43,6 +43,11 @@ DIRECTIVE = re.compile(r"\[fake:([a-z0-9_-]+)(?:[= ]([^\]]*))?\]")
 REFUSAL = "I'm sorry, but I can't help with that request."
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up (a timeout)
+
+
 def _last_user_text(body: dict) -> str:
     if isinstance(body.get("input"), str):  # OpenAI responses
         return body["input"]
@@ -77,8 +82,7 @@ class FakeAPI:
                 body = json.loads(self.rfile.read(n) or b"{}")
                 api.handle(self, self.path, body)
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.handle_error = lambda request, address: None  # a client that hung up
+        self.server = _QuietServer((host, port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
 
@@ -191,12 +195,12 @@ class FakeAPI:
         pieces, the finish reason, the usage if asked, [DONE]."""
         msg, choice = c["choices"][0]["message"], c["choices"][0]
 
-        def chunk(delta: dict, finish: str | None = None, choices: bool = True, **extra: Any) -> tuple[None, dict]:
+        def chunk(delta: dict, finish: str | None = None, choices: bool = True, **extra: Any) -> tuple[str | None, Any]:
             return None, {"id": c["id"], "object": "chat.completion.chunk", "created": c["created"], "model": c["model"],
                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}] if choices else [],
                           **extra}
 
-        out = [chunk({"role": "assistant", "content": ""})]
+        out: list[tuple[str | None, Any]] = [chunk({"role": "assistant", "content": ""})]
         for k in ("content", "refusal"):
             v = msg.get(k)
             if v:

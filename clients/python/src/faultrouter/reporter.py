@@ -95,7 +95,12 @@ class Reporter:
             **(producer_conf or {}),
         })
         ref = weakref.ref(self)
-        atexit.register(lambda: (r := ref()) is not None and r._flush_at_exit())
+        def flush_at_exit() -> None:
+            r = ref()
+            if r is not None:
+                r._flush_at_exit()
+
+        atexit.register(flush_at_exit)
 
     def report(self, event: dict) -> dict:
         """Sends one attempt outcome, a TaskEvent as a dict (field names as in

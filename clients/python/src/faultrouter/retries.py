@@ -103,7 +103,11 @@ class Retries:
                     continue
                 if msg.error():
                     raise KafkaException(msg.error())
-                rec = self.codec.decode(self.topic, msg.value())
+                value = msg.value()
+                if value is None:  # a tombstone: nothing to retry
+                    self.consumer.commit(message=msg, asynchronous=False)
+                    continue
+                rec = self.codec.decode(self.topic, value)
                 if rec.get("event") and (self.source is None or rec["event"].get("source") == self.source):
                     yield Retry(rec["event"], rec["decision"])
                     last = time.monotonic()
@@ -161,10 +165,13 @@ class ReviewOutcomes:
                 continue
             if msg.error():
                 raise KafkaException(msg.error())
-            rec = self.codec.decode(self.topic, msg.value())
+            value, raw_key = msg.value(), msg.key()
+            if value is None:
+                continue
+            rec = self.codec.decode(self.topic, value)
             d, ev = rec["decision"], rec.get("event") or {}
             if d["rule"] in (RULE_APPROVED, RULE_REJECTED):
-                key = msg.key().decode() if msg.key() else ev.get("task_id", "")
+                key = raw_key.decode() if raw_key else ev.get("task_id", "")
                 self.outcomes[key] = ReviewOutcome(key, d["rule"] == RULE_APPROVED, d["reason"],
                                                    d.get("user_message"), d)
         return self.outcomes[task_id]
