@@ -13,7 +13,8 @@ import (
 // min_confidence proposal as an entry of `overrides` (its name, its match
 // and the one key it changes in its class's section), each SLA proposal in
 // `owners`. An override already in the file with the same match gets the
-// key instead of a second entry (two entries with one match are an error).
+// key instead of a second entry (two such entries would tie); one that
+// sets breaker limits alone decides no event and does not take it.
 // A new entry starts from the sections of the file's override that decides
 // its events today (the most specific one whose match holds the new one):
 // a narrower override replaces that one for its events, and would otherwise
@@ -58,7 +59,7 @@ func Candidate(running []byte, proposals []Proposal) ([]byte, error) {
 			if from := deciding(overrides, *p.Match); from != nil {
 				entry.HeadComment += "\n(the other settings are those of override " + get(from, "name") + ", which decided these events)"
 				for i := 0; i+1 < len(from.Content); i += 2 {
-					if k := from.Content[i].Value; k != "name" && k != "match" {
+					if k := from.Content[i].Value; k != "name" && k != "match" && k != "breakers" { // breaker limits are per key, not per event
 						set(entry, k, deepCopy(from.Content[i+1]))
 					}
 				}
@@ -121,7 +122,7 @@ func get(m *yaml.Node, key string) string {
 // or "*" is any), nil when none.
 func sameMatch(overrides *yaml.Node, m Match) *yaml.Node {
 	for _, e := range overrides.Content {
-		if om, ok := matchOf(e); ok && om == m {
+		if om, ok := matchOf(e); ok && om == m && decides(e) {
 			return e
 		}
 	}
@@ -159,11 +160,22 @@ func deciding(overrides *yaml.Node, m Match) *yaml.Node {
 	var best *yaml.Node
 	depth := 0
 	for _, e := range overrides.Content {
-		if om, ok := matchOf(e); ok && om.holds(m) && om.depth() > depth {
+		if om, ok := matchOf(e); ok && om.holds(m) && om.depth() > depth && decides(e) {
 			best, depth = e, om.depth()
 		}
 	}
 	return best
+}
+
+// decides reports whether override entry e changes a class section: one
+// that sets breaker limits alone decides no event.
+func decides(e *yaml.Node) bool {
+	for i := 0; i+1 < len(e.Content); i += 2 {
+		if k := e.Content[i].Value; k != "name" && k != "match" && k != "breakers" {
+			return true
+		}
+	}
+	return false
 }
 
 func deepCopy(n *yaml.Node) *yaml.Node {

@@ -112,6 +112,9 @@ func TestCandidateKeepsTheDecidingOverride(t *testing.T) {
   - name: acme-big
     match: {provider: acme, model: "acme-big*"}
     network_timeout: {max_retries: 5}
+  - name: acme-small-breakers
+    match: {provider: acme, model: acme-small}
+    breakers: {provider_model: {min_requests: 5}}
 `
 	m := Match{"acme", "acme-small", "*", "*"}
 	props := []Proposal{{Name: "advise-acme-acme-small-network_timeout", Kind: KindMaxRetries, Class: event.ClassNetworkTimeout, Match: &m,

@@ -130,8 +130,8 @@ func ties(out []Proposal, running []policy.Override, m Match) bool {
 		}
 	}
 	for i := range running {
-		if tie(policyMatch(running[i].Match)) {
-			return true
+		if secs := running[i].Sections(); !slices.Equal(secs, []string{"breakers"}) && tie(policyMatch(running[i].Match)) {
+			return true // an override of breaker limits alone decides no event: no tie
 		}
 	}
 	return false
