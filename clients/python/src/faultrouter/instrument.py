@@ -98,12 +98,9 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
         body = getattr(options, "json_data", None)
         return body.get("model") if isinstance(body, dict) else None
 
-    def streamed(resp: Any, t0: float, model: Any) -> Any:
-        """A stream, wrapped to report its attempt when it ends (read to its end, closed, or
-        failed), from what it carried; resp itself when it is no stream."""
-        kind = mapping.stream_kind(resp)
-        if kind is None:
-            return resp
+    def streamed(resp: Any, kind: str, t0: float, model: Any) -> Any:
+        """The stream resp (of SDK kind), wrapped to report its attempt when it ends (read to
+        its end, closed, or failed), from what it carried."""
         where = (current_attempt(), current_task())
         acc = mapping.StreamAccumulator(kind)
 
@@ -128,8 +125,8 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
-            if mapping.stream_kind(resp) is not None:
-                return streamed(resp, t0, model)
+            if (kind := mapping.stream_kind(resp)) is not None:
+                return streamed(resp, kind, t0, model)
             outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
@@ -149,8 +146,8 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
             except Exception as e:
                 settle(t0, {**mapping.from_exception(e), "model": model}, None)
                 raise
-            if mapping.stream_kind(resp) is not None:
-                return streamed(resp, t0, model)
+            if (kind := mapping.stream_kind(resp)) is not None:
+                return streamed(resp, kind, t0, model)
             outcome = on_answer(resp, model, options)
             try:
                 if validate is not None and outcome["status"] == "OK":
@@ -173,18 +170,28 @@ def instrument(client: C, reporter: Reports, *, action: str | None = None, promp
     return client
 
 
-class _ReportingStream:
-    """An SDK stream that reports its attempt once, when it ends; everything else is the
-    stream's."""
+class _StreamReport:
+    """What both stream wrappers share: the stream, what its chunks carried, and the report
+    made once, when it ends; every other attribute is the stream's."""
 
     def __init__(self, stream: Any, acc: Any, end: Callable[[BaseException | None], None]):
         self._stream, self._acc, self._end, self._done = stream, acc, end, False
-        self._it = iter(stream)
 
     def _finish(self, exc: BaseException | None) -> None:
         if not self._done:
             self._done = True
             self._end(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _ReportingStream(_StreamReport):
+    """An SDK stream that reports its attempt once, when it ends."""
+
+    def __init__(self, stream: Any, acc: Any, end: Callable[[BaseException | None], None]):
+        super().__init__(stream, acc, end)
+        self._it = iter(stream)
 
     def __iter__(self) -> Any:
         return self
@@ -213,21 +220,13 @@ class _ReportingStream:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
 
-
-class _AsyncReportingStream:
+class _AsyncReportingStream(_StreamReport):
     """_ReportingStream for the SDKs' async streams."""
 
     def __init__(self, stream: Any, acc: Any, end: Callable[[BaseException | None], None]):
-        self._stream, self._acc, self._end, self._done = stream, acc, end, False
+        super().__init__(stream, acc, end)
         self._it = stream.__aiter__()
-
-    def _finish(self, exc: BaseException | None) -> None:
-        if not self._done:
-            self._done = True
-            self._end(exc)
 
     def __aiter__(self) -> Any:
         return self
@@ -255,6 +254,3 @@ class _AsyncReportingStream:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
