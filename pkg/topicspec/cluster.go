@@ -74,6 +74,14 @@ func (s Set) Check(ctx context.Context, adm *kadm.Client) ([]Problem, error) {
 			return nil, fmt.Errorf("topicspec: describing topic configs: %w", err)
 		}
 		for _, rc := range rcs {
+			if errors.Is(rc.Err, kerr.UnknownTopicOrPartition) {
+				// The broker that answered the metadata knows the topic,
+				// the one that answered DescribeConfigs does not yet (its
+				// metadata lags the topic's creation): the topic is
+				// reported missing, which Ensure waits out.
+				delete(got, rc.Name)
+				continue
+			}
 			if rc.Err != nil {
 				return nil, fmt.Errorf("topicspec: describing configs of topic %s: %w", rc.Name, rc.Err)
 			}

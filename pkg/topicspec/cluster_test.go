@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -255,6 +256,63 @@ func TestEnsureWaitsForAppliedTopicsInMetadata(t *testing.T) {
 	}
 	if hidden.Load() < 4 {
 		t.Fatalf("the state topic was hidden from %d metadata requests, want 4: the test did not exercise the lag", hidden.Load())
+	}
+	if !strings.Contains(logs.String(), "faultrouter.state") || !strings.Contains(logs.String(), "waiting") {
+		t.Errorf("Ensure waited without a log line naming the topic; logs:\n%s", logs.String())
+	}
+}
+
+// Guards the start-up of `run` on a cluster of several brokers: the broker
+// answering the metadata knows the just-created state topic, the broker
+// answering DescribeConfigs does not yet and says UNKNOWN_TOPIC_OR_PARTITION.
+// Ensure waits for it instead of refusing to start.
+func TestEnsureWaitsForTopicConfigsToPropagate(t *testing.T) {
+	ctx := testContext(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.DescribeConfigsRequest)
+		if refused.Load() >= 3 {
+			return nil, nil, false
+		}
+		state := false
+		for _, r := range req.Resources {
+			state = state || r.ResourceName == "faultrouter.state"
+		}
+		if !state {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType = r.ResourceType
+			rr.ResourceName = r.ResourceName
+			rr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	var logs bytes.Buffer
+	if err := s.Ensure(ctx, kadm.NewClient(cl), slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatalf("Ensure while DescribeConfigs lags the topic's creation = %v, want it to wait", err)
+	}
+	if refused.Load() < 3 {
+		t.Fatalf("DescribeConfigs refused %d times, want 3: the test did not exercise the lag", refused.Load())
 	}
 	if !strings.Contains(logs.String(), "faultrouter.state") || !strings.Contains(logs.String(), "waiting") {
 		t.Errorf("Ensure waited without a log line naming the topic; logs:\n%s", logs.String())
