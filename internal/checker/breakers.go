@@ -196,7 +196,7 @@ func (c *checker) breakers(ts []transition) {
 	c.retriesVsBreakers(timelines)
 	for _, xs := range c.retries {
 		for _, x := range xs {
-			for _, p := range x.published {
+			for _, p := range x.ends() { // a give-up too: it came when the retry could not be published
 				c.retryLateness(x, p, timelines) // lifetime.go
 			}
 		}

@@ -684,7 +684,7 @@ func (c *checker) walk(tr *taskRun) {
 		switch want.Route {
 		case event.RouteRetry:
 			x := &expectRetry{task: tr.id, n: want.Retry.N, notBefore: want.Retry.NotBefore.Time, decided: at,
-				class: st.LastClass, input: in, partition: in.rec.Partition}
+				class: st.LastClass, input: in, partition: in.rec.Partition, slaMs: c.slaOf(st)}
 			if ev != nil {
 				x.eventID, x.refs = ev.EventID, refs(ev)
 			}

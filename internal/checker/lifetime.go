@@ -6,6 +6,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
@@ -117,6 +118,19 @@ func (c *checker) indexPublished() {
 	for _, rec := range c.logs.Retry {
 		r, err := c.codec.DecodeRouted(rec.Value)
 		if err != nil || r.Decision.Retry == nil {
+			continue
+		}
+		id := string(rec.Key)
+		if r.Event != nil {
+			id = r.Event.TaskID
+		}
+		c.pubs[id] = append(c.pubs[id], published{r.Decision.Retry.N, r.Decision.DecidedAt.Time, r.Decision.Retry.NotBefore.Time})
+	}
+	// a retry given up (held behind breakers past its task's lifetime) ends
+	// as a publication does: the task's lifetime counts from then
+	for _, rec := range c.logs.DeadLetter {
+		r, err := c.codec.DecodeRouted(rec.Value)
+		if err != nil || r.Decision.Rule != policy.RuleRetryHeldExpired || r.Decision.Retry == nil {
 			continue
 		}
 		id := string(rec.Key)

@@ -33,7 +33,14 @@ type expectRetry struct {
 	input      *input
 	partition  int32
 	published  []*routed
+	// gaveUp are the dead letters that ended it unpublished: held behind
+	// breakers until its task's lifetime ended (rule retry.held_expired)
+	gaveUp []*routed
+	slaMs  int64 // its task's SLA when decided
 }
+
+// ends are what ended the retry: its publications and give-ups.
+func (x *expectRetry) ends() []*routed { return append(slices.Clone(x.published), x.gaveUp...) }
 
 // decisionKey is a task's decision at one time (ms).
 type decisionKey struct {
@@ -110,6 +117,10 @@ func (c *checker) checkRouted() {
 				c.rep.Reviews++
 			} else {
 				c.rep.DeadLetters++
+			}
+			if short == "deadletter" && got != nil && got.r.Decision.Rule == policy.RuleRetryHeldExpired {
+				c.heldExpired(rec, got) // a held retry given up: it ends a RETRY decision, not an input
+				continue
 			}
 			in := want[k]
 			task := string(rec.Key)
@@ -215,20 +226,55 @@ func (c *checker) matchRetry(task string, r *routed) *expectRetry {
 	return xs[len(xs)-1]
 }
 
+// heldExpired reads a dead letter of rule retry.held_expired: the RETRY
+// decision it ends, which must have been held until 2 x its task's SLA after
+// its due time (its lateness, whether a breaker still held it then, is
+// checked with the publications', retryLateness).
+func (c *checker) heldExpired(rec *kgo.Record, r *routed) {
+	task := taskOf(r)
+	c.actual(task, outputOf("deadletter", r, ""))
+	if r.r.Decision.Retry == nil || r.r.Decision.Route != event.RouteDeadLetter {
+		c.violate("retry.held_expired", task, "dead letter %d@%d of rule %s carries route %s and retry plan %v, want DEADLETTER and the retry it gave up",
+			rec.Partition, rec.Offset, policy.RuleRetryHeldExpired, r.r.Decision.Route, r.r.Decision.Retry)
+		return
+	}
+	x := c.matchRetry(task, r)
+	if x == nil {
+		c.violate("retry.extra", task, "dead letter %d@%d gives up retry n=%d, which matches no RETRY decision of the task", rec.Partition, rec.Offset, r.r.Decision.Retry.N)
+		return
+	}
+	x.gaveUp = append(x.gaveUp, r)
+	c.rep.HeldExpired++
+	if end := x.notBefore.Add(2 * time.Duration(x.slaMs) * time.Millisecond); r.at().Before(end) {
+		c.violate("retry.held_expired", task, "retry n=%d (due %s) given up at %s, before its task's lifetime ended at %s (2 x SLA %dms after its due time)",
+			x.n, stamp(x.notBefore), stamp(r.at()), stamp(end), x.slaMs)
+	}
+	if class := r.r.Decision.Class; class != x.class {
+		c.violate("retry.class", task, "give-up of retry n=%d has class %s, want %s", x.n, class, x.class)
+	}
+}
+
 // checkRetry checks what became of one RETRY decision.
 func (c *checker) checkRetry(x *expectRetry) {
+	ends := x.ends()
 	switch {
-	case len(x.published) > 1:
+	case len(ends) > 1:
 		var at []string
-		for _, p := range x.published {
-			at = append(at, fmt.Sprintf("%d@%d at %s", p.rec.Partition, p.rec.Offset, stamp(p.at())))
+		for _, p := range ends {
+			at = append(at, fmt.Sprintf("%s %d@%d at %s", p.rec.Topic, p.rec.Partition, p.rec.Offset, stamp(p.at())))
 		}
-		c.violate("retry.duplicate", x.task, "retry n=%d of input %s published %d times: %s", x.n, x.input.key, len(x.published), strings.Join(at, ", "))
-	case len(x.published) == 0 && x.superseded == nil:
+		c.violate("retry.duplicate", x.task, "retry n=%d of input %s published (or given up) %d times: %s", x.n, x.input.key, len(ends), strings.Join(at, ", "))
+	case len(ends) == 0 && x.superseded == nil:
 		c.violate("retry.missing", x.task, "retry n=%d of input %s (due %s) was never published and nothing superseded it",
 			x.n, x.input.key, stamp(x.notBefore))
-	case len(x.published) == 0:
+	case len(ends) == 0:
 		c.rep.Superseded++
+	}
+	for _, p := range x.gaveUp {
+		if x.superseded != nil && p.at().After(*x.superseded) {
+			c.violate("retry.superseded", x.task, "retry n=%d given up at %s, after a later decision (%s) superseded it",
+				x.n, stamp(p.at()), stamp(*x.superseded))
+		}
 	}
 	for _, p := range x.published {
 		at := p.at()

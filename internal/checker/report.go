@@ -21,8 +21,9 @@ type Report struct {
 	Alerts, SLAAlerts, Surges, Transitions int
 	// Superseded retries were replaced by a later decision before they were
 	// published; HeldReleased retries were held behind a breaker and
-	// published once it closed.
-	Superseded, HeldReleased int
+	// published once it closed; HeldExpired retries were held until their
+	// task's lifetime ended and given up to the dead-letter topic.
+	Superseded, HeldReleased, HeldExpired int
 	// Lives counts the inputs decided on a fresh state because their task's
 	// state had expired; Reconciled the writes of unknown outcome a
 	// reviewer's decision resolved; Tombstones the state changelog's
@@ -190,8 +191,8 @@ func (c *checker) finish() {
 // WriteText prints the report for a person: the summary, the violations by
 // check, and the first failing task's inputs, expected and actual outputs.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
-		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.Reviews, r.DeadLetters,
+	fmt.Fprintf(w, "inputs %d (tasks %d, poison %d, breaker commands %d, re-drives %d); audit %d, retry %d (superseded %d, held then released %d, held then given up %d), review %d, deadletter %d, alerts %d (transitions %d, review SLA %d, surge %d)\n",
+		r.Inputs, r.Tasks, r.Poison, r.Commands, r.Redrives, r.Audit, r.Retries, r.Superseded, r.HeldReleased, r.HeldExpired, r.Reviews, r.DeadLetters,
 		r.Alerts, r.Transitions, r.SLAAlerts, r.Surges)
 	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
 	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance, %d processes unchecked\n",

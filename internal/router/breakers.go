@@ -55,6 +55,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -156,8 +157,14 @@ type breakers struct {
 	transitionsTotal *prometheus.CounterVec
 	alertsTotal      *prometheus.CounterVec
 	heldGauge        prometheus.Gauge
+	heldExpired      prometheus.Counter
 	catchingUp       prometheus.Gauge
 	latchItemsGauge  prometheus.Gauge
+
+	// heldExpiry is when a held retry is given up (policy.HeldRetryExpiry);
+	// expiredHeld how many the batch gave up
+	heldExpiry  func(st *task.State) int64
+	expiredHeld int
 }
 
 func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error) {
@@ -186,6 +193,9 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 			Help: "Alerts (hallucination, budget exhausted, surge) written to the alerts topic, by class."}, []string{"class"}),
 		heldGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "retries_held",
 			Help: "Due retries held because a breaker they would be published into is open."}),
+		heldExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "retries_held_expired_total",
+			Help: "Retries held behind breakers until their task's lifetime ended (2 x SLA after their due time), sent to the dead-letter topic instead of published."}),
+		heldExpiry: p.HeldRetryExpiry,
 		catchingUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breakers_catching_up",
 			Help: "1 while the assignment publishes no retry because the breakers topic is not read to where it stood when the assignment began."}),
 		latchItemsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breaker_latch_items",
@@ -197,7 +207,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(b.states, b.transitionsTotal, b.alertsTotal, b.heldGauge, b.catchingUp, b.latchItemsGauge)
+		reg.MustRegister(b.states, b.transitionsTotal, b.alertsTotal, b.heldGauge, b.heldExpired, b.catchingUp, b.latchItemsGauge)
 	}
 	return b, nil
 }
@@ -468,9 +478,47 @@ func (k *breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, no
 		return
 	}
 	until := max(k.set.HoldUntil(refs, now).UnixMilli(), behind)
+	if end := k.heldExpiry(st); end > now.UnixMilli() {
+		until = min(until, end) // asked again when it is given up (giveUp)
+	}
 	if p := st.Pending; until > p.NotBefore {
 		p.DueAt = p.Due()
 		p.NotBefore = until
+	}
+}
+
+// giveUp ends the held retry of st's task when its task's lifetime has
+// ended (policy.HeldRetryExpiry) and reports whether it did: its decision,
+// to the dead-letter topic (rule retry.held_expired), naming the breakers
+// that still hold it. The caller writes the record and clears the retry.
+func (k *breakers) giveUp(st *task.State, now time.Time) (event.Decision, bool) {
+	if st.Pending == nil || now.UnixMilli() < k.heldExpiry(st) {
+		return event.Decision{}, false
+	}
+	var holding []string
+	if h, ok := k.held.get(st.TaskID); ok {
+		for i := range h.n {
+			ref := k.held.refs[h.refs[i]]
+			if s := k.set.State(ref); s != breaker.Closed {
+				holding = append(holding, fmt.Sprintf("%s (%s)", ref, s))
+			}
+		}
+	}
+	if len(holding) == 0 {
+		holding = []string{"retries held before it"}
+	}
+	k.held.del(st.TaskID)
+	k.expiredHeld++ // counted once the batch commits
+	k.heldGauge.Set(float64(k.held.len()))
+	return policy.RetryHeldExpired(st, strings.Join(holding, ", "), now), true
+}
+
+// forget lets go of the held retry of task id, if any: a decision replaced
+// it.
+func (k *breakers) forget(id string) {
+	if _, ok := k.held.get(id); ok {
+		k.held.del(id)
+		k.heldGauge.Set(float64(k.held.len()))
 	}
 }
 
@@ -639,6 +687,7 @@ func (k *breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
 // again, and so are its transitions and alerts. now is the batch's time.
 func (k *breakers) begin(now time.Time) {
 	k.events = k.events[:0]
+	k.expiredHeld = 0
 	k.set.Begin()
 	k.surges.Begin()
 	k.held.begin()
@@ -680,6 +729,8 @@ func (k *breakers) commit() {
 	k.set.Commit()
 	k.surges.Commit()
 	k.held.commit()
+	k.heldExpired.Add(float64(k.expiredHeld))
+	k.expiredHeld = 0
 	for i := range k.events {
 		e := &k.events[i]
 		attrs := []any{"scope", e.Scope, "key", e.Key, "reason", e.Reason}

@@ -47,7 +47,11 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	case inputReview:
 		st := b.state(in.review.TaskID, in.rec.Partition)
 		in.state = st
+		pending := st.Pending
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
+		if st.Pending != pending && pending != nil {
+			r.brk.forget(st.TaskID) // breakers.go: its held retry, if any, is replaced
+		}
 		r.trackReview(st, &in.decision, now)
 		b.touch(st.TaskID, in.rec.Partition)
 		n := len(b.out)
@@ -64,7 +68,11 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
 	standing := r.cfg.Policy.StandingOf(st)
 	// dedup, re-drive, policy (redrive.go)
+	pending := st.Pending
 	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
+	if st.Pending != pending && pending != nil {
+		r.brk.forget(ev.TaskID) // breakers.go: its held retry, if any, is replaced
+	}
 	if in.decision.Route != event.RouteDrop { // the ledger's view of it (pkg/policy/prevented.go)
 		in.repeat = r.cfg.Policy.RepeatOf(ev, hdr.Redrive != nil, !isNew, in.rec.Timestamp)
 		in.prevented = r.cfg.Policy.Claim(standing, r.cfg.Policy.StandingOf(st), &in.decision)
@@ -122,8 +130,12 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if !due {
 			continue
 		}
+		topic := r.cfg.Topics.Retry
 		if r.brk.holdRetry(st.LastEvent, st, b.partOf[id], b, now) { // breakers.go: stays pending while a breaker is open
-			continue
+			if d, due = r.brk.giveUp(st, now); !due { // unless its task's lifetime has ended
+				continue
+			}
+			topic = r.cfg.Topics.DeadLetter
 		}
 		var hdr []kgo.RecordHeader
 		if st.Traceparent != "" {
@@ -133,11 +145,17 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if st.LastInput != nil {
 			src = *st.LastInput
 		}
-		rec := r.routedRecord(b, r.cfg.Topics.Retry, st.LastEvent, d, src, hdr)
+		rec := r.routedRecord(b, topic, st.LastEvent, d, src, hdr)
 		rec.Headers = copyHeaders(st, rec.Headers)
-		b.out = appendRetry(b.out, rec)
 		st.Pending = nil
-		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", r.cfg.Topics.Retry, "partition", b.partOf[id], "retry", d.Retry.N)
+		if d.Route == event.RouteDeadLetter {
+			b.out = append(b.out, rec)
+			r.log.Warn("retry held behind breakers past its task's lifetime; dead-lettered, never published", "task_id", id,
+				"topic", topic, "partition", b.partOf[id], "retry", d.Retry.N, "reason", d.Reason)
+			continue
+		}
+		b.out = appendRetry(b.out, rec)
+		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", topic, "partition", b.partOf[id], "retry", d.Retry.N)
 	}
 	return nil
 }

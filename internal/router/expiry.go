@@ -15,7 +15,10 @@ package router
 // pending the state does not expire either: its expiry counts from the
 // retry's due time (a 429 may ask for a wait longer than 2 x SLA; the policy
 // caps that wait at rate_limited.max_retry_after_ms), so the retry is always
-// published, and audited, before its task can be forgotten.
+// published, and audited, before its task can be forgotten. A retry that
+// breakers still hold 2 x SLA after its own due time is given up to the
+// dead-letter topic instead (policy.HeldRetryExpiry; publishDue), and its
+// task then expires 2 x SLA later.
 //
 // How it runs, per poll batch:
 //

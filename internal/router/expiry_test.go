@@ -4,12 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,11 +33,13 @@ type expWorld struct {
 	codec  *codec.Codec
 	clock  atomic.Int64 // the router clock, Unix ms
 	prod   *kgo.Client
+	reg    *prometheus.Registry // the router's metrics
 
 	mu        sync.Mutex
 	audit     []event.Routed
 	auditKeys []string // the key (task ID) of each audit record
 	retries   []event.Routed
+	dead      []event.Routed // the dead-letter topic's routed records
 	states    []*kgo.Record
 	alerts    []event.BreakerEvent
 }
@@ -91,7 +95,12 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 	cfg.StateDir = t.TempDir()
 	cfg.Tick = 50 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("EXP_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	cfg.Now = func() time.Time { return time.UnixMilli(w.clock.Load()) }
+	w.reg = prometheus.NewRegistry()
+	cfg.Registerer = w.reg
 	rt, err := router.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +112,7 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 		t.Fatal(err)
 	}
 	cons, err := kgo.NewClient(append(w.seeds,
-		kgo.ConsumeTopics(w.topics.Audit, w.topics.State, w.topics.Retry, w.topics.Alerts),
+		kgo.ConsumeTopics(w.topics.Audit, w.topics.State, w.topics.Retry, w.topics.Alerts, w.topics.DeadLetter),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
@@ -142,6 +151,10 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 					w.retries = append(w.retries, r)
 					return
 				}
+				if rec.Topic == w.topics.DeadLetter {
+					w.dead = append(w.dead, r)
+					return
+				}
 				w.audit = append(w.audit, r)
 				w.auditKeys = append(w.auditKeys, string(rec.Key))
 			})
@@ -159,6 +172,28 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 		t.Fatal("router not ready within 30 s")
 	}
 	return w
+}
+
+// metric is the value of the router's metric name (a gauge or counter
+// without labels).
+func (w *expWorld) metric(name string) float64 {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if g := m.GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return m.GetCounter().GetValue()
+	}
+	w.t.Fatalf("no metric %s", name)
+	return 0
 }
 
 func (w *expWorld) produce(evs ...event.TaskEvent) {

@@ -2,8 +2,9 @@ package policy
 
 // commands.go: the decisions the router makes on its own, not from a
 // worker's event: a record it cannot accept, a pending retry that has come
-// due, a breaker command (RESET or LATCH) on the decisions topic, a record on
-// the wrong partition for its task. Pure functions, like Decide.
+// due (or that breakers held past its task's lifetime), a breaker command
+// (RESET or LATCH) on the decisions topic, a record on the wrong partition
+// for its task. Pure functions, like Decide.
 
 import (
 	"fmt"
@@ -37,6 +38,41 @@ func RetryDue(st *task.State, now time.Time) (event.Decision, bool) {
 		Retry:  &event.RetryPlan{N: p.N, DelayMs: p.DelayMs, NotBefore: event.FromMillis(p.NotBefore)},
 		Totals: st.Totals(), DecidedAt: event.At(now),
 	}, true
+}
+
+// HeldRetryExpiry is when a retry that breakers hold is given up (router
+// clock, ms): 2 x the task's SLA after the retry's own due time, when the
+// task would have expired had the retry been published then. A breaker that
+// stays open or half-open past it (a provider or downstream that never
+// comes back, a template latched for days) does not keep the task, its
+// state and its breakers forever: the retry goes to the dead-letter topic
+// instead (RetryHeldExpired), from where a person re-drives it once the
+// breaker has closed. 0 when st has no pending retry.
+func (p *Policy) HeldRetryExpiry(st *task.State) int64 {
+	if st.Pending == nil {
+		return 0
+	}
+	sla := st.SLAMs
+	if sla <= 0 {
+		sla = p.DefaultSLAMs
+	}
+	return st.Pending.Due() + 2*sla
+}
+
+// RetryHeldExpired is the decision for a pending retry that breakers held
+// until HeldRetryExpiry: the retry planned earlier (its number and due
+// time), never published, to the dead-letter topic, rule
+// retry.held_expired. holding names the breakers that held it.
+func RetryHeldExpired(st *task.State, holding string, now time.Time) event.Decision {
+	p := st.Pending
+	due := event.FromMillis(p.Due())
+	return event.Decision{
+		Class: st.LastClass, Route: event.RouteDeadLetter, Rule: RuleRetryHeldExpired,
+		Reason: fmt.Sprintf("retry %d (due %s) was held behind %s until its task's lifetime ended (2 x SLA after its due time): "+
+			"never published; re-drive the task once the breaker has closed", p.N, due.Format(time.RFC3339Nano), holding),
+		Retry:  &event.RetryPlan{N: p.N, DelayMs: p.DelayMs, NotBefore: due},
+		Totals: st.Totals(), DecidedAt: event.At(now),
+	}
 }
 
 // BreakerCommand reads a breaker command (a BreakerEvent of kind RESET or

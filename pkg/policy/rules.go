@@ -43,6 +43,7 @@ const (
 	RuleRetryBudgetExhausted = "budget.retries_exhausted" // the task's retry budget is spent: dead letter
 	RuleRedelivery           = "dedup.redelivery"         // an event the task has already seen: dropped
 	RuleRetryDue             = "retry.due"                // a pending retry whose time has come: published
+	RuleRetryHeldExpired     = "retry.held_expired"       // a retry held behind breakers past its task's lifetime: dead letter
 	RulePartitionForward     = "partition.forward"        // a record on the wrong partition for its task: forwarded
 )
 

@@ -1,0 +1,73 @@
+package checker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/task"
+)
+
+// Guards the checker's reading of a retry given up behind breakers (rule
+// retry.held_expired, to the dead-letter topic): it ends its RETRY decision
+// as a publication does, once. It is accepted when the retry was held until
+// 2 x its task's SLA after its due time, and reported when it came earlier
+// (retry.held_expired), when the retry could have been published long
+// before (retry.late: no breaker held it), and when the retry was also
+// published (retry.duplicate).
+func TestRetryGivenUpBehindBreakers(t *testing.T) {
+	const sla = int64(60_000)
+	cases := []struct {
+		name       string
+		check      string        // "" for none
+		giveUpAt   time.Duration // after the retry's due time
+		open       bool          // a breaker of the retry is OPEN from its decision on
+		alsoPublic bool
+	}{
+		{"held until its lifetime ended", "", 2*time.Duration(sla)*time.Millisecond + time.Millisecond, true, false},
+		{"given up early", "retry.held_expired", time.Duration(sla) * time.Millisecond, true, false},
+		{"given up though publishable", "retry.late", 2*time.Duration(sla)*time.Millisecond + time.Millisecond, false, false},
+		{"given up and published", "retry.duplicate", 2*time.Duration(sla)*time.Millisecond + time.Millisecond, true, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := newLog(t)
+			p := policy.Default()
+			ev := timeout("t-1", "e-1", 1, b.t0)
+			ev.SLAMs = ptrTo(sla)
+			var st task.State
+			in := b.input(0, ev)
+			d := p.DecideEvent(&ev, &st, nil, in.Timestamp.Add(100*time.Millisecond))
+			if d.Route != event.RouteRetry {
+				t.Fatalf("decision %s (%s), want a retry", d.Route, d.Reason)
+			}
+			b.routed("audit", in, &ev, audited(d))
+			due := d.Retry.NotBefore.Time
+			if c.open {
+				b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+					Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d.DecidedAt})
+			}
+			gave := policy.RetryHeldExpired(&st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", due.Add(c.giveUpAt))
+			b.routed("deadletter", in, &ev, gave)
+			if c.alsoPublic {
+				pub := d
+				pub.DecidedAt = event.At(due.Add(c.giveUpAt + time.Second))
+				b.routed("retry", nil, &ev, pub)
+			}
+			b.logs.End = due.Add(c.giveUpAt + time.Minute)
+			rep := b.check()
+			var s strings.Builder
+			rep.WriteText(&s)
+			switch {
+			case c.check == "" && !rep.OK():
+				t.Fatalf("a correct router's give-up: %s", s.String())
+			case c.check == "" && rep.HeldExpired != 1:
+				t.Fatalf("HeldExpired = %d, want 1: %s", rep.HeldExpired, s.String())
+			case c.check != "" && rep.ViolationsByCheck[c.check] == 0:
+				t.Fatalf("no %s violation; got %v\n%s", c.check, rep.ViolationsByCheck, s.String())
+			}
+		})
+	}
+}
