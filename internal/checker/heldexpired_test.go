@@ -71,3 +71,53 @@ func TestRetryGivenUpBehindBreakers(t *testing.T) {
 		})
 	}
 }
+
+// Guards the matching of a retry published after its earlier retry of the
+// same number was given up: the worker redelivers the same event after the
+// task's state expired (a fresh state, the retry numbers start again), and
+// the retry published for it (its plan's time moved, as a released held
+// retry's is) answers the new decision, not the given-up one; neither is
+// reported twice or missing.
+func TestRetryAfterAGiveUpMatchesTheNewDecision(t *testing.T) {
+	const sla = int64(60_000)
+	b := newLog(t)
+	p := policy.Default()
+	ev := timeout("t-1", "e-1", 1, b.t0)
+	ev.SLAMs = ptrTo(sla)
+	var st task.State
+	in := b.input(0, ev)
+	d := p.DecideEvent(&ev, &st, nil, in.Timestamp.Add(100*time.Millisecond))
+	b.routed("audit", in, &ev, audited(d))
+	b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+		Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d.DecidedAt})
+	lifetime := 2 * time.Duration(sla) * time.Millisecond
+	gaveAt := d.Retry.NotBefore.Add(lifetime + time.Millisecond)
+	b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "OPEN", To: "CLOSED",
+		Reason: "reset", Instance: "a", At: event.At(gaveAt.Add(time.Second))})
+	b.routed("deadletter", in, &ev, policy.RetryHeldExpired(&st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", gaveAt))
+
+	// the same event again once the task's state expired (2 x SLA after the
+	// give-up): decided on a fresh state, retry 1 again
+	b.tombstone("t-1", gaveAt.Add(lifetime+time.Millisecond))
+	at2 := gaveAt.Add(lifetime + 5*time.Second)
+	in2 := b.inputAt(1, ev, at2.Add(-100*time.Millisecond))
+	st = task.State{}
+	d2 := p.DecideEvent(&ev, &st, nil, at2)
+	if d2.Route != event.RouteRetry || d2.Retry.N != 1 {
+		t.Fatalf("decision on a fresh state: %s retry %v (%s), want retry 1", d2.Route, d2.Retry, d2.Reason)
+	}
+	b.routed("audit", in2, &ev, audited(d2))
+	b.repeat(policy.RepeatAfterTTL) // as the router names an attempt of a task it forgot
+	pub := d2
+	moved := d2.Retry.NotBefore.Add(time.Millisecond)
+	pub.DecidedAt = event.At(moved)
+	pub.Retry = &event.RetryPlan{N: 1, DelayMs: d2.Retry.DelayMs, NotBefore: event.At(moved)}
+	b.routed("retry", nil, &ev, pub)
+	b.logs.End = moved.Add(time.Second)
+	rep := b.check()
+	if !rep.OK() || rep.HeldExpired != 1 {
+		var s strings.Builder
+		rep.WriteText(&s)
+		t.Fatalf("HeldExpired %d, want 1; %s", rep.HeldExpired, s.String())
+	}
+}

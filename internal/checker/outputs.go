@@ -193,9 +193,10 @@ func (c *checker) checkRetries() {
 	}
 }
 
-// matchRetry finds the RETRY decision a published retry answers: same task,
-// retry number and event; of several (a re-drive restarts the numbers), the
-// first still unpublished whose window (due time to superseding decision)
+// matchRetry finds the RETRY decision a published (or given-up) retry
+// answers: same task, retry number and event; of several (a re-drive or a
+// new lifetime restarts the numbers), the first still unpublished and not
+// given up whose window (due time to superseding decision)
 // holds the publication, else the last.
 func (c *checker) matchRetry(task string, r *routed) *expectRetry {
 	xs := c.retries[retryKey{task, r.r.Decision.Retry.N}]
@@ -207,7 +208,7 @@ func (c *checker) matchRetry(task string, r *routed) *expectRetry {
 	}
 	at := r.at()
 	fits := func(x *expectRetry) bool {
-		return len(x.published) == 0 && (r.r.Event == nil || r.r.Event.EventID == x.eventID) &&
+		return len(x.published) == 0 && len(x.gaveUp) == 0 && (r.r.Event == nil || r.r.Event.EventID == x.eventID) &&
 			!at.Before(x.notBefore) && (x.superseded == nil || !at.After(*x.superseded))
 	}
 	// the retry of the decision the record carries first: a re-drive
