@@ -194,6 +194,7 @@ func (c *checker) breakers(ts []transition) {
 			latched: latch || prev.latched && e.To == breaker.Open.String() && !unlatched, adopted: isAdopted || unlatched})
 	}
 	c.retriesVsBreakers(timelines)
+	c.letGo(timelines, ts) // letgo.go
 	for _, xs := range c.retries {
 		for _, x := range xs {
 			for _, p := range x.ends() { // a give-up too: it came when the retry could not be published

@@ -717,6 +717,10 @@ func (s *Set) Idle(sc Scope) time.Duration { return idle(&s.cfg[sc]) }
 // IdleOf is Idle of ref's breaker, on its own limits.
 func (s *Set) IdleOf(ref Ref) time.Duration { return idle(s.config(ref)) }
 
+// IdleOf is how long a breaker of Config c may go unused before Expire lets
+// it go: twice its cooldown and window, and at least four rechecks.
+func IdleOf(c Config) time.Duration { return idle(&c) }
+
 func idle(c *Config) time.Duration {
 	return max(2*(c.Cooldown+c.Window), 4*time.Duration(recheck(c.Cooldown.Milliseconds()))*time.Millisecond)
 }
