@@ -12,7 +12,11 @@
 //     base policy decided);
 //   - every retry published exactly once, at or after its due time, with the
 //     event it re-issues; a retry that a later decision of the task
-//     superseded is published at most once, before that decision;
+//     superseded is published at most once, before that decision; a retry
+//     that breakers held until its task's lifetime ended (2 x SLA after its
+//     due time) may instead be given up, once, to the dead-letter topic
+//     (rule retry.held_expired), never earlier and never while it could
+//     have been published;
 //   - every review and dead-letter record present, and no extra one;
 //   - every alert present (hallucination, budget, review SLA: every open
 //     item past its owner's SLA, however long it stays open) and no extra
@@ -32,7 +36,8 @@
 //     reopens (at a reviewer's decision, a RESET, the last item decided
 //     elsewhere) only when no other item of it holds it in the breakers
 //     topic's order (transitions adopted from another instance and latches
-//     are told by their faultrouter.breaker.* headers);
+//     are told by their faultrouter.breaker.* headers); a breaker that
+//     nothing used anywhere for its idle time is let go (letgo.go);
 //   - a latch holds everywhere, in the breakers topic's order (Logs.Breakers,
 //     breakerlog.go, latchreach.go): once the transaction that wrote a
 //     hallucination's latch item committed, no instance publishes a retry

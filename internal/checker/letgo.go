@@ -122,6 +122,9 @@ func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 			if used.Before(s.from) {
 				used = s.from
 			}
+			if end.Sub(used) > idle {
+				c.rep.IdleStretches++
+			}
 			if by := used.Add(idle + c.o.RetryLate); end.After(by) {
 				c.violate("breaker.not_let_go", "", "%s on instance %s stayed %s from %s to %s; nothing used it after %s, so it should have been let go (idle %s) by %s",
 					k.ref, k.instance, s.state, stamp(s.from), stamp(end), stamp(used), idle, stamp(by))

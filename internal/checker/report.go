@@ -43,6 +43,10 @@ type Report struct {
 	// opening in a batch, and did; SurgesCertain the batches after which a
 	// surge had to be alerted, and was.
 	BreakerTrips, SurgesCertain int
+	// IdleStretches counts the stretches of OPEN or HALF_OPEN on one
+	// instance that nothing used for their breaker's idle time: each had to
+	// end (the breaker let go) within RetryLate after that (letgo.go).
+	IdleStretches int
 	// ProcessesUnchecked counts the router processes whose windows were
 	// not recomputed: they wrote nothing to the alerts topic, or wrote it
 	// as an earlier build.
@@ -197,6 +201,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
 	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance, %d processes unchecked\n",
 		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed, r.ProcessesUnchecked)
+	fmt.Fprintf(w, "idle breakers: %d OPEN or HALF_OPEN stretches outlasted their breaker's last use by its idle time, each to be let go\n", r.IdleStretches)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	fmt.Fprintf(w, "latches: %s\n", r.Latch)
