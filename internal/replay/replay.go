@@ -108,6 +108,7 @@ type Filter struct {
 	Task           string
 	Class          string
 	Route          string
+	Rule           string // the decision's rule, e.g. retry.held_expired
 	Provider       string
 	Model          string
 	PromptTemplate string
@@ -131,6 +132,9 @@ func (f *Filter) Match(s *Step) bool {
 		return false
 	}
 	if f.Route != "" && !strings.EqualFold(s.Route(), f.Route) {
+		return false
+	}
+	if f.Rule != "" && (s.Decision == nil || s.Decision.Rule != f.Rule) {
 		return false
 	}
 	if f.Provider != "" || f.Model != "" || f.PromptTemplate != "" {

@@ -49,7 +49,7 @@ func TestParseTime(t *testing.T) {
 func TestFilterMatch(t *testing.T) {
 	ts := time.Date(2026, 11, 29, 2, 30, 0, 0, time.UTC)
 	ev := &event.TaskEvent{TaskID: "t1", Provider: "openai", Model: "gpt-4o", PromptTemplate: "support-v3"}
-	routed := Step{Timestamp: ts, TaskID: "t1", Event: ev, Decision: &event.Decision{Class: event.ClassNetworkTimeout, Route: event.RouteDeadLetter}}
+	routed := Step{Timestamp: ts, TaskID: "t1", Event: ev, Decision: &event.Decision{Class: event.ClassNetworkTimeout, Route: event.RouteDeadLetter, Rule: "retry.held_expired"}}
 	alert := Step{Timestamp: ts, TaskID: "t1", Kind: KindBreaker}
 	for _, tc := range []struct {
 		name string
@@ -62,6 +62,9 @@ func TestFilterMatch(t *testing.T) {
 		{"other task", Filter{Task: "t2"}, routed, false},
 		{"class any case", Filter{Class: "network_timeout"}, routed, true},
 		{"route", Filter{Route: "REVIEW"}, routed, false},
+		{"rule", Filter{Rule: "retry.held_expired"}, routed, true},
+		{"other rule", Filter{Rule: "network_timeout.exhausted"}, routed, false},
+		{"rule on a step without decision", Filter{Rule: "retry.held_expired"}, alert, false},
 		{"provider model template", Filter{Provider: "openai", Model: "gpt-4o", PromptTemplate: "support-v3"}, routed, true},
 		{"model differs", Filter{Model: "gpt-5"}, routed, false},
 		{"provider on a step without event", Filter{Provider: "openai"}, alert, false},
