@@ -63,6 +63,13 @@ func startConsole(t *testing.T, opts []kgo.Opt, set topicspec.Set, cfg Config) (
 // items: t-1 and t-3 of ai_product, t-2 of security.
 func testCluster(t *testing.T) ([]kgo.Opt, topicspec.Set) {
 	t.Helper()
+	_, opts, set := testKfake(t)
+	return opts, set
+}
+
+// testKfake is testCluster with its embedded broker.
+func testKfake(t *testing.T) (*kfake.Cluster, []kgo.Opt, topicspec.Set) {
+	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +105,7 @@ func testCluster(t *testing.T) ([]kgo.Opt, topicspec.Set) {
 			t.Fatal(err)
 		}
 	}
-	return opts, set
+	return cluster, opts, set
 }
 
 // TestMain lets the tests' users files hold cheap hashes: a sign-in at

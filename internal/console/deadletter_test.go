@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 )
@@ -158,11 +159,15 @@ func countRecords(t *testing.T, opts []kgo.Opt, topic string) int {
 }
 
 // Guards the job controls: a paused job sends nothing until resumed, a
-// stopped job sends nothing more, and both show on the page.
+// stopped job sends nothing more, and both show on the page. Every chunk's
+// records take 0.8 s to reach the broker, so the pause comes while one is in
+// flight: the page shows the job paused only once that chunk has been sent
+// and committed, and nothing is sent after.
 func TestRedriveJobPauseResumeStop(t *testing.T) {
 	h := pwHash()
 	users := &Users{Users: []User{{Name: "olga", PasswordBcrypt: string(h), Roles: []string{RoleOperator}}}}
-	base, opts, set := testConsole(t, Config{Users: users, RedriveRate: 1})
+	cluster, opts, set := testKfake(t)
+	base, _ := startConsole(t, opts, set, Config{Users: users, RedriveRate: 1})
 	dl, _ := set.Name("deadletter")
 	ingress, _ := set.Name("ingress")
 	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
@@ -178,6 +183,16 @@ func TestRedriveJobPauseResumeStop(t *testing.T) {
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// from now on every chunk's records take 0.8 s to reach the broker
+	slowed := map[kmsg.Request]bool{}
+	cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if !slowed[req] { // once per request: a woken request runs this again
+			slowed[req] = true
+			cluster.SleepControl(func() { time.Sleep(800 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
 	olga := newClient(t, base)
 	olga.login("olga")
 	waitPage := func(what string, ok func(string) bool) string {
@@ -206,7 +221,8 @@ func TestRedriveJobPauseResumeStop(t *testing.T) {
 		t.Fatalf("pause: %d", code)
 	}
 	waitPage("the paused job", func(b string) bool { return strings.Contains(b, `job-state">paused`) })
-	sent := countRecords(t, opts, ingress) // readAll waits half a second: the paused job sends nothing meanwhile
+	sent := countRecords(t, opts, ingress)
+	time.Sleep(time.Second) // longer than a chunk takes to reach the broker: the paused job sends nothing meanwhile
 	if again := countRecords(t, opts, ingress); again != sent || sent >= 4 {
 		t.Fatalf("while paused: %d then %d records on ingress, want no change and fewer than 4", sent, again)
 	}

@@ -66,6 +66,9 @@ type jobCtl struct {
 	stop   bool
 	wake   chan struct{}
 	cancel context.CancelFunc
+	// sending is held while a chunk is sent: a pause waits for it, so that a
+	// job the page shows paused sends nothing more
+	sending sync.Mutex
 }
 
 func newJobs(s *Server) *jobs { return &jobs{s: s, all: map[string]*job{}, ctl: map[string]*jobCtl{}} }
@@ -140,14 +143,17 @@ func (js *jobs) run(ctx context.Context, j *job, c *jobCtl, recs []*kgo.Record) 
 		js.s.log.Info("console: re-drive job ended", "job", j.ID, "state", state, "sent", j.Sent, "err", errMsg)
 	}
 	for sent := 0; sent < len(recs); {
+		c.sending.Lock()
 		js.mu.Lock()
 		paused, stopped := c.pause, c.stop
 		js.mu.Unlock()
 		if stopped || ctx.Err() != nil {
+			c.sending.Unlock()
 			finish(jobStopped, "")
 			return
 		}
 		if paused {
+			c.sending.Unlock()
 			select {
 			case <-c.wake:
 			case <-ctx.Done():
@@ -156,15 +162,19 @@ func (js *jobs) run(ctx context.Context, j *job, c *jobCtl, recs []*kgo.Record) 
 		}
 		t0 := time.Now()
 		chunk := recs[sent:min(sent+j.Rate, len(recs))]
-		if err := control.ProduceTx(ctx, js.s.cfg.Kafka, chunk); err != nil {
+		err := control.ProduceTx(ctx, js.s.cfg.Kafka, chunk)
+		if err == nil {
+			sent += len(chunk)
+			js.mu.Lock()
+			j.Sent = sent
+			js.save(j)
+			js.mu.Unlock()
+		}
+		c.sending.Unlock()
+		if err != nil {
 			finish(jobFailed, err.Error())
 			return
 		}
-		sent += len(chunk)
-		js.mu.Lock()
-		j.Sent = sent
-		js.save(j)
-		js.mu.Unlock()
 		if sent < len(recs) {
 			select {
 			case <-time.After(time.Second - time.Since(t0)):
@@ -176,7 +186,9 @@ func (js *jobs) run(ctx context.Context, j *job, c *jobCtl, recs []*kgo.Record) 
 	finish(jobDone, "")
 }
 
-// control pauses, resumes or stops a running job.
+// control pauses, resumes or stops a running job. A pause returns, and the
+// job shows paused, once the chunk being sent (if any) is committed: from
+// then on the job sends nothing until it is resumed.
 func (js *jobs) control(id, op string) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()
@@ -189,7 +201,15 @@ func (js *jobs) control(id, op string) error {
 	}
 	switch op {
 	case "pause":
-		c.pause, j.State = true, jobPaused
+		c.pause = true
+		js.mu.Unlock()
+		c.sending.Lock() // the chunk in flight, if any, is committed
+		c.sending.Unlock()
+		js.mu.Lock()
+		if !c.pause || js.ctl[id] == nil { // resumed, or ended, meanwhile
+			return nil
+		}
+		j.State = jobPaused
 	case "resume":
 		c.pause, j.State = false, jobRunning
 	case "stop":
