@@ -167,14 +167,25 @@ func requireReplicated(ctx context.Context, t *testing.T, e *env) []string {
 			}
 		}
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
-	if err != nil {
-		t.Fatal(err)
+	// and every broker that answers DescribeConfigs knows them: one that
+	// lags their creation answers UNKNOWN_TOPIC_OR_PARTITION for a moment
+	var rcs kadm.ResourceConfigs
+	if !waitFor(30*time.Second, func() bool {
+		rcs, err = adm.DescribeTopicConfigs(ctx, topics...)
+		if err != nil {
+			return false
+		}
+		for _, rc := range rcs {
+			if rc.Err != nil {
+				err = fmt.Errorf("describe %s: %w", rc.Name, rc.Err)
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the topics' configs are not all there 30 s after topics apply: %v", err)
 	}
 	for _, rc := range rcs {
-		if rc.Err != nil {
-			t.Fatalf("describe %s: %v", rc.Name, rc.Err)
-		}
 		got := "unset"
 		for _, c := range rc.Configs {
 			if c.Key == "min.insync.replicas" {
