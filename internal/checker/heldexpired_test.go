@@ -5,10 +5,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
+
+// heldRetryRun writes a timeout of task t-1 (SLA sla) decided RETRY and
+// audited, and, if open, its provider/model breaker opening at that
+// decision: the start of a retry that breakers hold. It returns the log, the
+// event, its input record, the task state after the decision and the
+// decision.
+func heldRetryRun(t *testing.T, sla int64, open bool) (*logBuilder, event.TaskEvent, *kgo.Record, *task.State, event.Decision) {
+	t.Helper()
+	b := newLog(t)
+	ev := timeout("t-1", "e-1", 1, b.t0)
+	ev.SLAMs = ptrTo(sla)
+	st := &task.State{}
+	in := b.input(0, ev)
+	d := policy.Default().DecideEvent(&ev, st, nil, in.Timestamp.Add(100*time.Millisecond))
+	if d.Route != event.RouteRetry {
+		t.Fatalf("decision %s (%s), want a retry", d.Route, d.Reason)
+	}
+	b.routed("audit", in, &ev, audited(d))
+	if open {
+		b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+			Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d.DecidedAt})
+	}
+	return b, ev, in, st, d
+}
 
 // Guards the checker's reading of a retry given up behind breakers (rule
 // retry.held_expired, to the dead-letter topic): it ends its RETRY decision
@@ -33,23 +59,9 @@ func TestRetryGivenUpBehindBreakers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := newLog(t)
-			p := policy.Default()
-			ev := timeout("t-1", "e-1", 1, b.t0)
-			ev.SLAMs = ptrTo(sla)
-			var st task.State
-			in := b.input(0, ev)
-			d := p.DecideEvent(&ev, &st, nil, in.Timestamp.Add(100*time.Millisecond))
-			if d.Route != event.RouteRetry {
-				t.Fatalf("decision %s (%s), want a retry", d.Route, d.Reason)
-			}
-			b.routed("audit", in, &ev, audited(d))
+			b, ev, in, st, d := heldRetryRun(t, sla, c.open)
 			due := d.Retry.NotBefore.Time
-			if c.open {
-				b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
-					Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d.DecidedAt})
-			}
-			gave := policy.RetryHeldExpired(&st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", due.Add(c.giveUpAt))
+			gave := policy.RetryHeldExpired(st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", due.Add(c.giveUpAt))
 			b.routed("deadletter", in, &ev, gave)
 			if c.alsoPublic {
 				pub := d
@@ -80,29 +92,21 @@ func TestRetryGivenUpBehindBreakers(t *testing.T) {
 // reported twice or missing.
 func TestRetryAfterAGiveUpMatchesTheNewDecision(t *testing.T) {
 	const sla = int64(60_000)
-	b := newLog(t)
+	b, ev, in, st, d := heldRetryRun(t, sla, true)
 	p := policy.Default()
-	ev := timeout("t-1", "e-1", 1, b.t0)
-	ev.SLAMs = ptrTo(sla)
-	var st task.State
-	in := b.input(0, ev)
-	d := p.DecideEvent(&ev, &st, nil, in.Timestamp.Add(100*time.Millisecond))
-	b.routed("audit", in, &ev, audited(d))
-	b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
-		Class: event.ClassNetworkTimeout, TaskID: "t-1", Instance: "a", At: d.DecidedAt})
 	lifetime := 2 * time.Duration(sla) * time.Millisecond
 	gaveAt := d.Retry.NotBefore.Add(lifetime + time.Millisecond)
 	b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "OPEN", To: "CLOSED",
 		Reason: "reset", Instance: "a", At: event.At(gaveAt.Add(time.Second))})
-	b.routed("deadletter", in, &ev, policy.RetryHeldExpired(&st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", gaveAt))
+	b.routed("deadletter", in, &ev, policy.RetryHeldExpired(st, "PROVIDER_MODEL/openai/gpt-4o (OPEN)", gaveAt))
 
 	// the same event again once the task's state expired (2 x SLA after the
 	// give-up): decided on a fresh state, retry 1 again
 	b.tombstone("t-1", gaveAt.Add(lifetime+time.Millisecond))
 	at2 := gaveAt.Add(lifetime + 5*time.Second)
 	in2 := b.inputAt(1, ev, at2.Add(-100*time.Millisecond))
-	st = task.State{}
-	d2 := p.DecideEvent(&ev, &st, nil, at2)
+	*st = task.State{}
+	d2 := p.DecideEvent(&ev, st, nil, at2)
 	if d2.Route != event.RouteRetry || d2.Retry.N != 1 {
 		t.Fatalf("decision on a fresh state: %s retry %v (%s), want retry 1", d2.Route, d2.Retry, d2.Reason)
 	}

@@ -388,11 +388,17 @@ func TestExpiryAppliesBeforeTheSweep(t *testing.T) {
 }
 
 // retriesOf returns the retry-topic records of one task, in order.
-func (w *expWorld) retriesOf(taskID string) []event.Routed {
+func (w *expWorld) retriesOf(taskID string) []event.Routed { return w.ofTask(&w.retries, taskID) }
+
+// deadOf returns the dead-letter records of one task, in order.
+func (w *expWorld) deadOf(taskID string) []event.Routed { return w.ofTask(&w.dead, taskID) }
+
+// ofTask returns the records of *recs whose event is of task taskID.
+func (w *expWorld) ofTask(recs *[]event.Routed, taskID string) []event.Routed {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var rs []event.Routed
-	for _, r := range w.retries {
+	for _, r := range *recs {
 		if r.Event != nil && r.Event.TaskID == taskID {
 			rs = append(rs, r)
 		}

@@ -10,19 +10,6 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
-// deadOf returns the dead-letter records of one task, in order.
-func (w *expWorld) deadOf(taskID string) []event.Routed {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var rs []event.Routed
-	for _, r := range w.dead {
-		if r.Event != nil && r.Event.TaskID == taskID {
-			rs = append(rs, r)
-		}
-	}
-	return rs
-}
-
 // Guards the bound on a held retry: a retry that breakers hold is given up
 // when its task's lifetime ends (2 x SLA after the retry's due time), to the
 // dead-letter topic with rule retry.held_expired, instead of keeping its
