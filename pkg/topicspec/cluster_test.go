@@ -207,15 +207,7 @@ func hasConfig(rc kadm.ResourceConfig, key, value string) bool {
 // start with "topic faultrouter.state does not exist".
 func TestEnsureWaitsForAppliedTopicsInMetadata(t *testing.T) {
 	ctx := testContext(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	s, err := Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := newClusterAndSet(t)
 	// `topics apply`, by another process
 	applyCl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -257,15 +249,7 @@ func TestEnsureWaitsForAppliedTopicsInMetadata(t *testing.T) {
 // Ensure waits for it instead of refusing to start.
 func TestEnsureWaitsForTopicConfigsToPropagate(t *testing.T) {
 	ctx := testContext(t)
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	s, err := Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := newClusterAndSet(t)
 	var refused atomic.Int32
 	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -295,6 +279,22 @@ func TestEnsureWaitsForTopicConfigsToPropagate(t *testing.T) {
 	if refused.Load() < 3 {
 		t.Fatalf("DescribeConfigs refused %d times, want 3: the test did not exercise the lag", refused.Load())
 	}
+}
+
+// newClusterAndSet starts a one-broker kfake cluster and loads the default
+// topic set.
+func newClusterAndSet(t *testing.T) (*kfake.Cluster, Set) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s
 }
 
 // ensureWaits runs Ensure of s on cluster c, where the state topic's
