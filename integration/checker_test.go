@@ -201,6 +201,16 @@ func unexpected(t *testing.T, rep *checker.Report) []string {
 		}
 		bad = append(bad, fmt.Sprintf("%s: %d", check, n))
 	}
+	// the first violations go into the test's output, so a failure on a
+	// machine whose JSON report is gone still says what differed
+	shown := 0
+	for _, v := range rep.Violations {
+		if _, ok := knownRouterBugs[v.Check]; ok || shown == 5 {
+			continue
+		}
+		shown++
+		t.Logf("violation %s (task %s): %s", v.Check, v.Task, v.Detail)
+	}
 	for check := range knownRouterBugs {
 		if rep.ViolationsByCheck[check] == 0 {
 			t.Logf("known router bug %s did not show in this run", check)
