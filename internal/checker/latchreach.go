@@ -29,9 +29,11 @@ import (
 // to hold retries with.
 
 // latchReach bounds how long after the commit of an item's transaction
-// every instance holds its template: the breakers topic's delivery to the
-// other instances and their next batch (--tick, 200 ms by default), with
-// room for a loaded machine.
+// every instance holds its template: a batch publishes retries only with a
+// breakers table that had read to a listing of the topic's offsets taken
+// at most 2 s before, so the item reaches every batch that begins 2 s
+// after its commit (and the commit's markers), with room for a loaded
+// machine.
 const latchReach = 5 * time.Second
 
 // LatchReach is what the latch_everywhere check saw.

@@ -136,8 +136,12 @@ type breakers struct {
 	// topic to be read for the assignment (publishing), zero while they do
 	// not; waitLogged when that was last logged
 	waitingSince, waitLogged time.Time
-	// lastBatch is when the last batch began (wall clock): refresh
-	lastBatch time.Time
+	// fresh is the table's freshness when the batch adopted what it read
+	// (adoptShared): its retries wait unless it is recent (freshFor)
+	fresh time.Time
+	// staleSince is when the batches began to wait for a fresh table,
+	// zero while they do not; staleLogged when that was last logged
+	staleSince, staleLogged time.Time
 
 	// events are the transitions and alerts queued by the batch, logged
 	// and counted once its transaction commits (commit)
@@ -197,7 +201,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 			Help: "Retries held behind breakers until their task's lifetime ended (2 x SLA after their due time), sent to the dead-letter topic instead of published."}),
 		heldExpiry: p.HeldRetryExpiry,
 		catchingUp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breakers_catching_up",
-			Help: "1 while the assignment publishes no retry because the breakers topic is not read to where it stood when the assignment began."}),
+			Help: "1 while no retry is published because the breakers topic is not read to where it stood when the assignment began, or to a listing of its offsets taken in the last 2 s."}),
 		latchItemsGauge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breaker_latch_items",
 			Help: "Latch items live on the breakers topic as this instance has read it (open, or ended by a RESET and not tombstoned yet)."}),
 	}

@@ -90,6 +90,11 @@ type breakerTable struct {
 	// are not known yet. targetGen counts the assignments.
 	target    map[int32]int64
 	targetGen uint64
+	// listings are the last stable offsets listed (listEvery) that the
+	// table has not read to yet, oldest first; freshAt is when the latest
+	// listing it has read to was taken (fresh)
+	listings []listing
+	freshAt  time.Time
 	// stopped is closed when the reader has stopped (the router stops)
 	stopped chan struct{}
 }
@@ -102,6 +107,13 @@ type mineItem struct {
 	task string
 	open bool
 	n    int
+}
+
+// listing is the breakers topic's last stable offsets (ends), listed at
+// at: every record committed before at lies below them.
+type listing struct {
+	at   time.Time
+	ends map[int32]int64
 }
 
 // pendingState is a failure-rate state read and not applied yet, with its
@@ -152,11 +164,13 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 	if err != nil {
 		return err
 	}
+	at := time.Now()
 	ranges, err := scan.Committed(ctx, kadm.NewClient(adm), t.topic)
 	adm.Close()
 	if err != nil {
 		return err
 	}
+	t.listed(at, rangeEnds(ranges[t.topic]))
 	// every partition, from where the table has read it to (its start, the
 	// first time)
 	from := map[int32]kgo.Offset{}
@@ -207,6 +221,7 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 				t.apply(rec)
 			}
 		})
+		t.reach()
 		t.mu.Unlock()
 	}
 }
@@ -576,6 +591,7 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 		defer close(t.stopped)
 		t.run(ctx, clientOpts)
 	}()
+	go t.list(ctx, clientOpts)
 	select {
 	case <-t.loaded:
 		k.log.Info("breakers topic read to its end", "topic", t.topic)
@@ -650,37 +666,97 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	k.log.Info("breakers topic read to its end for the assignment", "topic", t.topic, "took", time.Since(began).Round(time.Millisecond))
 }
 
-// staleAfter is the gap between two batches (or four ticks, if longer)
-// after which the next one reads the breakers topic to its last stable
-// offsets again before it publishes (refresh): a process that was paused,
-// or starved of CPU, has a table as old as the gap, and its reader and its
-// batches go on in no set order.
-const staleAfter = 2 * time.Second
+// A batch publishes retries only with a table fresh enough that no
+// breaker state or latch item committed more than freshFor before the
+// batch began is missing from it: the latest listing of the topic's last
+// stable offsets that the table had read to when the batch adopted what it
+// read (adoptShared) was taken at most freshFor before. A goroutine lists
+// them every listEvery. So a latch, or an OPEN, committed anywhere holds
+// every instance's retries at most freshFor (and a batch) after its
+// commit, whatever held the table back: a reader waiting out a broker
+// restart, a process paused or starved of CPU. While the table is not
+// that fresh the due retries wait, as during an assignment's catch-up.
+const (
+	listEvery = 500 * time.Millisecond
+	freshFor  = 2 * time.Second
+)
 
-// refresh lists the breakers topic's last stable offsets again and makes
-// them what the table must read before a retry is published (current),
-// when the batch began more than staleAfter after the one before. A listing
-// that fails leaves the target unknown: the next stale batch lists again.
-func (k *breakers) refresh(ctx context.Context, cl *kgo.Client, began time.Time, tick time.Duration) {
-	t := k.table
-	last := k.lastBatch
-	k.lastBatch = began
-	if t.topic == "" || last.IsZero() || began.Sub(last) <= max(staleAfter, 4*tick) {
-		return
+// listed records a listing of the topic's last stable offsets taken at at
+// (under no lock), and what the table has read of it.
+func (t *breakerTable) listed(at time.Time, ends map[int32]int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.listings) == maxListings {
+		// a reader held back: forgetting the oldest only makes the table
+		// fresh later
+		t.listings = slices.Delete(t.listings, 0, 1)
 	}
-	gen := t.retarget()
-	ctx, cancel := context.WithTimeout(ctx, tableCatchUp)
-	defer cancel()
-	ranges, err := scan.Committed(ctx, kadm.NewClient(cl), t.topic)
+	t.listings = append(t.listings, listing{at: at, ends: ends})
+	t.reach()
+}
+
+// maxListings bounds the listings kept while the reader is behind them.
+const maxListings = 16
+
+// reach makes the listings the table has read to its freshness; under mu.
+// Last stable offsets only grow, so they are read to in the order listed.
+func (t *breakerTable) reach() {
+	n := 0
+	for n < len(t.listings) && !t.behind(t.listings[n].ends) {
+		if t.listings[n].at.After(t.freshAt) {
+			t.freshAt = t.listings[n].at
+		}
+		n++
+	}
+	t.listings = slices.Delete(t.listings, 0, n)
+}
+
+// freshness is when the latest listing the table has read to was taken;
+// far in the future without a topic (this instance's own latches only).
+func (t *breakerTable) freshness() time.Time {
+	if t.topic == "" {
+		return time.Unix(1<<40, 0)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.freshAt
+}
+
+// list lists the topic's last stable offsets every listEvery until ctx
+// ends (listed). A listing that fails is tried again at the next one.
+func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
+	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
-		k.log.Warn("breakers topic: could not list its last stable offsets after a gap between batches; no retry is published until it is read to them",
-			"topic", t.topic, "gap", began.Sub(last).Round(time.Millisecond), "err", err)
-		k.lastBatch = last // the next batch lists again
+		t.log.Error("breakers topic: cannot list its offsets; no retry is published", "topic", t.topic, "err", err)
 		return
 	}
-	t.setTarget(gen, rangeEnds(ranges[t.topic]))
-	k.log.Info("breakers topic: a gap between batches; publishing waits until the topic is read to its last stable offsets",
-		"topic", t.topic, "gap", began.Sub(last).Round(time.Millisecond))
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(listEvery):
+		}
+		at := time.Now()
+		lctx, cancel := context.WithTimeout(ctx, tableCatchUp)
+		ranges, err := scan.Committed(lctx, adm, t.topic)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil && !failing:
+			failing = true
+			t.log.Warn("breakers topic: cannot list its last stable offsets; retries wait until it can", "topic", t.topic, "err", err)
+		case err == nil:
+			if failing {
+				failing = false
+				t.log.Info("breakers topic: its last stable offsets are listed again", "topic", t.topic)
+			}
+			t.listed(at, rangeEnds(ranges[t.topic]))
+		}
+	}
 }
 
 // adoptShared applies, at the start of a batch (after begin), and again
@@ -697,6 +773,7 @@ func (k *breakers) adoptShared(out recordsOut, now time.Time) {
 		k.expired = now
 		k.transitions(k.set.Expire(now, k.held.holds), out, now)
 	}
+	k.fresh = k.table.freshness() // before the changes: they include all it says
 	states, dirty := k.table.changes()
 	k.adopting = append(k.adopting, states...)
 	k.checked = append(k.checked, dirty...)

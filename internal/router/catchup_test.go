@@ -132,3 +132,90 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 		}
 	}
 }
+
+// Guards a latch written while this instance goes on routing, with no
+// assignment and no gap between its batches to make it read the breakers
+// topic again: its table's reader is held back (a broker it waits for, a
+// starved goroutine) while another instance latches a prompt template.
+// Once the table is older than freshFor, no due retry is published, and
+// faultrouter_breakers_catching_up says so; once the reader reads on, the
+// retries stay held behind the latch.
+func TestAStaleTablePublishesNoRetry(t *testing.T) {
+	w := lcStart(t, 3)
+	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
+	var skew atomic.Int64              // the router's clock runs ahead by this much
+	held := lcHook(t, &beforeTableFetch)
+	reg := prometheus.NewRegistry()
+	w.rt = w.start("lc", func(c *Config) {
+		c.Registerer = reg
+		c.Topics.Breakers = breakers
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
+		t.Fatal("the router does not own the three partitions within 30 s")
+	}
+	const tpl = "tpl-stale"
+	cl := testClient(t, w.seeds, w.topics.Ingress)
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("t-stale-%d", i)
+		w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl})
+		ids = append(ids, id)
+	}
+	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
+	for _, id := range ids {
+		if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
+			t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
+		}
+	}
+
+	// the reader is held; another instance latches the template
+	held.hold()
+	it := event.BreakerItem{Scope: breaker.PromptTemplate.String(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
+	v, err := event.EncodeBreakerItem(&it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcl := testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), breakers)
+	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// past the bound the latch may take to reach a batch, the retries come
+	// due while the router keeps routing
+	time.Sleep(freshFor + listEvery + 500*time.Millisecond)
+	skew.Store(int64(2 * time.Minute))
+	for i := range 6 {
+		if !w.routes(fmt.Sprintf("t-stale-busy-%d", i)) {
+			t.Fatal("the router stops routing while its breakers table is stale")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if v, _ := gauge(t, reg, "faultrouter_breakers_catching_up"); v != 1 {
+		t.Errorf("faultrouter_breakers_catching_up is %v while the breakers table is stale, want 1", v)
+	}
+	retries := w.routedByTask(w.topics.Retry, time.Second)
+	for _, id := range ids {
+		if r := retries[id]; len(r) != 0 {
+			t.Errorf("%s: %d retries published into %s, latched by another instance %s before, while this instance's table had not read the latch",
+				id, len(r), tpl, freshFor)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+
+	// the reader reads on: the latch holds the retries
+	held.release()
+	if !lcWaitFor(10*time.Second, func() bool { v, _ := gauge(t, reg, "faultrouter_breakers_catching_up"); return v == 0 }) {
+		t.Fatal("faultrouter_breakers_catching_up stays 1 after the table reads on")
+	}
+	if !w.routes("t-stale-after") {
+		t.Fatal("the router routes nothing after its table reads on")
+	}
+	retries = w.routedByTask(w.topics.Retry, 2*time.Second)
+	for _, id := range ids {
+		if r := retries[id]; len(r) != 0 {
+			t.Errorf("%s: %d retries published into %s, latched by another instance", id, len(r), tpl)
+		}
+	}
+}

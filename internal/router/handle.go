@@ -33,7 +33,6 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	start := time.Now()
 	// breakers.go: the batch's breaker changes are kept only if it commits
 	r.brk.begin(now)
-	r.brk.refresh(ctx, sess.Client(), start, r.cfg.Tick) // breakertable.go: a process paused between two batches reads the topic first
 	rebalances := r.rebalanceCount()
 	r.brk.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
 	defer func() {
