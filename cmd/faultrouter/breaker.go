@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"io"
 	"os"
 
@@ -48,7 +49,7 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	sc, err := breaker.ParseScope(*scope)
+	sc, err := breaker.ParseScope(event.BreakerScope(*scope))
 	switch {
 	case err != nil:
 		return fmt.Errorf("breaker %s: --scope %q: allowed PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE", verb, *scope)

@@ -67,7 +67,7 @@ func (rs *retryStory) published(task string, at time.Time) {
 func (rs *retryStory) alert(b event.BreakerEvent, latched bool) {
 	rs.alerts = append(rs.alerts, b)
 	if b.Kind == event.BreakerKindTransition {
-		k := b.Scope + "/" + b.Key
+		k := string(b.Scope) + "/" + b.Key
 		if prev, ok := rs.breakers[k]; !ok || !b.At.Before(prev.At.Time) {
 			rs.breakers[k] = b
 			rs.latched[k] = latched
@@ -95,7 +95,7 @@ func (rs *retryStory) print(w io.Writer, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tSCOPE\tKEY\tSTATE\tREASON")
 	for _, a := range rs.alerts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Kind, a.Scope, a.Key, strings.Trim(a.From+"->"+a.To, "->"), a.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Kind, a.Scope, a.Key, strings.Trim(string(a.From)+"->"+string(a.To), "->"), a.Reason)
 	}
 	tw.Flush()
 }
@@ -107,7 +107,7 @@ func (rs *retryStory) why(r *event.Routed, now time.Time) string {
 	refs := []string{"PROVIDER_MODEL/" + e.Provider + "/" + e.Model, "DOWNSTREAM/" + e.Action, "PROMPT_TEMPLATE/" + e.PromptTemplate}
 	for _, ref := range refs {
 		b, ok := rs.breakers[ref]
-		if !ok || b.To == breaker.Closed.String() {
+		if !ok || b.To == breaker.Closed.Name() {
 			continue
 		}
 		if rs.latched[ref] {

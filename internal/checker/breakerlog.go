@@ -281,7 +281,7 @@ func (c *checker) breakerTopic() {
 			continue
 		}
 		it, err := event.DecodeBreakerItem(r.rec.Value)
-		if err != nil || it.Scope != breaker.PromptTemplate.String() {
+		if err != nil || it.Scope != breaker.PromptTemplate.Name() {
 			continue
 		}
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: it.Key}

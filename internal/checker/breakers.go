@@ -44,7 +44,7 @@ type breakerKey struct {
 // span is a stretch of time a breaker spent in one state, within one
 // process of its instance: [from, to), to zero while it lasts.
 type span struct {
-	state    string
+	state    event.BreakerStateName
 	from, to time.Time
 	process  int
 	latched  bool
@@ -89,12 +89,12 @@ func (c *checker) breakers(ts []transition) {
 	timelines := map[breakerKey][]span{}
 	// own is, per breaker and state, the times transitions of an instance's
 	// own making entered it: what an adopted transition follows
-	own := map[breaker.Ref]map[string][]time.Time{}
+	own := map[breaker.Ref]map[event.BreakerStateName][]time.Time{}
 	for _, t := range ts {
 		if sc, err := breaker.ParseScope(t.e.Scope); err == nil && codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom == "" {
 			ref := breaker.Ref{Scope: sc, Key: t.e.Key}
 			if own[ref] == nil {
-				own[ref] = map[string][]time.Time{}
+				own[ref] = map[event.BreakerStateName][]time.Time{}
 			}
 			own[ref][t.e.To] = append(own[ref][t.e.To], t.e.At.Time)
 		}
@@ -111,13 +111,13 @@ func (c *checker) breakers(ts []transition) {
 		tl := timelines[k]
 		at := e.At.Time
 		proc := c.process(e.Instance, at)
-		prev := span{state: breaker.Closed.String(), process: proc}
+		prev := span{state: breaker.Closed.Name(), process: proc}
 		if len(tl) > 0 {
 			prev = tl[len(tl)-1]
 		}
 		restarted := prev.process != proc
 		if restarted {
-			prev = span{state: breaker.Closed.String(), process: proc}
+			prev = span{state: breaker.Closed.Name(), process: proc}
 		}
 		if e.From != prev.state {
 			c.violate("breaker.chain", e.TaskID, "%s on instance %s: transition %s -> %s at %s, but its last transition left it %s",
@@ -131,8 +131,8 @@ func (c *checker) breakers(ts []transition) {
 		isAdopted := codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != ""
 		// OPEN to OPEN: the latch alone ended, the breaker stays open on
 		// the failure-rate state shared for it
-		unlatched := e.From == breaker.Open.String() && e.To == breaker.Open.String() && !latchedOpen(t)
-		if sc == breaker.PromptTemplate && e.From == breaker.Open.String() && (e.To == breaker.Closed.String() || unlatched) {
+		unlatched := e.From == breaker.Open.Name() && e.To == breaker.Open.Name() && !latchedOpen(t)
+		if sc == breaker.PromptTemplate && e.From == breaker.Open.Name() && (e.To == breaker.Closed.Name() || unlatched) {
 			// a template goes from OPEN to CLOSED when its latch is let go
 			// (a reviewer's decision of an item, the last item decided
 			// elsewhere, a RESET), or, not latched, adopting another
@@ -150,7 +150,7 @@ func (c *checker) breakers(ts []transition) {
 			}
 		case isAdopted:
 			// a change another instance made, or a person's RESET record
-			closed := e.To == breaker.Closed.String()
+			closed := e.To == breaker.Closed.Name()
 			if !slices.ContainsFunc(own[k.ref][e.To], func(w time.Time) bool { return !w.After(at) }) && !(closed && c.resetWritten(k.ref, at)) {
 				c.violate("breaker.cause", e.TaskID, "%s on instance %s adopted %s at %s, but no instance had made that change by then",
 					k.ref, e.Instance, e.To, stamp(at))
@@ -160,28 +160,28 @@ func (c *checker) breakers(ts []transition) {
 		case latch && !c.has(e.TaskID, at, event.ClassHallucination):
 			c.violate("breaker.cause", e.TaskID, "%s on instance %s latched at %s by task %s, which has neither a MODEL_HALLUCINATION decision nor a LATCH command audited then",
 				k.ref, e.Instance, stamp(at), e.TaskID)
-		case e.To == breaker.Open.String() && e.TaskID != "":
+		case e.To == breaker.Open.Name() && e.TaskID != "":
 			if !c.has(e.TaskID, at, e.Class) {
 				c.violate("breaker.cause", e.TaskID, "%s opened at %s by task %s (%s), but the task has no %s decision at that time",
 					k.ref, stamp(at), e.TaskID, e.Class, e.Class)
 			}
-			if latch && !halluc[alertKey{breaker.PromptTemplate.String(), e.Key, e.TaskID, at.UnixMilli()}] {
+			if latch && !halluc[alertKey{breaker.PromptTemplate.Name(), e.Key, e.TaskID, at.UnixMilli()}] {
 				c.violate("breaker.latch_alert", e.TaskID, "%s latched open at %s by task %s without its hallucination alert", k.ref, stamp(at), e.TaskID)
 			}
-		case e.To == breaker.Open.String():
+		case e.To == breaker.Open.Name():
 			c.violate("breaker.cause", e.TaskID, "%s opened at %s without a triggering task", k.ref, stamp(at))
-		case e.To == breaker.HalfOpen.String():
-			if prev.state == breaker.Open.String() && !prev.latched && !prev.adopted && at.Sub(prev.from) < cfg.Cooldown {
+		case e.To == breaker.HalfOpen.Name():
+			if prev.state == breaker.Open.Name() && !prev.latched && !prev.adopted && at.Sub(prev.from) < cfg.Cooldown {
 				c.violate("breaker.cooldown", e.TaskID, "%s on instance %s half-opened at %s, %s after it opened; cooldown %s",
 					k.ref, e.Instance, stamp(at), at.Sub(prev.from), cfg.Cooldown)
 			}
 			if prev.latched {
 				c.violate("breaker.latch", e.TaskID, "%s on instance %s half-opened at %s while latched open by a hallucination", k.ref, e.Instance, stamp(at))
 			}
-		case e.To == breaker.Closed.String() && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
+		case e.To == breaker.Closed.Name() && prev.latched && c.has(e.TaskID, at, event.ClassHallucination):
 			// a reviewer's decision of a hallucination's item reopened the
 			// template (released below)
-		case e.To == breaker.Closed.String() && e.TaskID != "" && e.Class != event.ClassHallucination:
+		case e.To == breaker.Closed.Name() && e.TaskID != "" && e.Class != event.ClassHallucination:
 			// a success while half-open (a reviewer's decision of a
 			// hallucination item names its task too)
 			if !c.has(e.TaskID, at, event.ClassSucceeded) {
@@ -191,7 +191,7 @@ func (c *checker) breakers(ts []transition) {
 		// after the latch ended the OPEN is the shared one, whose cooldown
 		// began before (checked as an adopted one)
 		timelines[k] = append(tl, span{state: e.To, from: at, process: proc,
-			latched: latch || prev.latched && e.To == breaker.Open.String() && !unlatched, adopted: isAdopted || unlatched})
+			latched: latch || prev.latched && e.To == breaker.Open.Name() && !unlatched, adopted: isAdopted || unlatched})
 	}
 	c.retriesVsBreakers(timelines)
 	c.letGo(timelines, ts) // letgo.go
@@ -238,19 +238,19 @@ func (c *checker) retriesVsBreakers(timelines map[breakerKey][]span) {
 				in = append(in, p)
 			}
 			switch s.state {
-			case breaker.Open.String():
+			case breaker.Open.Name():
 				for _, p := range in {
 					if p.at.After(s.from) {
 						c.violate("breaker.retry_into_open", p.x.task, "retry n=%d published at %s into %s, open since %s",
 							p.x.n, stamp(p.at), k.ref, stamp(s.from))
 					}
 				}
-			case breaker.HalfOpen.String():
+			case breaker.HalfOpen.Name():
 				if int32(len(in)) > cfg.HalfOpenProbes {
 					c.violate("breaker.probes", in[0].x.task, "%s let %d retries through while half-open from %s, probes %d",
 						k.ref, len(in), stamp(s.from), cfg.HalfOpenProbes)
 				}
-			case breaker.Closed.String():
+			case breaker.Closed.Name():
 				if i == 0 {
 					continue
 				}
@@ -331,7 +331,7 @@ func heldElsewhere(timelines map[breakerKey][]span, k breakerKey, x *expectRetry
 			continue
 		}
 		for _, s := range timelines[breakerKey{k.instance, ref}] {
-			if s.state != breaker.Closed.String() && s.from.Before(until) && (s.to.IsZero() || s.to.After(x.notBefore)) {
+			if s.state != breaker.Closed.Name() && s.from.Before(until) && (s.to.IsZero() || s.to.After(x.notBefore)) {
 				return true
 			}
 		}
@@ -388,7 +388,7 @@ func (c *checker) released(ref breaker.Ref, e event.BreakerEvent, at time.Time, 
 // and are never parsed; every release in the upgrade window writes the
 // header.
 func latchedOpen(t transition) bool {
-	return t.e.To == breaker.Open.String() && codec.ParseBreakerHeaders(t.rec.Headers).Latched
+	return t.e.To == breaker.Open.Name() && codec.ParseBreakerHeaders(t.rec.Headers).Latched
 }
 
 // alertKind is what an ALERT is about: its faultrouter.alert header ("" on a

@@ -719,7 +719,7 @@ func (c *checker) walk(tr *taskRun) {
 				if key == "" {
 					key = "(none)"
 				}
-				c.alerts[alertKey{breaker.PromptTemplate.String(), key, tr.id, at.UnixMilli()}]++
+				c.alerts[alertKey{breaker.PromptTemplate.Name(), key, tr.id, at.UnixMilli()}]++
 				c.expected(tr.id, Output{Topic: "alerts", Class: string(want.Class), Rule: "ALERT PROMPT_TEMPLATE/" + key, At: stamp(at)})
 			case event.ClassBudgetExhausted:
 				c.alerts[alertKey{breaker.ScopeTask, tr.id, tr.id, at.UnixMilli()}]++

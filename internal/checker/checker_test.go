@@ -292,7 +292,7 @@ func TestRetryOfARedriveSupersedingADueRetry(t *testing.T) {
 // reported (breaker.cause) when none did; an adopted OPEN half-opens at its
 // writer's cooldown end, not a cooldown after the adoption.
 func TestAdoptedTransitions(t *testing.T) {
-	tr := func(inst, from, to, reason string, at time.Time) event.BreakerEvent {
+	tr := func(inst string, from, to event.BreakerStateName, reason string, at time.Time) event.BreakerEvent {
 		return event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "acme/m1", Kind: "TRANSITION", From: from, To: to,
 			Reason: reason, Instance: inst, At: event.At(at)}
 	}

@@ -197,7 +197,7 @@ func (c *checker) itemRecords() {
 		if !c.sharesLatches(inst, d.at) {
 			continue
 		}
-		key := event.BreakerItemKey(breaker.PromptTemplate.String(), d.template, d.task)
+		key := event.BreakerItemKey(breaker.PromptTemplate.Name(), d.template, d.task)
 		if c.itemSeen[itemSeen{key, d.at.UnixMilli(), d.open}] {
 			continue
 		}
@@ -320,7 +320,7 @@ func (c *checker) latchTransitions() map[string][]transition {
 	out := map[string][]transition{}
 	for _, rec := range c.logs.Alerts {
 		e, err := c.codec.DecodeBreakerEvent(rec.Value)
-		if err != nil || e.Kind != "TRANSITION" || e.Scope != breaker.PromptTemplate.String() {
+		if err != nil || e.Kind != "TRANSITION" || e.Scope != breaker.PromptTemplate.Name() {
 			continue
 		}
 		if t := (transition{rec, e}); latchedOpen(t) {

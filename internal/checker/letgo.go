@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
@@ -64,7 +65,7 @@ func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 				continue
 			}
 		}
-		if sc, err := breaker.ParseScope(scope); err == nil {
+		if sc, err := breaker.ParseScope(event.BreakerScope(scope)); err == nil {
 			ref := breaker.Ref{Scope: sc, Key: key}
 			points[ref] = append(points[ref], r.Timestamp)
 		}
@@ -105,7 +106,7 @@ func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 		}
 		idle := breaker.IdleOf(c.breakerConfig(k.ref))
 		for _, s := range timelines[k] {
-			if s.state == breaker.Closed.String() || s.latched {
+			if s.state == breaker.Closed.Name() || s.latched {
 				continue
 			}
 			end := s.to

@@ -55,7 +55,7 @@ func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 			} else {
 				b.alert(tr)
 			}
-			from := "OPEN"
+			from := event.BreakerOpen
 			for _, a := range c.after {
 				to, when, _ := strings.Cut(a, "@")
 				at := open.Add(cfg.Cooldown + time.Millisecond)
@@ -65,9 +65,9 @@ func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 				case "late":
 					at = open.Add(cfg.Cooldown + idle + 3*time.Minute) // RetryLate: 60 s and the longest cooldown
 				}
-				b.alert(event.BreakerEvent{Scope: "DOWNSTREAM", Key: "refund", Kind: "TRANSITION", From: from, To: to,
+				b.alert(event.BreakerEvent{Scope: "DOWNSTREAM", Key: "refund", Kind: "TRANSITION", From: from, To: event.BreakerStateName(to),
 					Reason: when, Instance: "a", At: event.At(at)})
-				from = to
+				from = event.BreakerStateName(to)
 			}
 			b.logs.End = open.Add(idle + time.Hour)
 			rep := b.check()

@@ -292,7 +292,7 @@ func (c *checker) retryLateness(x *expectRetry, p *routed, timelines map[breaker
 			continue
 		}
 		for _, s := range tl {
-			if s.state == breaker.Closed.String() || !s.from.Before(at) || !s.to.IsZero() && s.to.Before(ready) {
+			if s.state == breaker.Closed.Name() || !s.from.Before(at) || !s.to.IsZero() && s.to.Before(ready) {
 				continue
 			}
 			end := s.to

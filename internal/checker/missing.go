@@ -196,7 +196,7 @@ func (c *checker) checkMissing() {
 // alertRecTime is a transition of a breaker: when, and the state entered.
 type alertRecTime struct {
 	ms int64
-	to string
+	to event.BreakerStateName
 }
 
 // surgeKey is one watched class of one key.
@@ -259,7 +259,7 @@ func (c *checker) missingOpens(k procKey, obs []observed, transitionsOf func(bre
 			if closed {
 				c.closedStretch(k, ref, cfg, outcomes[ref], from, t.ms, overlaps)
 			}
-			closed = t.to == breaker.Closed.String()
+			closed = t.to == breaker.Closed.Name()
 			if closed {
 				from = t.ms
 			}

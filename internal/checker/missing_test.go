@@ -109,7 +109,7 @@ func TestCheckFindsASurgeThatDidNotFire(t *testing.T) {
 		instanceAlert(b)
 		for _, sc := range []string{"PROMPT_TEMPLATE/refund-v9", "PROVIDER_MODEL/openai/gpt-4o"} {
 			scope, key, _ := strings.Cut(sc, "/")
-			b.alert(event.BreakerEvent{Scope: scope, Key: key, Kind: event.BreakerKindAlert, Class: ds[n-1].Class, TaskID: evs[n-1].TaskID,
+			b.alert(event.BreakerEvent{Scope: event.BreakerScope(scope), Key: key, Kind: event.BreakerKindAlert, Class: ds[n-1].Class, TaskID: evs[n-1].TaskID,
 				Instance: "a", At: ds[n-1].DecidedAt, Reason: "surge: 10 of 10 events", Failures: int32(n), Requests: int32(n)},
 				kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(codec.AlertSurge)})
 		}

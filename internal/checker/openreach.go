@@ -129,7 +129,7 @@ func (c *checker) openHolds() map[breaker.Ref][]openHold {
 		sc, k, ok := event.ParseBreakerKey(key)
 		scope, err := breaker.ParseScope(sc)
 		s, derr := event.DecodeBreakerState(r.rec.Value)
-		if !ok || err != nil || derr != nil || s.State != breaker.Open.String() || s.Latched {
+		if !ok || err != nil || derr != nil || s.State != breaker.Open.Name() || s.Latched {
 			continue
 		}
 		by := writer(r.rec, s.Instance)

@@ -50,8 +50,9 @@ type decisionKey struct {
 
 // alertKey is an immediate alert: scope, key, task, time (ms).
 type alertKey struct {
-	scope, key, task string
-	at               int64
+	scope     event.BreakerScope
+	key, task string
+	at        int64
 }
 
 // reviewItem is an open review item and its owner's SLA clock.
@@ -324,7 +325,7 @@ func (c *checker) checkAlerts() {
 			c.rep.SLAAlerts++
 			c.slaAlert(rec, e)
 		case alertKind(rec, &e) == codec.AlertBudget || alertKind(rec, &e) == codec.AlertQuarantined:
-			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + e.Scope + "/" + e.Key, At: stamp(at), Reason: e.Reason})
+			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + string(e.Scope) + "/" + e.Key, At: stamp(at), Reason: e.Reason})
 			k := alertKey{e.Scope, e.Key, e.TaskID, at.UnixMilli()}
 			if c.alerts[k] == 0 {
 				c.violate("alerts.extra", e.TaskID, "alert %d@%d %s/%s at %s (%s) answers no decision of the task at that time",
@@ -398,7 +399,7 @@ func (c *checker) surge(rec *kgo.Record, e event.BreakerEvent) {
 			continue
 		}
 		for _, r := range refs(&in.event) {
-			if r.Scope.String() == e.Scope && r.Key == e.Key {
+			if r.Scope.Name() == e.Scope && r.Key == e.Key {
 				n++
 			}
 		}

@@ -6,26 +6,27 @@ package console
 
 import (
 	"encoding/json"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"net/http"
 	"strings"
 )
 
 // alertRow is an alert as the feed shows it (and the live script adds it).
 type alertJSON struct {
-	Time     string `json:"time"`
-	Kind     string `json:"kind"`
-	Scope    string `json:"scope"`
-	Key      string `json:"key"`
-	Change   string `json:"change"`
-	Class    string `json:"class"`
-	TaskID   string `json:"task_id"`
-	Reason   string `json:"reason"`
-	Instance string `json:"instance"`
+	Time     string             `json:"time"`
+	Kind     string             `json:"kind"`
+	Scope    event.BreakerScope `json:"scope"`
+	Key      string             `json:"key"`
+	Change   string             `json:"change"`
+	Class    string             `json:"class"`
+	TaskID   string             `json:"task_id"`
+	Reason   string             `json:"reason"`
+	Instance string             `json:"instance"`
 }
 
 func alertRow(a *alert) alertJSON {
 	return alertJSON{Time: a.Time.UTC().Format("2006-01-02 15:04:05Z"), Kind: a.Kind, Scope: a.Scope, Key: a.Key,
-		Change: strings.Trim(a.From+"→"+a.To, "→"), Class: string(a.Class), TaskID: a.TaskID, Reason: a.Reason, Instance: a.Instance}
+		Change: strings.Trim(string(a.From)+"→"+string(a.To), "→"), Class: string(a.Class), TaskID: a.TaskID, Reason: a.Reason, Instance: a.Instance}
 }
 
 // alertsPage is the number of alerts on one page.

@@ -10,6 +10,7 @@ package console
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,14 +30,18 @@ type breakerRow struct {
 	HeldMore  bool // Held stopped counting at maxHeldCount
 }
 
+// NotClosed reports whether the breaker is OPEN or HALF_OPEN: the page
+// shows why it opened, and an operator may reset it.
+func (r breakerRow) NotClosed() bool { return r.State != event.BreakerClosed }
+
 // cooldown is the policy's cooldown of a scope.
-func (s *Server) cooldown(scope string) time.Duration {
+func (s *Server) cooldown(scope event.BreakerScope) time.Duration {
 	b := s.cfg.Policy.Breakers
 	ms := b.ProviderModel.CooldownMs
 	switch scope {
-	case breaker.Downstream.String():
+	case breaker.Downstream.Name():
 		ms = b.Downstream.CooldownMs
-	case breaker.PromptTemplate.String():
+	case breaker.PromptTemplate.Name():
 		ms = b.PromptTemplate.CooldownMs
 	}
 	return time.Duration(ms) * time.Millisecond
@@ -95,22 +100,22 @@ func (s *Server) breakerRows(now time.Time, after string) ([]breakerRow, string,
 			continue
 		}
 		r := breakerRow{breakerView: b, Rate: b.failureRate()}
-		if b.State != breaker.Closed.String() {
+		if b.State != breaker.Closed.Name() {
 			if r.Held, err = s.heldBy(ref, now); err != nil {
 				return nil, "", err
 			}
 			r.HeldMore = r.Held >= maxHeldCount
 		}
 		switch {
-		case b.State == breaker.Open.String() && b.Latched:
+		case b.State == breaker.Open.Name() && b.Latched:
 			r.NextProbe = "latched until a person resets it"
-		case b.State == breaker.Open.String():
+		case b.State == breaker.Open.Name():
 			at := b.OpenedAt.Add(s.cooldown(b.Scope))
 			r.NextProbe = at.UTC().Format("15:04:05Z") + " (in " + roundDur(at.Sub(now)) + ")"
 			if !at.After(now) {
 				r.NextProbe = at.UTC().Format("15:04:05Z") + " (due: the next retry or outcome probes)"
 			}
-		case b.State == breaker.HalfOpen.String():
+		case b.State == breaker.HalfOpen.Name():
 			r.NextProbe = "now: probing"
 		}
 		rows = append(rows, r)
@@ -133,7 +138,7 @@ func (s *Server) breakerReset(w http.ResponseWriter, r *http.Request, p *person)
 	if err := needOperator(p, "resetting a breaker"); err != nil {
 		return err
 	}
-	scope, err := breaker.ParseScope(r.PostFormValue("scope"))
+	scope, err := breaker.ParseScope(event.BreakerScope(r.PostFormValue("scope")))
 	if err != nil {
 		return badRequest(fmt.Sprintf("Unknown scope %q: PROVIDER_MODEL, DOWNSTREAM or PROMPT_TEMPLATE.", r.PostFormValue("scope")))
 	}

@@ -262,7 +262,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 			return nil, err
 		}
 		if v.Kind == "TRANSITION" {
-			key := "brk/" + v.Scope + "/" + v.Key
+			key := "brk/" + string(v.Scope) + "/" + v.Key
 			var bv breakerView
 			if _, err := b.get(key, &bv); err != nil {
 				return nil, err
@@ -470,15 +470,15 @@ func dueRefKey(ref, task string) string { return "dueref/" + ref + "/\x00" + tas
 
 // breakerOrderKey is a breaker's place on the Breakers page: open ones
 // first, then half-open, then closed, each by scope and key.
-func breakerOrderKey(state, scope, key string) string {
+func breakerOrderKey(state event.BreakerStateName, scope event.BreakerScope, key string) string {
 	rank := "2"
 	switch state {
-	case breaker.Open.String():
+	case breaker.Open.Name():
 		rank = "0"
-	case breaker.HalfOpen.String():
+	case breaker.HalfOpen.Name():
 		rank = "1"
 	}
-	return "brks/" + rank + "/" + scope + "/" + key
+	return "brks/" + rank + "/" + string(scope) + "/" + key
 }
 
 // applyDeadLetter stores a dead-letter record with its original bytes.

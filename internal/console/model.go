@@ -151,11 +151,11 @@ func applyAudit(it *reviewItem, d *event.Decision, ts time.Time) {
 
 // breakerView is one breaker as the alerts topic tells it.
 type breakerView struct {
-	Scope    string    `json:"scope"`
-	Key      string    `json:"key"`
-	State    string    `json:"state"`
-	Instance string    `json:"instance"`
-	Since    time.Time `json:"since"`
+	Scope    event.BreakerScope     `json:"scope"`
+	Key      string                 `json:"key"`
+	State    event.BreakerStateName `json:"state"`
+	Instance string                 `json:"instance"`
+	Since    time.Time              `json:"since"`
 	// OpenedAt and OpenReason are of the latest transition to OPEN.
 	OpenedAt   time.Time `json:"opened_at"`
 	OpenReason string    `json:"open_reason"`
@@ -168,13 +168,13 @@ type breakerView struct {
 
 // transition is one breaker transition.
 type transition struct {
-	From     string    `json:"from"`
-	To       string    `json:"to"`
-	Reason   string    `json:"reason"`
-	Instance string    `json:"instance"`
-	Failures int32     `json:"failures"`
-	Requests int32     `json:"requests"`
-	At       time.Time `json:"at"`
+	From     event.BreakerStateName `json:"from"`
+	To       event.BreakerStateName `json:"to"`
+	Reason   string                 `json:"reason"`
+	Instance string                 `json:"instance"`
+	Failures int32                  `json:"failures"`
+	Requests int32                  `json:"requests"`
+	At       time.Time              `json:"at"`
 }
 
 const maxRecent = 8
@@ -196,13 +196,13 @@ func applyTransition(b *breakerView, e *event.BreakerEvent, latched bool, ts tim
 	}
 	b.Scope, b.Key, b.State, b.Instance, b.Since = e.Scope, e.Key, e.To, e.Instance, ts
 	b.Failures, b.Requests = e.Failures, e.Requests
-	if e.To == breaker.Open.String() {
-		if e.From != breaker.Open.String() { // OPEN to OPEN: the latch alone ended
+	if e.To == breaker.Open.Name() {
+		if e.From != breaker.Open.Name() { // OPEN to OPEN: the latch alone ended
 			b.OpenedAt, b.OpenReason = ts, e.Reason
 		}
 		b.Latched = latched
 	}
-	if e.To == breaker.Closed.String() {
+	if e.To == breaker.Closed.Name() {
 		b.Latched = false
 	}
 }

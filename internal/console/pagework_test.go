@@ -94,8 +94,8 @@ func TestReviewPageWorkIsBounded(t *testing.T) {
 	now := time.Now()
 	const n = 100_000
 	fill(t, s, 1, func(b *batch, _ int) error {
-		return b.put("brk/"+breaker.PromptTemplate.String()+"/tpl-bad", breakerView{Scope: breaker.PromptTemplate.String(), Key: "tpl-bad",
-			State: breaker.Open.String(), Latched: true, Since: now, OpenedAt: now})
+		return b.put("brk/"+breaker.PromptTemplate.String()+"/tpl-bad", breakerView{Scope: breaker.PromptTemplate.Name(), Key: "tpl-bad",
+			State: breaker.Open.Name(), Latched: true, Since: now, OpenedAt: now})
 	})
 	fill(t, s, n, func(b *batch, i int) error {
 		_, err := s.updateItem(b, fmt.Sprintf("h-%06d", i), func(it *reviewItem) {
@@ -171,8 +171,8 @@ func TestBreakersPageWorkIsBounded(t *testing.T) {
 	s := workServer(t)
 	now := time.Now()
 	const n = 100_000
-	transition := func(b *batch, key, to string, at time.Time) error {
-		v := &event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: "TRANSITION", From: breaker.Closed.String(), To: to,
+	transition := func(b *batch, key string, to event.BreakerStateName, at time.Time) error {
+		v := &event.BreakerEvent{Scope: breaker.PromptTemplate.Name(), Key: key, Kind: "TRANSITION", From: breaker.Closed.Name(), To: to,
 			Reason: "why", Instance: "a", At: event.At(at)}
 		enc, err := s.codec.EncodeBreakerEvent(nil, v)
 		if err != nil {
@@ -183,9 +183,9 @@ func TestBreakersPageWorkIsBounded(t *testing.T) {
 		return err
 	}
 	fill(t, s, n, func(b *batch, i int) error {
-		return transition(b, fmt.Sprintf("tpl-%06d", i), breaker.Closed.String(), now)
+		return transition(b, fmt.Sprintf("tpl-%06d", i), breaker.Closed.Name(), now)
 	})
-	fill(t, s, 1, func(b *batch, _ int) error { return transition(b, "tpl-050000", breaker.Open.String(), now) })
+	fill(t, s, 1, func(b *batch, _ int) error { return transition(b, "tpl-050000", breaker.Open.Name(), now) })
 	audit, _ := s.cfg.Topics.Name("audit")
 	fill(t, s, n, func(b *batch, i int) error {
 		task := fmt.Sprintf("r-%06d", i)

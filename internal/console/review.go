@@ -77,7 +77,7 @@ func (s *Server) latchNotes(rows []row) error {
 			if err != nil {
 				return err
 			}
-			l = ok && b.State == breaker.Open.String() && b.Latched
+			l = ok && b.State == breaker.Open.Name() && b.Latched
 			latched[r.Template] = l
 			if l {
 				var n int

@@ -129,7 +129,7 @@ func ResetBreaker(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics To
 		return 0, fmt.Errorf("%w: reason", ErrMissing)
 	}
 	at := event.At(time.Now())
-	st := event.BreakerState{Scope: r.Scope.String(), Key: r.Key, State: breaker.Closed.String(), Reset: true,
+	st := event.BreakerState{Scope: r.Scope.Name(), Key: r.Key, State: breaker.Closed.Name(), Reset: true,
 		Reason: r.Reason, UpdatedAt: at, Instance: r.Operator}
 	v, err := event.EncodeBreakerState(&st)
 	if err != nil {
@@ -137,7 +137,7 @@ func ResetBreaker(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics To
 	}
 	rec := &kgo.Record{Topic: topics.Breakers, Key: []byte(event.BreakerResetKey(st.Scope, st.Key)), Value: v,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(r.Operator)}}}
-	e := event.BreakerEvent{Scope: r.Scope.String(), Key: r.Key, Kind: event.BreakerKindReset, Reason: r.Reason,
+	e := event.BreakerEvent{Scope: r.Scope.Name(), Key: r.Key, Kind: event.BreakerKindReset, Reason: r.Reason,
 		Instance: r.Operator, At: at}
 	n, err := writeBreaker(ctx, opts, c, topics, rec, &e)
 	if err != nil {
@@ -161,7 +161,7 @@ func LatchBreaker(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics To
 		return 0, fmt.Errorf("%w: operator", ErrMissing)
 	}
 	at := event.At(time.Now())
-	it := event.BreakerItem{Scope: l.Scope.String(), Key: l.Key, TaskID: event.BreakerLatchTask(l.Operator, at),
+	it := event.BreakerItem{Scope: l.Scope.Name(), Key: l.Key, TaskID: event.BreakerLatchTask(l.Operator, at),
 		OpenedAt: at, Instance: l.Operator}
 	v, err := event.EncodeBreakerItem(&it)
 	if err != nil {
@@ -202,7 +202,7 @@ func writeBreaker(ctx context.Context, opts []kgo.Opt, c *codec.Codec, topics To
 	}
 	recs := []*kgo.Record{rec}
 	for p := range parts {
-		recs = append(recs, &kgo.Record{Topic: topics.Decisions, Partition: p, Key: []byte(e.Scope + "/" + e.Key), Value: v})
+		recs = append(recs, &kgo.Record{Topic: topics.Decisions, Partition: p, Key: []byte(string(e.Scope) + "/" + e.Key), Value: v})
 	}
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, err

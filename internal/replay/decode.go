@@ -86,7 +86,7 @@ func Decode(c *codec.Codec, rec *kgo.Record, short string) Step {
 		st.Reason = x.Decision.Reason
 	case *event.BreakerEvent:
 		st.Kind, st.TaskID = KindBreaker, x.TaskID
-		st.Summary = strings.TrimSpace(fmt.Sprintf("%s %s %s %s", x.Kind, x.Scope, x.Key, strings.Trim(x.From+"->"+x.To, "->")))
+		st.Summary = strings.TrimSpace(fmt.Sprintf("%s %s %s %s", x.Kind, x.Scope, x.Key, strings.Trim(string(x.From)+"->"+string(x.To), "->")))
 		st.Reason = x.Reason
 	case *event.ReviewDecision:
 		st.Kind, st.TaskID = KindReview, x.TaskID

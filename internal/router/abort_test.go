@@ -103,7 +103,7 @@ func TestAbortedBatchBreakerLatchRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	opened := func(e event.BreakerEvent) bool {
-		return e.Kind == breakerKindTransition && e.Key == "tpl-x" && e.To == breaker.Open.String()
+		return e.Kind == breakerKindTransition && e.Key == "tpl-x" && e.To == breaker.Open.Name()
 	}
 	alerted := func(e event.BreakerEvent) bool {
 		return e.Kind == breakerKindAlert && e.Key == "tpl-x" && e.Class == event.ClassHallucination
@@ -155,7 +155,7 @@ func TestAbortedBatchReleasesProbeAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	isOpen := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.Open.String() }
+	isOpen := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.Open.Name() }
 	for deadline := time.Now().Add(20 * time.Second); countAlerts(readAlerts(t, seeds, topics.Alerts), isOpen) == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("acme/m1 never opened")
@@ -183,7 +183,7 @@ func TestAbortedBatchReleasesProbeAgain(t *testing.T) {
 	if len(retries) != 1 {
 		t.Fatalf("after the aborted probe batch: %d retries published, want the probe (1)", len(retries))
 	}
-	half := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.HalfOpen.String() }
+	half := func(e event.BreakerEvent) bool { return e.Key == "acme/m1" && e.To == breaker.HalfOpen.Name() }
 	if n := countAlerts(readAlerts(t, seeds, topics.Alerts), half); n != 1 {
 		t.Errorf("%d OPEN->HALF_OPEN transitions of acme/m1 committed, want 1", n)
 	}

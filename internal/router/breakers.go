@@ -257,7 +257,7 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 	k.surge(ev, refs, d.Class, out, now)
 	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(in.state) {
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
-		if k.itemOpen(event.BreakerItemKey(ref.Scope.String(), ref.Key, ev.TaskID)) {
+		if k.itemOpen(event.BreakerItemKey(ref.Scope.Name(), ref.Key, ev.TaskID)) {
 			k.shareItem(ref, ev.TaskID, false, out, now) // a re-drive cleared the task's item
 			k.syncLatch(ref, out, now)
 		}
@@ -268,7 +268,7 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 		if key == "" {
 			key = "(none)"
 		}
-		k.alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.String(), Key: key, Kind: breakerKindAlert,
+		k.alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.Name(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
 			// every hallucination writes its item, latched here or not: the
@@ -292,7 +292,7 @@ func (k *breakers) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Cl
 	for _, ref := range refs {
 		s, fired := k.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
-			k.alert(out, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.String(), Key: s.Key, Kind: breakerKindAlert,
+			k.alert(out, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.Name(), Key: s.Key, Kind: breakerKindAlert,
 				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
 		}
 	}
@@ -365,7 +365,7 @@ func (k *breakers) command(in *input, out recordsOut, now time.Time) event.Decis
 		k.shareItem(ref, task, true, out, now)
 		k.syncLatch(ref, out, now)
 	default:
-		k.table.localReset(ref, event.BreakerState{Scope: c.Scope, Key: c.Key, State: breaker.Closed.String(), Reset: true,
+		k.table.localReset(ref, event.BreakerState{Scope: c.Scope, Key: c.Key, State: breaker.Closed.Name(), Reset: true,
 			Reason: c.Reason, UpdatedAt: c.At, Instance: who})
 		for key, it := range k.batch { // the batch's own items were written before it
 			if it.ref == ref && it.open {
@@ -645,8 +645,8 @@ func (k *breakers) transitionEventsFrom(ts []breaker.Transition, out recordsOut,
 		if t.To == breaker.Closed {
 			k.closed[t.Ref] = true
 		}
-		rec := k.eventRecord(&event.BreakerEvent{Scope: t.Scope.String(), Key: t.Key, Kind: breakerKindTransition,
-			From: t.From.String(), To: t.To.String(), Reason: t.Reason, Class: event.Class(t.Class),
+		rec := k.eventRecord(&event.BreakerEvent{Scope: t.Scope.Name(), Key: t.Key, Kind: breakerKindTransition,
+			From: t.From.Name(), To: t.To.Name(), Reason: t.Reason, Class: event.Class(t.Class),
 			Failures: t.Failures, Requests: t.Requests, TaskID: t.TaskID, Instance: k.instance, At: event.At(t.At)})
 		if rec == nil {
 			continue
@@ -682,7 +682,7 @@ func (k *breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
 		return nil
 	}
 	k.events = append(k.events, *e)
-	return &kgo.Record{Topic: k.topics.Alerts, Key: []byte(e.Scope + "/" + e.Key), Value: k.framer.Frame(k.topics.Alerts, v)}
+	return &kgo.Record{Topic: k.topics.Alerts, Key: []byte(string(e.Scope) + "/" + e.Key), Value: k.framer.Frame(k.topics.Alerts, v)}
 }
 
 // begin starts the batch's unit of breaker changes: they take effect only
@@ -743,8 +743,8 @@ func (k *breakers) commit() {
 		}
 		switch e.Kind {
 		case breakerKindTransition:
-			k.transitionsTotal.WithLabelValues(e.Scope, e.To).Inc()
-			k.log.Warn("breaker "+e.To, append(attrs, "from", e.From, "to", e.To, "failures", e.Failures, "requests", e.Requests)...)
+			k.transitionsTotal.WithLabelValues(string(e.Scope), string(e.To)).Inc()
+			k.log.Warn("breaker "+string(e.To), append(attrs, "from", e.From, "to", e.To, "failures", e.Failures, "requests", e.Requests)...)
 		default:
 			k.alertsTotal.WithLabelValues(string(e.Class)).Inc()
 			k.log.Warn("alert", append(attrs, "class", e.Class)...)

@@ -377,7 +377,7 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		if !ok {
 			return
 		}
-		s = event.BreakerState{Scope: sc, Key: k, State: breaker.Closed.String(), Reason: "closed", Instance: writer}
+		s = event.BreakerState{Scope: sc, Key: k, State: breaker.Closed.Name(), Reason: "closed", Instance: writer}
 	} else {
 		var err error
 		if s, err = event.DecodeBreakerState(rec.Value); err != nil {
@@ -947,7 +947,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 	t.mu.Unlock()
 	owned := k.owner.ownedSet()
 	for _, task := range tasks {
-		if _, done := k.batch[event.BreakerItemKey(ref.Scope.String(), ref.Key, task)]; !done && owned[k.home([]byte(task))] {
+		if _, done := k.batch[event.BreakerItemKey(ref.Scope.Name(), ref.Key, task)]; !done && owned[k.home([]byte(task))] {
 			k.shareItem(ref, task, false, out, now)
 		}
 	}
@@ -956,7 +956,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 			k.resetTombs = map[breaker.Ref]bool{}
 		}
 		k.resetTombs[ref] = true
-		out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.String(), ref.Key)), Timestamp: now,
+		out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
 			Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)},
 				{Key: codec.HeaderBreakerResetOffset, Value: []byte(strconv.FormatInt(resetAt, 10))}}})
 	}
@@ -978,10 +978,10 @@ func (k *breakers) share(ref breaker.Ref, reason string, out recordsOut, now tim
 		k.shared = map[breaker.Ref]int{}
 	}
 	k.shared[ref]++ // a batch may change a breaker more than once: a record each
-	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.String(), ref.Key)), Timestamp: now,
+	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
 	if sh.State != breaker.Closed {
-		s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: sh.State.String(), Reason: reason,
+		s := event.BreakerState{Scope: ref.Scope.Name(), Key: ref.Key, State: sh.State.Name(), Reason: reason,
 			UpdatedAt: event.At(now), Instance: k.instance}
 		if sh.State == breaker.Open {
 			at := event.At(sh.OpenedAt)
@@ -1010,7 +1010,7 @@ type batchItem struct {
 // decided; the batch counts it at once (holdingItems), the table once the
 // batch commits.
 func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out recordsOut, now time.Time) {
-	key := event.BreakerItemKey(ref.Scope.String(), ref.Key, taskID)
+	key := event.BreakerItemKey(ref.Scope.Name(), ref.Key, taskID)
 	if k.batch == nil {
 		k.batch = map[string]batchItem{}
 	}
@@ -1021,7 +1021,7 @@ func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out reco
 	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(key), Timestamp: now,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
 	if open {
-		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: ref.Scope.String(), Key: ref.Key, TaskID: taskID,
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: ref.Scope.Name(), Key: ref.Key, TaskID: taskID,
 			OpenedAt: event.At(now), Instance: k.instance})
 		if err != nil { // only a bug can get here: every field is the router's own
 			k.log.Error("latch item does not encode", "task_id", taskID, "scope", ref.Scope, "key", ref.Key, "err", err)

@@ -69,10 +69,10 @@ func readBack(r *Router, b *batch) {
 // !open).
 func itemRec(t *testing.T, task, writer string, open bool) *kgo.Record {
 	t.Helper()
-	rec := &kgo.Record{Key: []byte(event.BreakerItemKey(tplRef.Scope.String(), tplRef.Key, task)),
+	rec := &kgo.Record{Key: []byte(event.BreakerItemKey(tplRef.Scope.Name(), tplRef.Key, task)),
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(writer)}}}
 	if open {
-		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: tplRef.Scope.String(), Key: tplRef.Key, TaskID: task,
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: tplRef.Scope.Name(), Key: tplRef.Key, TaskID: task,
 			OpenedAt: event.At(time.Now()), Instance: writer})
 		if err != nil {
 			t.Fatal(err)
@@ -85,27 +85,27 @@ func itemRec(t *testing.T, task, writer string, open bool) *kgo.Record {
 // resetRec is a person's RESET of ref, as `faultrouter breaker reset` writes it.
 func resetRec(t *testing.T, ref breaker.Ref, who string) *kgo.Record {
 	t.Helper()
-	v, err := event.EncodeBreakerState(&event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: breaker.Closed.String(),
+	v, err := event.EncodeBreakerState(&event.BreakerState{Scope: ref.Scope.Name(), Key: ref.Key, State: breaker.Closed.Name(),
 		Reset: true, Reason: "prompt fixed", UpdatedAt: event.At(time.Now()), Instance: who})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kgo.Record{Key: []byte(event.BreakerResetKey(ref.Scope.String(), ref.Key)), Value: v,
+	return &kgo.Record{Key: []byte(event.BreakerResetKey(ref.Scope.Name(), ref.Key)), Value: v,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(who)}}}
 }
 
 // stateRec is a failure-rate state of ref written by writer (a tombstone
 // for CLOSED); latched marks it as an earlier release wrote latches.
-func stateRec(t *testing.T, ref breaker.Ref, state, writer string, latched bool, at time.Time) *kgo.Record {
+func stateRec(t *testing.T, ref breaker.Ref, state event.BreakerStateName, writer string, latched bool, at time.Time) *kgo.Record {
 	t.Helper()
-	rec := &kgo.Record{Key: []byte(event.BreakerStateKey(ref.Scope.String(), ref.Key)),
+	rec := &kgo.Record{Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)),
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(writer)}}}
-	if state == breaker.Closed.String() {
+	if state == breaker.Closed.Name() {
 		return rec
 	}
-	s := event.BreakerState{Scope: ref.Scope.String(), Key: ref.Key, State: state, Latched: latched, Reason: "why",
+	s := event.BreakerState{Scope: ref.Scope.Name(), Key: ref.Key, State: state, Latched: latched, Reason: "why",
 		UpdatedAt: event.At(at), Instance: writer}
-	if state == breaker.Open.String() {
+	if state == breaker.Open.Name() {
 		o := event.At(at)
 		s.OpenedAt = &o
 	}
@@ -228,7 +228,7 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 	if r.brk.set.State(tplRef) != breaker.Closed {
 		t.Fatalf("deciding the last item left the template %s, want CLOSED", r.brk.set.State(tplRef))
 	}
-	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Closed.String() || r.brk.events[0].TaskID != "h-2" {
+	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Closed.Name() || r.brk.events[0].TaskID != "h-2" {
 		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", r.brk.events)
 	}
 }
@@ -300,7 +300,7 @@ func TestALateResetKeepsTheNewerLatch(t *testing.T) {
 		// the reset and a's newer hallucination, read in one go
 		feed(r, resetRec(t, tplRef, "ops"), itemRec(t, "h-2", "a", true))
 		b := step(r, t0.Add(time.Minute), true, func(b *batch) {
-			cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: tplRef.Scope.String(), Key: tplRef.Key, Kind: event.BreakerKindReset,
+			cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: tplRef.Scope.Name(), Key: tplRef.Key, Kind: event.BreakerKindReset,
 				Reason: "prompt fixed", Instance: "ops", At: event.At(t0)}}
 			if d := r.brk.command(&cmd, b, t0.Add(time.Minute)); d.Rule != "breaker.reset" {
 				t.Errorf("the RESET command's decision %+v, want rule breaker.reset", d)
@@ -351,9 +351,9 @@ func TestCompactedTopicKeepsTheLatch(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	whole := []*kgo.Record{
 		itemRec(t, "h-1", "a", true),
-		stateRec(t, tplRef, breaker.Open.String(), "a", true, t0), // an earlier release's latched state
-		stateRec(t, tplRef, breaker.HalfOpen.String(), "c", false, t0.Add(time.Minute)),
-		stateRec(t, tplRef, breaker.Closed.String(), "c", false, t0.Add(2*time.Minute)),
+		stateRec(t, tplRef, breaker.Open.Name(), "a", true, t0), // an earlier release's latched state
+		stateRec(t, tplRef, breaker.HalfOpen.Name(), "c", false, t0.Add(time.Minute)),
+		stateRec(t, tplRef, breaker.Closed.Name(), "c", false, t0.Add(2*time.Minute)),
 	}
 	for _, tc := range []struct {
 		name string
@@ -400,14 +400,14 @@ func TestStatesAreOrderedByOffsets(t *testing.T) {
 	}
 	// c's OPEN, stamped an hour later, was written before this instance's
 	// change: it is read before it
-	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(time.Hour)))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(time.Hour)))
 	step(r, t0.Add(time.Second), true, nil)
 	if r.brk.set.State(ref) != breaker.Closed {
 		t.Fatal("an OPEN written before this instance's own change was adopted over it")
 	}
 	readBack(r, own)
 	opened := t0.Add(-time.Hour) // stamped before: written after
-	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, opened))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, opened))
 	now := t0.Add(2 * time.Second)
 	step(r, now, true, nil)
 	if r.brk.set.State(ref) != breaker.Open {
@@ -430,24 +430,24 @@ func TestBreakerTablePendingStates(t *testing.T) {
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	tb.done = false
-	feed(r, stateRec(t, ref, breaker.Open.String(), "b", false, t0))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
 	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "b" {
 		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
 	}
 	tb.done = true
-	feed(r, stateRec(t, ref, breaker.Open.String(), "b", false, t0))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
 	if p, _ := tb.changes(); len(p) != 0 {
 		t.Fatalf("after the initial read, an own state was kept: %v", p)
 	}
-	feed(r, stateRec(t, ref, breaker.Open.String(), "a", false, t0.Add(time.Second)))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(time.Second)))
 	given, _ := tb.changes()
-	feed(r, stateRec(t, ref, breaker.HalfOpen.String(), "a", false, t0.Add(2*time.Second)))
+	feed(r, stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(2*time.Second)))
 	tb.giveBack(given)
-	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.HalfOpen.String() {
+	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.HalfOpen.Name() {
 		t.Fatalf("giveBack replaced a newer pending state: %v", p)
 	}
 	tb.giveBack(given)
-	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.Open.String() {
+	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.Open.Name() {
 		t.Fatalf("giveBack lost the state of a batch that did not commit: %v", p)
 	}
 }
@@ -471,21 +471,21 @@ func TestOwnStatesReadBackBeforeTheCommitKeepANewerState(t *testing.T) {
 		if readBack(r, b); len(b.out) != 2 {
 			t.Fatalf("the batch wrote %d records of the breaker, want 2", len(b.out))
 		}
-		feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(10*time.Millisecond)))
+		feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(10*time.Millisecond)))
 	})
-	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" || p[0].State != breaker.Open.String() {
+	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" || p[0].State != breaker.Open.Name() {
 		t.Fatalf("c's OPEN, read after both of this instance's records, was dropped when the batch's commit was told: %v", p)
 	}
 	// and the other way round: told first, the own records in flight are
 	// newer than an OPEN read before them
 	tb.wrote(nil, map[breaker.Ref]int{ref: 2}, nil)
-	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(20*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(20*time.Millisecond)))
 	if p, _ := tb.changes(); len(p) != 0 {
 		t.Fatalf("an OPEN read before this instance's own records in flight was kept: %v", p)
 	}
-	feed(r, stateRec(t, ref, breaker.HalfOpen.String(), "b", false, t0.Add(30*time.Millisecond)))
-	feed(r, stateRec(t, ref, breaker.Closed.String(), "b", false, t0.Add(30*time.Millisecond)))
-	feed(r, stateRec(t, ref, breaker.Open.String(), "c", false, t0.Add(40*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.HalfOpen.Name(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.Closed.Name(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(40*time.Millisecond)))
 	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" {
 		t.Fatalf("c's OPEN read after this instance's records were read back was not kept: %v", p)
 	}
@@ -611,18 +611,18 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 func TestLatchesApplyBeforeStates(t *testing.T) {
 	r := adoptRouter(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	feed(r, stateRec(t, tplRef, breaker.Open.String(), "c", false, t0))
+	feed(r, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
 	step(r, t0, true, nil)
 	if r.brk.set.State(tplRef) != breaker.Open || r.brk.set.Latched(tplRef) {
 		t.Fatalf("the template is %s (latched %v), want OPEN, not latched", r.brk.set.State(tplRef), r.brk.set.Latched(tplRef))
 	}
-	feed(r, itemRec(t, "h-1", "a", true), stateRec(t, tplRef, breaker.Closed.String(), "c", false, t0.Add(time.Second)))
+	feed(r, itemRec(t, "h-1", "a", true), stateRec(t, tplRef, breaker.Closed.Name(), "c", false, t0.Add(time.Second)))
 	step(r, t0.Add(2*time.Second), true, nil)
 	if !r.brk.set.Latched(tplRef) {
 		t.Fatal("the template is not latched by h-1's item")
 	}
 	for _, e := range r.brk.events {
-		if e.To == breaker.Closed.String() {
+		if e.To == breaker.Closed.Name() {
 			t.Fatalf("the batch closed the template on its way to the latch: %+v", r.brk.events)
 		}
 	}
@@ -649,7 +649,7 @@ func TestNoItemTombstoneBeforeTheTableIsCurrent(t *testing.T) {
 		t.Fatalf("an instance behind its assignment's target wrote %d item tombstones", decided)
 	}
 	// a's newer item of h-9, and the RESET's end of the old one read; now current
-	feed(r, itemRec(t, "h-9", "a", true), stateRec(t, breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}, breaker.Closed.String(), "a", false, t0))
+	feed(r, itemRec(t, "h-9", "a", true), stateRec(t, breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}, breaker.Closed.Name(), "a", false, t0))
 	b = step(r, t0.Add(time.Second), true, nil)
 	readBack(r, b)
 	if _, decided := itemRecords(b); decided != 0 {

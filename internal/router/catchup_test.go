@@ -62,7 +62,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	// the table is held; another instance latches the template: the item
 	// of its hallucination
 	held.hold()
-	it := event.BreakerItem{Scope: breaker.PromptTemplate.String(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
+	it := event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
 	v, err := event.EncodeBreakerItem(&it)
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestAStaleTablePublishesNoRetry(t *testing.T) {
 
 	// the reader is held; another instance latches the template
 	held.hold()
-	it := event.BreakerItem{Scope: breaker.PromptTemplate.String(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
+	it := event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
 	v, err := event.EncodeBreakerItem(&it)
 	if err != nil {
 		t.Fatal(err)

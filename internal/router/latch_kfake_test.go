@@ -55,10 +55,10 @@ func (w *latchWorld) write(recs ...*kgo.Record) {
 // by another instance (a tombstone when !open).
 func (w *latchWorld) item(task string, open bool) *kgo.Record {
 	w.t.Helper()
-	rec := &kgo.Record{Key: []byte(event.BreakerItemKey(breaker.PromptTemplate.String(), w.tpl, task)),
+	rec := &kgo.Record{Key: []byte(event.BreakerItemKey(breaker.PromptTemplate.Name(), w.tpl, task)),
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte("a")}}}
 	if open {
-		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: breaker.PromptTemplate.String(), Key: w.tpl, TaskID: task,
+		v, err := event.EncodeBreakerItem(&event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: w.tpl, TaskID: task,
 			OpenedAt: event.At(time.Now()), Instance: "a"})
 		if err != nil {
 			w.t.Fatal(err)
@@ -72,7 +72,7 @@ func (w *latchWorld) item(task string, open bool) *kgo.Record {
 // read the latch when it wrote it); CLOSED is a CLOSED state.
 func (w *latchWorld) state(st breaker.State) *kgo.Record {
 	w.t.Helper()
-	s := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: w.tpl, State: st.String(), Reason: "probes",
+	s := event.BreakerState{Scope: breaker.PromptTemplate.Name(), Key: w.tpl, State: st.Name(), Reason: "probes",
 		UpdatedAt: event.At(time.Now().Add(time.Hour)), Instance: "c"}
 	if st == breaker.Open {
 		o := s.UpdatedAt
@@ -91,13 +91,13 @@ func (w *latchWorld) state(st breaker.State) *kgo.Record {
 func (w *latchWorld) reset() {
 	w.t.Helper()
 	at := event.At(time.Now())
-	s := event.BreakerState{Scope: breaker.PromptTemplate.String(), Key: w.tpl, State: breaker.Closed.String(), Reset: true,
+	s := event.BreakerState{Scope: breaker.PromptTemplate.Name(), Key: w.tpl, State: breaker.Closed.Name(), Reset: true,
 		Reason: "prompt fixed", UpdatedAt: at, Instance: "ops"}
 	v, err := event.EncodeBreakerState(&s)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.write(&kgo.Record{Key: []byte(event.BreakerResetPrefix + s.Scope + "/" + s.Key), Value: v,
+	w.write(&kgo.Record{Key: []byte(event.BreakerResetKey(s.Scope, s.Key)), Value: v,
 		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte("ops")}}})
 	c := event.BreakerEvent{Scope: s.Scope, Key: s.Key, Kind: event.BreakerKindReset, Reason: "prompt fixed", Instance: "ops", At: at}
 	cv, err := w.codec.EncodeBreakerEvent(nil, &c)
@@ -106,7 +106,7 @@ func (w *latchWorld) reset() {
 	}
 	cl := testClient(w.t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), w.topics.Decisions)
 	for p := range int32(3) {
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Partition: p, Key: []byte(s.Scope + "/" + s.Key), Value: cv}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Partition: p, Key: []byte(event.BreakerStateKey(s.Scope, s.Key)), Value: cv}).FirstErr(); err != nil {
 			w.t.Fatal(err)
 		}
 	}

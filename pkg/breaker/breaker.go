@@ -37,7 +37,8 @@ const (
 // States lists every State, in order.
 var States = []State{Closed, Open, HalfOpen}
 
-func (s State) String() string {
+// Name is the state as records write it.
+func (s State) Name() event.BreakerStateName {
 	switch s {
 	case Closed:
 		return event.BreakerClosed
@@ -46,8 +47,10 @@ func (s State) String() string {
 	case HalfOpen:
 		return event.BreakerHalfOpen
 	}
-	return fmt.Sprintf("State(%d)", uint8(s))
+	return event.BreakerStateName(fmt.Sprintf("State(%d)", uint8(s)))
 }
+
+func (s State) String() string { return string(s.Name()) }
 
 // Scope is what a breaker guards.
 type Scope uint8
@@ -68,7 +71,8 @@ const (
 // Scopes lists every Scope, in order.
 var Scopes = []Scope{ProviderModel, Downstream, PromptTemplate}
 
-func (s Scope) String() string {
+// Name is the scope as records write it.
+func (s Scope) Name() event.BreakerScope {
 	switch s {
 	case ProviderModel:
 		return event.ScopeProviderModel
@@ -77,14 +81,16 @@ func (s Scope) String() string {
 	case PromptTemplate:
 		return event.ScopePromptTemplate
 	}
-	return fmt.Sprintf("Scope(%d)", uint8(s))
+	return event.BreakerScope(fmt.Sprintf("Scope(%d)", uint8(s)))
 }
+
+func (s Scope) String() string { return string(s.Name()) }
 
 // ParseState returns the State named s (its String), and false for a name
 // that is none.
-func ParseState(s string) (State, bool) {
+func ParseState(s event.BreakerStateName) (State, bool) {
 	for _, st := range States {
-		if st.String() == s {
+		if st.Name() == s {
 			return st, true
 		}
 	}
@@ -97,19 +103,19 @@ func ParseState(s string) (State, bool) {
 const (
 	// ScopeTask: an alert about one task (its budget exhausted, its review
 	// item past its owner's SLA); the key is the task ID.
-	ScopeTask = "TASK"
+	ScopeTask event.BreakerScope = "TASK"
 	// ScopeTopic: an alert about a topic (its partition count changed);
 	// the key is the topic.
-	ScopeTopic = "TOPIC"
+	ScopeTopic event.BreakerScope = "TOPIC"
 	// ScopeRegistry: an alert about the schema registry (it did not
 	// answer); the key is its URL without credentials.
-	ScopeRegistry = "REGISTRY"
+	ScopeRegistry event.BreakerScope = "REGISTRY"
 )
 
 // ParseScope returns the Scope named s.
-func ParseScope(s string) (Scope, error) {
+func ParseScope(s event.BreakerScope) (Scope, error) {
 	for _, sc := range Scopes {
-		if sc.String() == s {
+		if sc.Name() == s {
 			return sc, nil
 		}
 	}

@@ -231,7 +231,7 @@ func TestStringsCoverEveryValue(t *testing.T) {
 		if strings.HasPrefix(s.String(), "State(") {
 			t.Errorf("state %d has no name", s)
 		}
-		if got, ok := ParseState(s.String()); !ok || got != s {
+		if got, ok := ParseState(s.Name()); !ok || got != s {
 			t.Errorf("ParseState(%s) = %v, %v", s, got, ok)
 		}
 	}
@@ -239,7 +239,7 @@ func TestStringsCoverEveryValue(t *testing.T) {
 		t.Error("ParseState accepted NOPE")
 	}
 	for _, sc := range Scopes {
-		got, err := ParseScope(sc.String())
+		got, err := ParseScope(sc.Name())
 		if err != nil || got != sc {
 			t.Errorf("ParseScope(%s) = %v, %v", sc, got, err)
 		}

@@ -200,8 +200,8 @@ func (c *Codec) EncodeBreakerEvent(dst []byte, e *event.BreakerEvent) ([]byte, e
 		class = map[string]any{"faultrouter.Class": string(e.Class)}
 	}
 	m := map[string]any{
-		"scope": e.Scope, "key": e.Key, "kind": e.Kind,
-		"from": optString(e.From), "to": optString(e.To),
+		"scope": string(e.Scope), "key": e.Key, "kind": e.Kind,
+		"from": optString(string(e.From)), "to": optString(string(e.To)),
 		"reason": e.Reason, "class": class,
 		"failures": e.Failures, "requests": e.Requests,
 		"task_id": optString(e.TaskID), "instance": e.Instance, "at": e.At.Millis(),
@@ -221,8 +221,8 @@ func (c *Codec) DecodeBreakerEvent(b []byte) (event.BreakerEvent, error) {
 	}
 	d := nat{v: c.view}
 	e := event.BreakerEvent{
-		Scope: d.str(m, "scope"), Key: d.str(m, "key"), Kind: d.str(m, "kind"),
-		From: d.optStr(m, "from"), To: d.optStr(m, "to"), Reason: d.str(m, "reason"),
+		Scope: event.BreakerScope(d.str(m, "scope")), Key: d.str(m, "key"), Kind: d.str(m, "kind"),
+		From: event.BreakerStateName(d.optStr(m, "from")), To: event.BreakerStateName(d.optStr(m, "to")), Reason: d.str(m, "reason"),
 		Class:    event.Class(d.enum("class", "faultrouter.Class", d.union(m, "class"))),
 		Failures: d.i32(m, "failures"), Requests: d.i32(m, "requests"),
 		TaskID: d.optStr(m, "task_id"), Instance: d.str(m, "instance"), At: d.ts(m, "at"),

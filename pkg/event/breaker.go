@@ -4,16 +4,16 @@ package event
 // immediate alert (hallucination, budget exhausted, surge, overdue review).
 type BreakerEvent struct {
 	// Scope is PROVIDER_MODEL, DOWNSTREAM, PROMPT_TEMPLATE or TASK.
-	Scope string `json:"scope"`
+	Scope BreakerScope `json:"scope"`
 	// Key is the breaker's key within its scope, e.g. "openai/gpt-4o".
 	Key string `json:"key"`
 	// Kind is TRANSITION or ALERT on the alerts topic, RESET or LATCH on the
 	// decisions topic.
 	Kind string `json:"kind"`
 	// From and To are breaker states (CLOSED, OPEN, HALF_OPEN); empty for alerts.
-	From   string `json:"from,omitempty"`
-	To     string `json:"to,omitempty"`
-	Reason string `json:"reason"`
+	From   BreakerStateName `json:"from,omitempty"`
+	To     BreakerStateName `json:"to,omitempty"`
+	Reason string           `json:"reason"`
 	// Class is the failure class behind the event, when there is one.
 	Class Class `json:"class,omitempty"`
 	// Failures and Requests are the rolling window's counts.

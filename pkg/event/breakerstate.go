@@ -14,11 +14,11 @@ import (
 // ready and follows it while it runs.
 type BreakerState struct {
 	// Scope is PROVIDER_MODEL, DOWNSTREAM or PROMPT_TEMPLATE.
-	Scope string `json:"scope"`
+	Scope BreakerScope `json:"scope"`
 	// Key is the breaker's key within its scope, e.g. "openai/gpt-4o".
 	Key string `json:"key"`
 	// State is CLOSED, OPEN or HALF_OPEN.
-	State string `json:"state"`
+	State BreakerStateName `json:"state"`
 	// Latched is true for a breaker held OPEN until a person resets it.
 	Latched bool `json:"latched"`
 	// Reset is true for the CLOSED state a person's reset left (`faultrouter
@@ -37,23 +37,36 @@ type BreakerState struct {
 }
 
 // BreakerStateKey is the record key of a breaker's state: "<scope>/<key>".
-func BreakerStateKey(scope, key string) string { return scope + "/" + key }
+func BreakerStateKey(scope BreakerScope, key string) string { return string(scope) + "/" + key }
 
-// The names of the breaker states and scopes as every record, page and
-// report writes them (BreakerState.State and .Scope, BreakerEvent.From, .To
-// and .Scope), declared here once: pkg/breaker's State and Scope print
-// them, the policy's surge scopes are two of them.
+// BreakerStateName is a breaker's state as every record, page and report
+// writes it (BreakerState.State, BreakerEvent.From and .To): CLOSED, OPEN
+// or HALF_OPEN. pkg/breaker's State prints these.
+type BreakerStateName string
+
+// BreakerScope is a breaker's scope as every record, page and report writes
+// it (BreakerState.Scope, BreakerItem.Scope, BreakerEvent.Scope):
+// PROVIDER_MODEL, DOWNSTREAM or PROMPT_TEMPLATE. pkg/breaker's Scope prints
+// these; the policy's surge scopes are two of them.
+type BreakerScope string
+
+// The breaker states and scopes, declared here once.
 const (
-	BreakerClosed   = "CLOSED"
-	BreakerOpen     = "OPEN"
-	BreakerHalfOpen = "HALF_OPEN"
+	BreakerClosed   BreakerStateName = "CLOSED"
+	BreakerOpen     BreakerStateName = "OPEN"
+	BreakerHalfOpen BreakerStateName = "HALF_OPEN"
 
-	ScopeProviderModel  = "PROVIDER_MODEL"
-	ScopeDownstream     = "DOWNSTREAM"
-	ScopePromptTemplate = "PROMPT_TEMPLATE"
+	ScopeProviderModel  BreakerScope = "PROVIDER_MODEL"
+	ScopeDownstream     BreakerScope = "DOWNSTREAM"
+	ScopePromptTemplate BreakerScope = "PROMPT_TEMPLATE"
 )
 
-var breakerStates = []string{BreakerClosed, BreakerOpen, BreakerHalfOpen}
+// BreakerStateNames and BreakerScopes are every state and scope, in the
+// order pages and metrics list them.
+var (
+	BreakerStateNames = []BreakerStateName{BreakerClosed, BreakerOpen, BreakerHalfOpen}
+	BreakerScopes     = []BreakerScope{ScopeProviderModel, ScopeDownstream, ScopePromptTemplate}
+)
 
 // Validate checks the fields a BreakerState must have.
 func (s *BreakerState) Validate() error {
@@ -62,14 +75,14 @@ func (s *BreakerState) Validate() error {
 		return &FieldError{Field: "scope", Msg: "required, a non-empty string"}
 	case s.Key == "":
 		return &FieldError{Field: "key", Msg: "required, a non-empty string"}
-	case !slices.Contains(breakerStates, s.State):
-		return &FieldError{Field: "state", Msg: fmt.Sprintf("must be one of %v, got %q", breakerStates, s.State)}
+	case !slices.Contains(BreakerStateNames, s.State):
+		return &FieldError{Field: "state", Msg: fmt.Sprintf("must be one of %v, got %q", BreakerStateNames, s.State)}
 	case s.State == BreakerOpen && (s.OpenedAt == nil || s.OpenedAt.IsZero()):
 		return &FieldError{Field: "opened_at", Msg: "required while state is OPEN"}
 	case s.Latched && s.State != BreakerOpen:
-		return &FieldError{Field: "latched", Msg: "true only while state is OPEN, got state " + s.State}
+		return &FieldError{Field: "latched", Msg: "true only while state is OPEN, got state " + string(s.State)}
 	case s.Reset && s.State != BreakerClosed:
-		return &FieldError{Field: "reset", Msg: "true only with state CLOSED, got state " + s.State}
+		return &FieldError{Field: "reset", Msg: "true only with state CLOSED, got state " + string(s.State)}
 	case s.UpdatedAt.IsZero():
 		return &FieldError{Field: "updated_at", Msg: "required, an RFC 3339 time or integer milliseconds"}
 	}
@@ -106,8 +119,8 @@ func DecodeBreakerState(b []byte) (BreakerState, error) {
 // faultrouter.breaker.instance header.
 type BreakerItem struct {
 	// Scope and Key name the latched breaker (Scope is PROMPT_TEMPLATE).
-	Scope string `json:"scope"`
-	Key   string `json:"key"`
+	Scope BreakerScope `json:"scope"`
+	Key   string       `json:"key"`
 	// TaskID is the task whose review item holds the latch.
 	TaskID string `json:"task_id"`
 	// OpenedAt is when the item opened (the hallucination's decision time).
@@ -127,16 +140,18 @@ const BreakerResetPrefix = "reset/"
 
 // BreakerResetKey is the record key of a breaker's RESET:
 // "reset/<scope>/<key>".
-func BreakerResetKey(scope, key string) string { return BreakerResetPrefix + scope + "/" + key }
+func BreakerResetKey(scope BreakerScope, key string) string {
+	return BreakerResetPrefix + string(scope) + "/" + key
+}
 
 // ParseBreakerKey splits a breaker state's key, or a RESET's (prefix
 // removed), into its scope and key.
-func ParseBreakerKey(k string) (scope, key string, ok bool) {
+func ParseBreakerKey(k string) (scope BreakerScope, key string, ok bool) {
 	i := strings.IndexByte(k, '/')
 	if i <= 0 || i == len(k)-1 {
 		return "", "", false
 	}
-	return k[:i], k[i+1:], true
+	return BreakerScope(k[:i]), k[i+1:], true
 }
 
 // BreakerLatchTask is the task ID of the item a person's latch by hand
@@ -148,8 +163,8 @@ func BreakerLatchTask(operator string, at Timestamp) string {
 
 // BreakerItemKey is the record key of a BreakerItem:
 // "item/<scope>/<task_id>/<key>".
-func BreakerItemKey(scope, key, taskID string) string {
-	return BreakerItemPrefix + scope + "/" + taskID + "/" + key
+func BreakerItemKey(scope BreakerScope, key, taskID string) string {
+	return BreakerItemPrefix + string(scope) + "/" + taskID + "/" + key
 }
 
 // Validate checks the fields a BreakerItem must have.

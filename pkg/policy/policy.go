@@ -252,7 +252,7 @@ type Surge struct {
 	// alerts off.
 	Classes []event.Class `yaml:"classes"`
 	// Scopes are the keys watched: PROMPT_TEMPLATE, PROVIDER_MODEL.
-	Scopes []string `yaml:"scopes"`
+	Scopes []event.BreakerScope `yaml:"scopes"`
 }
 
 // Surge scopes.
@@ -261,7 +261,7 @@ const (
 	SurgeScopeProviderModel  = event.ScopeProviderModel
 )
 
-var surgeScopes = []string{SurgeScopePromptTemplate, SurgeScopeProviderModel}
+var surgeScopes = []event.BreakerScope{SurgeScopePromptTemplate, SurgeScopeProviderModel}
 
 // Owner IDs of the default policy.
 const (
@@ -385,7 +385,7 @@ func Default() *Policy {
 			Ratio:     0.3,
 			Classes: []event.Class{event.ClassModelRefusal, event.ClassSchemaViolation, event.ClassHallucination,
 				event.ClassValidationFixable, event.ClassRateLimited},
-			Scopes: []string{SurgeScopePromptTemplate, SurgeScopeProviderModel},
+			Scopes: []event.BreakerScope{SurgeScopePromptTemplate, SurgeScopeProviderModel},
 		},
 		CostPrevented: CostPrevented{BaselineRetries: 3},
 		ReviewLoop: ReviewLoop{

@@ -63,7 +63,7 @@ func TestSurgeDefaultsAndOverride(t *testing.T) {
 	want := Surge{WindowMs: 300_000, MinEvents: 10, Ratio: 0.3,
 		Classes: []event.Class{event.ClassModelRefusal, event.ClassSchemaViolation, event.ClassHallucination,
 			event.ClassValidationFixable, event.ClassRateLimited},
-		Scopes: []string{"PROMPT_TEMPLATE", "PROVIDER_MODEL"}}
+		Scopes: []event.BreakerScope{"PROMPT_TEMPLATE", "PROVIDER_MODEL"}}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("Default().Surge = %+v\nwant %+v", d, want)
 	}
@@ -71,7 +71,7 @@ func TestSurgeDefaultsAndOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.MinEvents, want.Ratio, want.Scopes = 5, 0.5, []string{"PROMPT_TEMPLATE"}
+	want.MinEvents, want.Ratio, want.Scopes = 5, 0.5, []event.BreakerScope{"PROMPT_TEMPLATE"}
 	if !reflect.DeepEqual(p.Surge, want) {
 		t.Errorf("surge = %+v\nwant %+v", p.Surge, want)
 	}
