@@ -116,7 +116,7 @@ func createCompactedTopics(ctx context.Context, t *testing.T, e *env, partitions
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var names []string
-	for _, short := range []string{"state", "breakers"} {
+	for _, short := range []topicspec.Short{topicspec.State, topicspec.Breakers} {
 		sp, err := set.Spec(short)
 		if err != nil {
 			t.Fatal(err)

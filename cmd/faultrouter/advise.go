@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 	"time"
@@ -93,9 +94,9 @@ func adviseCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	var t whatif.Topics
 	for _, x := range []struct {
-		short string
+		short topicspec.Short
 		name  *string
-	}{{"ingress", &t.Ingress}, {"decisions", &t.Decisions}, {"audit", &t.Audit}, {"retry", &t.Retry}} {
+	}{{topicspec.Ingress, &t.Ingress}, {topicspec.Decisions, &t.Decisions}, {topicspec.Audit, &t.Audit}, {topicspec.Retry, &t.Retry}} {
 		if *x.name, err = set.Name(x.short); err != nil {
 			return err
 		}

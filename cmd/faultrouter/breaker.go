@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 
@@ -65,10 +66,10 @@ func breakerCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	var topics control.Topics
-	if topics.Decisions, err = g.topicName("decisions"); err != nil {
+	if topics.Decisions, err = g.topicName(topicspec.Decisions); err != nil {
 		return err
 	}
-	if topics.Breakers, err = g.topicName("breakers"); err != nil {
+	if topics.Breakers, err = g.topicName(topicspec.Breakers); err != nil {
 		return err
 	}
 	opts, err := g.clientOpts(nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -67,7 +68,7 @@ func costCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	audit, err := g.topicName("audit")
+	audit, err := g.topicName(topicspec.Audit)
 	if err != nil {
 		return err
 	}

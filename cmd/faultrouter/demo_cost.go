@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -30,7 +31,7 @@ func demoCost(ctx context.Context, seeds []kgo.Opt, cfg router.Config, began tim
 		return nil
 	}
 	fmt.Fprintln(w, "\nWhat-if (faultrouter policy whatif --policy CANDIDATE --since ...):")
-	names := map[string]string{"ingress": cfg.Topics.Ingress, "decisions": cfg.Topics.Decisions, "audit": cfg.Topics.Audit}
+	names := map[topicspec.Short]string{topicspec.Ingress: cfg.Topics.Ingress, topicspec.Decisions: cfg.Topics.Decisions, topicspec.Audit: cfg.Topics.Audit}
 	wr, err := runWhatif(ctx, seeds, names, rng, policy.Default(), candidate, 3, 10*time.Second, io.Discard)
 	if err != nil {
 		return fmt.Errorf("demo: whatif: %w", err)

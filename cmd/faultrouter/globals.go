@@ -74,7 +74,7 @@ func (g *globals) logger(w io.Writer) (*slog.Logger, error) {
 func (g *globals) topics() (topicspec.Set, error) { return topicspec.Load(g.prefix) }
 
 // topicName returns the full name of a topic given by its short name.
-func (g *globals) topicName(short string) (string, error) {
+func (g *globals) topicName(short topicspec.Short) (string, error) {
 	set, err := g.topics()
 	if err != nil {
 		return "", err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 	"time"
@@ -26,7 +27,7 @@ produces them as Avro single-object records keyed by task_id.`
 
 func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, g := newFlagSet("produce", produceSynopsis, stderr)
-	topic := fs.String("topic", "ingress", "short topic name: ingress or decisions")
+	topic := fs.String("topic", string(topicspec.Ingress), "short topic name: ingress or decisions")
 	file := fs.String("file", "-", "file of JSON lines; - for stdin")
 	regFlags := addRegistryFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
@@ -36,7 +37,8 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	if *topic != "ingress" && *topic != "decisions" {
+	short := topicspec.Short(*topic)
+	if short != topicspec.Ingress && short != topicspec.Decisions {
 		return fmt.Errorf("produce: --topic %q: allowed ingress, decisions", *topic)
 	}
 	in := stdin
@@ -52,7 +54,7 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
-	recs, err := encodeLines(c, in, *topic == "decisions")
+	recs, err := encodeLines(c, in, short == topicspec.Decisions)
 	if err != nil {
 		return fmt.Errorf("produce: nothing sent: %w", err)
 	}
@@ -60,12 +62,12 @@ func produceCommand(ctx context.Context, args []string, stdin io.Reader, stdout,
 	if err != nil {
 		return err
 	}
-	name, err := set.Name(*topic)
+	name, err := set.Name(short)
 	if err != nil {
 		return err
 	}
 	if wire == registry.Confluent {
-		if err := frameRecords(ctx, regFlags, c, name, *topic == "decisions", recs); err != nil {
+		if err := frameRecords(ctx, regFlags, c, name, short == topicspec.Decisions, recs); err != nil {
 			return fmt.Errorf("produce: nothing sent: %w", err)
 		}
 	}

@@ -102,7 +102,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	shortOf := map[string]string{}
+	shortOf := map[string]topicspec.Short{}
 	for _, s := range topicspec.Shorts() {
 		if n, err := set.Name(s); err == nil {
 			shortOf[n] = s
@@ -116,13 +116,13 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	} else {
 		name := f.topic
-		if n, err := set.Name(f.topic); err == nil {
+		if n, err := set.Name(topicspec.Short(f.topic)); err == nil {
 			name = n
 		}
 		topics = []string{name}
 	}
 	if f.redriveTo != "" {
-		if s := shortOf[topics[0]]; s != "deadletter" && s != "review" {
+		if s := shortOf[topics[0]]; s != topicspec.DeadLetter && s != topicspec.Review {
 			return fmt.Errorf("replay: --redrive-to re-drives dead-letter or review records; --topic %s is neither", f.topic)
 		}
 	}
@@ -146,7 +146,7 @@ func replayCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return ctxErr(ctx, err)
 	}
 	if f.redriveTo != "" {
-		target, err := set.Name(f.redriveTo)
+		target, err := set.Name(topicspec.Short(f.redriveTo))
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func (f *replayFlags) validate() error {
 		return errors.New("replay: --timeline needs --task ID")
 	case !f.timeline && f.topic == "":
 		return errors.New("replay: --topic is required (or --task ID --timeline)")
-	case f.redriveTo != "" && f.redriveTo != "ingress":
+	case f.redriveTo != "" && topicspec.Short(f.redriveTo) != topicspec.Ingress:
 		return fmt.Errorf("replay: --redrive-to %q: allowed ingress", f.redriveTo)
 	case f.redriveTo != "" && f.timeline:
 		return errors.New("replay: --redrive-to and --timeline do not go together")
@@ -243,7 +243,7 @@ func printTable(w io.Writer, steps []replay.Step) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tTOPIC\tAT\tTASK\tSTEP\tREASON")
 	for _, s := range steps {
-		short := s.Short
+		short := string(s.Short)
 		if short == "" {
 			short = s.Topic
 		}

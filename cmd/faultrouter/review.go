@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 	"time"
@@ -52,7 +53,7 @@ func reviewCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	name, err := g.topicName("decisions")
+	name, err := g.topicName(topicspec.Decisions)
 	if err != nil {
 		return err
 	}

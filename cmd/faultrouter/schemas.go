@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 
@@ -68,7 +69,7 @@ func schemasCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	var list []registry.TopicSchema
 	if *file != "" {
-		name, err := set.Name(*topic)
+		name, err := set.Name(topicspec.Short(*topic))
 		if err != nil {
 			return fmt.Errorf("schemas %s: --topic: %w", sub, err)
 		}

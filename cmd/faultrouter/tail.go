@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -59,7 +60,7 @@ func tailCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	name := *topic
-	if n, err := set.Name(*topic); err == nil {
+	if n, err := set.Name(topicspec.Short(*topic)); err == nil {
 		name = n
 	}
 	c, err := codec.New()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -85,8 +86,8 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	names := map[string]string{}
-	for _, s := range []string{"ingress", "decisions", "audit", "retry"} {
+	names := map[topicspec.Short]string{}
+	for _, s := range []topicspec.Short{topicspec.Ingress, topicspec.Decisions, topicspec.Audit, topicspec.Retry} {
 		if names[s], err = set.Name(s); err != nil {
 			return err
 		}
@@ -95,7 +96,7 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	if err := g.requireTopics(ctx, "policy whatif", opts, names["ingress"], names["decisions"], names["audit"], names["retry"]); err != nil {
+	if err := g.requireTopics(ctx, "policy whatif", opts, names[topicspec.Ingress], names[topicspec.Decisions], names[topicspec.Audit], names[topicspec.Retry]); err != nil {
 		return err
 	}
 	rep, err := runWhatif(ctx, opts, names, rng, baseline, candidate, *examples, *idle, stderr)
@@ -112,9 +113,9 @@ func whatifCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 // runWhatif reads the range and replays it through both policies.
-func runWhatif(ctx context.Context, opts []kgo.Opt, names map[string]string, rng replay.Range, baseline, candidate *policy.Policy,
+func runWhatif(ctx context.Context, opts []kgo.Opt, names map[topicspec.Short]string, rng replay.Range, baseline, candidate *policy.Policy,
 	examples int, idle time.Duration, stderr io.Writer) (*whatif.Report, error) {
-	return whatif.Run(ctx, opts, whatif.Topics{Ingress: names["ingress"], Decisions: names["decisions"], Audit: names["audit"], Retry: names["retry"]},
+	return whatif.Run(ctx, opts, whatif.Topics{Ingress: names[topicspec.Ingress], Decisions: names[topicspec.Decisions], Audit: names[topicspec.Audit], Retry: names[topicspec.Retry]},
 		whatif.Options{Baseline: baseline, Candidate: candidate, Since: rng.Since, Until: rng.Until, Examples: examples},
 		whatif.RunOptions{Idle: idle, Progress: stderr})
 }

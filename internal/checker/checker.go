@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"slices"
 	"time"
 
@@ -377,7 +378,7 @@ func (c *checker) decode(rec *kgo.Record) *input {
 func (c *checker) readAudit() {
 	for _, rec := range c.logs.Audit {
 		c.rep.Audit++
-		r, ok := c.routed("audit", rec)
+		r, ok := c.routed(topicspec.Audit, rec)
 		if !ok {
 			continue
 		}
@@ -389,7 +390,7 @@ func (c *checker) readAudit() {
 		case in.audit != nil:
 			c.violate("audit.duplicate", in.task, "input %s has a second audit record at audit %d@%d (the first at %d@%d)",
 				k, rec.Partition, rec.Offset, in.audit.rec.Partition, in.audit.rec.Offset)
-			c.actual(in.task, outputOf("audit", r, "DUPLICATE"))
+			c.actual(in.task, outputOf(topicspec.Audit, r, "DUPLICATE"))
 		default:
 			in.audit = r
 		}
@@ -397,10 +398,10 @@ func (c *checker) readAudit() {
 }
 
 // routed decodes an output record of the RoutedRecord schema.
-func (c *checker) routed(topic string, rec *kgo.Record) (*routed, bool) {
+func (c *checker) routed(topic topicspec.Short, rec *kgo.Record) (*routed, bool) {
 	r, err := c.codec.DecodeRouted(rec.Value)
 	if err != nil {
-		c.violate(topic+".undecodable", string(rec.Key), "%s %d@%d does not decode: %v", topic, rec.Partition, rec.Offset, err)
+		c.violate(string(topic)+".undecodable", string(rec.Key), "%s %d@%d does not decode: %v", topic, rec.Partition, rec.Offset, err)
 		return nil, false
 	}
 	return &routed{rec: rec, r: r}, true
@@ -530,17 +531,17 @@ func (c *checker) untasked(in *input) {
 		}
 	}
 	in.decided = want
-	exp := Output{Topic: "audit", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule}
+	exp := Output{Topic: topicspec.Audit, Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule}
 	c.expected(in.task, exp)
 	if in.kind == inPoison || in.kind == inUnwritable {
-		c.expected(in.task, Output{Topic: "deadletter", Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule})
+		c.expected(in.task, Output{Topic: topicspec.DeadLetter, Input: in.key.String(), Class: string(want.Class), Route: string(want.Route), Rule: want.Rule})
 	}
 	if in.audit == nil {
 		c.violate("audit.missing", in.task, "input %s (%s) has no audit record", in.key, kindName(in.kind))
 		return
 	}
 	got := in.audit.r.Decision
-	c.actual(in.task, outputOf("audit", in.audit, ""))
+	c.actual(in.task, outputOf(topicspec.Audit, in.audit, ""))
 	if got.Class != want.Class || got.Route != want.Route || got.Rule != want.Rule {
 		c.violate("audit.decision", in.task, "input %s (%s): audited %s/%s rule %s, want %s/%s rule %s (reason %q)",
 			in.key, kindName(in.kind), got.Class, got.Route, got.Rule, want.Class, want.Route, want.Rule, got.Reason)
@@ -601,7 +602,7 @@ func (c *checker) walk(tr *taskRun) {
 	for _, in := range tr.inputs {
 		if in.audit == nil {
 			c.violate("audit.missing", tr.id, "input %s (%s) has no audit record; the model cannot go on with this task", in.key, kindName(in.kind))
-			c.expected(tr.id, Output{Topic: "audit", Input: in.key.String(), Note: "an audit record"})
+			c.expected(tr.id, Output{Topic: topicspec.Audit, Input: in.key.String(), Note: "an audit record"})
 			tr.stopped = true
 			return
 		}
@@ -622,7 +623,7 @@ func (c *checker) walk(tr *taskRun) {
 			in.estimated = c.estimated
 			if why == "" && e <= at.UnixMilli() {
 				in.fresh = true
-				c.expected(tr.id, Output{Topic: "state", Input: in.key.String(), At: stamp(time.UnixMilli(e)),
+				c.expected(tr.id, Output{Topic: topicspec.State, Input: in.key.String(), At: stamp(time.UnixMilli(e)),
 					Note: fmt.Sprintf("expired (last touched %s, SLA %dms): decided on a fresh state", stamp(tr.touches[n-1].at), tr.touches[n-1].slaMs)})
 				*st, item = task.State{}, nil
 				clear(reconciled)
@@ -660,8 +661,8 @@ func (c *checker) walk(tr *taskRun) {
 		dk := decisionKey{tr.id, at.UnixMilli()}
 		c.decision[dk] = append(c.decision[dk], want.Class)
 		got := in.audit.r.Decision
-		c.expected(tr.id, outputOfDecision("audit", in.key, want))
-		c.actual(tr.id, outputOf("audit", in.audit, ""))
+		c.expected(tr.id, outputOfDecision(topicspec.Audit, in.key, want))
+		c.actual(tr.id, outputOf(topicspec.Audit, in.audit, ""))
 		if diff := diffDecision(got, want); diff != "" {
 			c.violate("audit.decision", tr.id, "input %s (%s): %s", in.key, kindName(in.kind), diff)
 		}
@@ -690,14 +691,14 @@ func (c *checker) walk(tr *taskRun) {
 			}
 			k := retryKey{tr.id, want.Retry.N}
 			c.retries[k] = append(c.retries[k], x)
-			c.expected(tr.id, Output{Topic: "retry", Input: in.key.String(), Class: string(x.class), Route: "RETRY",
+			c.expected(tr.id, Output{Topic: topicspec.Retry, Input: in.key.String(), Class: string(x.class), Route: "RETRY",
 				Retry: x.n, NotBefore: stamp(x.notBefore), Note: "once, at or after not_before, unless a later decision supersedes it"})
 		case event.RouteReview, event.RouteQuarantine:
 			c.reviews[in.key] = in
-			c.expected(tr.id, outputOfDecision("review", in.key, want))
+			c.expected(tr.id, outputOfDecision(topicspec.Review, in.key, want))
 		case event.RouteDeadLetter:
 			c.dead[in.key] = in
-			c.expected(tr.id, outputOfDecision("deadletter", in.key, want))
+			c.expected(tr.id, outputOfDecision(topicspec.DeadLetter, in.key, want))
 		}
 		// a hallucination that latches its template writes its item on the
 		// breakers topic; a reviewer's decision of it, its tombstone
@@ -720,10 +721,10 @@ func (c *checker) walk(tr *taskRun) {
 					key = "(none)"
 				}
 				c.alerts[alertKey{breaker.PromptTemplate.Name(), key, tr.id, at.UnixMilli()}]++
-				c.expected(tr.id, Output{Topic: "alerts", Class: string(want.Class), Rule: "ALERT PROMPT_TEMPLATE/" + key, At: stamp(at)})
+				c.expected(tr.id, Output{Topic: topicspec.Alerts, Class: string(want.Class), Rule: "ALERT PROMPT_TEMPLATE/" + key, At: stamp(at)})
 			case event.ClassBudgetExhausted:
 				c.alerts[alertKey{breaker.ScopeTask, tr.id, tr.id, at.UnixMilli()}]++
-				c.expected(tr.id, Output{Topic: "alerts", Class: string(want.Class), Rule: "ALERT TASK/" + tr.id, At: stamp(at)})
+				c.expected(tr.id, Output{Topic: topicspec.Alerts, Class: string(want.Class), Rule: "ALERT TASK/" + tr.id, At: stamp(at)})
 			}
 		}
 

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"slices"
 	"strings"
 	"time"
@@ -86,10 +87,10 @@ func (it *reviewItem) classAt(t time.Time) event.Class {
 // checkRouted checks the review and dead-letter topics: exactly the records
 // the model expects, each once, with the audited decision.
 func (c *checker) checkRouted() {
-	for _, short := range []string{"review", "deadletter"} {
+	for _, short := range []topicspec.Short{topicspec.Review, topicspec.DeadLetter} {
 		want := c.reviews
 		recs := c.logs.Review
-		if short == "deadletter" {
+		if short == topicspec.DeadLetter {
 			want, recs = c.dead, c.logs.DeadLetter
 		}
 		seen := map[inputKey]bool{}
@@ -101,7 +102,7 @@ func (c *checker) checkRouted() {
 			if e := codec.ParseHeaders(rec.Headers).Error; e != nil {
 				ei = *e
 			}
-			if short == "deadletter" && (ei.Stage == codec.StageDecode || ei.Stage == codec.StageValidate) {
+			if short == topicspec.DeadLetter && (ei.Stage == codec.StageDecode || ei.Stage == codec.StageValidate) {
 				k = inputKey{ei.Topic, ei.Partition, ei.Offset}
 				out = Output{Topic: short, Input: k.String(), Class: string(event.ClassInvalidInput), Route: "DEADLETTER",
 					Rule: policy.InputRule(ei.Kind), At: stamp(rec.Timestamp)}
@@ -114,12 +115,12 @@ func (c *checker) checkRouted() {
 				k = inputKey{r.r.Input.Topic, r.r.Input.Partition, r.r.Input.Offset}
 				out = outputOf(short, r, "")
 			}
-			if short == "review" {
+			if short == topicspec.Review {
 				c.rep.Reviews++
 			} else {
 				c.rep.DeadLetters++
 			}
-			if short == "deadletter" && got != nil && got.r.Decision.Rule == policy.RuleRetryHeldExpired {
+			if short == topicspec.DeadLetter && got != nil && got.r.Decision.Rule == policy.RuleRetryHeldExpired {
 				c.heldExpired(rec, got) // a held retry given up: it ends a RETRY decision, not an input
 				continue
 			}
@@ -131,32 +132,32 @@ func (c *checker) checkRouted() {
 			c.actual(task, out)
 			switch {
 			case in == nil:
-				c.violate(short+".extra", task, "%s %d@%d for input %s, which the model routes nowhere near %s",
+				c.violate(string(short)+".extra", task, "%s %d@%d for input %s, which the model routes nowhere near %s",
 					short, rec.Partition, rec.Offset, k, short)
 			case seen[k]:
-				c.violate(short+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
+				c.violate(string(short)+".duplicate", task, "%s: input %s routed twice (again at %d@%d)", short, k, rec.Partition, rec.Offset)
 			case in.kind == inUnwritable:
 				c.checkUnwritableCopy(in, rec, got, ei) // unwritable.go
 			case in.kind == inPoison:
 				if got != nil || ei.Kind != in.errKind || string(rec.Value) != string(in.rec.Value) {
-					c.violate(short+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",
+					c.violate(string(short)+".poison", task, "%s %d@%d for poison input %s: kind %q, want %q, original bytes kept: %v",
 						short, rec.Partition, rec.Offset, k, ei.Kind, in.errKind, string(rec.Value) == string(in.rec.Value))
 				}
 			case got == nil:
-				c.violate(short+".decision", task, "%s %d@%d for input %s is a raw dead letter, want the routed event", short, rec.Partition, rec.Offset, k)
+				c.violate(string(short)+".decision", task, "%s %d@%d for input %s is a raw dead letter, want the routed event", short, rec.Partition, rec.Offset, k)
 			default:
 				if d := diffDecision(got.r.Decision, in.decided); d != "" {
-					c.violate(short+".decision", task, "%s record for input %s: %s", short, k, d)
+					c.violate(string(short)+".decision", task, "%s record for input %s: %s", short, k, d)
 				}
 				if got.r.Event == nil || got.r.Event.EventID != in.event.EventID {
-					c.violate(short+".event", task, "%s record for input %s does not carry event %s", short, k, in.event.EventID)
+					c.violate(string(short)+".event", task, "%s record for input %s does not carry event %s", short, k, in.event.EventID)
 				}
 			}
 			seen[k] = true
 		}
 		for k, in := range want {
 			if !seen[k] {
-				c.violate(short+".missing", in.task, "input %s was decided %s/%s (%s): no record on %s",
+				c.violate(string(short)+".missing", in.task, "input %s was decided %s/%s (%s): no record on %s",
 					k, in.decided.Class, in.decided.Route, in.decided.Rule, short)
 			}
 		}
@@ -170,12 +171,12 @@ func (c *checker) checkRouted() {
 func (c *checker) checkRetries() {
 	for _, rec := range c.logs.Retry {
 		c.rep.Retries++
-		r, ok := c.routed("retry", rec)
+		r, ok := c.routed(topicspec.Retry, rec)
 		if !ok {
 			continue
 		}
 		task := taskOf(r)
-		c.actual(task, outputOf("retry", r, ""))
+		c.actual(task, outputOf(topicspec.Retry, r, ""))
 		if r.r.Decision.Retry == nil {
 			c.violate("retry.plan", task, "retry %d@%d carries no retry plan", rec.Partition, rec.Offset)
 			continue
@@ -234,7 +235,7 @@ func (c *checker) matchRetry(task string, r *routed) *expectRetry {
 // checked with the publications', retryLateness).
 func (c *checker) heldExpired(rec *kgo.Record, r *routed) {
 	task := taskOf(r)
-	c.actual(task, outputOf("deadletter", r, ""))
+	c.actual(task, outputOf(topicspec.DeadLetter, r, ""))
 	if r.r.Decision.Retry == nil || r.r.Decision.Route != event.RouteDeadLetter {
 		c.violate("retry.held_expired", task, "dead letter %d@%d of rule %s carries route %s and retry plan %v, want DEADLETTER and the retry it gave up",
 			rec.Partition, rec.Offset, policy.RuleRetryHeldExpired, r.r.Decision.Route, r.r.Decision.Retry)
@@ -325,7 +326,7 @@ func (c *checker) checkAlerts() {
 			c.rep.SLAAlerts++
 			c.slaAlert(rec, e)
 		case alertKind(rec, &e) == codec.AlertBudget || alertKind(rec, &e) == codec.AlertQuarantined:
-			c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT " + string(e.Scope) + "/" + e.Key, At: stamp(at), Reason: e.Reason})
+			c.actual(e.TaskID, Output{Topic: topicspec.Alerts, Class: string(e.Class), Rule: "ALERT " + string(e.Scope) + "/" + e.Key, At: stamp(at), Reason: e.Reason})
 			k := alertKey{e.Scope, e.Key, e.TaskID, at.UnixMilli()}
 			if c.alerts[k] == 0 {
 				c.violate("alerts.extra", e.TaskID, "alert %d@%d %s/%s at %s (%s) answers no decision of the task at that time",
@@ -353,7 +354,7 @@ func (c *checker) checkAlerts() {
 				it.class, stamp(it.opened), stamp(it.due))
 		}
 		if len(it.alerted) > 0 {
-			c.expected(it.task, Output{Topic: "alerts", Class: string(it.class), Rule: "ALERT TASK/" + it.task, Note: "review SLA"})
+			c.expected(it.task, Output{Topic: topicspec.Alerts, Class: string(it.class), Rule: "ALERT TASK/" + it.task, Note: "review SLA"})
 		}
 	}
 	c.breakers(transitions)
@@ -363,7 +364,7 @@ func (c *checker) checkAlerts() {
 // was open at the alert's time, and that time is past the item's SLA.
 func (c *checker) slaAlert(rec *kgo.Record, e event.BreakerEvent) {
 	at := e.At.Time
-	c.actual(e.TaskID, Output{Topic: "alerts", Class: string(e.Class), Rule: "ALERT TASK/" + e.Key, At: stamp(at), Reason: e.Reason})
+	c.actual(e.TaskID, Output{Topic: topicspec.Alerts, Class: string(e.Class), Rule: "ALERT TASK/" + e.Key, At: stamp(at), Reason: e.Reason})
 	for _, it := range c.items {
 		if it.task != e.TaskID || at.Before(it.opened) || it.closed != nil && at.After(*it.closed) {
 			continue

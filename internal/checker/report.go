@@ -3,6 +3,7 @@ package checker
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"slices"
 	"strings"
@@ -97,16 +98,16 @@ type Input struct {
 
 // Output is one output record, written or expected.
 type Output struct {
-	Topic     string `json:"topic"`
-	Input     string `json:"input,omitempty"`
-	Class     string `json:"class,omitempty"`
-	Route     string `json:"route,omitempty"`
-	Rule      string `json:"rule,omitempty"`
-	Retry     int32  `json:"retry_n,omitempty"`
-	NotBefore string `json:"not_before,omitempty"`
-	At        string `json:"at,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	Note      string `json:"note,omitempty"`
+	Topic     topicspec.Short `json:"topic"`
+	Input     string          `json:"input,omitempty"`
+	Class     string          `json:"class,omitempty"`
+	Route     string          `json:"route,omitempty"`
+	Rule      string          `json:"rule,omitempty"`
+	Retry     int32           `json:"retry_n,omitempty"`
+	NotBefore string          `json:"not_before,omitempty"`
+	At        string          `json:"at,omitempty"`
+	Reason    string          `json:"reason,omitempty"`
+	Note      string          `json:"note,omitempty"`
 }
 
 // OK reports whether the outputs matched the model.
@@ -143,7 +144,7 @@ func (c *checker) actual(task string, o Output) {
 	}
 }
 
-func outputOf(topic string, r *routed, note string) Output {
+func outputOf(topic topicspec.Short, r *routed, note string) Output {
 	o := outputOfDecision(topic, inputKey{r.r.Input.Topic, r.r.Input.Partition, r.r.Input.Offset}, r.r.Decision)
 	if r.r.Input.Topic == "" {
 		o.Input = ""
@@ -152,7 +153,7 @@ func outputOf(topic string, r *routed, note string) Output {
 	return o
 }
 
-func outputOfDecision(topic string, k inputKey, d event.Decision) Output {
+func outputOfDecision(topic topicspec.Short, k inputKey, d event.Decision) Output {
 	o := Output{Topic: topic, Input: k.String(), Class: string(d.Class), Route: string(d.Route), Rule: d.Rule,
 		Reason: d.Reason, At: stamp(d.DecidedAt.Time)}
 	if d.Retry != nil {

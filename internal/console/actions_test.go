@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"net/url"
 	"strings"
@@ -89,7 +90,9 @@ func TestAnActionIsRefusedWhenItsLogRecordCannotBeWritten(t *testing.T) {
 }
 
 // consoleTopicOf creates the console topic of set with parts partitions.
-func consoleTopicOf(t *testing.T, opts []kgo.Opt, set interface{ Name(string) (string, error) }, parts int32) string {
+func consoleTopicOf(t *testing.T, opts []kgo.Opt, set interface {
+	Name(topicspec.Short) (string, error)
+}, parts int32) string {
 	t.Helper()
 	state, _ := set.Name("state")
 	topic := strings.TrimSuffix(state, "faultrouter.state") + "faultrouter.console"

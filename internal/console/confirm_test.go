@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"html"
 	"net/http"
 	"net/url"
@@ -145,7 +146,9 @@ func TestRedriveConfirmRunsThePreviewedSetOnce(t *testing.T) {
 	}
 }
 
-func produceItem(t *testing.T, opts []kgo.Opt, set interface{ Name(string) (string, error) }, task, owner string) {
+func produceItem(t *testing.T, opts []kgo.Opt, set interface {
+	Name(topicspec.Short) (string, error)
+}, task, owner string) {
 	t.Helper()
 	review, _ := set.Name("review")
 	produceDecision(t, opts, review, task, event.Decision{Class: event.ClassModelRefusal, Route: event.RouteReview, Rule: "test", Reason: "refused",

@@ -360,7 +360,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // topic is the full name of a topic given by its short name.
-func (s *Server) topic(short string) string {
+func (s *Server) topic(short topicspec.Short) string {
 	n, _ := s.cfg.Topics.Name(short)
 	return n
 }

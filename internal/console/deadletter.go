@@ -10,6 +10,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"net/url"
 	"slices"
@@ -112,7 +113,7 @@ func (s *Server) dlRow(d *deadLetter) dlRow {
 	for _, h := range d.Headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: cut(h.Key, dlHeaderBytes), Value: []byte(cut(string(h.Value), dlHeaderBytes))})
 	}
-	st := replay.Decode(s.codec, d.record(), "deadletter")
+	st := replay.Decode(s.codec, d.record(), topicspec.DeadLetter)
 	if st.Event != nil {
 		b, _ := json.MarshalIndent(st.Event, "", "  ")
 		r.Event = cut(string(b), dlEventBytes)
@@ -267,9 +268,9 @@ func (s *Server) plan(ds []deadLetter, reason, operator string) ([]control.Redri
 	found := make([]replay.Found, len(ds))
 	for i := range ds {
 		rec := ds[i].record()
-		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, "deadletter")}
+		found[i] = replay.Found{Rec: rec, Step: replay.Decode(s.codec, rec, topicspec.DeadLetter)}
 	}
-	return control.PlanRedrive(s.codec, found, s.topic("ingress"), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason, Operator: operator})
+	return control.PlanRedrive(s.codec, found, s.topic(topicspec.Ingress), control.RedriveOptions{MaxRedrives: s.cfg.MaxRedrives, Reason: reason, Operator: operator})
 }
 
 // maxRedrive is the most dead letters one re-drive takes.

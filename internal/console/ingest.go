@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ import (
 )
 
 // viewTopics are the short names of the topics the view is built from.
-var viewTopics = []string{"review", "decisions", "audit", "retry", "alerts", "deadletter"}
+var viewTopics = []topicspec.Short{topicspec.Review, topicspec.Decisions, topicspec.Audit, topicspec.Retry, topicspec.Alerts, topicspec.DeadLetter}
 
 // progress is how far the view is behind the topics' ends at start-up.
 type progress struct {
@@ -46,14 +47,14 @@ func (p *progress) snapshot() (read, total int64, caughtUp bool, err string) {
 
 // ingest reads the topics into the view until ctx ends.
 func (s *Server) ingest(ctx context.Context) error {
-	names := map[string]string{} // full name -> short
+	names := map[string]topicspec.Short{} // full name -> short
 	var topics []string
 	for _, short := range viewTopics {
 		n := s.topic(short)
 		names[n] = short
 		topics = append(topics, n)
 	}
-	names[s.consoleTopic()] = "console"
+	names[s.consoleTopic()] = consoleShort
 	topics = append(topics, s.consoleTopic())
 	stored, err := s.view.offsets()
 	if err != nil {
@@ -203,11 +204,11 @@ func (s *Server) setErr(msg string) {
 }
 
 // apply changes the view for one record and returns what to tell the pages.
-func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
+func (s *Server) apply(b *batch, rec *kgo.Record, short topicspec.Short) (*note, error) {
 	switch short {
-	case "deadletter":
+	case topicspec.DeadLetter:
 		return s.applyDeadLetter(b, rec)
-	case "console":
+	case consoleShort:
 		return s.applyAction(b, rec)
 	}
 	st := replay.Decode(s.codec, rec, short)
@@ -216,14 +217,14 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 	case *event.Routed:
 		task := st.TaskID
 		switch short {
-		case "review":
+		case topicspec.Review:
 			if s.cfg.Webhooks != nil && v.Decision.Review != nil && v.Decision.Review.Priority == policy.PriorityHigh {
 				if err := b.b.Set([]byte("nq/"+task), nil, nil); err != nil { // notify.go
 					return nil, err
 				}
 			}
 			return s.updateItem(b, task, func(it *reviewItem) { applyReview(it, v, ts) })
-		case "audit":
+		case topicspec.Audit:
 			if err := s.trackRetry(b, task, v, ts); err != nil {
 				return nil, err
 			}
@@ -242,7 +243,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 				}
 			}
 			return s.updateItem(b, task, func(it *reviewItem) { applyAudit(it, &v.Decision, ts) })
-		case "retry":
+		case topicspec.Retry:
 			var p pendingRetry
 			if ok, err := b.get("due/"+task, &p); err != nil || !ok {
 				return nil, err
@@ -254,7 +255,7 @@ func (s *Server) apply(b *batch, rec *kgo.Record, short string) (*note, error) {
 	case *event.ReviewDecision:
 		return s.updateItem(b, v.TaskID, func(it *reviewItem) { applyDecision(it, v, ts) })
 	case *event.BreakerEvent:
-		if short != "alerts" {
+		if short != topicspec.Alerts {
 			return nil, nil // a breaker reset command: its transition comes on alerts
 		}
 		a := alert{BreakerEvent: *v, Time: ts, Partition: rec.Partition, Offset: rec.Offset}
@@ -483,7 +484,7 @@ func breakerOrderKey(state event.BreakerStateName, scope event.BreakerScope, key
 
 // applyDeadLetter stores a dead-letter record with its original bytes.
 func (s *Server) applyDeadLetter(b *batch, rec *kgo.Record) (*note, error) {
-	st := replay.Decode(s.codec, rec, "deadletter")
+	st := replay.Decode(s.codec, rec, topicspec.DeadLetter)
 	d := deadLetter{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Time: rec.Timestamp,
 		Key: rec.Key, Value: rec.Value, Headers: rec.Headers, TaskID: st.TaskID,
 		Redrives: replay.RedriveCount(rec.Headers)}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"strings"
 	"testing"
 	"time"
@@ -28,9 +29,9 @@ func TestViewRetentionByAge(t *testing.T) {
 	}
 	defer cl.Close()
 	c, _ := codec.New()
-	name := func(short string) string { n, _ := set.Name(short); return n }
+	name := func(short topicspec.Short) string { n, _ := set.Name(short); return n }
 	old, recent := time.Now().Add(-40*24*time.Hour), time.Now()
-	routed := func(topic, task string, route event.Route, rule string, at time.Time) *kgo.Record {
+	routed := func(topic topicspec.Short, task string, route event.Route, rule string, at time.Time) *kgo.Record {
 		d := event.Decision{Class: event.ClassModelRefusal, Route: route, Rule: rule, Reason: "r", DecidedAt: event.At(at)}
 		if route == event.RouteReview {
 			d.Review = &event.Review{Owner: "ai_product", SLAMs: 60_000}

@@ -9,6 +9,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"maps"
 	"net/http"
 	"net/url"
@@ -457,7 +458,7 @@ func (s *Server) decide(r *http.Request, p *person, tasks []string, approve bool
 		unsend()
 		return err
 	}
-	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic("decisions"), ds...); err != nil {
+	if err := control.Decide(r.Context(), s.cfg.Kafka, s.codec, s.topic(topicspec.Decisions), ds...); err != nil {
 		unsend()
 		return fmt.Errorf("writing the decision: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"os"
 	"strconv"
@@ -212,6 +213,10 @@ func (s *Server) consoleTopic() string {
 
 // ConsoleTopicName is the console's own topic without the topics' prefix.
 const ConsoleTopicName = "faultrouter.console"
+
+// consoleShort is the console's own topic among the short names of the
+// topics it reads (it is not one of the router's).
+const consoleShort topicspec.Short = "console"
 
 // consoleTopicRetention keeps the sign-outs and the operator actions.
 const consoleTopicRetention = 90 * 24 * time.Hour

@@ -9,6 +9,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"strings"
 	"time"
@@ -81,7 +82,7 @@ func (s *Server) timelinePage(w http.ResponseWriter, r *http.Request, p *person)
 // timeline reads the task's records since a time from its partition of
 // every topic of its story.
 func (s *Server) timeline(ctx context.Context, id string, since time.Time) ([]replay.Step, error) {
-	shortOf := map[string]string{}
+	shortOf := map[string]topicspec.Short{}
 	var topics []string
 	for _, short := range replay.TimelineShorts {
 		n := s.topic(short)

@@ -3,6 +3,7 @@ package replay
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ func RawOf(rec *kgo.Record, e *codec.ErrorInfo) Raw {
 
 // Decode turns one consumed record of the topic named short (ingress,
 // audit, ...) into a step.
-func Decode(c *codec.Codec, rec *kgo.Record, short string) Step {
+func Decode(c *codec.Codec, rec *kgo.Record, short topicspec.Short) Step {
 	st := Step{Topic: rec.Topic, Short: short, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp, TaskID: string(rec.Key)}
 	for k, v := range codec.HeaderMap(rec.Headers) {
 		if name, ok := strings.CutPrefix(k, codec.RedriveHeaderPrefix); ok {

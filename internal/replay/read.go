@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"sort"
 	"time"
@@ -31,7 +32,7 @@ type ReadOptions struct {
 	// read.
 	Filter Filter
 	// ShortOf maps a full topic name to its short name (ingress, audit, ...).
-	ShortOf map[string]string
+	ShortOf map[string]topicspec.Short
 	// Key, when set, reads of each topic only the partition the default
 	// partitioner (murmur2, as the Java client) puts records of this key in:
 	// one task's records when every topic is keyed by task ID.

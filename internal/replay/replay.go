@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ const (
 // prints.
 type Step struct {
 	Topic     string
-	Short     string // ingress, audit, ...; empty when unknown
+	Short     topicspec.Short // ingress, audit, ...; empty when unknown
 	Partition int32
 	Offset    int64
 	Timestamp time.Time
@@ -151,12 +152,12 @@ func (f *Filter) Match(s *Step) bool {
 }
 
 // TimelineShorts are the topics of a task's story, in data-path order.
-var TimelineShorts = []string{"ingress", "decisions", "audit", "retry", "review", "deadletter", "alerts"}
+var TimelineShorts = []topicspec.Short{topicspec.Ingress, topicspec.Decisions, topicspec.Audit, topicspec.Retry, topicspec.Review, topicspec.DeadLetter, topicspec.Alerts}
 
 // topicRank orders steps written in the same millisecond along the data
 // path: the input first, then what the router wrote for it.
-var topicRank = map[string]int{
-	"ingress": 0, "decisions": 1, "audit": 2, "retry": 3, "review": 4, "deadletter": 5, "alerts": 6,
+var topicRank = map[topicspec.Short]int{
+	topicspec.Ingress: 0, topicspec.Decisions: 1, topicspec.Audit: 2, topicspec.Retry: 3, topicspec.Review: 4, topicspec.DeadLetter: 5, topicspec.Alerts: 6,
 }
 
 // Timeline sorts steps in time order; steps of the same millisecond follow
@@ -176,7 +177,7 @@ func Timeline(steps []Step) {
 	})
 }
 
-func rank(short string) int {
+func rank(short topicspec.Short) int {
 	if r, ok := topicRank[short]; ok {
 		return r
 	}

@@ -94,7 +94,7 @@ func TestTimeline(t *testing.T) {
 	Timeline(steps)
 	var got []string
 	for _, s := range steps {
-		got = append(got, s.Short)
+		got = append(got, string(s.Short))
 	}
 	want := []string{"ingress", "retry", "ingress", "audit", "deadletter"}
 	for i := range want {

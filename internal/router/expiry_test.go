@@ -75,7 +75,7 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 	if _, err := set.Apply(ctx, kadm.NewClient(adm)); err != nil {
 		t.Fatal(err)
 	}
-	name := func(short string) string {
+	name := func(short topicspec.Short) string {
 		n, err := set.Name(short)
 		if err != nil {
 			t.Fatal(err)

@@ -63,7 +63,7 @@ func lcStart(t *testing.T, partitions int32) *lcWorld {
 	if _, err := set.Apply(ctx, kadm.NewClient(adm)); err != nil {
 		t.Fatal(err)
 	}
-	name := func(short string) string {
+	name := func(short topicspec.Short) string {
 		n, err := set.Name(short)
 		if err != nil {
 			t.Fatal(err)

@@ -57,7 +57,7 @@ func newTestRouterCluster(t testing.TB, adjust func(*Config)) (*kfake.Cluster, *
 	if _, err := set.Apply(ctx, kadm.NewClient(adm)); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
-	name := func(short string) string {
+	name := func(short topicspec.Short) string {
 		n, err := set.Name(short)
 		if err != nil {
 			t.Fatal(err)

@@ -20,14 +20,33 @@ import (
 	"github.com/faultrouter/faultrouter/topics"
 )
 
-// shorts are the short names of all topics, in the order of docs/design.md's topics
-// table. Each has a file <short>.yaml in package topics.
-var shorts = []string{"ingress", "decisions", "retry", "review", "audit", "deadletter", "alerts", "state", "breakers"}
+// Short is a topic's short name: the name the command line, the spec files
+// and every tool's reports use (the Kafka name is the set's prefix and the
+// spec's name). The topics are declared here once; Topics, the router's,
+// the console's, the control verbs' and the what-if's topic sets, derive
+// from them.
+type Short string
+
+// The topics, in the order of docs/design.md's topics table. Each has a
+// file <short>.yaml in package topics.
+const (
+	Ingress    Short = "ingress"
+	Decisions  Short = "decisions"
+	Retry      Short = "retry"
+	Review     Short = "review"
+	Audit      Short = "audit"
+	DeadLetter Short = "deadletter"
+	Alerts     Short = "alerts"
+	State      Short = "state"
+	Breakers   Short = "breakers"
+)
+
+var shorts = []Short{Ingress, Decisions, Retry, Review, Audit, DeadLetter, Alerts, State, Breakers}
 
 // coPartitioned are the topics that must have the same partition count: the
 // router reads ingress and decisions partition p together and restores the
 // state of those tasks from state partition p.
-var coPartitioned = []string{"ingress", "decisions", "state"}
+var coPartitioned = []Short{Ingress, Decisions, State}
 
 // maxNameLen is Kafka's limit on a topic name's length.
 const maxNameLen = 249
@@ -35,7 +54,7 @@ const maxNameLen = 249
 // Spec is the declared shape of one topic.
 type Spec struct {
 	// Short is the name used on the command line, e.g. "ingress".
-	Short string `yaml:"short"`
+	Short Short `yaml:"short"`
 	// Name is the Kafka topic name; once loaded, it includes the prefix.
 	Name string `yaml:"name"`
 	// Partitions is the partition count, at least 1.
@@ -55,7 +74,7 @@ type Set struct {
 }
 
 // Shorts returns the short names of all topics, in the order of docs/design.md.
-func Shorts() []string { return slices.Clone(shorts) }
+func Shorts() []Short { return slices.Clone(shorts) }
 
 // Load returns the embedded topic specs with prefix prepended to every topic
 // name (prefix may be empty). It returns an error wrapping ErrInvalidSpec when
@@ -71,14 +90,14 @@ func load(fsys fs.FS, prefix string) (Set, error) {
 		return Set{}, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
 	}
 	for _, f := range files {
-		if !slices.Contains(shorts, strings.TrimSuffix(f, ".yaml")) {
+		if !slices.Contains(shorts, Short(strings.TrimSuffix(f, ".yaml"))) {
 			return Set{}, fmt.Errorf("%w: %s is not a faultrouter topic; the files are %s",
 				ErrInvalidSpec, f, strings.Join(fileNames(), ", "))
 		}
 	}
 	s := Set{prefix: prefix}
 	for _, short := range shorts {
-		file := short + ".yaml"
+		file := string(short) + ".yaml"
 		data, err := fs.ReadFile(fsys, file)
 		if err != nil {
 			return Set{}, fmt.Errorf("%w: %s: %v", ErrInvalidSpec, file, err)
@@ -105,7 +124,7 @@ func parse(file string, data []byte) (Spec, error) {
 	if err := dec.Decode(&sp); err != nil {
 		return Spec{}, fmt.Errorf("%w: %s: %v", ErrInvalidSpec, file, err)
 	}
-	if want := strings.TrimSuffix(path.Base(file), ".yaml"); sp.Short != want {
+	if want := Short(strings.TrimSuffix(path.Base(file), ".yaml")); sp.Short != want {
 		return Spec{}, fmt.Errorf("%w: %s: short is %q, want %q (the file name)", ErrInvalidSpec, file, sp.Short, want)
 	}
 	if sp.Configs == nil {
@@ -180,7 +199,7 @@ func (s Set) Specs() []Spec {
 
 // Spec returns the spec of the topic with the given short name, or an error
 // wrapping ErrUnknownTopic that lists the allowed short names.
-func (s Set) Spec(short string) (Spec, error) {
+func (s Set) Spec(short Short) (Spec, error) {
 	for _, sp := range s.specs {
 		if sp.Short == short {
 			return sp.clone(), nil
@@ -192,7 +211,7 @@ func (s Set) Spec(short string) (Spec, error) {
 // Name returns the Kafka topic name (prefix included) of the topic with the
 // given short name: "ingress" -> "<prefix>ai.tasks.ingress". An unknown short
 // name is an error wrapping ErrUnknownTopic that lists the allowed ones.
-func (s Set) Name(short string) (string, error) {
+func (s Set) Name(short Short) (string, error) {
 	sp, err := s.Spec(short)
 	if err != nil {
 		return "", err
@@ -213,15 +232,15 @@ type Topics struct {
 
 // Topics returns the full names of the set's topics.
 func (s Set) Topics() Topics {
-	n := func(short string) string {
+	n := func(short Short) string {
 		name, err := s.Name(short)
 		if err != nil {
 			panic(err) // every Set holds every short name (load, Validate)
 		}
 		return name
 	}
-	return Topics{Ingress: n("ingress"), Decisions: n("decisions"), Retry: n("retry"), Review: n("review"), Audit: n("audit"),
-		DeadLetter: n("deadletter"), Alerts: n("alerts"), State: n("state"), Breakers: n("breakers")}
+	return Topics{Ingress: n(Ingress), Decisions: n(Decisions), Retry: n(Retry), Review: n(Review), Audit: n(Audit),
+		DeadLetter: n(DeadLetter), Alerts: n(Alerts), State: n(State), Breakers: n(Breakers)}
 }
 
 // Prefix is the prefix Load put before every topic name: a tool's own
@@ -270,22 +289,25 @@ func (s Set) WithReplicationFactor(rf int16) Set {
 }
 
 // mustSpec returns the spec of a short name known to be in the set.
-func (s Set) mustSpec(short string) Spec {
+func (s Set) mustSpec(short Short) Spec {
 	for _, sp := range s.specs {
 		if sp.Short == short {
 			return sp
 		}
 	}
-	panic("topicspec: missing topic " + short)
+	panic("topicspec: missing topic " + string(short))
 }
 
 func (s Set) shorts() []string {
+	out := make([]string, 0, len(shorts))
 	if len(s.specs) == 0 {
-		return Shorts()
+		for _, sh := range shorts {
+			out = append(out, string(sh))
+		}
+		return out
 	}
-	out := make([]string, len(s.specs))
-	for i, sp := range s.specs {
-		out[i] = sp.Short
+	for _, sp := range s.specs {
+		out = append(out, string(sp.Short))
 	}
 	return out
 }
@@ -298,13 +320,17 @@ func (sp Spec) clone() Spec {
 func fileNames() []string {
 	out := make([]string, len(shorts))
 	for i, s := range shorts {
-		out[i] = s + ".yaml"
+		out[i] = string(s) + ".yaml"
 	}
 	return out
 }
 
 // joinAnd joins words as "a, b and c".
-func joinAnd(words []string) string {
+func joinAnd[S ~string](ws []S) string {
+	words := make([]string, len(ws))
+	for i, w := range ws {
+		words[i] = string(w)
+	}
 	if len(words) <= 1 {
 		return strings.Join(words, "")
 	}

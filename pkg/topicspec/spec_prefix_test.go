@@ -27,7 +27,7 @@ func TestTopicsNamesEveryTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := s.Topics()
-	for short, name := range map[string]string{"ingress": got.Ingress, "decisions": got.Decisions, "retry": got.Retry, "review": got.Review,
+	for short, name := range map[Short]string{"ingress": got.Ingress, "decisions": got.Decisions, "retry": got.Retry, "review": got.Review,
 		"audit": got.Audit, "deadletter": got.DeadLetter, "alerts": got.Alerts, "state": got.State, "breakers": got.Breakers} {
 		if want, _ := s.Name(short); name != want {
 			t.Errorf("Topics() names %s %q, want %q", short, name, want)

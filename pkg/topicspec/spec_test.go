@@ -17,7 +17,7 @@ func TestLoadDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
+	want := map[Short]string{
 		"ingress":    "ai.tasks.ingress",
 		"decisions":  "ai.tasks.review.decisions",
 		"retry":      "ai.tasks.retry",
@@ -91,7 +91,7 @@ func TestNameUnknown(t *testing.T) {
 		t.Fatalf("Name(ingres) = %v, want ErrUnknownTopic", err)
 	}
 	for _, short := range Shorts() {
-		if !strings.Contains(err.Error(), short) {
+		if !strings.Contains(err.Error(), string(short)) {
 			t.Errorf("error %q does not list %q", err, short)
 		}
 	}
@@ -103,11 +103,11 @@ func TestLoadRejectsBadSpecs(t *testing.T) {
 	good := func() fstest.MapFS {
 		m := fstest.MapFS{}
 		for _, short := range shorts {
-			data, err := topics.FS.ReadFile(short + ".yaml")
+			data, err := topics.FS.ReadFile(string(short) + ".yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
-			m[short+".yaml"] = &fstest.MapFile{Data: data}
+			m[string(short)+".yaml"] = &fstest.MapFile{Data: data}
 		}
 		return m
 	}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,7 +24,7 @@ type reader struct {
 	handed  *kgo.Record // returned by the last next, marked on the following call
 }
 
-func newReader(cfg Config, short, group string) (*reader, map[string]string, error) {
+func newReader(cfg Config, short topicspec.Short, group string) (*reader, map[topicspec.Short]string, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}

@@ -148,7 +148,7 @@ func embeddedRouter() ([]string, func()) {
 	if _, err := set.Apply(context.Background(), kadm.NewClient(adm)); err != nil {
 		panic(err)
 	}
-	name := func(short string) string { n, _ := set.Name(short); return n }
+	name := func(short topicspec.Short) string { n, _ := set.Name(short); return n }
 	dir, err := os.MkdirTemp("", "worker-example-")
 	if err != nil {
 		panic(err)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -39,7 +40,7 @@ func NewReporter(cfg Config) (*Reporter, error) {
 	}
 	// franz-go's defaults are the contract: idempotent writes, acks from all
 	// in-sync replicas, murmur2 key hashing (the sticky key partitioner).
-	cl, err := kgo.NewClient(append(cfg.ClientOpts, kgo.DefaultProduceTopic(topics["ingress"]))...)
+	cl, err := kgo.NewClient(append(cfg.ClientOpts, kgo.DefaultProduceTopic(topics[topicspec.Ingress]))...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -47,7 +48,7 @@ func NewReporter(cfg Config) (*Reporter, error) {
 	if source == "" {
 		source = "worker"
 	}
-	return &Reporter{cl: cl, codec: c, topic: topics["ingress"], source: source}, nil
+	return &Reporter{cl: cl, codec: c, topic: topics[topicspec.Ingress], source: source}, nil
 }
 
 // Report sends events to the ingress topic, each keyed by its task ID, and

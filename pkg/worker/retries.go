@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -63,7 +64,7 @@ type Retries struct{ r *reader }
 // NewRetries joins group on the retry topic. A new group starts at the
 // topic's beginning.
 func NewRetries(cfg Config, group string) (*Retries, error) {
-	r, _, err := newReader(cfg, "retry", group)
+	r, _, err := newReader(cfg, topicspec.Retry, group)
 	if err != nil {
 		return nil, err
 	}

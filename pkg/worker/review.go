@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -34,11 +35,11 @@ type ReviewOutcomes struct {
 // NewReviewOutcomes joins group on the audit topic. A new group starts at
 // the topic's beginning.
 func NewReviewOutcomes(cfg Config, group string) (*ReviewOutcomes, error) {
-	r, topics, err := newReader(cfg, "audit", group)
+	r, topics, err := newReader(cfg, topicspec.Audit, group)
 	if err != nil {
 		return nil, err
 	}
-	return &ReviewOutcomes{r: r, decisions: topics["decisions"]}, nil
+	return &ReviewOutcomes{r: r, decisions: topics[topicspec.Decisions]}, nil
 }
 
 // Next blocks until the next review decision's outcome, for any task, or

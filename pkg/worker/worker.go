@@ -35,12 +35,12 @@ func (c Config) Validate() error {
 }
 
 // topics returns the router's topic names under the config's prefix.
-func (c Config) topics() (map[string]string, error) {
+func (c Config) topics() (map[topicspec.Short]string, error) {
 	set, err := topicspec.Load(c.TopicPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("%w: TopicPrefix %q: %v", ErrConfig, c.TopicPrefix, err)
 	}
-	out := map[string]string{}
+	out := map[topicspec.Short]string{}
 	for _, short := range topicspec.Shorts() {
 		if out[short], err = set.Name(short); err != nil {
 			return nil, err
