@@ -2,7 +2,7 @@ package router
 
 // assignment.go is what this instance owns of the consumer group's partitions:
 // the assignment callbacks restore the state of the partitions assigned
-// (the restorer), mark those revoked released, and keep the set of owned
+// (package restore), mark those revoked released, and keep the set of owned
 // partitions the parts ask about (the assignment interface, parts.go).
 
 import (
@@ -60,7 +60,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 	}
 	r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
-	if err := r.rst.restore(ctx, cl, parts); err != nil {
+	if err := r.rst.Restore(ctx, cl, parts); err != nil {
 		r.setReady(false)
 		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
 		select {
@@ -86,7 +86,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 // the next assignment is restored. franz-go's transactional session has
 // ended the open transaction by now, so the store holds everything this
 // instance committed: it marks each revoked partition released at the
-// changelog's current end (restore.go trusts the local state of a partition
+// changelog's current end (the restore trusts the local state of a partition
 // it gets back only if the changelog has not moved since).
 func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.setReady(false)
@@ -103,7 +103,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 	}
 	r.ownedGen = -1
 	r.mu.Unlock()
-	r.rst.markReleased(ctx, cl, held)
+	r.rst.MarkReleased(ctx, cl, held)
 }
 
 // onLost runs when partitions are lost (the session expired or the group

@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -26,11 +27,7 @@ type metrics struct {
 	batchBytes        prometheus.Histogram
 	batchLimitRecords prometheus.Gauge
 	batchLimitBytes   prometheus.Gauge
-	restoredRecords   prometheus.Counter
-	// restoreUnreadable counts the changelog records a restore stopped at
-	restoreUnreadable prometheus.Counter
-	restoreSeconds    prometheus.Histogram
-	restoreRemaining  prometheus.Gauge
+	restore           *restore.Metrics // the restore's (package restore)
 	ready             prometheus.Gauge
 	registryWaiting   prometheus.Gauge // registry.go
 	tasksStarted      prometheus.Counter
@@ -77,14 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Input records the next batch may take: MaxPollRecords when caught up, up to MaxBatchRecords under a backlog."}),
 		batchLimitBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batch_limit_bytes",
 			Help: "Bytes of input keys and values the next batch may take (it may pass them by one fetch)."}),
-		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
-			Help: "Changelog records applied to the state store during restores."}),
-		restoreUnreadable: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_unreadable_records_total",
-			Help: "Changelog records a restore could not read and stopped at (the partition is not routed until this build can read them)."}),
-		restoreSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "restore_seconds",
-			Help: "Time to bring the state of an assignment up to the end of the changelog.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
-		restoreRemaining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "restore_remaining_records",
-			Help: "Changelog records left to restore (approximate, offsets)."}),
+		restore: restore.NewMetrics(),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "ready",
 			Help: "1 once the state is restored and the router is routing."}),
 		registryWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "registry_waiting",
@@ -113,9 +103,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.ledger = newLedgerMetrics(ns, reg)
 	if reg != nil {
 		reg.MustRegister(m.forwarded, m.partitions, m.partitionChanges)
+		reg.MustRegister(m.restore.Collectors()...)
 		reg.MustRegister(m.tasksStarted, m.tasksFinished, m.taskSeconds, m.costUSD, m.tokens)
 		reg.MustRegister(m.consumed, m.routed, m.dropped, m.poison, m.retriesPublished, m.txCommitted,
-			m.txAborted, m.sessionRestarts, m.batchSeconds, m.batchRecords, m.batchBytes, m.batchLimitRecords, m.batchLimitBytes, m.restoredRecords, m.restoreUnreadable, m.restoreSeconds, m.restoreRemaining, m.ready, m.consumerLag, m.registryWaiting)
+			m.txAborted, m.sessionRestarts, m.batchSeconds, m.batchRecords, m.batchBytes, m.batchLimitRecords, m.batchLimitBytes, m.ready, m.consumerLag, m.registryWaiting)
 		m.kprom = kprom.NewMetrics(ns, kprom.Registerer(reg))
 	}
 	return m

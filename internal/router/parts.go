@@ -34,8 +34,8 @@ import (
 //   - the cost ledger (ledger.go): each decision's spend and cost
 //     prevented, in the metrics and the audit record's running totals;
 //   - the batch's transaction (txn.go, txn; fence.go);
-//   - the restore of the state store from the changelog (restore.go,
-//     restorer);
+//   - the restore of the state store from the changelog (package
+//     restore: Restorer);
 //   - the partitions this instance owns (assignment.go; balancer.go, the
 //     co-partitioned group balancer; membership.go, static membership and
 //     its fence of a member that left with a transaction open).

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,4 +158,11 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	}
 	r.countCommitted(b)
 	return nil
+}
+
+// cpuTime is the process's CPU time so far (user and system, all cores).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -20,8 +20,8 @@
 // instance owns): breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts), forwarder (a task's
 // home partition, forwarding, partition counts), sweeper (expiry, and the
-// sweep for due retries and overdue reviews), restorer (the store restored
-// from the changelog on an assignment), refusals (dead letters of input
+// sweep for due retries and overdue reviews), restore.Restorer (the store
+// restored from the changelog on an assignment; package restore), refusals (dead letters of input
 // whose output cannot be written) and txn (a batch's transaction).
 // handle.go holds the data path of one batch, top to bottom,
 // calling them.
@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -223,9 +224,9 @@ type Router struct {
 	// fwd is the forwarding of misplaced input and the partition counts
 	// (forward.go)
 	fwd forwarder
-	// rst restores the store of the partitions assigned (restore.go); used
+	// rst restores the store of the partitions assigned (package restore); used
 	// by the assignment callbacks
-	rst *restorer
+	rst *restore.Restorer
 	// limits are the record size limits per topic, read when a session
 	// starts (limits.go); used by the handle goroutine
 	limits *limits
@@ -349,7 +350,8 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.attachBreakers(brk)
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
-	r.rst = newRestorer(&cfg, log, st, r.metrics)
+	r.rst = restore.New(restore.Config{Topic: cfg.Topics.State, ClientOpts: cfg.ClientOpts, TransactionTimeout: cfg.TransactionTimeout,
+		Store: st, Log: log, Metrics: r.metrics.restore})
 	r.unw = newRefusals(cfg.Topics, log, r)
 	r.swp = newSweeper(&cfg, log, st, r, brk)
 	return r, nil

@@ -1,4 +1,4 @@
-package router
+package restore
 
 import (
 	"fmt"
@@ -118,14 +118,13 @@ func benchmarkRestoreApply(b *testing.B, tasks int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := &Router{log: log, codec: c, store: s}
 		wiped := map[int32]bool{}
 		for p := range int32(parts) {
 			wiped[p] = true
 		}
 		c0 := cpuTime()
 		b.StartTimer()
-		rs := newRestorer(&r.cfg, r.log, r.store, nil).newWriter(wiped)
+		rs := New(Config{Store: s, Log: log}).newWriter(wiped)
 		for _, g := range groups {
 			rs.hint(int64(len(g)))
 			for i := 0; i < len(g); i += 1000 { // fetches of 1000 records

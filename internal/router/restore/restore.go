@@ -1,4 +1,12 @@
-package router
+// Package restore is the restore of the router's state store from the state
+// changelog: on an assignment it brings the Pebble cache of the partitions
+// assigned up to the changelog before they are routed (Restorer.Restore),
+// and on a revoke it marks the partitions released at the changelog's end
+// (Restorer.MarkReleased), so that the next assignment knows what of the
+// local state it may trust. The store is a cache of the changelog: what the
+// restore writes is exactly what the compacted changelog says, each task's
+// last record in the order written.
+package restore
 
 import (
 	"bytes"
@@ -16,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -54,32 +63,87 @@ var (
 	restoreRecordBytes = 256
 )
 
-// restorer is the restore of the state store from the changelog, one part
+// ErrUnreadableState is returned by a restore that met a changelog record
+// this build cannot read: a state written by a build outside its schema
+// window, or bytes that are not a state. The restore of the partition stops
+// there, rather than skip the record and route on with the state before it
+// (or none): that would republish retries, forget pending ones, and let
+// dedup sets and held writes lapse. The error names the record (topic,
+// partition, offset, task) and the writer schema's fingerprint.
+var ErrUnreadableState = errors.New("router: changelog record this build cannot read")
+
+// Config is what a Restorer takes: the changelog it reads (a topic and the
+// options of the clients that read it), the producers' transaction timeout
+// (how long an open transaction on it may take to end), the store it
+// writes, its logger and its metrics (nil: none).
+type Config struct {
+	Topic              string
+	ClientOpts         []kgo.Opt
+	TransactionTimeout time.Duration
+	Store              *store.Store
+	Log                *slog.Logger
+	Metrics            *Metrics
+}
+
+// Metrics are a restore's metrics (NewMetrics).
+type Metrics struct {
+	// Records counts the changelog records applied; Unreadable those a
+	// restore stopped at (ErrUnreadableState).
+	Records, Unreadable prometheus.Counter
+	Seconds             prometheus.Histogram
+	Remaining           prometheus.Gauge // records left (approximate, offsets)
+}
+
+// NewMetrics returns the restore's metrics, not registered (Collectors).
+func NewMetrics() *Metrics {
+	const ns = "faultrouter"
+	return &Metrics{
+		Records: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_records_total",
+			Help: "Changelog records applied to the state store during restores."}),
+		Unreadable: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "restore_unreadable_records_total",
+			Help: "Changelog records a restore could not read and stopped at (the partition is not routed until this build can read them)."}),
+		Seconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "restore_seconds",
+			Help: "Time to bring the state of an assignment up to the end of the changelog.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		Remaining: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "restore_remaining_records",
+			Help: "Changelog records left to restore (approximate, offsets)."}),
+	}
+}
+
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Records, m.Unreadable, m.Seconds, m.Remaining}
+}
+
+// Restorer is the restore of the state store from the changelog, one part
 // of the router: it owns bringing the store of the partitions assigned to
 // this instance up to the changelog before they are routed, and what the
 // store keeps of a partition released. On an assignment it decides what of the
 // local state to trust (trustOrWipe, ownWritesOnly), waits for the
 // changelog's open transactions (stableEnds) and reads the changelog from
-// the checkpoint to its end into the store (restore; restoreWriter); on a
+// the checkpoint to its end into the store (Restore; restoreWriter); on a
 // revoke it marks the partitions released at the changelog's end
-// (markReleased). It takes the store it writes and the changelog it reads
-// (a topic and the options of the client that reads it; the session's
-// client for the offsets), and runs in the assignment callbacks.
-type restorer struct {
+// (MarkReleased). It runs in the assignment callbacks, with the session's
+// client for the offsets.
+type Restorer struct {
 	topic      string    // the state changelog
 	clientOpts []kgo.Opt // of the clients that read it
 	txTimeout  time.Duration
 	store      *store.Store
 	log        *slog.Logger
-	metrics    *metrics
+	metrics    *Metrics
 }
 
-func newRestorer(cfg *Config, log *slog.Logger, st *store.Store, m *metrics) *restorer {
-	return &restorer{topic: cfg.Topics.State, clientOpts: cfg.ClientOpts, txTimeout: cfg.TransactionTimeout,
-		store: st, log: log, metrics: m}
+// New returns the restore of c.Store from the changelog c.Topic.
+func New(c Config) *Restorer {
+	m := c.Metrics
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Restorer{topic: c.Topic, clientOpts: c.ClientOpts, txTimeout: c.TransactionTimeout,
+		store: c.Store, log: c.Log, metrics: m}
 }
 
-// restore brings the Pebble cache of the given partitions up to the end of
+// Restore brings the Pebble cache of the given partitions up to the end of
 // the state changelog, from the checkpoint offset kept in Pebble. It waits
 // for open transactions on the changelog to finish first (a previous owner's
 // last transaction commits or aborts), so that nothing committed is missed.
@@ -99,13 +163,13 @@ func newRestorer(cfg *Config, log *slog.Logger, st *store.Store, m *metrics) *re
 //
 // The records are applied as they are read, in windows (see restoreWriter):
 // only the last state of a task in a window is stored.
-func (rs *restorer) restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
+func (rs *Restorer) Restore(ctx context.Context, cl *kgo.Client, parts []int32) error {
 	if len(parts) == 0 {
 		return nil
 	}
 	topic := rs.topic
 	entered := time.Now()
-	defer func() { rs.metrics.restoreSeconds.Observe(time.Since(entered).Seconds()) }()
+	defer func() { rs.metrics.Seconds.Observe(time.Since(entered).Seconds()) }()
 	adm := kadm.NewClient(cl)
 	ends, err := rs.stableEnds(ctx, adm, topic, parts)
 	if err != nil {
@@ -139,7 +203,7 @@ func (rs *restorer) restore(ctx context.Context, cl *kgo.Client, parts []int32) 
 	}
 	remaining := ranges.Len()
 	rs.log.Info("restoring state from the changelog", "topic", topic, "partitions", len(ranges[topic]), "records", remaining)
-	rs.metrics.restoreRemaining.Set(float64(remaining))
+	rs.metrics.Remaining.Set(float64(remaining))
 
 	began, lastLog := time.Now(), time.Now()
 	var total, read int64
@@ -156,8 +220,8 @@ func (rs *restorer) restore(ctx context.Context, cl *kgo.Client, parts []int32) 
 				return err
 			}
 			total += int64(len(b.Records))
-			rs.metrics.restoredRecords.Add(float64(len(b.Records)))
-			rs.metrics.restoreRemaining.Set(float64(left - (size - b.Left)))
+			rs.metrics.Records.Add(float64(len(b.Records)))
+			rs.metrics.Remaining.Set(float64(left - (size - b.Left)))
 			if time.Since(lastLog) > 5*time.Second {
 				rs.log.Info("restoring state", "applied", total, "records_left", left-(size-b.Left))
 				lastLog = time.Now()
@@ -176,7 +240,7 @@ func (rs *restorer) restore(ctx context.Context, cl *kgo.Client, parts []int32) 
 	if err != nil {
 		return fmt.Errorf("router: restore: %w", err)
 	}
-	rs.metrics.restoreRemaining.Set(0)
+	rs.metrics.Remaining.Set(0)
 	rs.log.Info("state restored", "topic", topic, "records", total, "took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
@@ -232,7 +296,7 @@ func restoreGroups(topic string, parts map[int32]scan.Range, size int) []scan.Ra
 // before it, so the partition is not routed on a state that lost the record.
 type restoreWriter struct {
 	store   *store.Store
-	metrics *metrics
+	metrics *Metrics
 	fresh   map[int32]bool // partitions the store holds nothing of: wiped, and not in a window written yet
 	// carried are, for each partition that was wiped and continues past
 	// the window being built, the index entries of every task the windows
@@ -285,7 +349,7 @@ type restoreStep struct {
 
 // newWriter starts the goroutines of a restore's writer; close stops them.
 // wiped are the partitions the restore wiped.
-func (rs *restorer) newWriter(wiped map[int32]bool) *restoreWriter {
+func (rs *Restorer) newWriter(wiped map[int32]bool) *restoreWriter {
 	w := &restoreWriter{store: rs.store, metrics: rs.metrics, fresh: maps.Clone(wiped),
 		in: make(chan restoreStep, 2), built: make(chan struct{}),
 		parts: map[int32]bool{}, next: map[int32]int64{}, commits: make(chan *store.Bulk),
@@ -409,7 +473,7 @@ func (w *restoreWriter) apply(rec *kgo.Record) error {
 	if rec.Value != nil {
 		var err error
 		if x, err = w.store.IndexEntries(rec.Value); err != nil {
-			w.metrics.restoreUnreadable.Inc()
+			w.metrics.Unreadable.Inc()
 			return fmt.Errorf("%w: %s partition %d offset %d, task %q, %s: %v",
 				ErrUnreadableState, rec.Topic, p, rec.Offset, key, writerSchema(rec.Value), err)
 		}
@@ -605,7 +669,7 @@ var gcRelax struct {
 // stableEnds returns the end offsets of the changelog partitions once no
 // transaction is open on them (last stable offset equals high watermark),
 // waiting at most the transaction timeout plus a margin.
-func (rs *restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
+func (rs *Restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
 	deadline := time.Now().Add(rs.txTimeout + 15*time.Second)
 	for {
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
@@ -645,7 +709,7 @@ func (rs *restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic stri
 // partition since, by anyone), and wipes it otherwise: after a restart
 // without a clean release, or when another instance owned p meanwhile. It
 // reports whether it kept the state.
-func (rs *restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
+func (rs *Restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
 	released, ok, err := rs.store.TakeReleased(p)
 	if err != nil {
 		return false, err
@@ -682,7 +746,7 @@ func (rs *restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, en
 // broker keeps for it. Such records are a batch that was in flight when
 // the partition was released (franz-go's revoke does not end a transaction
 // already being produced); an aborted one leaves none.
-func (rs *restorer) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
+func (rs *Restorer) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, from, end int64) (bool, error) {
 	pid, _, err := cl.ProducerID(ctx)
 	if err != nil {
 		return false, err
@@ -705,12 +769,12 @@ func (rs *restorer) ownWritesOnly(ctx context.Context, cl *kgo.Client, p int32, 
 	return ours, nil
 }
 
-// markReleased records, for each partition, the committed end of its
+// MarkReleased records, for each partition, the committed end of its
 // changelog as this instance lets it go (a batch of its own may still be in
 // flight: see trustOrWipe). It is bounded: on failure no mark is written,
 // and the partition is restored from the changelog's start when it comes
 // back.
-func (rs *restorer) markReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
+func (rs *Restorer) MarkReleased(ctx context.Context, cl *kgo.Client, parts []int32) {
 	if len(parts) == 0 {
 		return
 	}
