@@ -26,12 +26,12 @@ go test -count=1 -run '^TestDocs' ./internal/docscheck ./cmd/faultrouter
 echo "== unit tests"
 go test -count=1 $(go list ./... | grep -v /integration)
 
-# the router's (its restore's too) and the console's concurrency under the race detector: about 4
+# the router's (its parts' packages too) and the console's concurrency under the race detector: about 4
 # minutes on 2 cores (-short trims the router's 200-seed restore property test,
 # run whole above, to 40 seeds, and skips the console's 100,000-record page
 # work tests, run above; the rest runs whole)
 echo "== the router's and the console's unit tests under -race"
-go test -count=1 -race -short -skip '^TestSilentRevokeLetsThePartitionsGo$' ./internal/router/ ./internal/router/restore/ ./internal/console/
+go test -count=1 -race -short -skip '^TestSilentRevokeLetsThePartitionsGo$' ./internal/router/ ./internal/router/hold/ ./internal/router/restore/ ./internal/console/
 
 echo "== fuzz the decoder for $fuzzexecs executions"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="${fuzzexecs}x" ./pkg/codec

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/advise"
 	"github.com/faultrouter/faultrouter/internal/whatif"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const adviseSynopsis = `usage: faultrouter policy advise --since T [--until T] [--policy RUNNING.yaml] [--out CANDIDATE.yaml] [--format table|json]

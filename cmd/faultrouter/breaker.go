@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/event"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 
 	"github.com/faultrouter/faultrouter/internal/control"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const breakerSynopsis = `usage: faultrouter breaker reset --scope SCOPE --key KEY --reason TEXT [--operator NAME]

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const costSynopsis = `usage: faultrouter cost --since T [--until T] [--format table|json] [--policy FILE] [--top N]

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // demoCost prints the demo's cost table, read back from the audit topic as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const reviewSynopsis = `usage: faultrouter review decide --task ID (--approve | --reject) --reason TEXT [--reviewer NAME]

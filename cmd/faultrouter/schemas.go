@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"os"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const schemasSynopsis = `usage: faultrouter schemas register|check --registry URL [--topic T --file F] [--compatibility LEVEL]

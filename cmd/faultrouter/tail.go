@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const tailSynopsis = `usage: faultrouter tail --topic NAME [--from-beginning] [--until-end | --until-idle DUR] [--format json|text]

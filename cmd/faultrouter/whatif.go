@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/replay"
 	"github.com/faultrouter/faultrouter/internal/whatif"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 const whatifSynopsis = `usage: faultrouter policy whatif --policy CANDIDATE.yaml [--baseline CURRENT.yaml] --since T [--until T] [--format table|json|csv]

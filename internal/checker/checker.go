@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"slices"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Logs are the committed records of one run, read with read_committed.

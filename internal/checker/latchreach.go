@@ -19,7 +19,7 @@ import (
 // tombstone (a reviewer decided it, or its task was re-driven) or a RESET
 // of the template written after it. A RESET written before the item (a
 // lower offset) does not end it, however late an instance reads either.
-// The per-instance checks (breakers.go) see what each instance's own
+// The per-instance checks (breakers.go, here) see what each instance's own
 // transitions say; this one reads the latch from the breakers topic, so it
 // also catches an instance that never heard of the latch, or that let a
 // RESET end an item written after it.

@@ -2,7 +2,6 @@ package checker
 
 import (
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // retryKey names one retry of a task: its retry number.
@@ -304,7 +304,7 @@ func (c *checker) checkRetry(x *expectRetry) {
 // checkAlerts checks the alerts topic: the immediate alerts (hallucination,
 // budget) exactly once each, review SLA alerts when and only when an item
 // stayed open past its owner's SLA, surge alerts justified by the audit
-// stream, and the breaker transitions (breakers.go).
+// stream, and the breaker transitions (package internal/router/hold).
 func (c *checker) checkAlerts() {
 	var transitions []transition
 	for _, rec := range c.logs.Alerts {

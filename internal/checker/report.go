@@ -3,12 +3,12 @@ package checker
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"slices"
 	"strings"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Report is what Check found.

@@ -6,9 +6,10 @@ package console
 
 import (
 	"encoding/json"
-	"github.com/faultrouter/faultrouter/pkg/event"
 	"net/http"
 	"strings"
+
+	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // alertRow is an alert as the feed shows it (and the live script adds it).

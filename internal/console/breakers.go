@@ -10,7 +10,6 @@ package console
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/event"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/control"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // breakerRow is a breaker as the page shows it.

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"html"
 	"net/http"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 var hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)

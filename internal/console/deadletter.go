@@ -10,7 +10,6 @@ package console
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/control"
 	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // dlFilter selects dead letters.

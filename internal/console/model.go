@@ -7,11 +7,11 @@ package console
 // review record is newer than the audit record that closed it.
 
 import (
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"

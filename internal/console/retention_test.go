@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Guards the view's retention by age: over months the view holds what is

@@ -9,7 +9,6 @@ package console
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"maps"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/control"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // reviewFilter selects items.

@@ -9,12 +9,12 @@ package console
 import (
 	"context"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/faultrouter/faultrouter/internal/replay"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Bounds of a timeline: it reads from timelineSince ago unless the page

@@ -3,7 +3,6 @@ package replay
 import (
 	"encoding/base64"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Raw is the JSON form of a record that does not decode, or of a

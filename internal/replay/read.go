@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"io"
 	"sort"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Found is a selected record and its step.

@@ -103,10 +103,10 @@ func TestAbortedBatchBreakerLatchRepublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	opened := func(e event.BreakerEvent) bool {
-		return e.Kind == breakerKindTransition && e.Key == "tpl-x" && e.To == breaker.Open.Name()
+		return e.Kind == event.BreakerKindTransition && e.Key == "tpl-x" && e.To == breaker.Open.Name()
 	}
 	alerted := func(e event.BreakerEvent) bool {
-		return e.Kind == breakerKindAlert && e.Key == "tpl-x" && e.Class == event.ClassHallucination
+		return e.Kind == event.BreakerKindAlert && e.Key == "tpl-x" && e.Class == event.ClassHallucination
 	}
 	var alerts []event.BreakerEvent
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -69,9 +68,9 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 		return
 	}
-	// breakertable.go: no retry is published until the breakers topic is
+	// package hold: no retry is published until the breakers topic is
 	// read to where it stood now; its latches and states are adopted before
-	r.brk.catchUpTable(ctx, cl)
+	r.brk.CatchUpTable(ctx, cl)
 	_, gen := cl.GroupMetadata()
 	r.mu.Lock()
 	for _, p := range parts {
@@ -193,53 +192,11 @@ func (r *Router) unlessRebalanced(since uint64, fn func() error) error {
 	return fn()
 }
 
-// publishing reports whether the batch may publish retries: not while the
-// assignment waits for the breakers topic to be read to where it stood
-// when the assignment began (catchUpTable), nor while the table is not
-// fresh (freshFor: its reader, or this process, was held back). Its due
-// retries, expiries and alerts wait in the store's time indexes meanwhile,
-// and the wait shows in faultrouter_breakers_catching_up, in readiness
-// (the assignment's wait), and in a log line every tableCatchUp.
-func (r *Router) publishing(now time.Time) bool {
-	k := r.brk
-	cur := k.table.current()
-	switch {
-	case cur && !k.waitingSince.IsZero():
-		k.log.Info("breakers topic read to where the assignment began: retries are published again",
-			"topic", k.table.topic, "waited", time.Since(k.waitingSince).Round(time.Millisecond))
-		k.waitingSince, k.waitLogged = time.Time{}, time.Time{}
-		r.readyGauge()
-	case !cur && k.waitingSince.IsZero():
-		k.waitingSince, k.waitLogged = time.Now(), time.Now()
-		r.readyGauge()
-	case !cur && time.Since(k.waitLogged) >= tableCatchUp:
-		k.waitLogged = time.Now()
-		k.table.mu.Lock()
-		target, read := maps.Clone(k.table.target), maps.Clone(k.table.read)
-		k.table.mu.Unlock()
-		k.log.Warn("breakers topic not read to where the assignment began: no retry is published until it is",
-			"topic", k.table.topic, "waiting", time.Since(k.waitingSince).Round(time.Second), "target", target, "read", read)
-	}
-	age := time.Since(k.fresh)
-	fresh := age <= freshFor
-	switch {
-	case fresh && !k.staleSince.IsZero():
-		k.log.Info("breakers table fresh again: retries are published again",
-			"topic", k.table.topic, "waited", time.Since(k.staleSince).Round(time.Millisecond))
-		k.staleSince, k.staleLogged = time.Time{}, time.Time{}
-	case !fresh && k.staleSince.IsZero():
-		k.staleSince, k.staleLogged = time.Now(), time.Now()
-		k.log.Info("breakers table not read to a listing of the topic taken in the last "+freshFor.String()+"; due retries wait until it is",
-			"topic", k.table.topic, "age", age.Round(time.Millisecond))
-	case !fresh && time.Since(k.staleLogged) >= tableCatchUp:
-		k.staleLogged = time.Now()
-		k.log.Warn("breakers table still not fresh: no retry is published until it is", "topic", k.table.topic,
-			"waiting", time.Since(k.staleSince).Round(time.Second), "age", age.Round(time.Second))
-	}
-	if !cur || !fresh {
-		k.catchingUp.Set(1)
-	} else {
-		k.catchingUp.Set(0)
-	}
-	return cur && fresh
+// owner is the assignment as the breakers ask about it (hold.Owner).
+type owner struct{ r *Router }
+
+func (o owner) OwnedSet() map[int32]bool { return o.r.ownedSet() }
+
+func (o owner) AssignedSince(since uint64) (map[int32]bool, uint64, bool) {
+	return o.r.assignedSince(since)
 }

@@ -183,5 +183,5 @@ func (b *batch) load(st *task.State, p int32) {
 	b.touch(st.TaskID, p)
 }
 
-// queue adds rec to the batch's output.
-func (b *batch) queue(rec *kgo.Record) { b.out = append(b.out, rec) }
+// Queue adds rec to the batch's output.
+func (b *batch) Queue(rec *kgo.Record) { b.out = append(b.out, rec) }

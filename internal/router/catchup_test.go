@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
@@ -21,7 +22,7 @@ import (
 // rebalance then gives this instance its partitions again. No batch of the
 // assignment may publish the template's due retries on the breakers it
 // knew, however long the table takes to read the topic to where it stood
-// when the assignment began: past the assignment's wait (tableCatchUp) the
+// when the assignment began: past the assignment's wait (hold.TableCatchUp) the
 // router stays not ready, says so in faultrouter_breakers_catching_up, and
 // publishes nothing; once the table reads on, the retries stay held behind
 // the latch.
@@ -30,7 +31,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
 	var skew atomic.Int64              // the router's clock runs ahead by this much
 	// the breakers table waits before handling its next fetch while held
-	held := lcHook(t, &beforeTableFetch)
+	held := lcHook(t, &hold.BeforeTableFetch)
 	reg := prometheus.NewRegistry()
 	w.rt = w.start("lc", func(c *Config) {
 		c.Registerer = reg
@@ -99,7 +100,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 	// the retries come due: while the table is held, past the assignment's
 	// wait, nothing of the template is published and the router is not ready
 	skew.Store(int64(2 * time.Minute))
-	time.Sleep(tableCatchUp + 2*time.Second)
+	time.Sleep(hold.TableCatchUp + 2*time.Second)
 	if w.rt.Ready() {
 		t.Error("the router is ready while its breakers table has not read what was committed before its assignment")
 	}
@@ -137,14 +138,14 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 // assignment and no gap between its batches to make it read the breakers
 // topic again: its table's reader is held back (a broker it waits for, a
 // starved goroutine) while another instance latches a prompt template.
-// Once the table is older than freshFor, no due retry is published, and
+// Once the table is older than hold.FreshFor, no due retry is published, and
 // faultrouter_breakers_catching_up says so; once the reader reads on, the
 // retries stay held behind the latch.
 func TestAStaleTablePublishesNoRetry(t *testing.T) {
 	w := lcStart(t, 3)
 	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
 	var skew atomic.Int64              // the router's clock runs ahead by this much
-	held := lcHook(t, &beforeTableFetch)
+	held := lcHook(t, &hold.BeforeTableFetch)
 	reg := prometheus.NewRegistry()
 	w.rt = w.start("lc", func(c *Config) {
 		c.Registerer = reg
@@ -182,7 +183,7 @@ func TestAStaleTablePublishesNoRetry(t *testing.T) {
 	}
 	// past the bound the latch may take to reach a batch, the retries come
 	// due while the router keeps routing
-	time.Sleep(freshFor + listEvery + 500*time.Millisecond)
+	time.Sleep(hold.FreshFor + hold.ListEvery + 500*time.Millisecond)
 	skew.Store(int64(2 * time.Minute))
 	for i := range 6 {
 		if !w.routes(fmt.Sprintf("t-stale-busy-%d", i)) {
@@ -197,7 +198,7 @@ func TestAStaleTablePublishesNoRetry(t *testing.T) {
 	for _, id := range ids {
 		if r := retries[id]; len(r) != 0 {
 			t.Errorf("%s: %d retries published into %s, latched by another instance %s before, while this instance's table had not read the latch",
-				id, len(r), tpl, freshFor)
+				id, len(r), tpl, hold.FreshFor)
 		}
 	}
 	if t.Failed() {

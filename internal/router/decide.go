@@ -3,7 +3,7 @@ package router
 // decide.go is the decide step of the data path: each input decided by the
 // policy (pkg/policy) on its task's evolving state, in input order, and the
 // records its route queues (route, emit); and the due retries published
-// (publishDue). The breakers hold what they must (breakers.go).
+// (publishDue). The breakers hold what they must (package hold).
 
 import (
 	"time"
@@ -15,6 +15,17 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
+
+// observe hands a decided input to the breakers (package hold): a task
+// event's outcome, or a reviewer's decision of its hallucination item.
+func (r *Router) observe(in *input, b *batch, now time.Time) {
+	switch in.kind {
+	case inputTask:
+		r.brk.Observe(&in.event, &in.decision, in.state, b, now)
+	case inputReview:
+		r.brk.Reviewed(&in.review, &in.decision, in.state, b, now)
+	}
+}
 
 // route decides one input record and queues its output records.
 func (r *Router) route(in *input, b *batch, now time.Time) {
@@ -33,7 +44,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputCommand:
-		in.decision = r.brk.command(in, b, now) // breakers.go
+		in.decision = r.brk.Command(&in.command, b, now) // package hold
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputForward:
@@ -50,7 +61,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		pending := st.Pending
 		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
 		if st.Pending != pending && pending != nil {
-			r.brk.forget(st.TaskID) // breakers.go: its held retry, if any, is replaced
+			r.brk.Forget(st.TaskID) // package hold: its held retry, if any, is replaced
 		}
 		r.trackReview(st, &in.decision, now)
 		b.touch(st.TaskID, in.rec.Partition)
@@ -71,7 +82,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	pending := st.Pending
 	in.decision = r.cfg.Policy.DecideEvent(ev, st, hdr.Redrive, now)
 	if st.Pending != pending && pending != nil {
-		r.brk.forget(ev.TaskID) // breakers.go: its held retry, if any, is replaced
+		r.brk.Forget(ev.TaskID) // package hold: its held retry, if any, is replaced
 	}
 	if in.decision.Route != event.RouteDrop { // the ledger's view of it (pkg/policy/prevented.go)
 		in.repeat = r.cfg.Policy.RepeatOf(ev, hdr.Redrive != nil, !isNew, in.rec.Timestamp)
@@ -106,8 +117,8 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		switch {
 		case st.Pending == nil:
 		case st.Pending.NotBefore > now.UnixMilli():
-			r.brk.holdAhead(ev, st, in.rec.Partition, now) // breakers.go: held now if its breakers will refuse it when due
-		case !r.brk.holdRetry(ev, st, in.rec.Partition, b, now):
+			r.brk.HoldAhead(ev, st, in.rec.Partition, now) // package hold: held now if its breakers will refuse it when due
+		case !r.brk.HoldRetry(ev, st, in.rec.Partition, b, now):
 			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}
@@ -131,8 +142,8 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 			continue
 		}
 		topic := r.cfg.Topics.Retry
-		if r.brk.holdRetry(st.LastEvent, st, b.partOf[id], b, now) { // breakers.go: stays pending while a breaker is open
-			if d, due = r.brk.giveUp(st, now); !due { // unless its task's lifetime has ended
+		if r.brk.HoldRetry(st.LastEvent, st, b.partOf[id], b, now) { // package hold: stays pending while a breaker is open
+			if d, due = r.brk.GiveUp(st, now); !due { // unless its task's lifetime has ended
 				continue
 			}
 			topic = r.cfg.Topics.DeadLetter

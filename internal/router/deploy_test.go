@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
 
@@ -33,7 +34,7 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 func TestDeployFilesNameRealMetrics(t *testing.T) {
 	rec := &recorder{Registerer: prometheus.NewRegistry()}
 	m := newMetrics(rec)
-	if _, err := newBreakers(policy.Default(), rec); err != nil {
+	if _, err := hold.New(policy.Default(), rec); err != nil {
 		t.Fatal(err)
 	}
 	// kprom registers its metrics when a client is created

@@ -71,9 +71,9 @@ type forwarder struct {
 	checkedAt   time.Time
 }
 
-// alerter queues an alert on the alerts topic (breakers.alert).
+// alerter queues an alert on the alerts topic (hold.Breakers.Alert).
 type alerter interface {
-	alert(out recordsOut, now time.Time, kind string, e event.BreakerEvent)
+	Alert(out recordsOut, now time.Time, kind string, e event.BreakerEvent)
 }
 
 func newForwarder(cfg *Config, log *slog.Logger, m *metrics, alerts alerter) forwarder {
@@ -148,7 +148,7 @@ func (f *forwarder) watchPartitions(ctx context.Context, cl *kgo.Client, out rec
 			"(murmur2 over %d partitions) and records on other partitions are forwarded there; "+
 			"restart every instance together to adopt a new partition count (see docs/data-path.md, Adding partitions)", t.topic, t.was, t.now, f.home)
 		f.log.Error("partition count changed", "topic", t.topic, "from", t.was, "to", t.now, "home_partitions", f.home)
-		f.alerts.alert(out, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
+		f.alerts.Alert(out, now, codec.AlertPartitions, event.BreakerEvent{Scope: scopeTopic, Key: t.topic, Kind: event.BreakerKindAlert, Reason: reason,
 			Requests: t.now})
 	}
 	if !changed {

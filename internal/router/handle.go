@@ -15,8 +15,8 @@ import (
 //   dedup and task state   state.go, batch.go
 //   decide and route       decide.go (pkg/policy decides), forward.go
 //                          (forwarder)
-//   hold and release       breakers.go (breakers: observe, holdRetry,
-//                          releaseHeld)
+//   hold and release       package hold (Breakers: Observe, HoldRetry,
+//                          ReleaseHeld)
 //   expiry and the sweep   expiry.go, sweep.go (sweeper)
 //   produce and commit     txn.go (txn), fence.go; the store written after
 //                          the commit (state.go)
@@ -31,15 +31,15 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	b.reset()
 	now := r.cfg.Now()
 	start := time.Now()
-	// breakers.go: the batch's breaker changes are kept only if it commits
-	r.brk.begin(now)
+	// package hold: the batch's breaker changes are kept only if it commits
+	r.brk.Begin(now)
 	rebalances := r.rebalanceCount()
-	r.brk.adoptShared(b, now) // breakertable.go: the other instances' breaker changes
+	r.brk.AdoptShared(b, now) // package hold: the other instances' breaker changes
 	defer func() {
 		if committed {
-			r.brk.commit()
+			r.brk.Commit()
 		} else {
-			r.brk.rollback()
+			r.brk.Rollback()
 		}
 		r.fwd.partitionsCommitted(b.parts, sess.Client(), committed) // forward.go
 	}()
@@ -66,22 +66,22 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
-		r.brk.observe(&b.inputs[i], b, now) // breakers.go: outcomes, transitions, alerts
+		r.observe(&b.inputs[i], b, now) // package hold: outcomes, transitions, alerts
 		tx.produce(ctx)
 	}
 	// the batch before is in the store before its time indexes are read
 	if err := r.waitWritten(); err != nil {
 		return false, err
 	}
-	// breakertable.go: an assignment that came during the batch is read to
+	// package hold: an assignment that came during the batch is read to
 	// the breakers topic's end before it publishes, and what was read
 	// meanwhile adopted
 	if r.rebalanceCount() != rebalances {
-		r.brk.adoptShared(b, now)
+		r.brk.AdoptShared(b, now)
 	}
-	if r.publishing(now) {
-		// breakers.go: retries held behind breakers that have closed come first
-		if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+	if r.brk.Publishing(r.readyGauge) {
+		// package hold: retries held behind breakers that have closed come first
+		if err := r.brk.ReleaseHeld(b.states, b.load, now); err != nil {
 			return false, err
 		}
 		// sweep.go: expiry, due retries and owner SLA alerts on the partitions

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -188,7 +189,7 @@ func TestARouterStartedOnACompactedTopicKeepsTheLatch(t *testing.T) {
 // is decided: no retry is published before that, and each once after.
 func TestALateResetDoesNotReleaseANewerLatch(t *testing.T) {
 	w := latchStart(t)
-	held := lcHook(t, &beforeTableFetch)
+	held := lcHook(t, &hold.BeforeTableFetch)
 	w.write(w.item("h-1", true))
 	w.run()
 	ids := w.retryable("t-late-reset")

@@ -564,7 +564,7 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	}
 }
 
-// lcHold is a test hook of the router's (beforePoll, beforeTableFetch) that
+// lcHold is a test hook of the router's (beforePoll, hold.BeforeTableFetch) that
 // waits while held, until released.
 type lcHold struct {
 	held    atomic.Bool

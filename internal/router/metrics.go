@@ -2,11 +2,11 @@ package router
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
-	"github.com/twmb/franz-go/plugin/kprom"
 )
 
 // metrics are the router's Prometheus metrics. Label values come from fixed

@@ -1,15 +1,14 @@
 package router
 
 import (
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
 // The router is an orchestration of parts (handle.go calls them in the
 // order of the data path); each is a type of its own, in the file named for
-// it, and they meet at the small interfaces below. Every file belongs to
-// one part:
+// it, or a package of its own (hold, restore), and they meet at the small
+// interfaces below. Every file belongs to one part:
 //
 //   - the orchestration of one batch's data path (handle.go) and these
 //     parts' interfaces (parts.go);
@@ -26,9 +25,9 @@ import (
 //     batch's memory), and the policy's decisions on them (decide.go and
 //     retry_append.go, with pkg/policy; review_sla.go, the owners' SLA
 //     clock);
-//   - breaker holding (breakers.go, breakers; heldset.go, the held retries;
-//     breakertable.go, the breakers topic and its latches, kept by
-//     internal/latch): breakers, held retries, latches and the alerts;
+//   - breaker holding (package hold: Breakers; the latch book in
+//     internal/latch): breakers, held retries, latches, the breakers
+//     topic and the alerts;
 //   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
 //     sweeper): expiry, due retries, overdue reviews;
 //   - the cost ledger (ledger.go): each decision's spend and cost
@@ -46,9 +45,7 @@ import (
 // recordsOut is where a part queues the records it produces: the batch's
 // output, produced in the batch's transaction (handle.go). A record is
 // final once queued.
-type recordsOut interface {
-	queue(rec *kgo.Record)
-}
+type recordsOut = hold.Out
 
 // stateLoader reads task states from the state store (store.Store.Load):
 // the state of each of ids into into, from the partition partOf names.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/logging"
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -78,7 +79,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		pol := policy.Default()
-		brk, err := newBreakers(pol, nil)
+		brk, err := hold.New(pol, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 // is decided, its states written at once and its decisions counted.
 func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	b.reset()
-	r.brk.begin(now)
+	r.brk.Begin(now)
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
 	r.decodeAll(b.recs, nil, b.inputs)
@@ -140,9 +141,9 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
-		r.brk.observe(&b.inputs[i], b, now)
+		r.observe(&b.inputs[i], b, now)
 	}
-	if err := r.brk.releaseHeld(b.states, b.load, now); err != nil {
+	if err := r.brk.ReleaseHeld(b.states, b.load, now); err != nil {
 		return err
 	}
 	if err := r.swp.sweep(b, now); err != nil {
@@ -152,7 +153,7 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 		return err
 	}
 	r.changelog(b, now)
-	r.brk.commit()
+	r.brk.Commit()
 	if err := r.persist(b, now); err != nil {
 		return err
 	}

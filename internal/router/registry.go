@@ -57,7 +57,7 @@ func (r *Router) normalizeAll(ctx context.Context, b *batch) error {
 		waited := time.Since(since).Round(time.Millisecond)
 		r.log.Info("schema registry answers again; routing resumes", "registry", redactURL(r.cfg.Registry.URL()), "waited", waited)
 		if b.norm != nil { // not when ctx ended the wait
-			r.brk.alert(b, r.cfg.Now(), codec.AlertRegistry, event.BreakerEvent{Scope: scopeRegistry, Key: redactURL(r.cfg.Registry.URL()), Kind: event.BreakerKindAlert,
+			r.brk.Alert(b, r.cfg.Now(), codec.AlertRegistry, event.BreakerEvent{Scope: scopeRegistry, Key: redactURL(r.cfg.Registry.URL()), Kind: event.BreakerKindAlert,
 				Reason: fmt.Sprintf("the schema registry did not answer for %s from %s: routing waited for it and dead-lettered nothing for it",
 					waited, since.UTC().Format(time.RFC3339))})
 		}
@@ -124,7 +124,8 @@ func (r *Router) prepareFramer(ctx context.Context) error {
 	for {
 		f, err := r.cfg.Registry.Framer(ctx, topics, !r.cfg.LookupSchemasOnly)
 		if err == nil {
-			r.framer, r.brk.framer = f, f
+			r.framer = f
+			r.brk.SetFramer(f)
 			r.log.Info("writing the Confluent wire format", "registry", redactURL(r.cfg.Registry.URL()))
 			return nil
 		}

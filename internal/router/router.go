@@ -17,21 +17,20 @@
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the
 // batch's transaction, task states in from the store, the partitions this
-// instance owns): breakers (breaker holding: breakers, held retries,
-// latches, the shared breakers topic and the alerts), forwarder (a task's
-// home partition, forwarding, partition counts), sweeper (expiry, and the
-// sweep for due retries and overdue reviews), restore.Restorer (the store
-// restored from the changelog on an assignment; package restore), refusals (dead letters of input
-// whose output cannot be written) and txn (a batch's transaction).
-// handle.go holds the data path of one batch, top to bottom,
-// calling them.
+// instance owns): hold.Breakers (breaker holding: breakers, held retries,
+// latches, the shared breakers topic and the alerts; package hold),
+// forwarder (a task's home partition, forwarding, partition counts),
+// sweeper (expiry, and the sweep for due retries and overdue reviews),
+// restore.Restorer (the store restored from the changelog on an
+// assignment; package restore), refusals (dead letters of input whose
+// output cannot be written) and txn (a batch's transaction). handle.go
+// holds the data path of one batch, top to bottom, calling them.
 package router
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -41,6 +40,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/internal/router/hold"
+	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -48,7 +49,7 @@ import (
 )
 
 // Topics are the full names of the topics the router reads and writes
-// (Breakers optional: breakertable.go).
+// (Breakers optional: package hold).
 type Topics = topicspec.Topics
 
 // Config configures a Router. Default returns the defaults; Validate names
@@ -220,7 +221,7 @@ type Router struct {
 	codec   *codec.Codec
 	store   *store.Store
 	metrics *metrics
-	brk     *breakers // breaker holding (breakers.go); used by the handle goroutine only
+	brk     *hold.Breakers // breaker holding (package hold); used by the handle goroutine only
 	// fwd is the forwarding of misplaced input and the partition counts
 	// (forward.go)
 	fwd forwarder
@@ -331,7 +332,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "router", "instance", cfg.InstanceID)
-	brk, err := newBreakers(cfg.Policy, cfg.Registerer)
+	brk, err := hold.New(cfg.Policy, cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -357,6 +358,15 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
+// attachBreakers makes brk the router's breakers (package hold), with the
+// router's logger, codec, instance, topics, store and assignment.
+func (r *Router) attachBreakers(brk *hold.Breakers) {
+	brk.Attach(hold.Deps{Log: r.log, Codec: r.codec, Instance: r.cfg.InstanceID, Topics: r.cfg.Topics, Store: r.store, Owner: owner{r},
+		Home: func(key []byte) int32 { return r.fwd.homePartition(&kgo.Record{Key: key}) }})
+	brk.SetFramer(r.framer)
+	r.brk = brk
+}
+
 // expiryBucket is the width of the store's expiry buckets for a policy: a
 // 24th of the default state TTL (2 x default_sla_ms), between a second and
 // an hour. The default policy's is an hour; a policy whose durations are
@@ -371,7 +381,7 @@ func expiryBucket(p *policy.Policy) time.Duration {
 // not while it waits for a schema registry that does not answer, nor while
 // its assignment waits for the breakers topic to be read (catchUpTable).
 func (r *Router) Ready() bool {
-	return r.ready.Load() && !r.registryDown.Load() && r.brk.table.current()
+	return r.ready.Load() && !r.registryDown.Load() && r.brk.Current()
 }
 
 // Run routes until ctx is done. A failed transactional session (fenced,
@@ -385,7 +395,7 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := r.brk.startTable(ctx, r.cfg.ClientOpts); err != nil { // breakertable.go
+	if err := r.brk.StartTable(ctx, r.cfg.ClientOpts); err != nil { // package hold
 		return nil // ctx ended
 	}
 	backoff := 100 * time.Millisecond

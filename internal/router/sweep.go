@@ -7,7 +7,7 @@ package router
 // most once, in this order:
 //
 //   - held retries: those held behind breakers that have all closed since
-//     are made due now, in their own due order (breakers.go, releaseHeld,
+//     are made due now, in their own due order (package hold, ReleaseHeld,
 //     called before the sweep).
 //   - expiry: a task past its expiry that the batch's input does not touch
 //     is forgotten (a changelog tombstone in the batch's transaction). A
@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/store"
+	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -100,8 +101,8 @@ func (s *sweeper) sweep(b *batch, now time.Time) error {
 			b.load(st, p)
 			st.ReviewAlerted = true
 			age := time.Duration(nowMs-st.LastSeenAt) * time.Millisecond
-			s.alerts.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
-				Scope: scopeTask, Key: st.TaskID, Kind: breakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
+			s.alerts.Alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
+				Scope: breaker.ScopeTask, Key: st.TaskID, Kind: event.BreakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
 				Reason: fmt.Sprintf("review item (%s) open for %s, past the response SLA of owner %s",
 					st.ReviewClass, age.Round(time.Second), st.ReviewOwner),
 			})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -28,7 +29,7 @@ func BenchmarkSweepHeld(b *testing.B) {
 	const held, sweeps = 50_000, 200
 	perSweep := func(b *testing.B, n int) time.Duration {
 		now := time.UnixMilli(1_800_000_000_000)
-		brk, err := newBreakers(policy.Default(), prometheus.NewRegistry())
+		brk, err := hold.New(policy.Default(), prometheus.NewRegistry())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,7 +43,16 @@ func BenchmarkSweepHeld(b *testing.B) {
 		r.attachBreakers(brk)
 		r.swp = newSweeper(&r.cfg, r.log, st, r, brk)
 		ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
-		brk.set.Trip(ref, "bench", breaker.Outcome{}, now)
+		// the provider's timeouts open its breaker
+		timeout := event.TaskEvent{TaskID: "t-timeout", Attempt: 1, OccurredAt: event.At(now), Source: "bench", Action: "answer",
+			Provider: "acme", Model: "m1", Stage: event.StageNetwork, Status: event.StatusError, Error: &event.Error{Type: "Timeout"}}
+		sink := newBatch()
+		brk.Begin(now)
+		for range 100 {
+			brk.Observe(&timeout, &event.Decision{Class: event.ClassNetworkTimeout, Route: event.RouteRetry}, nil, sink, now)
+		}
+		brk.Commit()
+		brk.Begin(now)
 		// n retries came due before now, were held and moved past now
 		wb := st.NewBatch()
 		for i := range n {
@@ -56,11 +66,13 @@ func BenchmarkSweepHeld(b *testing.B) {
 				b.Fatal(err)
 			}
 			moved := *s
-			moved.Pending = &task.PendingRetry{N: 1, NotBefore: now.UnixMilli() + 30_000, DueAt: due}
+			moved.Pending = &task.PendingRetry{N: 1, NotBefore: due}
+			if !brk.HoldRetry(moved.LastEvent, &moved, 0, sink, now) { // held, and moved past now
+				b.Fatalf("retry of %s not held behind %s", id, ref)
+			}
 			if err := wb.Put(0, s, &moved, 0); err != nil {
 				b.Fatal(err)
 			}
-			brk.held.put(id, 0, []breaker.Ref{ref})
 			if i%1000 == 999 { // batches of a router's size
 				if err := wb.Commit(); err != nil {
 					b.Fatal(err)
@@ -71,11 +83,12 @@ func BenchmarkSweepHeld(b *testing.B) {
 		if err := wb.Commit(); err != nil {
 			b.Fatal(err)
 		}
+		brk.Commit()
 		start := time.Now()
 		for range sweeps {
 			bt := newBatch()
-			r.brk.begin(now)
-			if err := r.brk.releaseHeld(bt.states, bt.load, now); err != nil {
+			r.brk.Begin(now)
+			if err := r.brk.ReleaseHeld(bt.states, bt.load, now); err != nil {
 				b.Fatal(err)
 			}
 			if err := r.swp.sweep(bt, now); err != nil {
@@ -87,7 +100,7 @@ func BenchmarkSweepHeld(b *testing.B) {
 			if len(bt.touched) != 0 {
 				b.Fatalf("%d tasks due, want none", len(bt.touched))
 			}
-			r.brk.commit()
+			r.brk.Commit()
 		}
 		return time.Since(start) / sweeps
 	}

@@ -3,13 +3,13 @@ package worker
 import (
 	"context"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // reader reads the routed records of one output topic in a consumer group,

@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Reporter sends attempt outcomes to the ingress topic. It is safe for

@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Retry is one retry the router published on the retry topic when it was

@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
-	"github.com/faultrouter/faultrouter/pkg/topicspec"
 
 	"github.com/faultrouter/faultrouter/pkg/event"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // ReviewOutcome is what the router did with a reviewer's decision on a task,

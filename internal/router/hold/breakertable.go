@@ -1,4 +1,4 @@
-package router
+package hold
 
 // breakertable.go shares the breakers between router instances and across
 // restarts, the way Kafka Streams reads a global table. A goroutine reads
@@ -90,7 +90,7 @@ type breakerTable struct {
 	// are not known yet. targetGen counts the assignments.
 	target    map[int32]int64
 	targetGen uint64
-	// listings are the last stable offsets listed (listEvery) that the
+	// listings are the last stable offsets listed (ListEvery) that the
 	// table has not read to yet, oldest first; freshAt is when the latest
 	// listing it has read to was taken (fresh)
 	listings []listing
@@ -204,8 +204,8 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if beforeTableFetch != nil {
-			beforeTableFetch()
+		if BeforeTableFetch != nil {
+			BeforeTableFetch()
 		}
 		var ferr error
 		fetches.EachError(func(_ string, _ int32, err error) { ferr = err })
@@ -226,9 +226,9 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 	}
 }
 
-// beforeTableFetch, in tests, runs before the table handles each fetch: a
+// BeforeTableFetch, in tests, runs before the table handles each fetch: a
 // test holds the table back with it. Nil in production.
-var beforeTableFetch func()
+var BeforeTableFetch func()
 
 func rangeEnds(rs map[int32]scan.Range) map[int32]int64 {
 	out := make(map[int32]int64, len(rs))
@@ -578,11 +578,11 @@ func (t *breakerTable) current() bool {
 	return t.topic == "" || t.target != nil && !t.behind(t.target)
 }
 
-// startTable starts reading the breakers topic and waits until it is read
+// StartTable starts reading the breakers topic and waits until it is read
 // to its end, so that the router joins its group (and reports ready) only
 // with every instance's breakers in hand. Without a breakers topic
 // (Topics.Breakers empty) breakers are this instance's own.
-func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
+func (k *Breakers) StartTable(ctx context.Context, clientOpts []kgo.Opt) error {
 	t := k.table
 	if t.topic == "" {
 		return nil
@@ -601,19 +601,19 @@ func (k *breakers) startTable(ctx context.Context, clientOpts []kgo.Opt) error {
 	}
 }
 
-// tableCatchUp is how long an assignment waits for the breakers table to
+// TableCatchUp is how long an assignment waits for the breakers table to
 // read what was committed before it, before the assignment callback
 // returns; the assignment publishes no retry until the table has, however
 // long that takes (current).
-const tableCatchUp = 10 * time.Second
+const TableCatchUp = 10 * time.Second
 
-// catchUpTable runs when an assignment begins (onAssigned): it lists the
+// CatchUpTable runs when an assignment begins (onAssigned): it lists the
 // breakers topic's last stable offsets, and no retry is published until the
 // table has read up to them (current), so the assignment's batches decide
 // on every latch and breaker state committed before it. It waits for that
-// for up to tableCatchUp. When the offsets cannot be listed it lists them
+// for up to TableCatchUp. When the offsets cannot be listed it lists them
 // again in the background until it can: publication waits meanwhile.
-func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
+func (k *Breakers) CatchUpTable(ctx context.Context, cl *kgo.Client) {
 	t := k.table
 	if t.topic == "" {
 		return
@@ -622,7 +622,7 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 	began := time.Now()
 	adm := kadm.NewClient(cl)
 	list := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, tableCatchUp)
+		ctx, cancel := context.WithTimeout(ctx, TableCatchUp)
 		defer cancel()
 		ranges, err := scan.Committed(ctx, adm, t.topic)
 		if err == nil {
@@ -651,12 +651,12 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 		}()
 		return
 	}
-	wait, cancel := context.WithTimeout(ctx, tableCatchUp)
+	wait, cancel := context.WithTimeout(ctx, TableCatchUp)
 	defer cancel()
 	for !t.current() {
 		select {
 		case <-wait.Done():
-			k.log.Warn("breakers topic: not read to its end in time; the assignment publishes no retry until it is", "topic", t.topic, "waited", tableCatchUp)
+			k.log.Warn("breakers topic: not read to its end in time; the assignment publishes no retry until it is", "topic", t.topic, "waited", TableCatchUp)
 			return
 		case <-t.stopped:
 			return // the router is stopping: the assignment will not route
@@ -667,18 +667,18 @@ func (k *breakers) catchUpTable(ctx context.Context, cl *kgo.Client) {
 }
 
 // A batch publishes retries only with a table fresh enough that no
-// breaker state or latch item committed more than freshFor before the
+// breaker state or latch item committed more than FreshFor before the
 // batch began is missing from it: the latest listing of the topic's last
 // stable offsets that the table had read to when the batch adopted what it
-// read (adoptShared) was taken at most freshFor before. A goroutine lists
-// them every listEvery. So a latch, or an OPEN, committed anywhere holds
-// every instance's retries at most freshFor (and a batch) after its
+// read (adoptShared) was taken at most FreshFor before. A goroutine lists
+// them every ListEvery. So a latch, or an OPEN, committed anywhere holds
+// every instance's retries at most FreshFor (and a batch) after its
 // commit, whatever held the table back: a reader waiting out a broker
 // restart, a process paused or starved of CPU. While the table is not
 // that fresh the due retries wait, as during an assignment's catch-up.
 const (
-	listEvery = 500 * time.Millisecond
-	freshFor  = 2 * time.Second
+	ListEvery = 500 * time.Millisecond
+	FreshFor  = 2 * time.Second
 )
 
 // listed records a listing of the topic's last stable offsets taken at at
@@ -722,7 +722,7 @@ func (t *breakerTable) freshness() time.Time {
 	return t.freshAt
 }
 
-// list lists the topic's last stable offsets every listEvery until ctx
+// list lists the topic's last stable offsets every ListEvery until ctx
 // ends (listed). A listing that fails is tried again at the next one.
 func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
 	cl, err := kgo.NewClient(clientOpts...)
@@ -737,10 +737,10 @@ func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(listEvery):
+		case <-time.After(ListEvery):
 		}
 		at := time.Now()
-		lctx, cancel := context.WithTimeout(ctx, tableCatchUp)
+		lctx, cancel := context.WithTimeout(ctx, TableCatchUp)
 		ranges, err := scan.Committed(lctx, adm, t.topic)
 		cancel()
 		switch {
@@ -759,7 +759,7 @@ func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
 	}
 }
 
-// adoptShared applies, at the start of a batch (after begin), and again
+// AdoptShared applies, at the start of a batch (after begin), and again
 // when an assignment came during the batch before it publishes retries,
 // what the table read since: the failure-rate states other instances
 // wrote, in the order written, and the latches of the breakers whose items
@@ -768,7 +768,7 @@ func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
 // latched or released it), and the tombstones of the items a RESET ended
 // whose tasks this instance owns. A batch that does not commit gives the
 // states back (rollback) with its other breaker changes.
-func (k *breakers) adoptShared(out recordsOut, now time.Time) {
+func (k *Breakers) AdoptShared(out Out, now time.Time) {
 	if now.Sub(k.expired) >= expireEvery {
 		k.expired = now
 		k.transitions(k.set.Expire(now, k.held.holds), out, now)
@@ -808,7 +808,7 @@ const expireEvery = 10 * time.Second
 // adopt applies one failure-rate state another instance wrote (or a
 // person's RESET). A latched breaker keeps its latch: only its items and
 // RESETs change that (syncLatch).
-func (k *breakers) adopt(ref breaker.Ref, s *event.BreakerState, out recordsOut, now time.Time) {
+func (k *Breakers) adopt(ref breaker.Ref, s *event.BreakerState, out Out, now time.Time) {
 	if k.set.Latched(ref) {
 		return
 	}
@@ -830,7 +830,7 @@ func (k *breakers) adopt(ref breaker.Ref, s *event.BreakerState, out recordsOut,
 
 // holdingItems returns the items that hold ref latched in this batch: the
 // table's (holding), and the batch's own.
-func (k *breakers) holdingItems(ref breaker.Ref) []latch.Item {
+func (k *Breakers) holdingItems(ref breaker.Ref) []latch.Item {
 	t := k.table
 	t.mu.Lock()
 	its := t.holding(ref, k.itemScratch[:0])
@@ -849,7 +849,7 @@ func (k *breakers) holdingItems(ref breaker.Ref) []latch.Item {
 }
 
 // itemOpen reports whether the item under key is open in this batch.
-func (k *breakers) itemOpen(key string) bool {
+func (k *Breakers) itemOpen(key string) bool {
 	if it, ok := k.batch[key]; ok {
 		return it.open
 	}
@@ -861,7 +861,7 @@ func (k *breakers) itemOpen(key string) bool {
 // syncLatch makes ref's breaker latched exactly while items hold it, and
 // queues the transition: a latched OPEN, or the CLOSED of a person's reset
 // or of its last item decided.
-func (k *breakers) syncLatch(ref breaker.Ref, out recordsOut, now time.Time) {
+func (k *Breakers) syncLatch(ref breaker.Ref, out Out, now time.Time) {
 	its := k.holdingItems(ref)
 	switch latched := k.set.Latched(ref); {
 	case len(its) > 0 && !latched:
@@ -891,7 +891,7 @@ func (k *breakers) syncLatch(ref breaker.Ref, out recordsOut, now time.Time) {
 // whose cooldown has not ended still holds retries, on every instance
 // alike. It returns the transition (OPEN to OPEN when it stays open), and
 // the other instance whose shared state it took ("" for none or this one).
-func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) ([]breaker.Transition, string) {
+func (k *Breakers) unlatch(ref breaker.Ref, reason string, now time.Time) ([]breaker.Transition, string) {
 	k.table.mu.Lock()
 	s, shared := k.table.latest[ref]
 	k.table.mu.Unlock()
@@ -924,7 +924,7 @@ func (k *breakers) unlatch(ref breaker.Ref, reason string, now time.Time) ([]bre
 // tombstone of a RESET no item needs any more, when this instance owns the
 // breaker's partition: what the breakers topic keeps live of latches is
 // then what holds one.
-func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
+func (k *Breakers) tidy(ref breaker.Ref, out Out, now time.Time) {
 	if k.topics.Breakers == "" {
 		return
 	}
@@ -945,7 +945,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 		}
 	}
 	t.mu.Unlock()
-	owned := k.owner.ownedSet()
+	owned := k.owner.OwnedSet()
 	for _, task := range tasks {
 		if _, done := k.batch[event.BreakerItemKey(ref.Scope.Name(), ref.Key, task)]; !done && owned[k.home([]byte(task))] {
 			k.shareItem(ref, task, false, out, now)
@@ -956,7 +956,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 			k.resetTombs = map[breaker.Ref]bool{}
 		}
 		k.resetTombs[ref] = true
-		out.queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
+		out.Queue(&kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerResetKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
 			Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)},
 				{Key: codec.HeaderBreakerResetOffset, Value: []byte(strconv.FormatInt(resetAt, 10))}}})
 	}
@@ -966,7 +966,7 @@ func (k *breakers) tidy(ref breaker.Ref, out recordsOut, now time.Time) {
 // on the breakers topic in the batch's transaction: OPEN or HALF_OPEN, or
 // the tombstone of a breaker that closed. A latched breaker's states are
 // not shared: its items and RESETs are the record of it.
-func (k *breakers) share(ref breaker.Ref, reason string, out recordsOut, now time.Time) {
+func (k *Breakers) share(ref breaker.Ref, reason string, out Out, now time.Time) {
 	if k.topics.Breakers == "" {
 		return
 	}
@@ -994,7 +994,7 @@ func (k *breakers) share(ref breaker.Ref, reason string, out recordsOut, now tim
 		}
 		rec.Value = v
 	}
-	out.queue(rec)
+	out.Queue(rec)
 }
 
 // batchItem is an item record a batch writes: it opens the item of task on
@@ -1009,7 +1009,7 @@ type batchItem struct {
 // open latch item of ref for the task (open), or its tombstone once
 // decided; the batch counts it at once (holdingItems), the table once the
 // batch commits.
-func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out recordsOut, now time.Time) {
+func (k *Breakers) shareItem(ref breaker.Ref, taskID string, open bool, out Out, now time.Time) {
 	key := event.BreakerItemKey(ref.Scope.Name(), ref.Key, taskID)
 	if k.batch == nil {
 		k.batch = map[string]batchItem{}
@@ -1029,13 +1029,63 @@ func (k *breakers) shareItem(ref breaker.Ref, taskID string, open bool, out reco
 		}
 		rec.Value = v
 	}
-	out.queue(rec)
+	out.Queue(rec)
 }
 
 // latchCounts returns the latch items and RESET records live on the
 // breakers topic as this instance has read it.
-func (k *breakers) latchCounts() (items, resets int) {
+func (k *Breakers) latchCounts() (items, resets int) {
 	k.table.mu.Lock()
 	defer k.table.mu.Unlock()
 	return k.table.book.Len()
+}
+
+// Publishing reports whether the batch may publish retries: not while the
+// assignment waits for the breakers topic to be read to where it stood
+// when the assignment began (catchUpTable), nor while the table is not
+// fresh (FreshFor: its reader, or this process, was held back). Its due
+// retries, expiries and alerts wait in the store's time indexes meanwhile,
+// and the wait shows in faultrouter_breakers_catching_up, in readiness
+// (the assignment's wait), and in a log line every TableCatchUp.
+func (k *Breakers) Publishing(readyChanged func()) bool {
+	cur := k.table.current()
+	switch {
+	case cur && !k.waitingSince.IsZero():
+		k.log.Info("breakers topic read to where the assignment began: retries are published again",
+			"topic", k.table.topic, "waited", time.Since(k.waitingSince).Round(time.Millisecond))
+		k.waitingSince, k.waitLogged = time.Time{}, time.Time{}
+		readyChanged()
+	case !cur && k.waitingSince.IsZero():
+		k.waitingSince, k.waitLogged = time.Now(), time.Now()
+		readyChanged()
+	case !cur && time.Since(k.waitLogged) >= TableCatchUp:
+		k.waitLogged = time.Now()
+		k.table.mu.Lock()
+		target, read := maps.Clone(k.table.target), maps.Clone(k.table.read)
+		k.table.mu.Unlock()
+		k.log.Warn("breakers topic not read to where the assignment began: no retry is published until it is",
+			"topic", k.table.topic, "waiting", time.Since(k.waitingSince).Round(time.Second), "target", target, "read", read)
+	}
+	age := time.Since(k.fresh)
+	fresh := age <= FreshFor
+	switch {
+	case fresh && !k.staleSince.IsZero():
+		k.log.Info("breakers table fresh again: retries are published again",
+			"topic", k.table.topic, "waited", time.Since(k.staleSince).Round(time.Millisecond))
+		k.staleSince, k.staleLogged = time.Time{}, time.Time{}
+	case !fresh && k.staleSince.IsZero():
+		k.staleSince, k.staleLogged = time.Now(), time.Now()
+		k.log.Info("breakers table not read to a listing of the topic taken in the last "+FreshFor.String()+"; due retries wait until it is",
+			"topic", k.table.topic, "age", age.Round(time.Millisecond))
+	case !fresh && time.Since(k.staleLogged) >= TableCatchUp:
+		k.staleLogged = time.Now()
+		k.log.Warn("breakers table still not fresh: no retry is published until it is", "topic", k.table.topic,
+			"waiting", time.Since(k.staleSince).Round(time.Second), "age", age.Round(time.Second))
+	}
+	if !cur || !fresh {
+		k.catchingUp.Set(1)
+	} else {
+		k.catchingUp.Set(0)
+	}
+	return cur && fresh
 }

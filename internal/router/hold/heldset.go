@@ -1,4 +1,4 @@
-package router
+package hold
 
 import (
 	"hash/maphash"

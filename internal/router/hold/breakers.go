@@ -1,7 +1,17 @@
-package router
+// Package hold is the router's breaker holding, one part of its data path:
+// the circuit breakers (pkg/breaker) and surge detectors, the due retries
+// they hold, the latches of prompt templates, the breakers topic the
+// router's instances share them through, and the records of the alerts
+// topic. The router enters it through Breakers' methods, in a batch's
+// order: Begin, AdoptShared, Observe/Reviewed/Command for each decided
+// input, HoldAhead, Publishing, ReleaseHeld, HoldRetry and GiveUp for due
+// retries, then Commit or Rollback with the batch's transaction. Its records
+// go out through an Out (the batch's output); it reads task states from a
+// StateLoader and the partitions this instance owns from an Owner.
+package hold
 
 // breakers.go connects the circuit breakers (pkg/breaker) to the data path:
-// observe feeds every decided task event into the breakers of its
+// Observe feeds every decided task event into the breakers of its
 // provider/model, downstream and prompt template and queues immediate
 // alerts and surge alerts; holdRetry keeps a due retry pending while a
 // breaker it would be published into is open. Every transition and alert
@@ -68,7 +78,45 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
+
+// Out is where the breakers queue their records: the batch's output,
+// produced in the batch's transaction. A record is final once queued.
+type Out interface {
+	Queue(rec *kgo.Record)
+}
+
+// StateLoader reads task states from the state store (store.Store.Load):
+// the state of each of ids into into, from the partition partOf names.
+type StateLoader interface {
+	Load(ids []string, partOf func(id string) int32, into map[string]*task.State) error
+}
+
+// Owner tells the partitions this instance owns (the router's assignment
+// callbacks change them).
+type Owner interface {
+	// OwnedSet returns the ingress partitions this instance owns.
+	OwnedSet() map[int32]bool
+	// AssignedSince returns the partitions owned once the assignment is
+	// restored (ready), with the count of rebalances it is of; ok is false
+	// when no rebalance happened since the count since, or while one is
+	// under way.
+	AssignedSince(since uint64) (owned map[int32]bool, rebalances uint64, ok bool)
+}
+
+// Deps is what the breakers take from the router (Attach): its logger and
+// codec, this instance's ID, the topics, the store of task states, the
+// partitions it owns, and the ingress partition of a key.
+type Deps struct {
+	Log      *slog.Logger
+	Codec    *codec.Codec
+	Instance string
+	Topics   topicspec.Topics
+	Store    StateLoader
+	Owner    Owner
+	Home     func(key []byte) int32
+}
 
 // BreakerEvent kinds and the scope of a per-task alert.
 const (
@@ -77,7 +125,7 @@ const (
 	scopeTask             = breaker.ScopeTask
 )
 
-// breakers is the router's breaker holding, one part of the data path. It
+// Breakers is the router's breaker holding, one part of the data path. It
 // owns the circuit breakers and surge detectors and what they decide: the
 // outcomes of decided task events (observe), the due retries it holds while
 // a breaker is open and releases in their due order (holdRetry, holdAhead,
@@ -86,12 +134,12 @@ const (
 // audits (command), the breakers topic it shares its changes through and
 // adopts the other instances' and the latches from (breakertable.go),
 // and the records of the alerts topic: transitions and alerts, also those
-// other parts raise (alert). Its records go out through a recordsOut, in the
+// other parts raise (alert). Its records go out through a Out, in the
 // batch's transaction, and its changes are a unit with that transaction
 // (begin, commit, rollback). It reads held retries' states from a
 // stateLoader and the partitions this instance owns from an assignment. Used
 // by the run loop's goroutine only.
-type breakers struct {
+type Breakers struct {
 	set    *breaker.Set
 	surges *breaker.Surges
 	held   *heldSet // the retries held, by task ID and by breaker
@@ -137,7 +185,7 @@ type breakers struct {
 	// not; waitLogged when that was last logged
 	waitingSince, waitLogged time.Time
 	// fresh is the table's freshness when the batch adopted what it read
-	// (adoptShared): its retries wait unless it is recent (freshFor)
+	// (adoptShared): its retries wait unless it is recent (FreshFor)
 	fresh time.Time
 	// staleSince is when the batches began to wait for a fresh table,
 	// zero while they do not; staleLogged when that was last logged
@@ -152,9 +200,9 @@ type breakers struct {
 	codec    *codec.Codec
 	framer   *registry.Framer // the alerts' wire format; nil: single-object
 	instance string
-	topics   Topics
-	store    stateLoader
-	owner    assignment
+	topics   topicspec.Topics
+	store    StateLoader
+	owner    Owner
 	home     func(key []byte) int32 // the ingress partition of a key
 
 	states           *prometheus.GaugeVec
@@ -171,7 +219,9 @@ type breakers struct {
 	expiredHeld int
 }
 
-func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error) {
+// New returns the breakers of policy p, their metrics registered with reg
+// (nil: not registered). Attach gives them the rest.
+func New(p *policy.Policy, reg prometheus.Registerer) (*Breakers, error) {
 	set, err := breaker.NewSet(p.Breakers.ProviderModel.Config(), p.Breakers.Downstream.Config(),
 		p.Breakers.PromptTemplate.Config())
 	if err != nil {
@@ -183,7 +233,7 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 		return nil, fmt.Errorf("router: Policy.Surge: %w", err)
 	}
 	const ns = "faultrouter"
-	b := &breakers{
+	b := &Breakers{
 		set:       set,
 		surges:    surges,
 		held:      newHeldSet(),
@@ -216,15 +266,20 @@ func newBreakers(p *policy.Policy, reg prometheus.Registerer) (*breakers, error)
 	return b, nil
 }
 
-// attachBreakers makes k the router's breakers, with the router's logger,
-// codec, instance, topics, store and assignment.
-func (r *Router) attachBreakers(k *breakers) {
-	k.log, k.codec, k.framer, k.instance, k.topics = r.log, r.codec, r.framer, r.cfg.InstanceID, r.cfg.Topics
-	k.store, k.owner = r.store, r
-	k.home = func(key []byte) int32 { return r.fwd.homePartition(&kgo.Record{Key: key}) }
-	k.table = newBreakerTable(r.cfg.Topics.Breakers, r.cfg.InstanceID, r.log)
-	r.brk = k
+// Attach gives k what it takes from the router. Without a breakers topic
+// (Topics.Breakers empty) the breakers are this instance's own.
+func (k *Breakers) Attach(d Deps) {
+	k.log, k.codec, k.instance, k.topics = d.Log, d.Codec, d.Instance, d.Topics
+	k.store, k.owner, k.home = d.Store, d.Owner, d.Home
+	k.table = newBreakerTable(d.Topics.Breakers, d.Instance, d.Log)
 }
+
+// SetFramer makes f the wire format of the alerts (nil: single-object).
+func (k *Breakers) SetFramer(f *registry.Framer) { k.framer = f }
+
+// Current reports whether the breakers topic is read to where it stood
+// when the latest assignment began (the router is not ready until it is).
+func (k *Breakers) Current() bool { return k.table.current() }
 
 func newSurges(p policy.Surge) (*breaker.Surges, error) {
 	cfg, err := p.Config()
@@ -234,19 +289,14 @@ func newSurges(p policy.Surge) (*breaker.Surges, error) {
 	return breaker.NewSurges(cfg)
 }
 
-// observe feeds a decided task event into its breakers and queues the
+// Observe feeds a decided task event into its breakers and queues the
 // BreakerEvents of the transitions and immediate alerts it causes; a
 // reviewer's decision may reset the template a hallucination latched
 // (reviewed). The input's state is the one it was routed on (in.state).
-func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
-	if in.kind == inputReview {
-		k.reviewed(in, out, now)
+func (k *Breakers) Observe(ev *event.TaskEvent, d *event.Decision, st *task.State, out Out, now time.Time) {
+	if d.Route == event.RouteDrop {
 		return
 	}
-	if in.kind != inputTask || in.decision.Route == event.RouteDrop {
-		return
-	}
-	ev, d := &in.event, &in.decision
 	refs := policy.AppendBreakerRefs(k.refs[:0], ev)
 	k.refs = refs
 	for _, ref := range refs {
@@ -255,7 +305,7 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 		}
 	}
 	k.surge(ev, refs, d.Class, out, now)
-	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(in.state) {
+	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(st) {
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
 		if k.itemOpen(event.BreakerItemKey(ref.Scope.Name(), ref.Key, ev.TaskID)) {
 			k.shareItem(ref, ev.TaskID, false, out, now) // a re-drive cleared the task's item
@@ -268,7 +318,7 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 		if key == "" {
 			key = "(none)"
 		}
-		k.alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.Name(), Key: key, Kind: breakerKindAlert,
+		k.Alert(out, now, codec.AlertQuarantined, event.BreakerEvent{Scope: breaker.PromptTemplate.Name(), Key: key, Kind: breakerKindAlert,
 			Reason: "output quarantined: " + d.Reason, Class: d.Class, TaskID: ev.TaskID})
 		if ref, ok := policy.LatchesTemplate(ev, d.Class); ok {
 			// every hallucination writes its item, latched here or not: the
@@ -280,7 +330,7 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 			}
 		}
 	case event.ClassBudgetExhausted:
-		k.alert(out, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
+		k.Alert(out, now, codec.AlertBudget, event.BreakerEvent{Scope: scopeTask, Key: ev.TaskID, Kind: breakerKindAlert,
 			Reason: d.Reason, Class: d.Class, TaskID: ev.TaskID})
 	}
 }
@@ -288,52 +338,51 @@ func (k *breakers) observe(in *input, out recordsOut, now time.Time) {
 // surge feeds a decided task event into the surge detector of its prompt
 // template and provider/model (refs: policy.BreakerRefs of the event) and
 // queues an ALERT for a surge it starts.
-func (k *breakers) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Class, out recordsOut, now time.Time) {
+func (k *Breakers) surge(ev *event.TaskEvent, refs []breaker.Ref, class event.Class, out Out, now time.Time) {
 	for _, ref := range refs {
 		s, fired := k.surges.Record(ref, string(class), ev.TaskID, now)
 		if fired {
-			k.alert(out, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.Name(), Key: s.Key, Kind: breakerKindAlert,
+			k.Alert(out, now, codec.AlertSurge, event.BreakerEvent{Scope: s.Scope.Name(), Key: s.Key, Kind: breakerKindAlert,
 				Reason: s.Reason, Class: class, Failures: s.Count, Requests: s.Total, TaskID: ev.TaskID})
 		}
 	}
 }
 
-// reviewed ends the latch item of a hallucination whose review item a
+// Reviewed ends the latch item of a hallucination whose review item a
 // person decided (approved or rejected): the template is released once no
 // other item holds it (holdingItems: every instance's items above its last
 // RESET). While others do, it stays latched (the console says so on each
 // item). A decision for an item already ended changes nothing.
-func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
-	st := in.state
+func (k *Breakers) Reviewed(rv *event.ReviewDecision, d *event.Decision, st *task.State, out Out, now time.Time) {
 	if st == nil {
 		return
 	}
-	ref, ok := policy.ReviewResetsTemplate(&in.decision, st.LastEvent)
+	ref, ok := policy.ReviewResetsTemplate(d, st.LastEvent)
 	if !ok {
 		return
 	}
-	k.shareItem(ref, in.review.TaskID, false, out, now)
+	k.shareItem(ref, rv.TaskID, false, out, now)
 	if !k.set.Latched(ref) {
 		return // reset since: nothing holds it any more
 	}
 	if others := k.holdingItems(ref); len(others) > 0 {
-		k.log.Info("template stays latched: other hallucination items are open", "task_id", in.review.TaskID,
+		k.log.Info("template stays latched: other hallucination items are open", "task_id", rv.TaskID,
 			"prompt_template", ref.Key, "open_items", len(others))
 		return
 	}
-	who := in.review.Reviewer
+	who := rv.Reviewer
 	if who == "" {
 		who = "a reviewer"
 	}
-	reason := fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, in.review.TaskID, in.review.Reason)
+	reason := fmt.Sprintf("%s decided the MODEL_HALLUCINATION item of task %s: %s", who, rv.TaskID, rv.Reason)
 	ts, from := k.unlatch(ref, reason, now)
 	for i := range ts {
-		ts[i].TaskID, ts[i].Class = in.review.TaskID, string(in.decision.Class)
+		ts[i].TaskID, ts[i].Class = rv.TaskID, string(d.Class)
 	}
 	k.transitionEventsFrom(ts, out, from)
 }
 
-// command audits a RESET or LATCH command from the decisions topic and
+// Command audits a RESET or LATCH command from the decisions topic and
 // returns its decision (policy.BreakerCommand): every instance gets it on
 // each decisions partition it owns. The breakers topic's RESET record or
 // latch item written with it, in the same transaction, is what changes the
@@ -341,8 +390,7 @@ func (k *breakers) reviewed(in *input, out recordsOut, now time.Time) {
 // applied late must not reset a latch made after it. Without a breakers
 // topic this instance's breakers are its own, and the command is applied
 // here.
-func (k *breakers) command(in *input, out recordsOut, now time.Time) event.Decision {
-	c := &in.command
+func (k *Breakers) Command(c *event.BreakerEvent, out Out, now time.Time) event.Decision {
 	ref, invalid := policy.BreakerCommand(c, now)
 	if invalid != nil {
 		return *invalid
@@ -385,11 +433,11 @@ func (k *breakers) command(in *input, out recordsOut, now time.Time) event.Decis
 	return policy.BreakerCommandApplied(c, ref, changed, now)
 }
 
-// holdRetry reports whether the due retry of ev must stay pending because a
+// HoldRetry reports whether the due retry of ev must stay pending because a
 // breaker it would be published into is open (or half-open with its probes
 // out). A retry it lets through a half-open breaker is that breaker's probe.
 // st is the state of ev's task, p its partition.
-func (k *breakers) holdRetry(ev *event.TaskEvent, st *task.State, p int32, out recordsOut, now time.Time) bool {
+func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out Out, now time.Time) bool {
 	if ev == nil {
 		return false
 	}
@@ -425,7 +473,7 @@ func (k *breakers) holdRetry(ev *event.TaskEvent, st *task.State, p int32, out r
 	return !ok
 }
 
-// holdAhead holds, as soon as it is decided, a retry that its breakers will
+// HoldAhead holds, as soon as it is decided, a retry that its breakers will
 // still refuse when it comes due: one of them is OPEN past its due time (an
 // open breaker stays open until its cooldown ends, unless a person resets
 // it), or retries held before it behind one of them that is not closed wait
@@ -434,9 +482,9 @@ func (k *breakers) holdRetry(ev *event.TaskEvent, st *task.State, p int32, out r
 // once, not read back by the sweep a second or so later only to be held and
 // written again. Under an outage, when breakers are open, that was most of
 // the router's work per event. If its breakers close before it comes due,
-// releaseHeld moves it back to its own due time. st is the state of ev's
+// ReleaseHeld moves it back to its own due time. st is the state of ev's
 // task, p its partition.
-func (k *breakers) holdAhead(ev *event.TaskEvent, st *task.State, p int32, now time.Time) {
+func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now time.Time) {
 	if st == nil || st.Pending == nil || st.Pending.NotBefore <= now.UnixMilli() {
 		return
 	}
@@ -468,7 +516,7 @@ func (k *breakers) holdAhead(ev *event.TaskEvent, st *task.State, p int32, now t
 // due retries of its partition. The retry keeps its own due time (DueAt),
 // which orders it among the retries moved to the same time. st is the held
 // retry's task state.
-func (k *breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, now time.Time) {
+func (k *Breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, now time.Time) {
 	if k.heldUntil == nil {
 		k.heldUntil = map[breaker.Ref]int64{}
 	}
@@ -491,11 +539,11 @@ func (k *breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, no
 	}
 }
 
-// giveUp ends the held retry of st's task when its task's lifetime has
+// GiveUp ends the held retry of st's task when its task's lifetime has
 // ended (policy.HeldRetryExpiry) and reports whether it did: its decision,
 // to the dead-letter topic (rule retry.held_expired), naming the breakers
 // that still hold it. The caller writes the record and clears the retry.
-func (k *breakers) giveUp(st *task.State, now time.Time) (event.Decision, bool) {
+func (k *Breakers) GiveUp(st *task.State, now time.Time) (event.Decision, bool) {
 	if st.Pending == nil || now.UnixMilli() < k.heldExpiry(st) {
 		return event.Decision{}, false
 	}
@@ -517,9 +565,9 @@ func (k *breakers) giveUp(st *task.State, now time.Time) (event.Decision, bool) 
 	return policy.RetryHeldExpired(st, strings.Join(holding, ", "), now), true
 }
 
-// forget lets go of the held retry of task id, if any: a decision replaced
+// Forget lets go of the held retry of task id, if any: a decision replaced
 // it.
-func (k *breakers) forget(id string) {
+func (k *Breakers) Forget(id string) {
 	if _, ok := k.held.get(id); ok {
 		k.held.del(id)
 		k.heldGauge.Set(float64(k.held.len()))
@@ -529,7 +577,7 @@ func (k *breakers) forget(id string) {
 // heldBehind is the latest time retries held behind one of refs that is not
 // closed were moved to, when it is still to come, else 0. (The retries held
 // behind a breaker that has closed are released at once: releaseHeld.)
-func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
+func (k *Breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 	var until int64
 	for _, ref := range refs {
 		if u := k.heldUntil[ref]; u > now.UnixMilli() && k.set.State(ref) != breaker.Closed {
@@ -539,7 +587,7 @@ func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 	return until
 }
 
-// releaseHeld makes the retries held behind breakers that have all closed
+// ReleaseHeld makes the retries held behind breakers that have all closed
 // since due now, in the order of their own due times, so that this batch
 // publishes them (publishDue) before any retry due after them, rather than
 // leaving them to wait for the time their breakers were to be asked again.
@@ -553,7 +601,7 @@ func (k *breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 // batch's (states) where it has them, else the store's. It hands each retry
 // it releases to load, which makes its state the batch's, before it moves
 // its due time.
-func (k *breakers) releaseHeld(states map[string]*task.State, load func(st *task.State, p int32), now time.Time) error {
+func (k *Breakers) ReleaseHeld(states map[string]*task.State, load func(st *task.State, p int32), now time.Time) error {
 	if len(k.closed) == 0 {
 		return nil
 	}
@@ -563,7 +611,7 @@ func (k *breakers) releaseHeld(states map[string]*task.State, load func(st *task
 		return nil
 	}
 	nowMs := now.UnixMilli()
-	owned := k.owner.ownedSet()
+	owned := k.owner.OwnedSet()
 	type release struct {
 		st *task.State
 		p  int32
@@ -625,7 +673,7 @@ func (k *breakers) releaseHeld(states map[string]*task.State, load func(st *task
 
 // transitions queues one BreakerEvent per transition of this instance's own
 // making, and shares the state each leaves on the breakers topic.
-func (k *breakers) transitions(ts []breaker.Transition, out recordsOut, now time.Time) {
+func (k *Breakers) transitions(ts []breaker.Transition, out Out, now time.Time) {
 	k.transitionEvents(ts, out)
 	for _, t := range ts {
 		k.share(t.Ref, t.Reason, out, now)
@@ -633,14 +681,14 @@ func (k *breakers) transitions(ts []breaker.Transition, out recordsOut, now time
 }
 
 // transitionEvents queues one BreakerEvent per transition.
-func (k *breakers) transitionEvents(ts []breaker.Transition, out recordsOut) {
+func (k *Breakers) transitionEvents(ts []breaker.Transition, out Out) {
 	k.transitionEventsFrom(ts, out, "")
 }
 
 // transitionEventsFrom queues one BreakerEvent per transition; adoptedFrom,
 // when not empty, is the instance whose change on the breakers topic they
 // were adopted from (a faultrouter.breaker.adopted_from header).
-func (k *breakers) transitionEventsFrom(ts []breaker.Transition, out recordsOut, adoptedFrom string) {
+func (k *Breakers) transitionEventsFrom(ts []breaker.Transition, out Out, adoptedFrom string) {
 	for _, t := range ts {
 		if t.To == breaker.Closed {
 			k.closed[t.Ref] = true
@@ -659,23 +707,23 @@ func (k *breakers) transitionEventsFrom(ts []breaker.Transition, out recordsOut,
 			latched = "true"
 		}
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerLatched, Value: []byte(latched)})
-		out.queue(rec)
+		out.Queue(rec)
 	}
 }
 
-// alert queues an immediate alert; kind is what it is about (a
+// Alert queues an immediate alert; kind is what it is about (a
 // codec.Alert* value, its faultrouter.alert header).
-func (k *breakers) alert(out recordsOut, now time.Time, kind string, e event.BreakerEvent) {
+func (k *Breakers) Alert(out Out, now time.Time, kind string, e event.BreakerEvent) {
 	e.Instance, e.At = k.instance, event.At(now)
 	if rec := k.eventRecord(&e); rec != nil {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderAlert, Value: []byte(kind)})
-		out.queue(rec)
+		out.Queue(rec)
 	}
 }
 
 // eventRecord is the alerts topic's record of e, which is logged and counted
 // if the batch commits (events); nil if it does not encode.
-func (k *breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
+func (k *Breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
 	v, err := k.codec.EncodeBreakerEvent(nil, e)
 	if err != nil { // only a bug can get here: every field is the router's own
 		k.log.Error("breaker event does not encode", "task_id", e.TaskID, "err", err)
@@ -685,11 +733,11 @@ func (k *breakers) eventRecord(e *event.BreakerEvent) *kgo.Record {
 	return &kgo.Record{Topic: k.topics.Alerts, Key: []byte(string(e.Scope) + "/" + e.Key), Value: k.framer.Frame(k.topics.Alerts, v)}
 }
 
-// begin starts the batch's unit of breaker changes: they take effect only
+// Begin starts the batch's unit of breaker changes: they take effect only
 // when the batch's transaction commits (commit); a batch that aborts or
 // fails is consumed again, so its changes are undone (rollback) and made
 // again, and so are its transitions and alerts. now is the batch's time.
-func (k *breakers) begin(now time.Time) {
+func (k *Breakers) Begin(now time.Time) {
 	k.events = k.events[:0]
 	k.expiredHeld = 0
 	k.set.Begin()
@@ -715,8 +763,8 @@ func (k *breakers) begin(now time.Time) {
 // pruned then, the retries held for the partitions that stay would come out
 // at the times they were moved to rather than in their due order when their
 // breaker closes.
-func (k *breakers) pruneHeld() {
-	owned, rb, ok := k.owner.assignedSince(k.pruned)
+func (k *Breakers) pruneHeld() {
+	owned, rb, ok := k.owner.AssignedSince(k.pruned)
 	if !ok {
 		return
 	}
@@ -724,10 +772,10 @@ func (k *breakers) pruneHeld() {
 	k.pruned = rb
 }
 
-// commit keeps the batch's breaker changes once its transaction has
+// Commit keeps the batch's breaker changes once its transaction has
 // committed, and logs and counts its transitions and alerts: only committed
 // ones.
-func (k *breakers) commit() {
+func (k *Breakers) Commit() {
 	k.table.wrote(k.batch, k.shared, k.resetTombs)
 	clear(k.batch)
 	k.set.Commit()
@@ -753,9 +801,9 @@ func (k *breakers) commit() {
 	k.gauges()
 }
 
-// rollback undoes the breaker changes of a batch whose transaction did not
+// Rollback undoes the breaker changes of a batch whose transaction did not
 // commit.
-func (k *breakers) rollback() {
+func (k *Breakers) Rollback() {
 	k.table.giveBack(k.adopting)
 	k.table.dirtyAgain(k.checked)
 	clear(k.batch)
@@ -772,7 +820,7 @@ func (k *breakers) rollback() {
 }
 
 // gauges sets faultrouter_breakers from the set's counts.
-func (k *breakers) gauges() {
+func (k *Breakers) gauges() {
 	items, _ := k.latchCounts()
 	k.latchItemsGauge.Set(float64(items))
 	c := k.set.Counts()

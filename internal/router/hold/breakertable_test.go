@@ -1,4 +1,4 @@
-package router
+package hold
 
 import (
 	"io"
@@ -14,15 +14,16 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
-// adoptRouter is a router with only what its breakers need: the default
-// policy's breakers, the codec, instance "b", a breakers topic that the test
-// feeds (feed, readBack) instead of a reader, and partition 0 of ingress,
-// which every key hashes to.
-func adoptRouter(t *testing.T) *Router {
+// adoptBreakers are breakers with what a router gives them: the default
+// policy's, the codec, instance "b", a breakers topic that the test feeds
+// (feed, readBack) instead of a reader, and partition 0 of ingress, which
+// this instance owns and every key hashes to.
+func adoptBreakers(t *testing.T) *Breakers {
 	t.Helper()
-	brk, err := newBreakers(policy.Default(), nil)
+	k, err := New(policy.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,22 +31,39 @@ func adoptRouter(t *testing.T) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Router{cfg: Config{InstanceID: "b", Topics: Topics{Alerts: "alerts", Breakers: "breakers"}},
-		codec: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), owned: map[int32]bool{0: true}}
-	r.attachBreakers(brk)
-	brk.home = func([]byte) int32 { return 0 }
-	brk.table.done = true // read to its end: the test feeds it
-	brk.table.target = map[int32]int64{}
-	return r
+	k.Attach(Deps{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Codec: c, Instance: "b",
+		Topics: topicspec.Topics{Alerts: "alerts", Breakers: "breakers"}, Owner: testOwner{0: true},
+		Home: func([]byte) int32 { return 0 }})
+	k.table.done = true // read to its end: the test feeds it
+	k.table.target = map[int32]int64{}
+	return k
 }
+
+// testBatch is a batch's output and task states, as the router's batch
+// holds them.
+type testBatch struct {
+	out    []*kgo.Record
+	states map[string]*task.State
+}
+
+func newTestBatch() *testBatch { return &testBatch{states: map[string]*task.State{}} }
+
+func (b *testBatch) Queue(rec *kgo.Record) { b.out = append(b.out, rec) }
+
+// testOwner is the partitions this instance owns, assigned long ago.
+type testOwner map[int32]bool
+
+func (o testOwner) OwnedSet() map[int32]bool { return o }
+
+func (o testOwner) AssignedSince(uint64) (map[int32]bool, uint64, bool) { return o, 0, false }
 
 // tplRef is the prompt template the tests latch.
 var tplRef = breaker.Ref{Scope: breaker.PromptTemplate, Key: "tpl"}
 
 // feed hands records to r's breakers table as its reader would, at the
 // topic's next offsets.
-func feed(r *Router, recs ...*kgo.Record) {
-	t := r.brk.table
+func feed(k *Breakers, recs ...*kgo.Record) {
+	t := k.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, rec := range recs {
@@ -56,11 +74,11 @@ func feed(r *Router, recs ...*kgo.Record) {
 }
 
 // readBack feeds the breakers records of b (this instance's batch, committed).
-func readBack(r *Router, b *batch) {
+func readBack(k *Breakers, b *testBatch) {
 	for _, rec := range b.out {
 		if rec.Topic == "breakers" {
 			c := *rec
-			feed(r, &c)
+			feed(k, &c)
 		}
 	}
 }
@@ -119,47 +137,46 @@ func stateRec(t *testing.T, ref breaker.Ref, state event.BreakerStateName, write
 
 // step runs one batch of r's breakers at now: adoption, then fn, committed
 // or not; it returns the batch.
-func step(r *Router, now time.Time, commit bool, fn func(b *batch)) *batch {
-	b := newBatch()
-	r.brk.begin(now)
-	r.brk.adoptShared(b, now)
+func step(k *Breakers, now time.Time, commit bool, fn func(b *testBatch)) *testBatch {
+	b := newTestBatch()
+	k.Begin(now)
+	k.AdoptShared(b, now)
 	if fn != nil {
 		fn(b)
 	}
 	if commit {
-		r.brk.commit()
+		k.Commit()
 	} else {
-		r.brk.rollback()
+		k.Rollback()
 	}
 	return b
 }
 
 // hallucinate routes a MODEL_HALLUCINATION of template tpl for the task
 // through observe, in its own committed batch, and returns the batch.
-func hallucinate(t *testing.T, r *Router, id, tpl string, now time.Time) *batch {
+func hallucinate(t *testing.T, k *Breakers, id, tpl string, now time.Time) *testBatch {
 	t.Helper()
-	return step(r, now, true, func(b *batch) {
+	return step(k, now, true, func(b *testBatch) {
 		ev := event.TaskEvent{TaskID: id, PromptTemplate: tpl, Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
-		in := input{kind: inputTask, event: ev,
-			decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteQuarantine, Reason: "fabricated_data"}}
-		r.brk.observe(&in, b, now)
+		d := event.Decision{Class: event.ClassHallucination, Route: event.RouteQuarantine, Reason: "fabricated_data"}
+		k.Observe(&ev, &d, nil, b, now)
 	})
 }
 
 // decideItem routes a reviewer's decision of the task's hallucination item
 // through observe, in its own batch, committed or not.
-func decideItem(t *testing.T, r *Router, id, tpl string, now time.Time, commit bool) *batch {
+func decideItem(t *testing.T, k *Breakers, id, tpl string, now time.Time, commit bool) *testBatch {
 	t.Helper()
-	return step(r, now, commit, func(b *batch) {
+	return step(k, now, commit, func(b *testBatch) {
 		b.states[id] = &task.State{TaskID: id, LastEvent: &event.TaskEvent{TaskID: id, PromptTemplate: tpl}}
-		in := input{kind: inputReview, review: event.ReviewDecision{TaskID: id, Reason: "checked", Reviewer: "ana"},
-			decision: event.Decision{Class: event.ClassHallucination, Route: event.RouteComplete}, state: b.states[id]}
-		r.brk.observe(&in, b, now)
+		rv := event.ReviewDecision{TaskID: id, Reason: "checked", Reviewer: "ana"}
+		d := event.Decision{Class: event.ClassHallucination, Route: event.RouteComplete}
+		k.Reviewed(&rv, &d, b.states[id], b, now)
 	})
 }
 
 // itemRecords counts the latch item records (open) and tombstones of a batch.
-func itemRecords(b *batch) (open, decided int) {
+func itemRecords(b *testBatch) (open, decided int) {
 	for _, rec := range b.out {
 		if rec.Topic != "breakers" || !strings.HasPrefix(string(rec.Key), event.BreakerItemPrefix) {
 			continue
@@ -180,34 +197,33 @@ func itemRecords(b *batch) (open, decided int) {
 // reopens when the second is decided. A decision whose batch does not
 // commit changes nothing.
 func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	r.cfg.Now = func() time.Time { return t0 }
 
-	if b := hallucinate(t, r, "h-1", "tpl", t0); !r.brk.set.Latched(tplRef) {
+	if b := hallucinate(t, k, "h-1", "tpl", t0); !k.set.Latched(tplRef) {
 		t.Fatal("a hallucination did not latch its template")
 	} else if open, _ := itemRecords(b); open != 1 {
 		t.Fatalf("the first hallucination wrote %d latch item records, want 1", open)
 	}
-	b2 := hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
-	if len(r.brk.events) != 1 {
-		t.Fatalf("the second hallucination queued %+v, want only its alert (the template is latched already)", r.brk.events)
+	b2 := hallucinate(t, k, "h-2", "tpl", t0.Add(time.Second))
+	if len(k.events) != 1 {
+		t.Fatalf("the second hallucination queued %+v, want only its alert (the template is latched already)", k.events)
 	} else if open, _ := itemRecords(b2); open != 1 {
 		t.Fatalf("the second hallucination wrote %d latch item records, want 1", open)
 	}
 
 	// a decision whose transaction does not commit is undone
-	decideItem(t, r, "h-1", "tpl", t0.Add(2*time.Second), false)
-	if got := r.brk.holdingItems(tplRef); len(got) != 2 {
+	decideItem(t, k, "h-1", "tpl", t0.Add(2*time.Second), false)
+	if got := k.holdingItems(tplRef); len(got) != 2 {
 		t.Fatalf("after a decision that did not commit, open items %v, want h-1 and h-2", got)
 	}
 
-	b := decideItem(t, r, "h-1", "tpl", t0.Add(3*time.Second), true)
-	if !r.brk.set.Latched(tplRef) {
+	b := decideItem(t, k, "h-1", "tpl", t0.Add(3*time.Second), true)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("deciding the first of two items reopened the template")
 	}
-	if len(r.brk.events) != 0 {
-		t.Fatalf("deciding the first of two items queued %+v, want no transition", r.brk.events)
+	if len(k.events) != 0 {
+		t.Fatalf("deciding the first of two items queued %+v, want no transition", k.events)
 	}
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("deciding an item wrote %d tombstones, want 1", decided)
@@ -217,19 +233,19 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 			t.Fatalf("deciding the first of two items wrote to %s: %s", rec.Topic, rec.Key)
 		}
 	}
-	readBack(r, b2)
-	readBack(r, b)
-	step(r, t0.Add(3500*time.Millisecond), true, nil)
-	if !r.brk.set.Latched(tplRef) {
+	readBack(k, b2)
+	readBack(k, b)
+	step(k, t0.Add(3500*time.Millisecond), true, nil)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("reading back this instance's own items reopened the template while h-2 is open")
 	}
 
-	decideItem(t, r, "h-2", "tpl", t0.Add(4*time.Second), true)
-	if r.brk.set.State(tplRef) != breaker.Closed {
-		t.Fatalf("deciding the last item left the template %s, want CLOSED", r.brk.set.State(tplRef))
+	decideItem(t, k, "h-2", "tpl", t0.Add(4*time.Second), true)
+	if k.set.State(tplRef) != breaker.Closed {
+		t.Fatalf("deciding the last item left the template %s, want CLOSED", k.set.State(tplRef))
 	}
-	if len(r.brk.events) != 1 || r.brk.events[0].To != breaker.Closed.Name() || r.brk.events[0].TaskID != "h-2" {
-		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", r.brk.events)
+	if len(k.events) != 1 || k.events[0].To != breaker.Closed.Name() || k.events[0].TaskID != "h-2" {
+		t.Fatalf("deciding the last item queued %+v, want one CLOSED transition naming h-2", k.events)
 	}
 }
 
@@ -241,45 +257,44 @@ func TestTemplateStaysLatchedUntilEveryItemIsDecided(t *testing.T) {
 // this instance's); a later hallucination latches again and is held only by
 // its own item.
 func TestOtherInstancesItemsHoldAndAResetEndsThoseBeforeIt(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	r.cfg.Now = func() time.Time { return t0 }
 
-	feed(r, itemRec(t, "h-9", "a", true))
-	step(r, t0, true, nil)
-	if !r.brk.set.Latched(tplRef) {
+	feed(k, itemRec(t, "h-9", "a", true))
+	step(k, t0, true, nil)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("another instance's item did not latch the template here")
 	}
-	readBack(r, hallucinate(t, r, "h-1", "tpl", t0))
-	readBack(r, decideItem(t, r, "h-1", "tpl", t0.Add(time.Second), true))
-	if !r.brk.set.Latched(tplRef) {
+	readBack(k, hallucinate(t, k, "h-1", "tpl", t0))
+	readBack(k, decideItem(t, k, "h-1", "tpl", t0.Add(time.Second), true))
+	if !k.set.Latched(tplRef) {
 		t.Fatal("deciding this instance's item reopened the template while another instance's item h-9 is open")
 	}
 
-	feed(r, resetRec(t, tplRef, "ops"))
-	b := step(r, t0.Add(2*time.Second), true, nil)
-	if r.brk.set.State(tplRef) != breaker.Closed || !r.brk.closed[tplRef] {
-		t.Fatalf("a RESET read after every item left the template %s (closed for release: %v), want CLOSED", r.brk.set.State(tplRef), r.brk.closed[tplRef])
+	feed(k, resetRec(t, tplRef, "ops"))
+	b := step(k, t0.Add(2*time.Second), true, nil)
+	if k.set.State(tplRef) != breaker.Closed || !k.closed[tplRef] {
+		t.Fatalf("a RESET read after every item left the template %s (closed for release: %v), want CLOSED", k.set.State(tplRef), k.closed[tplRef])
 	}
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("the reset's batch wrote %d item tombstones, want 1 (h-9, ended by the reset)", decided)
 	}
-	readBack(r, b)
-	b = step(r, t0.Add(2500*time.Millisecond), true, nil)
+	readBack(k, b)
+	b = step(k, t0.Add(2500*time.Millisecond), true, nil)
 	if n := len(b.out); n != 1 || !strings.HasPrefix(string(b.out[0].Key), event.BreakerResetPrefix) || b.out[0].Value != nil {
 		t.Fatalf("once no item before the RESET is open, the batch wrote %v, want the RESET's tombstone", b.out)
 	}
-	readBack(r, b)
-	if items, resets := r.brk.latchCounts(); items != 0 || resets != 0 {
+	readBack(k, b)
+	if items, resets := k.latchCounts(); items != 0 || resets != 0 {
 		t.Fatalf("%d items and %d RESETs live after the reset was tidied, want none", items, resets)
 	}
 
-	readBack(r, hallucinate(t, r, "h-3", "tpl", t0.Add(3*time.Second)))
-	if !r.brk.set.Latched(tplRef) {
+	readBack(k, hallucinate(t, k, "h-3", "tpl", t0.Add(3*time.Second)))
+	if !k.set.Latched(tplRef) {
 		t.Fatal("a hallucination after the reset did not latch the template")
 	}
-	decideItem(t, r, "h-3", "tpl", t0.Add(4*time.Second), true)
-	if r.brk.set.State(tplRef) != breaker.Closed {
+	decideItem(t, k, "h-3", "tpl", t0.Add(4*time.Second), true)
+	if k.set.State(tplRef) != breaker.Closed {
 		t.Fatal("an item the reset ended kept a later latch")
 	}
 }
@@ -293,20 +308,19 @@ func TestOtherInstancesItemsHoldAndAResetEndsThoseBeforeIt(t *testing.T) {
 func TestALateResetKeepsTheNewerLatch(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	t.Run("another instance's newer item", func(t *testing.T) {
-		r := adoptRouter(t)
-		r.cfg.Now = func() time.Time { return t0 }
-		feed(r, itemRec(t, "h-1", "a", true))
-		step(r, t0, true, nil)
+		k := adoptBreakers(t)
+		feed(k, itemRec(t, "h-1", "a", true))
+		step(k, t0, true, nil)
 		// the reset and a's newer hallucination, read in one go
-		feed(r, resetRec(t, tplRef, "ops"), itemRec(t, "h-2", "a", true))
-		b := step(r, t0.Add(time.Minute), true, func(b *batch) {
-			cmd := input{kind: inputCommand, command: event.BreakerEvent{Scope: tplRef.Scope.Name(), Key: tplRef.Key, Kind: event.BreakerKindReset,
-				Reason: "prompt fixed", Instance: "ops", At: event.At(t0)}}
-			if d := r.brk.command(&cmd, b, t0.Add(time.Minute)); d.Rule != "breaker.reset" {
+		feed(k, resetRec(t, tplRef, "ops"), itemRec(t, "h-2", "a", true))
+		b := step(k, t0.Add(time.Minute), true, func(b *testBatch) {
+			cmd := event.BreakerEvent{Scope: tplRef.Scope.Name(), Key: tplRef.Key, Kind: event.BreakerKindReset,
+				Reason: "prompt fixed", Instance: "ops", At: event.At(t0)}
+			if d := k.Command(&cmd, b, t0.Add(time.Minute)); d.Rule != "breaker.reset" {
 				t.Errorf("the RESET command's decision %+v, want rule breaker.reset", d)
 			}
 		})
-		if !r.brk.set.Latched(tplRef) {
+		if !k.set.Latched(tplRef) {
 			t.Fatal("a RESET read with a newer item released the template")
 		}
 		for _, rec := range b.out {
@@ -314,29 +328,28 @@ func TestALateResetKeepsTheNewerLatch(t *testing.T) {
 				t.Fatalf("the batch shared %s on the breakers topic, want no state of a latched template", rec.Key)
 			}
 		}
-		feed(r, itemRec(t, "h-2", "a", false))
-		step(r, t0.Add(2*time.Minute), true, nil)
-		if r.brk.set.State(tplRef) != breaker.Closed {
+		feed(k, itemRec(t, "h-2", "a", false))
+		step(k, t0.Add(2*time.Minute), true, nil)
+		if k.set.State(tplRef) != breaker.Closed {
 			t.Fatal("the template stayed latched after the newer item was decided")
 		}
 	})
 	t.Run("this instance's hallucination before it read the reset", func(t *testing.T) {
-		r := adoptRouter(t)
-		r.cfg.Now = func() time.Time { return t0 }
-		feed(r, itemRec(t, "h-1", "a", true))
-		step(r, t0, true, nil)
-		feed(r, resetRec(t, tplRef, "ops")) // written, not handed to a batch yet
-		b := hallucinate(t, r, "h-3", "tpl", t0.Add(time.Second))
+		k := adoptBreakers(t)
+		feed(k, itemRec(t, "h-1", "a", true))
+		step(k, t0, true, nil)
+		feed(k, resetRec(t, tplRef, "ops")) // written, not handed to a batch yet
+		b := hallucinate(t, k, "h-3", "tpl", t0.Add(time.Second))
 		if open, _ := itemRecords(b); open != 1 {
 			t.Fatalf("a hallucination routed while latched wrote %d items, want 1", open)
 		}
-		step(r, t0.Add(2*time.Second), true, nil) // adopts the reset before h-3 is read back
-		if !r.brk.set.Latched(tplRef) {
+		step(k, t0.Add(2*time.Second), true, nil) // adopts the reset before h-3 is read back
+		if !k.set.Latched(tplRef) {
 			t.Fatal("the reset released the template while this instance's newer item was not read back")
 		}
-		readBack(r, b)
-		step(r, t0.Add(3*time.Second), true, nil)
-		if !r.brk.set.Latched(tplRef) {
+		readBack(k, b)
+		step(k, t0.Add(3*time.Second), true, nil)
+		if !k.set.Latched(tplRef) {
 			t.Fatal("this instance's item, written after the reset, does not hold the template")
 		}
 	})
@@ -363,15 +376,15 @@ func TestCompactedTopicKeepsTheLatch(t *testing.T) {
 		{"compacted", []*kgo.Record{whole[0], whole[3]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := adoptRouter(t)
-			r.brk.table.done = false // the initial read
-			feed(r, tc.recs...)
-			r.brk.table.done = true
-			step(r, t0.Add(time.Hour), true, nil)
-			if !r.brk.set.Latched(tplRef) {
-				t.Fatalf("reading %s: the template is %s, want latched by h-1's item", tc.name, r.brk.set.State(tplRef))
+			k := adoptBreakers(t)
+			k.table.done = false // the initial read
+			feed(k, tc.recs...)
+			k.table.done = true
+			step(k, t0.Add(time.Hour), true, nil)
+			if !k.set.Latched(tplRef) {
+				t.Fatalf("reading %s: the template is %s, want latched by h-1's item", tc.name, k.set.State(tplRef))
 			}
-			if ok, _ := r.brk.set.Allow([]breaker.Ref{tplRef}, t0.Add(48*time.Hour)); ok {
+			if ok, _ := k.set.Allow([]breaker.Ref{tplRef}, t0.Add(48*time.Hour)); ok {
 				t.Fatal("a retry into the latched template is allowed 48 hours later")
 			}
 		})
@@ -385,14 +398,14 @@ func TestCompactedTopicKeepsTheLatch(t *testing.T) {
 // writer, so that the retries held here wait for the writer's cooldown and
 // its probes.
 func TestStatesAreOrderedByOffsets(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	var own *batch
-	step(r, t0, true, func(b *batch) {
-		r.brk.set.Trip(ref, "x", breaker.Outcome{}, t0)
-		r.brk.set.Reset(ref, "x", t0)
-		r.brk.share(ref, "own change", b, t0) // CLOSED: a tombstone
+	var own *testBatch
+	step(k, t0, true, func(b *testBatch) {
+		k.set.Trip(ref, "x", breaker.Outcome{}, t0)
+		k.set.Reset(ref, "x", t0)
+		k.share(ref, "own change", b, t0) // CLOSED: a tombstone
 		own = b
 	})
 	if len(own.out) != 1 || own.out[0].Topic != "breakers" || string(own.out[0].Key) != "PROVIDER_MODEL/acme/m1" || own.out[0].Value != nil {
@@ -400,22 +413,22 @@ func TestStatesAreOrderedByOffsets(t *testing.T) {
 	}
 	// c's OPEN, stamped an hour later, was written before this instance's
 	// change: it is read before it
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(time.Hour)))
-	step(r, t0.Add(time.Second), true, nil)
-	if r.brk.set.State(ref) != breaker.Closed {
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(time.Hour)))
+	step(k, t0.Add(time.Second), true, nil)
+	if k.set.State(ref) != breaker.Closed {
 		t.Fatal("an OPEN written before this instance's own change was adopted over it")
 	}
-	readBack(r, own)
+	readBack(k, own)
 	opened := t0.Add(-time.Hour) // stamped before: written after
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, opened))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "c", false, opened))
 	now := t0.Add(2 * time.Second)
-	step(r, now, true, nil)
-	if r.brk.set.State(ref) != breaker.Open {
+	step(k, now, true, nil)
+	if k.set.State(ref) != breaker.Open {
 		t.Fatal("an OPEN written after this instance's own change was not adopted")
 	}
 	cooldown := time.Duration(policy.Default().Breakers.ProviderModel.CooldownMs) * time.Millisecond
 	step := min(max(cooldown/4, time.Second), 30*time.Second)
-	if got := r.brk.set.HoldUntil([]breaker.Ref{ref}, now); got.Before(opened.Add(cooldown)) {
+	if got := k.set.HoldUntil([]breaker.Ref{ref}, now); got.Before(opened.Add(cooldown)) {
 		t.Fatalf("a retry behind the adopted OPEN is held until %s, want no earlier than the writer's cooldown end %s (+%s)", got, opened.Add(cooldown), step)
 	}
 }
@@ -425,23 +438,23 @@ func TestStatesAreOrderedByOffsets(t *testing.T) {
 // skipped; a batch that did not commit gives its states back unless a newer
 // one arrived.
 func TestBreakerTablePendingStates(t *testing.T) {
-	r := adoptRouter(t)
-	tb := r.brk.table
+	k := adoptBreakers(t)
+	tb := k.table
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	tb.done = false
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
 	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "b" {
 		t.Fatalf("before the initial read is done, the own state was not kept: %v", p)
 	}
 	tb.done = true
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "b", false, t0))
 	if p, _ := tb.changes(); len(p) != 0 {
 		t.Fatalf("after the initial read, an own state was kept: %v", p)
 	}
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(time.Second)))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(time.Second)))
 	given, _ := tb.changes()
-	feed(r, stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(2*time.Second)))
+	feed(k, stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(2*time.Second)))
 	tb.giveBack(given)
 	if p, _ := tb.changes(); len(p) != 1 || p[0].State != breaker.HalfOpen.Name() {
 		t.Fatalf("giveBack replaced a newer pending state: %v", p)
@@ -458,20 +471,20 @@ func TestBreakerTablePendingStates(t *testing.T) {
 // written after them, before the batch's commit is told to the table. That
 // OPEN is newer than everything this instance wrote and must be adopted.
 func TestOwnStatesReadBackBeforeTheCommitKeepANewerState(t *testing.T) {
-	r := adoptRouter(t)
-	tb := r.brk.table
+	k := adoptBreakers(t)
+	tb := k.table
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	step(r, t0, true, func(b *batch) {
-		r.brk.set.Adopt(ref, breaker.Shared{State: breaker.HalfOpen}, "cooldown over", t0)
-		r.brk.share(ref, "cooldown over", b, t0)
-		r.brk.set.Adopt(ref, breaker.Shared{State: breaker.Closed}, "a success while half-open", t0)
-		r.brk.share(ref, "a success while half-open", b, t0)
+	step(k, t0, true, func(b *testBatch) {
+		k.set.Adopt(ref, breaker.Shared{State: breaker.HalfOpen}, "cooldown over", t0)
+		k.share(ref, "cooldown over", b, t0)
+		k.set.Adopt(ref, breaker.Shared{State: breaker.Closed}, "a success while half-open", t0)
+		k.share(ref, "a success while half-open", b, t0)
 		// read back before the commit is told, then c's OPEN after them
-		if readBack(r, b); len(b.out) != 2 {
+		if readBack(k, b); len(b.out) != 2 {
 			t.Fatalf("the batch wrote %d records of the breaker, want 2", len(b.out))
 		}
-		feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(10*time.Millisecond)))
+		feed(k, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(10*time.Millisecond)))
 	})
 	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" || p[0].State != breaker.Open.Name() {
 		t.Fatalf("c's OPEN, read after both of this instance's records, was dropped when the batch's commit was told: %v", p)
@@ -479,13 +492,13 @@ func TestOwnStatesReadBackBeforeTheCommitKeepANewerState(t *testing.T) {
 	// and the other way round: told first, the own records in flight are
 	// newer than an OPEN read before them
 	tb.wrote(nil, map[breaker.Ref]int{ref: 2}, nil)
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(20*time.Millisecond)))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(20*time.Millisecond)))
 	if p, _ := tb.changes(); len(p) != 0 {
 		t.Fatalf("an OPEN read before this instance's own records in flight was kept: %v", p)
 	}
-	feed(r, stateRec(t, ref, breaker.HalfOpen.Name(), "b", false, t0.Add(30*time.Millisecond)))
-	feed(r, stateRec(t, ref, breaker.Closed.Name(), "b", false, t0.Add(30*time.Millisecond)))
-	feed(r, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(40*time.Millisecond)))
+	feed(k, stateRec(t, ref, breaker.HalfOpen.Name(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(k, stateRec(t, ref, breaker.Closed.Name(), "b", false, t0.Add(30*time.Millisecond)))
+	feed(k, stateRec(t, ref, breaker.Open.Name(), "c", false, t0.Add(40*time.Millisecond)))
 	if p, _ := tb.changes(); len(p) != 1 || p[0].Instance != "c" {
 		t.Fatalf("c's OPEN read after this instance's records were read back was not kept: %v", p)
 	}
@@ -496,26 +509,25 @@ func TestOwnStatesReadBackBeforeTheCommitKeepANewerState(t *testing.T) {
 // is gone, so no one can decide it); its item is tombstoned without
 // reopening the template, and the decision of the other item reopens it.
 func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	r.cfg.Now = func() time.Time { return t0 }
-	hallucinate(t, r, "h-1", "tpl", t0)
-	hallucinate(t, r, "h-2", "tpl", t0.Add(time.Second))
+	hallucinate(t, k, "h-1", "tpl", t0)
+	hallucinate(t, k, "h-2", "tpl", t0.Add(time.Second))
 
-	b := step(r, t0.Add(2*time.Second), true, func(b *batch) {
+	b := step(k, t0.Add(2*time.Second), true, func(b *testBatch) {
 		ev := event.TaskEvent{TaskID: "h-1", PromptTemplate: "tpl", Provider: "p", Model: "m", Action: "refund", Stage: event.StageModel}
 		b.states["h-1"] = &task.State{TaskID: "h-1", LastEvent: &ev} // reopened: no review item
-		in := input{kind: inputTask, event: ev, decision: event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}, state: b.states["h-1"]}
-		r.brk.observe(&in, b, t0.Add(2*time.Second))
+		d := event.Decision{Class: event.ClassSucceeded, Route: event.RouteComplete}
+		k.Observe(&ev, &d, b.states["h-1"], b, t0.Add(2*time.Second))
 	})
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("the re-driven task's event wrote %d tombstones, want 1", decided)
 	}
-	if !r.brk.set.Latched(tplRef) {
+	if !k.set.Latched(tplRef) {
 		t.Fatal("releasing a re-driven task's item reopened the template")
 	}
-	decideItem(t, r, "h-2", "tpl", t0.Add(3*time.Second), true)
-	if r.brk.set.State(tplRef) != breaker.Closed {
+	decideItem(t, k, "h-2", "tpl", t0.Add(3*time.Second), true)
+	if k.set.State(tplRef) != breaker.Closed {
 		t.Fatal("the decision of the last item held did not reopen the template")
 	}
 }
@@ -526,37 +538,37 @@ func TestRedriveReleasesTheTasksLatchItem(t *testing.T) {
 // breakers topic's live keys stay flat; a latched breaker, and one a retry
 // is held behind, are kept however long they are unused.
 func TestUnusedBreakersAreLetGo(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	readBack(r, hallucinate(t, r, "h-1", "tpl", t0))
+	readBack(k, hallucinate(t, k, "h-1", "tpl", t0))
 	var refs []breaker.Ref
-	before := r.brk.set.Len()
-	step(r, t0, true, func(b *batch) {
+	before := k.set.Len()
+	step(k, t0, true, func(b *testBatch) {
 		for i := range 50 {
 			ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "gone/model-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}
 			refs = append(refs, ref)
-			r.brk.transitions(r.brk.set.Trip(ref, "x", breaker.Outcome{}, t0), b, t0)
-			r.brk.set.Reset(ref, "x", t0)
-			r.brk.set.Adopt(ref, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
+			k.transitions(k.set.Trip(ref, "x", breaker.Outcome{}, t0), b, t0)
+			k.set.Reset(ref, "x", t0)
+			k.set.Adopt(ref, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
 		}
 	})
-	if n := r.brk.set.Len(); n != before+50 {
+	if n := k.set.Len(); n != before+50 {
 		t.Fatalf("%d breakers, want %d", n, before+50)
 	}
 	// a retry held behind one of them: that one is kept
 	heldRef := breaker.Ref{Scope: breaker.ProviderModel, Key: "held/model"}
-	step(r, t0, true, func(b *batch) {
-		r.brk.set.Trip(heldRef, "x", breaker.Outcome{}, t0)
-		r.brk.set.Reset(heldRef, "x", t0)
-		r.brk.set.Adopt(heldRef, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
-		r.brk.held.put("t-held", 0, []breaker.Ref{heldRef})
+	step(k, t0, true, func(b *testBatch) {
+		k.set.Trip(heldRef, "x", breaker.Outcome{}, t0)
+		k.set.Reset(heldRef, "x", t0)
+		k.set.Adopt(heldRef, breaker.Shared{State: breaker.Open, OpenedAt: t0}, "x", t0)
+		k.held.put("t-held", 0, []breaker.Ref{heldRef})
 	})
-	idle := r.brk.set.Idle(breaker.ProviderModel)
+	idle := k.set.Idle(breaker.ProviderModel)
 	later := t0.Add(idle + expireEvery + time.Second)
-	b := step(r, later, true, nil)
-	if n := r.brk.set.Len(); n != 2 || !r.brk.set.Latched(tplRef) || r.brk.set.State(heldRef) != breaker.Open {
+	b := step(k, later, true, nil)
+	if n := k.set.Len(); n != 2 || !k.set.Latched(tplRef) || k.set.State(heldRef) != breaker.Open {
 		t.Fatalf("%d breakers after %s unused (latched template kept: %v, the one a retry is held behind: %s), want those two",
-			n, idle, r.brk.set.Latched(tplRef), r.brk.set.State(heldRef))
+			n, idle, k.set.Latched(tplRef), k.set.State(heldRef))
 	}
 	tombs := 0
 	for _, rec := range b.out {
@@ -574,31 +586,31 @@ func TestUnusedBreakersAreLetGo(t *testing.T) {
 // item there is ended by a RESET on partition 0, and its decision (a
 // tombstone there) ends the item wherever it was opened.
 func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	old := itemRec(t, "h-old", "old", true)
 	old.Partition, old.Offset = 2, 900
-	r.brk.table.mu.Lock()
-	r.brk.table.apply(old)
-	r.brk.table.mu.Unlock()
-	step(r, t0, true, nil)
-	if !r.brk.set.Latched(tplRef) {
+	k.table.mu.Lock()
+	k.table.apply(old)
+	k.table.mu.Unlock()
+	step(k, t0, true, nil)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("an earlier release's item did not latch the template")
 	}
-	feed(r, resetRec(t, tplRef, "ops")) // partition 0, offset 0
-	step(r, t0.Add(time.Second), true, nil)
-	if r.brk.set.Latched(tplRef) {
+	feed(k, resetRec(t, tplRef, "ops")) // partition 0, offset 0
+	step(k, t0.Add(time.Second), true, nil)
+	if k.set.Latched(tplRef) {
 		t.Fatal("a RESET on partition 0 did not end an item an earlier release wrote to partition 2 at a higher offset")
 	}
 
-	readBack(r, hallucinate(t, r, "h-2", "tpl", t0.Add(2*time.Second)))
+	readBack(k, hallucinate(t, k, "h-2", "tpl", t0.Add(2*time.Second)))
 	tomb := itemRec(t, "h-2", "old", false)
 	tomb.Partition, tomb.Offset = 1, 3
-	r.brk.table.mu.Lock()
-	r.brk.table.apply(tomb)
-	r.brk.table.mu.Unlock()
-	step(r, t0.Add(3*time.Second), true, nil)
-	if r.brk.set.Latched(tplRef) {
+	k.table.mu.Lock()
+	k.table.apply(tomb)
+	k.table.mu.Unlock()
+	step(k, t0.Add(3*time.Second), true, nil)
+	if k.set.Latched(tplRef) {
 		t.Fatal("an earlier release's decision of an item (a tombstone on partition 1) did not end it")
 	}
 }
@@ -609,21 +621,21 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 // CLOSED transition in between (a CLOSED of a template an item holds would
 // tell the alerts topic, and the console, that it reopened).
 func TestLatchesApplyBeforeStates(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	feed(r, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
-	step(r, t0, true, nil)
-	if r.brk.set.State(tplRef) != breaker.Open || r.brk.set.Latched(tplRef) {
-		t.Fatalf("the template is %s (latched %v), want OPEN, not latched", r.brk.set.State(tplRef), r.brk.set.Latched(tplRef))
+	feed(k, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
+	step(k, t0, true, nil)
+	if k.set.State(tplRef) != breaker.Open || k.set.Latched(tplRef) {
+		t.Fatalf("the template is %s (latched %v), want OPEN, not latched", k.set.State(tplRef), k.set.Latched(tplRef))
 	}
-	feed(r, itemRec(t, "h-1", "a", true), stateRec(t, tplRef, breaker.Closed.Name(), "c", false, t0.Add(time.Second)))
-	step(r, t0.Add(2*time.Second), true, nil)
-	if !r.brk.set.Latched(tplRef) {
+	feed(k, itemRec(t, "h-1", "a", true), stateRec(t, tplRef, breaker.Closed.Name(), "c", false, t0.Add(time.Second)))
+	step(k, t0.Add(2*time.Second), true, nil)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("the template is not latched by h-1's item")
 	}
-	for _, e := range r.brk.events {
+	for _, e := range k.events {
 		if e.To == breaker.Closed.Name() {
-			t.Fatalf("the batch closed the template on its way to the latch: %+v", r.brk.events)
+			t.Fatalf("the batch closed the template on its way to the latch: %+v", k.events)
 		}
 	}
 }
@@ -635,28 +647,27 @@ func TestLatchesApplyBeforeStates(t *testing.T) {
 // after the RESET. It writes no tombstone until it has: that one would end
 // the newer item and reopen the template while it is undecided.
 func TestNoItemTombstoneBeforeTheTableIsCurrent(t *testing.T) {
-	r := adoptRouter(t)
-	tb := r.brk.table
+	k := adoptBreakers(t)
+	tb := k.table
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	r.cfg.Now = func() time.Time { return t0 }
-	feed(r, itemRec(t, "h-9", "a", true), resetRec(t, tplRef, "ops"))
+	feed(k, itemRec(t, "h-9", "a", true), resetRec(t, tplRef, "ops"))
 	// the partition is assigned: the table must read two more records
 	tb.mu.Lock()
 	tb.target = map[int32]int64{0: tb.read[0] + 2}
 	tb.mu.Unlock()
-	b := step(r, t0, true, nil)
+	b := step(k, t0, true, nil)
 	if _, decided := itemRecords(b); decided != 0 {
 		t.Fatalf("an instance behind its assignment's target wrote %d item tombstones", decided)
 	}
 	// a's newer item of h-9, and the RESET's end of the old one read; now current
-	feed(r, itemRec(t, "h-9", "a", true), stateRec(t, breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}, breaker.Closed.Name(), "a", false, t0))
-	b = step(r, t0.Add(time.Second), true, nil)
-	readBack(r, b)
+	feed(k, itemRec(t, "h-9", "a", true), stateRec(t, breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}, breaker.Closed.Name(), "a", false, t0))
+	b = step(k, t0.Add(time.Second), true, nil)
+	readBack(k, b)
 	if _, decided := itemRecords(b); decided != 0 {
 		t.Fatalf("the batch wrote %d item tombstones once current, want none: h-9's item is open again", decided)
 	}
-	step(r, t0.Add(2*time.Second), true, nil)
-	if !r.brk.set.Latched(tplRef) {
+	step(k, t0.Add(2*time.Second), true, nil)
+	if !k.set.Latched(tplRef) {
 		t.Fatal("a's newer item of h-9 does not hold the template")
 	}
 }
@@ -666,20 +677,19 @@ func TestNoItemTombstoneBeforeTheTableIsCurrent(t *testing.T) {
 // that a person wrote meanwhile, which ended a newer item. The newer RESET
 // stays: the item it ended does not hold the template again.
 func TestARESETTombstoneKeepsANewerRESET(t *testing.T) {
-	r := adoptRouter(t)
+	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	r.cfg.Now = func() time.Time { return t0 }
-	feed(r, itemRec(t, "h-1", "a", true), resetRec(t, tplRef, "ops"))
-	readBack(r, step(r, t0, true, nil)) // h-1's tombstone
-	b := step(r, t0.Add(time.Second), true, nil)
+	feed(k, itemRec(t, "h-1", "a", true), resetRec(t, tplRef, "ops"))
+	readBack(k, step(k, t0, true, nil)) // h-1's tombstone
+	b := step(k, t0.Add(time.Second), true, nil)
 	if n := len(b.out); n != 1 || !strings.HasPrefix(string(b.out[0].Key), event.BreakerResetPrefix) || b.out[0].Value != nil {
 		t.Fatalf("the batch wrote %v, want the obsolete RESET's tombstone", b.out)
 	}
 	// before it is read back: a newer item, and a person's newer RESET
-	feed(r, itemRec(t, "h-2", "a", true), resetRec(t, tplRef, "ops"))
-	readBack(r, b)
-	step(r, t0.Add(2*time.Second), true, nil)
-	if r.brk.set.Latched(tplRef) {
+	feed(k, itemRec(t, "h-2", "a", true), resetRec(t, tplRef, "ops"))
+	readBack(k, b)
+	step(k, t0.Add(2*time.Second), true, nil)
+	if k.set.Latched(tplRef) {
 		t.Fatal("the tombstone of the older RESET removed the newer one: h-2's item, which it ended, latched the template again")
 	}
 }

@@ -1,4 +1,4 @@
-package router
+package hold
 
 import (
 	"testing"
@@ -17,7 +17,7 @@ import (
 // sweep, are each moved to their breaker's time and keep their own due times,
 // which order them in the due index (not their task IDs).
 func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
-	brk, err := newBreakers(policy.Default(), prometheus.NewRegistry())
+	brk, err := New(policy.Default(), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 	brk.set.Trip(tmpl, "hallucination", breaker.Outcome{}, now)
 	brk.set.Trip(model, "test", breaker.Outcome{}, now)
 
-	b := newBatch()
+	b := newTestBatch()
 	held := func(id, template, provider, model string, due int64) *event.TaskEvent {
 		ev := &event.TaskEvent{TaskID: id, PromptTemplate: template, Provider: provider, Model: model}
 		b.states[id] = &task.State{TaskID: id, Pending: &task.PendingRetry{N: 1, NotBefore: due}}
