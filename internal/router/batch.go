@@ -6,6 +6,7 @@ package router
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -33,8 +34,8 @@ type batch struct {
 	// parts are new partition counts this batch alerted about (forward.go)
 	parts *partitionCounts
 	// mem holds the audit, routed and changelog records of the batch and
-	// their values (arena.go); scratch is where a state is encoded first
-	mem     arena
+	// their values (emit.Arena); scratch is where a state is encoded first
+	mem     emit.Arena
 	scratch []byte
 	// lastBody is, for a state's last event that is a whole copy of an
 	// input of the batch, that input's value (codec.EncodeStateFrom)
@@ -75,7 +76,7 @@ func (b *batch) reset() {
 	b.expired = b.expired[:0]
 	clear(b.forgotten)
 	b.parts = nil
-	b.mem.reset()
+	b.mem.Reset()
 }
 
 // releaseRecords drops a committed batch's input and output records (with

@@ -2,14 +2,15 @@ package router
 
 // decide.go is the decide step of the data path: each input decided by the
 // policy (pkg/policy) on its task's evolving state, in input order, and the
-// records its route queues (route, emit); and the due retries published
-// (publishDue). The breakers hold what they must (package hold).
+// records its route queues (route, emit: built by package emit); and the
+// due retries published (publishDue). The breakers hold what they must (package hold).
 
 import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -68,7 +69,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		n := len(b.out)
 		r.emit(in, st.LastEvent, st, b, now)
 		for _, rec := range b.out[n:] {
-			rec.Headers = copyHeaders(st, rec.Headers)
+			rec.Headers = emit.CopyHeaders(st, rec.Headers)
 		}
 		return
 	}
@@ -156,8 +157,8 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if st.LastInput != nil {
 			src = *st.LastInput
 		}
-		rec := r.routedRecord(b, topic, st.LastEvent, d, src, hdr)
-		rec.Headers = copyHeaders(st, rec.Headers)
+		rec := r.out.Routed(&b.mem, topic, st.LastEvent, nil, d, src, hdr)
+		rec.Headers = emit.CopyHeaders(st, rec.Headers)
 		st.Pending = nil
 		if d.Route == event.RouteDeadLetter {
 			b.out = append(b.out, rec)
@@ -171,15 +172,47 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 	return nil
 }
 
-// copyHeaders adds to hs, when the state's copy of the last event was cut to
-// its bounds, the headers that say so and where the whole event is.
-func copyHeaders(st *task.State, hs []kgo.RecordHeader) []kgo.RecordHeader {
-	if len(st.LastEventTruncated) == 0 {
-		return hs
+// deadLetterRaw is the dead-letter record of a poison input: the original
+// key, value and headers, plus the error headers (stage decode or validate).
+func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
+	stage := codec.StageDecode
+	switch in.errKind {
+	case kindOversize, kindEmptyKey, kindKeyMismatch, codec.Kind(codec.ErrInvalidRecord):
+		stage = codec.StageValidate
 	}
-	c := codec.EventCopy{Truncated: st.LastEventTruncated}
-	if st.LastInput != nil {
-		c.Topic, c.Partition, c.Offset = st.LastInput.Topic, st.LastInput.Partition, st.LastInput.Offset
+	return emit.DeadLetterRaw(r.cfg.Topics.DeadLetter, in.rec, stage, in.errKind, in.err, now)
+}
+
+// audit is the audit record of an input: its event (nil for poison), the
+// decision, and its topic-partition-offset. The audit record of a decision
+// that stopped a task carries the cost it prevented (ledger.go).
+func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
+	d := in.decision
+	if in.kind == inputTask && ev != nil {
+		d.Prevented = in.prevented
 	}
-	return c.AppendHeaders(hs)
+	rec := r.routed(b, r.cfg.Topics.Audit, in, ev, d)
+	if in.repeat != "" {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderRepeat, Value: []byte(in.repeat)})
+	}
+	return rec
+}
+
+// routed is the record of in's decision d on topic (package emit), with
+// the error headers of a dead letter.
+func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
+	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+	var raw []byte // the bytes ev was decoded from: its body is copied, not encoded again
+	if ev == &in.event {
+		raw = in.value
+	}
+	rec := r.out.Routed(&b.mem, topic, ev, raw, d, src, in.rec.Headers)
+	if ev == nil {
+		rec.Key = in.rec.Key
+	}
+	if topic == r.cfg.Topics.DeadLetter {
+		e := codec.ErrorInfo{Stage: codec.StageRoute, Class: string(d.Class), Kind: d.Rule, Message: d.Reason}
+		rec.Headers = e.AppendHeaders(rec.Headers)
+	}
+	return rec
 }

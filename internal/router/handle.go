@@ -13,8 +13,8 @@ import (
 //   consume, decode        input.go (registry.go for the Confluent format),
 //                          unwritable.go (refusals)
 //   dedup and task state   state.go, batch.go
-//   decide and route       decide.go (pkg/policy decides), forward.go
-//                          (forwarder)
+//   decide and route       decide.go (pkg/policy decides; package emit
+//                          builds the records), forward.go (forwarder)
 //   hold and release       package hold (Breakers: Observe, HoldRetry,
 //                          ReleaseHeld)
 //   expiry and the sweep   expiry.go, sweep.go (sweeper)

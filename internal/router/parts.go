@@ -6,9 +6,9 @@ import (
 )
 
 // The router is an orchestration of parts (handle.go calls them in the
-// order of the data path); each is a type of its own, in the file named for
-// it, or a package of its own (hold, restore), and they meet at the small
-// interfaces below. Every file belongs to one part:
+// order of the data path); each is a type of its own, in the file named
+// for it, or a package of its own (emit, hold, restore), and they meet at
+// the small interfaces below. Every file belongs to one part:
 //
 //   - the orchestration of one batch's data path (handle.go) and these
 //     parts' interfaces (parts.go);
@@ -21,10 +21,11 @@ import (
 //     refusals);
 //   - forwarding (forward.go, forwarder; partitioner.go): a task's home
 //     partition, and the partition counts the router routes by;
-//   - the task states of the batch (state.go, batch.go; arena.go, the
-//     batch's memory), and the policy's decisions on them (decide.go and
-//     retry_append.go, with pkg/policy; review_sla.go, the owners' SLA
-//     clock);
+//   - the task states of the batch (state.go, batch.go), and the policy's
+//     decisions on them (decide.go and retry_append.go, with pkg/policy;
+//     review_sla.go, the owners' SLA clock);
+//   - the output records each decision emits, built in the batch's memory
+//     (package emit: Records, Arena);
 //   - breaker holding (package hold: Breakers; the latch book in
 //     internal/latch): breakers, held retries, latches, the breakers
 //     topic and the alerts;

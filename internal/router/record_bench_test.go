@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/logging"
+	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/internal/workload"
@@ -83,7 +84,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil),
+		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil), out: emit.New(c, log),
 			owned:  map[int32]bool{},
 			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
 		r.cfg = Default()

@@ -125,6 +125,7 @@ func (r *Router) prepareFramer(ctx context.Context) error {
 		f, err := r.cfg.Registry.Framer(ctx, topics, !r.cfg.LookupSchemasOnly)
 		if err == nil {
 			r.framer = f
+			r.out.SetFramer(f)
 			r.brk.SetFramer(f)
 			r.log.Info("writing the Confluent wire format", "registry", redactURL(r.cfg.Registry.URL()))
 			return nil

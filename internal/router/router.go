@@ -17,7 +17,8 @@
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the
 // batch's transaction, task states in from the store, the partitions this
-// instance owns): hold.Breakers (breaker holding: breakers, held retries,
+// instance owns): emit.Records (the output records; package emit),
+// hold.Breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts; package hold),
 // forwarder (a task's home partition, forwarding, partition counts),
 // sweeper (expiry, and the sweep for due retries and overdue reviews),
@@ -40,6 +41,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/internal/store"
@@ -269,6 +271,8 @@ type Router struct {
 	// framer writes the Confluent wire format (registry.go); nil for the
 	// single-object encoding. Set before the first session.
 	framer *registry.Framer
+	// out builds the output records (package emit), in framer's format
+	out *emit.Records
 }
 
 // New validates cfg, opens the state store and returns a Router.
@@ -349,6 +353,7 @@ func New(cfg Config) (*Router, error) {
 		owned:    map[int32]bool{},
 		ownedGen: -1,
 	}
+	r.out = emit.New(c, log)
 	r.attachBreakers(brk)
 	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
 	r.rst = restore.New(restore.Config{Topic: cfg.Topics.State, ClientOpts: cfg.ClientOpts, TransactionTimeout: cfg.TransactionTimeout,

@@ -84,10 +84,10 @@ func (r *Router) changelog(b *batch, now time.Time) {
 			r.log.Error("state does not encode", "task_id", id, "err", err)
 			continue
 		}
-		rec := b.mem.record()
+		rec := b.mem.Record()
 		rec.Topic, rec.Partition = r.cfg.Topics.State, b.partOf[id]
-		rec.Key = append(b.mem.bytes(len(id)), id...)
-		rec.Value = append(b.mem.bytes(len(b.scratch)), b.scratch...)
+		rec.Key = append(b.mem.Bytes(len(id)), id...)
+		rec.Value = append(b.mem.Bytes(len(b.scratch)), b.scratch...)
 		if !r.limits.fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
 			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(rec.Value), "limit", r.limits.of(rec.Topic))
 			st.Shrink()

@@ -12,6 +12,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -38,7 +39,11 @@ func BenchmarkSweepHeld(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer st.Close()
-		r := &Router{store: st, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		c, err := codec.New()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := &Router{store: st, codec: c, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		r.cfg.Now = func() time.Time { return now }
 		r.attachBreakers(brk)
 		r.swp = newSweeper(&r.cfg, r.log, st, r, brk)

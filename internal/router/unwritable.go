@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -27,7 +28,7 @@ import (
 //
 //   - before producing, when the records routed from it could be larger than
 //     a topic they go to takes (limits.go): the input's size plus the largest
-//     decision (decisionSlack) is over the smallest limit of the routed
+//     decision (emit.DecisionSlack) is over the smallest limit of the routed
 //     topics; a poison input whose dead-letter copy (original bytes plus
 //     error headers) does not fit is copied cut to maxRawCopyBytes;
 //   - after producing, when the broker refuses a record routed from it with
@@ -48,27 +49,10 @@ const (
 )
 
 const (
-	// decisionSlack bounds what a routed record holds beyond the input's
-	// own key, value and headers: the decision (its text fields are cut by
-	// boundDecision), the input's location and the error headers.
-	decisionSlack = 48 << 10
 	// maxRawCopyBytes is how much of the original bytes a dead-letter copy
 	// keeps when the whole input does not fit the dead-letter topic.
 	maxRawCopyBytes = 64 << 10
-	// Bounds of a decision's text fields on a routed record.
-	maxReasonBytes      = 8 << 10
-	maxFeedbackBytes    = 16 << 10
-	maxUserMessageBytes = 4 << 10
-	maxModelBytes       = 1 << 10
 )
-
-// boundDecision cuts the text fields of d to their bounds.
-func boundDecision(d *event.Decision) {
-	d.Reason = codec.Truncate(d.Reason, maxReasonBytes)
-	d.Feedback = codec.Truncate(d.Feedback, maxFeedbackBytes)
-	d.UserMessage = codec.Truncate(d.UserMessage, maxUserMessageBytes)
-	d.SuggestedModel = codec.Truncate(d.SuggestedModel, maxModelBytes)
-}
 
 // inputAt names an input record.
 type inputAt struct {
@@ -129,13 +113,13 @@ func (u *refusals) checkWritable(in *input, lim *limits) {
 		in.err = fmt.Errorf("the broker refused a record routed from this event: %w", f.err)
 		return
 	}
-	size := recordSize(in.rec) + decisionSlack
+	size := recordSize(in.rec) + emit.DecisionSlack
 	t := u.topics
 	for _, topic := range []string{t.Audit, t.Retry, t.Review, t.DeadLetter} {
 		if limit := lim.of(topic); size > limit {
 			in.kind, in.errKind, in.unwritable = inputPoison, kindTooLarge, true
 			in.err = fmt.Errorf("its routed records could be %d bytes (the input's %d plus up to %d of decision), over %s's limit of %d bytes (max.message.bytes)",
-				size, recordSize(in.rec), decisionSlack, topic, limit)
+				size, recordSize(in.rec), emit.DecisionSlack, topic, limit)
 			return
 		}
 	}
@@ -155,11 +139,11 @@ func (r *Router) routeUnwritable(in *input, b *batch, now time.Time) {
 		DecidedAt: event.At(now),
 	}
 	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
-	dl := r.routedRecord(b, r.cfg.Topics.DeadLetter, ev, in.decision, src, in.rec.Headers)
+	dl := r.out.Routed(&b.mem, r.cfg.Topics.DeadLetter, ev, nil, in.decision, src, in.rec.Headers)
 	e := codec.ErrorInfo{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: in.rec.Timestamp,
 		Stage: codec.StageWrite, Class: string(in.decision.Class), Kind: in.errKind, Message: in.decision.Reason}
 	dl.Headers = e.AppendHeaders(dl.Headers)
-	audit := r.routedRecord(b, r.cfg.Topics.Audit, ev, in.decision, src, in.rec.Headers)
+	audit := r.out.Routed(&b.mem, r.cfg.Topics.Audit, ev, nil, in.decision, src, in.rec.Headers)
 	if len(cut) > 0 {
 		c := codec.EventCopy{Truncated: cut, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
 		dl.Headers, audit.Headers = c.AppendHeaders(dl.Headers), c.AppendHeaders(audit.Headers)

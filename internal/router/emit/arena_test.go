@@ -1,4 +1,4 @@
-package router
+package emit
 
 import (
 	"bytes"
@@ -10,14 +10,14 @@ import (
 // are distinct and zero, and a batch of about the size of the one before
 // allocates nothing once the arena has grown to it.
 func TestArenaValuesStayApart(t *testing.T) {
-	var a arena
+	var a Arena
 	fill := func() [][]byte {
 		var vals [][]byte
 		for i := range 3000 {
 			n := 10 + i%700
-			v := a.bytes(n)
+			v := a.Bytes(n)
 			vals = append(vals, append(v, bytes.Repeat([]byte{byte(i)}, n)...))
-			if r := a.record(); r.Value != nil || r.Topic != "" {
+			if r := a.Record(); r.Value != nil || r.Topic != "" {
 				t.Fatalf("record %d is not zero: %+v", i, r)
 			}
 		}
@@ -35,17 +35,17 @@ func TestArenaValuesStayApart(t *testing.T) {
 		}
 	}
 	check(fill())
-	a.reset()
+	a.Reset()
 	check(fill())
-	a.reset()
+	a.Reset()
 	size := 3000
 	if n := testing.AllocsPerRun(3, func() {
 		size += 30 // batches grow a little
 		for i := range size {
-			a.bytes(10 + i%700)
-			a.record().Topic = "t"
+			a.Bytes(10 + i%700)
+			a.Record().Topic = "t"
 		}
-		a.reset()
+		a.Reset()
 	}); n != 0 {
 		t.Errorf("a batch the arena has room for allocated %v times", n)
 	}
