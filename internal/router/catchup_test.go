@@ -27,51 +27,12 @@ import (
 // publishes nothing; once the table reads on, the retries stay held behind
 // the latch.
 func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
-	w := lcStart(t, 3)
-	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
-	var skew atomic.Int64              // the router's clock runs ahead by this much
-	// the breakers table waits before handling its next fetch while held
-	held := lcHook(t, &hold.BeforeTableFetch)
-	reg := prometheus.NewRegistry()
-	w.rt = w.start("lc", func(c *Config) {
-		c.Registerer = reg
-		c.Topics.Breakers = breakers
-		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	})
-	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
-		t.Fatal("the router does not own the three partitions within 30 s")
-	}
-
-	// a rate-limited task of template tpl-latched on every partition: each
-	// has a retry due in a minute
-	const tpl = "tpl-latched"
-	cl := testClient(t, w.seeds, w.topics.Ingress)
-	var ids []string
-	parts := map[int32]bool{}
-	for i := 0; len(parts) < 3 || i < 9; i++ {
-		id := fmt.Sprintf("t-catchup-%d", i)
-		parts[w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl})] = true
-		ids = append(ids, id)
-	}
-	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
-	for _, id := range ids {
-		if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
-			t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
-		}
-	}
+	w, c := catchUpStart(t, "tpl-latched", "t-catchup", 9)
+	held, reg, skew, tpl, ids := c.held, c.reg, c.skew, c.tpl, c.ids
 
 	// the table is held; another instance latches the template: the item
 	// of its hallucination
-	held.hold()
-	it := event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
-	v, err := event.EncodeBreakerItem(&it)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcl := testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), breakers) // partition 0, as the product writes
-	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	bcl := c.latchElsewhere(t, w)
 
 	// a member joins that takes decisions partitions only: the router is
 	// assigned every ingress partition again
@@ -90,7 +51,7 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 		for !other.PollFetches(context.Background()).IsClientClosed() {
 		}
 	}()
-	adm := kadm.NewClient(cl)
+	adm := kadm.NewClient(bcl)
 	if !lcWaitFor(60*time.Second, func() bool {
 		gs, err := adm.DescribeGroups(context.Background(), Default().Group)
 		return err == nil && gs[Default().Group].State == "Stable" && len(gs[Default().Group].Members) == 2 && w.rt.rebalanceCount() >= rb+2
@@ -142,45 +103,11 @@ func TestAssignmentAdoptsTheLatchesWrittenBeforeIt(t *testing.T) {
 // faultrouter_breakers_catching_up says so; once the reader reads on, the
 // retries stay held behind the latch.
 func TestAStaleTablePublishesNoRetry(t *testing.T) {
-	w := lcStart(t, 3)
-	breakers := "faultrouter.breakers" // topics/breakers.yaml, applied by lcStart
-	var skew atomic.Int64              // the router's clock runs ahead by this much
-	held := lcHook(t, &hold.BeforeTableFetch)
-	reg := prometheus.NewRegistry()
-	w.rt = w.start("lc", func(c *Config) {
-		c.Registerer = reg
-		c.Topics.Breakers = breakers
-		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	})
-	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
-		t.Fatal("the router does not own the three partitions within 30 s")
-	}
-	const tpl = "tpl-stale"
-	cl := testClient(t, w.seeds, w.topics.Ingress)
-	var ids []string
-	for i := range 6 {
-		id := fmt.Sprintf("t-stale-%d", i)
-		w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl})
-		ids = append(ids, id)
-	}
-	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
-	for _, id := range ids {
-		if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
-			t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
-		}
-	}
+	w, c := catchUpStart(t, "tpl-stale", "t-stale", 6)
+	held, reg, skew, tpl, ids := c.held, c.reg, c.skew, c.tpl, c.ids
 
 	// the reader is held; another instance latches the template
-	held.hold()
-	it := event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
-	v, err := event.EncodeBreakerItem(&it)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcl := testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), breakers)
-	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	c.latchElsewhere(t, w)
 	// past the bound the latch may take to reach a batch, the retries come
 	// due while the router keeps routing
 	time.Sleep(hold.FreshFor + hold.ListEvery + 500*time.Millisecond)
@@ -219,4 +146,68 @@ func TestAStaleTablePublishesNoRetry(t *testing.T) {
 			t.Errorf("%s: %d retries published into %s, latched by another instance", id, len(r), tpl)
 		}
 	}
+}
+
+// catchUp is what catchUpStart set up: the hook that holds the breakers
+// table back, the router's metrics, its clock's skew, the template and its
+// tasks, and the breakers topic.
+type catchUp struct {
+	held     *lcHold
+	reg      *prometheus.Registry
+	skew     *atomic.Int64 // the router's clock runs ahead by this much
+	tpl      string
+	ids      []string
+	breakers string
+}
+
+// catchUpStart starts a router with a breakers topic, a clock the test
+// skews and its breakers table's reader under a hook; once it owns the
+// three partitions, it routes at least n rate-limited tasks of template
+// tpl (IDs prefix-0, prefix-1, ...), one on every partition, each with a
+// retry due in a minute.
+func catchUpStart(t *testing.T, tpl, prefix string, n int) (*lcWorld, catchUp) {
+	t.Helper()
+	w := lcStart(t, 3)
+	c := catchUp{held: lcHook(t, &hold.BeforeTableFetch), reg: prometheus.NewRegistry(), skew: new(atomic.Int64), tpl: tpl,
+		breakers: "faultrouter.breakers"} // topics/breakers.yaml, applied by lcStart
+	w.rt = w.start("lc", func(cfg *Config) {
+		cfg.Registerer = c.reg
+		cfg.Topics.Breakers = c.breakers
+		cfg.Now = func() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+	})
+	if !lcWaitFor(30*time.Second, func() bool { return w.rt.Ready() && len(w.rt.ownedPartitions()) == 3 }) {
+		t.Fatal("the router does not own the three partitions within 30 s")
+	}
+	cl := testClient(t, w.seeds, w.topics.Ingress)
+	parts := map[int32]bool{}
+	for i := 0; len(parts) < 3 || i < n; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		parts[w.rateLimited(cl, event.TaskEvent{TaskID: id, Action: "answer_ticket", Provider: "openai", Model: "gpt-4o", PromptTemplate: tpl})] = true
+		c.ids = append(c.ids, id)
+	}
+	audits := w.routedByTask(w.topics.Audit, 2*time.Second)
+	for _, id := range c.ids {
+		if a := audits[id]; len(a) != 1 || a[0].Decision.Route != event.RouteRetry {
+			t.Fatalf("audit of %s: %+v, want one RETRY", id, a)
+		}
+	}
+	return w, c
+}
+
+// latchElsewhere holds the breakers table back and writes, as another
+// instance would, the latch item of c's template (a hallucination of task
+// h-other) on the breakers topic; it returns the client that wrote it.
+func (c catchUp) latchElsewhere(t *testing.T, w *lcWorld) *kgo.Client {
+	t.Helper()
+	c.held.hold()
+	it := event.BreakerItem{Scope: breaker.PromptTemplate.Name(), Key: c.tpl, TaskID: "h-other", OpenedAt: event.At(w.rt.cfg.Now()), Instance: "other"}
+	v, err := event.EncodeBreakerItem(&it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcl := testClient(t, append(w.seeds, kgo.RecordPartitioner(kgo.ManualPartitioner())), c.breakers) // partition 0, as the product writes
+	if err := bcl.ProduceSync(context.Background(), &kgo.Record{Key: []byte(event.BreakerItemKey(it.Scope, it.Key, it.TaskID)), Value: v}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return bcl
 }
