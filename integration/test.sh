@@ -31,7 +31,7 @@ go test -count=1 $(go list ./... | grep -v /integration)
 # run whole above, to 40 seeds, and skips the console's 100,000-record page
 # work tests, run above; the rest runs whole)
 echo "== the router's and the console's unit tests under -race"
-go test -count=1 -race -short -skip '^TestSilentRevokeLetsThePartitionsGo$' ./internal/router/ ./internal/router/hold/ ./internal/router/restore/ ./internal/console/
+go test -count=1 -race -short -skip '^TestSilentRevokeLetsThePartitionsGo$' ./internal/router/... ./internal/console/
 
 echo "== fuzz the decoder for $fuzzexecs executions"
 go test -run='^$' -fuzz=FuzzDecode -fuzztime="${fuzzexecs}x" ./pkg/codec

@@ -192,8 +192,17 @@ func (r *Router) unlessRebalanced(since uint64, fn func() error) error {
 	return fn()
 }
 
-// owner is the assignment as the breakers ask about it (hold.Owner).
+// owner is the assignment as the breakers and the sweep ask about it
+// (hold.Owner, sweep.Owner).
 type owner struct{ r *Router }
+
+func (o owner) OwnedPartitions() []int32 { return o.r.ownedPartitions() }
+
+func (o owner) RebalanceCount() uint64 { return o.r.rebalanceCount() }
+
+func (o owner) UnlessRebalanced(since uint64, fn func() error) error {
+	return o.r.unlessRebalanced(since, fn)
+}
 
 func (o owner) OwnedSet() map[int32]bool { return o.r.ownedSet() }
 

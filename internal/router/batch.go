@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/router/emit"
+	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
@@ -29,8 +30,8 @@ type batch struct {
 	// (origins)
 	outOf       [][2]int32
 	checkpoints map[int32]int64
-	expired     []expiredTask   // states the TTL forgets after commit (expiry.go)
-	forgotten   map[string]bool // the tasks of expired, by ID (sweep.go)
+	expired     []sweep.Expired // states the TTL forgets after commit (package sweep)
+	forgotten   map[string]bool // the tasks of expired, by ID
 	// parts are new partition counts this batch alerted about (forward.go)
 	parts *partitionCounts
 	// mem holds the audit, routed and changelog records of the batch and
@@ -125,14 +126,14 @@ func (b *batch) state(id string, p int32) *task.State {
 		b.states[id] = st
 	}
 	if _, ok := b.old[id]; !ok {
-		b.remember(st)
+		b.Remember(st)
 	}
 	b.partOf[id] = p
 	return st
 }
 
-// remember keeps the index entries of a state as the store holds them.
-func (b *batch) remember(st *task.State) {
+// Remember keeps the index entries of a state as the store holds them.
+func (b *batch) Remember(st *task.State) {
 	if st.TaskID == "" {
 		return
 	}
@@ -175,14 +176,36 @@ func (b *batch) touch(id string, p int32) {
 	}
 }
 
-// load makes a state the store holds part of the batch and touches it.
-func (b *batch) load(st *task.State, p int32) {
+// Load makes a state the store holds part of the batch and touches it.
+func (b *batch) Load(st *task.State, p int32) {
 	if _, ok := b.states[st.TaskID]; !ok {
 		b.states[st.TaskID] = st
-		b.remember(st)
+		b.Remember(st)
 	}
 	b.touch(st.TaskID, p)
 }
 
 // Queue adds rec to the batch's output.
 func (b *batch) Queue(rec *kgo.Record) { b.out = append(b.out, rec) }
+
+// The batch as the sweep works on it (sweep.Batch).
+
+// States are the batch's task states, by ID.
+func (b *batch) States() map[string]*task.State { return b.states }
+
+// Touched reports whether the batch touches task id.
+func (b *batch) Touched(id string) bool { return b.isTouched[id] }
+
+// Forgotten reports whether the batch forgets task id (Expire).
+func (b *batch) Forgotten(id string) bool { return b.forgotten[id] }
+
+// Expire makes the batch forget st, of partition p: tombstone goes out on
+// the changelog, and the store deletes st once the batch commits.
+func (b *batch) Expire(p int32, st *task.State, tombstone *kgo.Record) {
+	b.forgotten[st.TaskID] = true
+	b.out = append(b.out, tombstone)
+	b.expired = append(b.expired, sweep.Expired{Partition: p, State: st})
+}
+
+// Expired are the states the batch forgets.
+func (b *batch) Expired() []sweep.Expired { return b.expired }

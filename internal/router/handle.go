@@ -17,7 +17,7 @@ import (
 //                          builds the records), forward.go (forwarder)
 //   hold and release       package hold (Breakers: Observe, HoldRetry,
 //                          ReleaseHeld)
-//   expiry and the sweep   expiry.go, sweep.go (sweeper)
+//   expiry and the sweep   package sweep (Sweeper)
 //   produce and commit     txn.go (txn), fence.go; the store written after
 //                          the commit (state.go)
 
@@ -81,12 +81,12 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	}
 	if r.brk.Publishing(r.readyGauge) {
 		// package hold: retries held behind breakers that have closed come first
-		if err := r.brk.ReleaseHeld(b.states, b.load, now); err != nil {
+		if err := r.brk.ReleaseHeld(b.states, b.Load, now); err != nil {
 			return false, err
 		}
-		// sweep.go: expiry, due retries and owner SLA alerts on the partitions
+		// package sweep: expiry, due retries and owner SLA alerts on the partitions
 		// this instance owns, from one sweep over their time indexes
-		if err := r.swp.sweep(b, now); err != nil {
+		if err := r.swp.Sweep(b, now); err != nil {
 			return false, err
 		}
 		// decide.go: the due retries of the batch's tasks, unless a breaker

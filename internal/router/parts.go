@@ -7,8 +7,8 @@ import (
 
 // The router is an orchestration of parts (handle.go calls them in the
 // order of the data path); each is a type of its own, in the file named
-// for it, or a package of its own (emit, hold, restore), and they meet at
-// the small interfaces below. Every file belongs to one part:
+// for it, or a package of its own (emit, hold, restore, sweep), and they
+// meet at the small interfaces below. Every file belongs to one part:
 //
 //   - the orchestration of one batch's data path (handle.go) and these
 //     parts' interfaces (parts.go);
@@ -29,8 +29,8 @@ import (
 //   - breaker holding (package hold: Breakers; the latch book in
 //     internal/latch): breakers, held retries, latches, the breakers
 //     topic and the alerts;
-//   - expiry and the sweep over the time indexes (expiry.go, sweep.go,
-//     sweeper): expiry, due retries, overdue reviews;
+//   - expiry and the sweep over the time indexes (package sweep:
+//     Sweeper): expiry, due retries, overdue reviews;
 //   - the cost ledger (ledger.go): each decision's spend and cost
 //     prevented, in the metrics and the audit record's running totals;
 //   - the batch's transaction (txn.go, txn; fence.go);

@@ -13,6 +13,7 @@ import (
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
+	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/internal/workload"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -95,7 +96,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
 		r.attachBreakers(brk)
 		r.unw = newRefusals(topics, log, r)
-		r.swp = newSweeper(&r.cfg, log, s, r, brk)
+		r.swp = sweep.New(r.cfg.Policy, r.cfg.Topics.State, log, s, owner{r}, r.alertFunc())
 		bt := newBatch()
 		var ms runtime.MemStats
 		runtime.GC()
@@ -137,17 +138,17 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err
 	}
-	r.swp.forgetExpired(b, now)
+	r.swp.ForgetExpired(b, now)
 	for i := range b.inputs {
 		n := len(b.out)
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.observe(&b.inputs[i], b, now)
 	}
-	if err := r.brk.ReleaseHeld(b.states, b.load, now); err != nil {
+	if err := r.brk.ReleaseHeld(b.states, b.Load, now); err != nil {
 		return err
 	}
-	if err := r.swp.sweep(b, now); err != nil {
+	if err := r.swp.Sweep(b, now); err != nil {
 		return err
 	}
 	if err := r.publishDue(b, now); err != nil {

@@ -4,7 +4,7 @@ package router
 // owner's response SLA (the policy's owners section), and when a write whose
 // outcome is unknown waits for reconciliation that long: such a task is in
 // review too. The deadline is kept in the task state and in a per-partition
-// time index in Pebble, so the sweep (sweep.go) reads only what is overdue. One alert
+// time index in Pebble, so the sweep (package sweep) reads only what is overdue. One alert
 // per review item; it is a BreakerEvent of scope TASK and kind ALERT on the
 // alerts topic, in the transaction of the batch that found it.
 

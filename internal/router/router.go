@@ -17,15 +17,15 @@
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the
 // batch's transaction, task states in from the store, the partitions this
-// instance owns): emit.Records (the output records; package emit),
-// hold.Breakers (breaker holding: breakers, held retries,
-// latches, the shared breakers topic and the alerts; package hold),
-// forwarder (a task's home partition, forwarding, partition counts),
-// sweeper (expiry, and the sweep for due retries and overdue reviews),
+// instance owns). Four are packages of their own: emit.Records (the output
+// records), hold.Breakers (breaker holding: breakers, held retries,
+// latches, the shared breakers topic and the alerts), sweep.Sweeper
+// (expiry, and the sweep for due retries and overdue reviews) and
 // restore.Restorer (the store restored from the changelog on an
-// assignment; package restore), refusals (dead letters of input whose
-// output cannot be written) and txn (a batch's transaction). handle.go
-// holds the data path of one batch, top to bottom, calling them.
+// assignment). The others are types here: forwarder (a task's home
+// partition, forwarding, partition counts), refusals (dead letters of
+// input whose output cannot be written) and txn (a batch's transaction).
+// handle.go holds the data path of one batch, top to bottom, calling them.
 package router
 
 import (
@@ -44,8 +44,10 @@ import (
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
+	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/codec"
+	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
@@ -236,9 +238,9 @@ type Router struct {
 	// unw are the inputs whose routed records cannot be written
 	// (unwritable.go); used by the handle goroutine only
 	unw refusals
-	// swp is expiry and the sweep over the time indexes (sweep.go,
-	// expiry.go); used by the handle goroutine only
-	swp sweeper
+	// swp is expiry and the sweep over the time indexes (package sweep);
+	// used by the handle goroutine only
+	swp *sweep.Sweeper
 
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
@@ -359,8 +361,13 @@ func New(cfg Config) (*Router, error) {
 	r.rst = restore.New(restore.Config{Topic: cfg.Topics.State, ClientOpts: cfg.ClientOpts, TransactionTimeout: cfg.TransactionTimeout,
 		Store: st, Log: log, Metrics: r.metrics.restore})
 	r.unw = newRefusals(cfg.Topics, log, r)
-	r.swp = newSweeper(&cfg, log, st, r, brk)
+	r.swp = sweep.New(cfg.Policy, cfg.Topics.State, log, st, owner{r}, r.alertFunc())
 	return r, nil
+}
+
+// alertFunc is the sweep's way to the alerts topic: the breakers' alerts.
+func (r *Router) alertFunc() sweep.AlertFunc {
+	return func(b sweep.Batch, now time.Time, kind string, e event.BreakerEvent) { r.brk.Alert(b, now, kind, e) }
 }
 
 // attachBreakers makes brk the router's breakers (package hold), with the

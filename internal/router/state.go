@@ -77,7 +77,7 @@ func (r *Router) waitWritten() error {
 func (r *Router) changelog(b *batch, now time.Time) {
 	for _, id := range b.touched {
 		st := b.states[id]
-		st.ExpiresAt = r.swp.expiresAt(st, now)
+		st.ExpiresAt = r.swp.ExpiresAt(st, now)
 		var err error
 		b.scratch, err = r.codec.EncodeStateFrom(b.scratch[:0], st, b.lastBody[st.LastEvent])
 		if err != nil { // a State always encodes; keep the batch going regardless
@@ -111,14 +111,14 @@ func (r *Router) persist(b *batch, now time.Time) error {
 		if v != nil {
 			err = wb.PutEncoded(b.partOf[id], b.old[id], st, v)
 		} else {
-			err = wb.Put(b.partOf[id], b.old[id], st, r.swp.expiresAt(st, now))
+			err = wb.Put(b.partOf[id], b.old[id], st, r.swp.ExpiresAt(st, now))
 		}
 		if err != nil {
 			wb.Discard()
 			return err
 		}
 	}
-	if err := r.swp.forget(wb, b); err != nil {
+	if err := r.swp.Forget(wb, b); err != nil {
 		wb.Discard()
 		return err
 	}
@@ -175,6 +175,6 @@ func (r *Router) loadStates(b *batch, now time.Time) error {
 	if err := r.store.Load(ids, b.partition, b.states); err != nil {
 		return err
 	}
-	r.swp.forgetExpired(b, now) // expiry.go: an event after expiry starts fresh
+	r.swp.ForgetExpired(b, now) // package sweep: an event after expiry starts fresh
 	return nil
 }

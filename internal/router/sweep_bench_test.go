@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faultrouter/faultrouter/internal/router/hold"
+	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -46,7 +47,7 @@ func BenchmarkSweepHeld(b *testing.B) {
 		r := &Router{store: st, codec: c, owned: map[int32]bool{0: true}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		r.cfg.Now = func() time.Time { return now }
 		r.attachBreakers(brk)
-		r.swp = newSweeper(&r.cfg, r.log, st, r, brk)
+		r.swp = sweep.New(policy.Default(), r.cfg.Topics.State, r.log, st, owner{r}, r.alertFunc())
 		ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
 		// the provider's timeouts open its breaker
 		timeout := event.TaskEvent{TaskID: "t-timeout", Attempt: 1, OccurredAt: event.At(now), Source: "bench", Action: "answer",
@@ -93,10 +94,10 @@ func BenchmarkSweepHeld(b *testing.B) {
 		for range sweeps {
 			bt := newBatch()
 			r.brk.Begin(now)
-			if err := r.brk.ReleaseHeld(bt.states, bt.load, now); err != nil {
+			if err := r.brk.ReleaseHeld(bt.states, bt.Load, now); err != nil {
 				b.Fatal(err)
 			}
-			if err := r.swp.sweep(bt, now); err != nil {
+			if err := r.swp.Sweep(bt, now); err != nil {
 				b.Fatal(err)
 			}
 			if err := r.publishDue(bt, now); err != nil {

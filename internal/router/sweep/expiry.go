@@ -1,4 +1,4 @@
-package router
+package sweep
 
 // TTL of task state.
 //
@@ -22,7 +22,7 @@ package router
 //
 // How it runs, per poll batch:
 //
-//   - forgetExpired (right after the batch's states are loaded): a loaded
+//   - ForgetExpired (right after the batch's states are loaded): a loaded
 //     state whose ExpiresAt has passed is treated as absent, so an event
 //     arriving after expiry never sees it, whether or not the sweep below has
 //     deleted it yet.
@@ -37,7 +37,7 @@ package router
 //     The changelog record of every state the batch changes carries its new
 //     ExpiresAt (changelog, in handle.go), so a restore rebuilds the same
 //     expiry index.
-//   - forget (in persist, after the transaction committed): deletes those
+//   - Forget (in persist, after the transaction committed): deletes those
 //     states and their index entries from Pebble.
 //
 // An event that arrives after its task expired starts a fresh state: a new
@@ -63,10 +63,10 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// expiredTask is a state the TTL forgets once the batch's transaction commits.
-type expiredTask struct {
-	partition int32
-	state     *task.State // as the store holds it: names its index entries
+// Expired is a state the TTL forgets once the batch's transaction commits.
+type Expired struct {
+	Partition int32
+	State     *task.State // as the store holds it: names its index entries
 }
 
 // expired reports whether st is past its expiry at nowMs. A task with a
@@ -78,39 +78,40 @@ func expired(st *task.State, nowMs int64) bool {
 	return st.ExpiresAt > 0 && st.ExpiresAt <= nowMs && st.Pending == nil && st.Review != task.ReviewOpen
 }
 
-// forgetExpired drops from the batch the loaded states that have expired, so
+// ForgetExpired drops from the batch the loaded states that have expired, so
 // that events for them start fresh. Their index entries are remembered: the
 // fresh state's Put replaces them, or the sweep deletes them.
-func (s *sweeper) forgetExpired(b *batch, now time.Time) {
+func (s *Sweeper) ForgetExpired(b Batch, now time.Time) {
 	nowMs := now.UnixMilli()
-	for id, st := range b.states {
+	states := b.States()
+	for id, st := range states {
 		if !expired(st, nowMs) {
 			continue
 		}
-		b.remember(st)
-		delete(b.states, id)
+		b.Remember(st)
+		delete(states, id)
 		s.log.Info("state expired; a new event starts a fresh task history", "task_id", id, "expired_at", st.ExpiresAt)
 	}
 }
 
-// forget deletes the expired states of the committed batch from the store.
-func (s *sweeper) forget(wb *store.Batch, b *batch) error {
-	for _, x := range b.expired {
-		if err := wb.Delete(x.partition, x.state); err != nil {
+// Forget deletes the expired states of the committed batch from the store.
+func (s *Sweeper) Forget(wb *store.Batch, b Batch) error {
+	for _, x := range b.Expired() {
+		if err := wb.Delete(x.Partition, x.State); err != nil {
 			return err
 		}
-		s.log.Info("state expired and forgotten", "task_id", x.state.TaskID, "topic", s.stateTopic,
-			"partition", x.partition, "expired_at", x.state.ExpiresAt)
+		s.log.Info("state expired and forgotten", "task_id", x.State.TaskID, "topic", s.stateTopic,
+			"partition", x.Partition, "expired_at", x.State.ExpiresAt)
 	}
 	return nil
 }
 
-// expiresAt is when a task's state may be forgotten: 2 x SLA after its last
+// ExpiresAt is when a task's state may be forgotten: 2 x SLA after its last
 // event on the router clock, or never while an operation's outcome is unknown
 // or a review item is open. A pending retry moves it to 2 x SLA after the
 // retry's due time, so that the retry is published before its task can
 // expire (expiry.go).
-func (s *sweeper) expiresAt(st *task.State, now time.Time) int64 {
+func (s *Sweeper) ExpiresAt(st *task.State, now time.Time) int64 {
 	if st.Review == task.ReviewOpen {
 		return 0
 	}

@@ -1,8 +1,16 @@
-package router
+// Package sweep is the router's expiry and sweep, one part of its data
+// path: when a task's state expires (Sweeper.ExpiresAt), the states a batch
+// drops as expired (ForgetExpired) and forgets from the store (Forget), and
+// the one sweep per batch over the time indexes of the partitions this
+// instance owns (Sweep): expiry, due retries and overdue review items. It
+// works on the batch through a Batch, asks an Owner which partitions this
+// instance owns, and queues its alerts through an alert function (the
+// breakers', package hold).
+package sweep
 
 // sweep.go is the one sweep over the time indexes of the partitions this
 // instance owns: expiring states (expiry.go), due retries and open review
-// items past their owner's SLA (review_sla.go). Per batch and partition it
+// items past their owner's SLA (the router's review_sla.go). Per batch and partition it
 // reads each index only up to what has come due, and decides each task at
 // most once, in this order:
 //
@@ -14,8 +22,8 @@ package router
 //     task with a pending retry never expires before the retry is
 //     published, nor a task with an open review item before it is decided,
 //     so a forgotten task has no retry or SLA alert left to raise.
-//   - due retries: the task is loaded and touched; publishDue (decide.go,
-//     after the sweep) publishes it unless a breaker holds it.
+//   - due retries: the task is loaded and touched; the router's publishDue
+//     (after the sweep) publishes it unless a breaker holds it.
 //   - overdue reviews: one alert per review item, the task touched to
 //     record it.
 //
@@ -37,48 +45,90 @@ import (
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-// sweeper is the router's expiry and sweep, one part of the data path. It
-// owns when a task's state expires (expiresAt, expiry.go), the states a
-// batch drops as expired (forgetExpired) and forgets from the store
-// (forget), and the one sweep per batch over the time indexes of the
-// partitions this instance owns (sweep): expiry, due retries and overdue
-// review items, whose alerts go out through the breakers' alerts (an
-// alerter). It reads the store's indexes and states, repairs stale index
-// entries only while no rebalance ran (assignment), and works on the
-// batch's states. Used by the run loop's goroutine only.
-type sweeper struct {
+// Batch is the batch a sweep works on: its task states, the tasks its
+// input touches, the states it loads and forgets, and its output.
+type Batch interface {
+	// States are the batch's task states, by ID.
+	States() map[string]*task.State
+	// Touched reports whether the batch's input touches task id.
+	Touched(id string) bool
+	// Load makes st, of partition p, one of the batch's states, touched.
+	Load(st *task.State, p int32)
+	// Remember keeps the index entries of st, a state the batch drops: the
+	// next state of its task replaces them.
+	Remember(st *task.State)
+	// Forgotten reports whether the batch forgets task id (Expire).
+	Forgotten(id string) bool
+	// Expire makes the batch forget st, of partition p: it queues
+	// tombstone, the state's tombstone on the changelog, and the store
+	// deletes st once the batch commits (Expired).
+	Expire(p int32, st *task.State, tombstone *kgo.Record)
+	// Expired are the states the batch forgets.
+	Expired() []Expired
+	// Queue queues a record on the batch's output.
+	Queue(rec *kgo.Record)
+}
+
+// Owner tells the partitions this instance owns and runs a repair of the
+// store only while no assignment changed them (the router's assignment
+// callbacks).
+type Owner interface {
+	// OwnedPartitions returns the ingress partitions this instance owns.
+	OwnedPartitions() []int32
+	// RebalanceCount is the count of assignment callbacks run so far.
+	RebalanceCount() uint64
+	// UnlessRebalanced runs fn under the lock the assignment callbacks
+	// hold, if it is free and no callback ran since the count since; else
+	// it does nothing.
+	UnlessRebalanced(since uint64, fn func() error) error
+}
+
+// AlertFunc queues an alert of kind on the batch's output (the breakers'
+// alerts topic records, hold.Breakers.Alert).
+type AlertFunc func(b Batch, now time.Time, kind string, e event.BreakerEvent)
+
+// Sweeper is the router's expiry and sweep, one part of the data path. It
+// owns when a task's state expires (ExpiresAt, expiry.go), the states a
+// batch drops as expired (ForgetExpired) and forgets from the store
+// (Forget), and the one sweep per batch over the time indexes of the
+// partitions this instance owns (Sweep): expiry, due retries and overdue
+// review items, whose alerts go out through alert. It reads the store's
+// indexes and states, repairs stale index entries only while no rebalance
+// ran (Owner), and works on the batch's states. Used by the run loop's
+// goroutine only.
+type Sweeper struct {
 	store      *store.Store
-	owner      assignment
+	owner      Owner
 	policy     *policy.Policy
 	stateTopic string
 	log        *slog.Logger
-	alerts     alerter
+	alert      AlertFunc
 }
 
-func newSweeper(cfg *Config, log *slog.Logger, st *store.Store, owner assignment, alerts alerter) sweeper {
-	return sweeper{store: st, owner: owner, policy: cfg.Policy, stateTopic: cfg.Topics.State, log: log, alerts: alerts}
+// New returns the sweep of st, of the partitions owner owns, under policy p;
+// stateTopic is the state changelog its tombstones go to.
+func New(p *policy.Policy, stateTopic string, log *slog.Logger, st *store.Store, owner Owner, alert AlertFunc) *Sweeper {
+	return &Sweeper{store: st, owner: owner, policy: p, stateTopic: stateTopic, log: log, alert: alert}
 }
 
 // sweepLimit bounds the entries read from each index per partition and
 // batch, so that a backlog is spread over several transactions.
 const sweepLimit = 500
 
-// sweep runs the sweep over the time indexes of the owned partitions: the
+// Sweep runs the sweep over the time indexes of the owned partitions: the
 // tasks it finds due are the batch's, touched.
-func (s *sweeper) sweep(b *batch, now time.Time) error {
+func (s *Sweeper) Sweep(b Batch, now time.Time) error {
 	nowMs := now.UnixMilli()
-	for _, p := range s.owner.ownedPartitions() {
+	for _, p := range s.owner.OwnedPartitions() {
 		err := s.visit(b, store.ExpiryIndex, p, nowMs, func(st *task.State, _ store.Due, inBatch bool) bool {
-			if b.isTouched[st.TaskID] {
+			if b.Touched(st.TaskID) {
 				return true // the batch's input renews it
 			}
 			// re-check against the state itself: the index is only a hint
-			if !expired(st, nowMs) || s.expiresAt(st, now) == 0 {
+			if !expired(st, nowMs) || s.ExpiresAt(st, now) == 0 {
 				return false
 			}
-			b.forgotten[st.TaskID] = true
-			b.out = append(b.out, &kgo.Record{Topic: s.stateTopic, Partition: p, Key: []byte(st.TaskID)})
-			b.expired = append(b.expired, expiredTask{partition: p, state: st})
+			b.Expire(p, st, &kgo.Record{Topic: s.stateTopic, Partition: p, Key: []byte(st.TaskID)})
 			return true
 		})
 		if err != nil {
@@ -88,7 +138,7 @@ func (s *sweeper) sweep(b *batch, now time.Time) error {
 			if !inBatch && !dueMatches(st, d) {
 				return false
 			}
-			b.load(st, p)
+			b.Load(st, p)
 			return true
 		})
 		if err != nil {
@@ -98,10 +148,10 @@ func (s *sweeper) sweep(b *batch, now time.Time) error {
 			if st.Review != task.ReviewOpen || st.ReviewAlerted || st.ReviewDueAt != d.NotBefore {
 				return false
 			}
-			b.load(st, p)
+			b.Load(st, p)
 			st.ReviewAlerted = true
 			age := time.Duration(nowMs-st.LastSeenAt) * time.Millisecond
-			s.alerts.Alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
+			s.alert(b, now, codec.AlertReviewOverdue, event.BreakerEvent{
 				Scope: breaker.ScopeTask, Key: st.TaskID, Kind: event.BreakerKindAlert, Class: st.ReviewClass, TaskID: st.TaskID,
 				Reason: fmt.Sprintf("review item (%s) open for %s, past the response SLA of owner %s",
 					st.ReviewClass, age.Round(time.Second), st.ReviewOwner),
@@ -126,8 +176,8 @@ func dueMatches(st *task.State, d store.Due) bool {
 // store's. fn reports whether the entry matches the state; an entry that
 // does not, of a state the batch did not load, is dropped from the index.
 // Tasks forgotten earlier in the sweep are skipped.
-func (s *sweeper) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(st *task.State, e store.Due, inBatch bool) bool) error {
-	rebalances := s.owner.rebalanceCount()
+func (s *Sweeper) visit(b Batch, ix store.Index, p int32, nowMs int64, fn func(st *task.State, e store.Due, inBatch bool) bool) error {
+	rebalances := s.owner.RebalanceCount()
 	entries, err := s.store.Scan(ix, p, nowMs, sweepLimit)
 	if err != nil {
 		return err
@@ -136,9 +186,10 @@ func (s *sweeper) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(
 		afterIndexScan(p)
 	}
 	// the states the batch does not hold, read in one sorted pass
+	states := b.States()
 	var ids []string
 	for _, e := range entries {
-		if _, ok := b.states[e.TaskID]; !ok && !b.forgotten[e.TaskID] {
+		if _, ok := states[e.TaskID]; !ok && !b.Forgotten(e.TaskID) {
 			ids = append(ids, e.TaskID)
 		}
 	}
@@ -148,10 +199,10 @@ func (s *sweeper) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(
 	}
 	var stale []store.Due
 	for _, e := range entries {
-		if b.forgotten[e.TaskID] {
+		if b.Forgotten(e.TaskID) {
 			continue
 		}
-		st, inBatch := b.states[e.TaskID]
+		st, inBatch := states[e.TaskID]
 		if !inBatch {
 			if st = stored[e.TaskID]; st == nil {
 				stale = append(stale, e)
@@ -173,16 +224,16 @@ func (s *sweeper) visit(b *batch, ix store.Index, p int32, nowMs int64, fn func(
 // the state, and the task's retry would never be published. So the repair
 // runs only under the lock the callbacks hold (taken only if free: a
 // callback may be waiting for this batch's transaction to end) and only if
-// no callback ran since the visit's scan (assignment.unlessRebalanced);
+// no callback ran since the visit's scan (Owner.UnlessRebalanced);
 // otherwise the entries stay for a later sweep, which checks them again.
-func (s *sweeper) repair(ix store.Index, p int32, stale []store.Due, rebalances uint64) error {
+func (s *Sweeper) repair(ix store.Index, p int32, stale []store.Due, rebalances uint64) error {
 	if len(stale) == 0 {
 		return nil
 	}
 	if beforeIndexRepair != nil {
 		beforeIndexRepair(p)
 	}
-	return s.owner.unlessRebalanced(rebalances, func() error { return s.store.DropStale(ix, p, stale) })
+	return s.owner.UnlessRebalanced(rebalances, func() error { return s.store.DropStale(ix, p, stale) })
 }
 
 // afterIndexScan and beforeIndexRepair, when set, run in a visit once its
