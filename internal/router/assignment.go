@@ -44,14 +44,14 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	ingress := map[int32]bool{}
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
 		ingress[p] = true
-		if p < r.fwd.parts.state { // an ingress partition added at runtime has no state partition: its records are forwarded
+		if p < r.fwd.Parts().State { // an ingress partition added at runtime has no state partition: its records are forwarded
 			parts = append(parts, p)
 		}
 	}
 	// the co-partitioned assignor never splits them (balancer.go); a group
 	// that fell back to "range" for an older member does, while counts differ
 	for _, p := range assigned[r.cfg.Topics.Decisions] {
-		if p < r.fwd.parts.state && p < r.fwd.parts.ingress && !ingress[p] {
+		if p < r.fwd.Parts().State && p < r.fwd.Parts().Ingress && !ingress[p] {
 			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
 				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
 				"routed against a store this instance did not restore. Run one release in the group before adding partitions",

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/router/emit"
+	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -32,8 +33,8 @@ type batch struct {
 	checkpoints map[int32]int64
 	expired     []sweep.Expired // states the TTL forgets after commit (package sweep)
 	forgotten   map[string]bool // the tasks of expired, by ID
-	// parts are new partition counts this batch alerted about (forward.go)
-	parts *partitionCounts
+	// parts are new partition counts this batch alerted about (package forward)
+	parts *forward.Counts
 	// mem holds the audit, routed and changelog records of the batch and
 	// their values (emit.Arena); scratch is where a state is encoded first
 	mem     emit.Arena

@@ -49,7 +49,9 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
 	case inputForward:
-		b.out = append(b.out, r.fwd.forward(in, now)) // forward.go: its copy on its home partition
+		d, fwd := r.fwd.Forward(in.rec, in.taskID(), in.home, now) // package forward: its copy on its home partition
+		in.decision = d
+		b.out = append(b.out, fwd)
 		var ev *event.TaskEvent
 		if in.fwd == inputTask {
 			ev, in.repeat = &in.event, policy.RepeatForwarded // its copy is the attempt

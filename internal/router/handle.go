@@ -14,7 +14,8 @@ import (
 //                          unwritable.go (refusals)
 //   dedup and task state   state.go, batch.go
 //   decide and route       decide.go (pkg/policy decides; package emit
-//                          builds the records), forward.go (forwarder)
+//                          builds the records), package forward
+//                          (Forwarder)
 //   hold and release       package hold (Breakers: Observe, HoldRetry,
 //                          ReleaseHeld)
 //   expiry and the sweep   package sweep (Sweeper)
@@ -41,7 +42,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		} else {
 			r.brk.Rollback()
 		}
-		r.fwd.partitionsCommitted(b.parts, sess.Client(), committed) // forward.go
+		r.fwd.PartitionsCommitted(b.parts, sess.Client(), committed) // package forward
 	}()
 
 	// consume and decode (input.go)
@@ -95,7 +96,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 			return false, err
 		}
 	}
-	b.parts = r.fwd.watchPartitions(ctx, sess.Client(), b, now) // forward.go: partitions added at runtime
+	b.parts = r.fwd.WatchPartitions(ctx, sess.Client(), b, now) // package forward: partitions added at runtime
 	if len(b.inputs) == 0 && len(b.touched) == 0 && len(b.expired) == 0 && len(b.out) == 0 {
 		committed = true // nothing to write: keep what the passing of time changed
 		return true, nil

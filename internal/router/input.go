@@ -25,7 +25,7 @@ const (
 	inputReview                   // a ReviewDecision from decisions
 	inputPoison                   // a record the router cannot accept
 	inputCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) from decisions
-	inputForward                  // a task event or review decision on the wrong partition for its task (forward.go)
+	inputForward                  // a task event or review decision on the wrong partition for its task (package forward)
 )
 
 // input is one consumed record, decoded.
@@ -141,7 +141,7 @@ func (r *Router) decode(rec *kgo.Record, n *normalized, in *input) {
 		poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
 		return
 	}
-	if home, ok := r.fwd.misplaced(rec); ok { // forward.go
+	if home, ok := r.fwd.Misplaced(rec); ok { // package forward
 		in.fwd, in.kind, in.home = in.kind, inputForward, home
 	}
 }

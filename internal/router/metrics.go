@@ -36,7 +36,7 @@ type metrics struct {
 	taskSecondsOf     map[event.Class]prometheus.Observer // taskObserver
 	costUSD           *prometheus.CounterVec
 	tokens            *prometheus.CounterVec
-	forwarded         *prometheus.CounterVec // forward.go
+	forwarded         *prometheus.CounterVec // package forward
 	partitions        *prometheus.GaugeVec
 	partitionChanges  *prometheus.CounterVec
 	consumerLag       *prometheus.GaugeVec // lag.go

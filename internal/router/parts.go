@@ -7,8 +7,8 @@ import (
 
 // The router is an orchestration of parts (handle.go calls them in the
 // order of the data path); each is a type of its own, in the file named
-// for it, or a package of its own (emit, hold, restore, sweep), and they
-// meet at the small interfaces below. Every file belongs to one part:
+// for it, or a package of its own (emit, forward, hold, restore, sweep), and
+// they meet at the small interfaces below. Every file belongs to one part:
 //
 //   - the orchestration of one batch's data path (handle.go) and these
 //     parts' interfaces (parts.go);
@@ -19,8 +19,8 @@ import (
 //     records in, inputs out;
 //   - dead letters of input whose output cannot be written (unwritable.go,
 //     refusals);
-//   - forwarding (forward.go, forwarder; partitioner.go): a task's home
-//     partition, and the partition counts the router routes by;
+//   - forwarding (package forward: Forwarder): a task's home partition,
+//     and the partition counts the router routes by;
 //   - the task states of the batch (state.go, batch.go), and the policy's
 //     decisions on them (decide.go and retry_append.go, with pkg/policy;
 //     review_sla.go, the owners' SLA clock);

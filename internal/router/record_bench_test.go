@@ -12,6 +12,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
+	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
@@ -93,7 +94,8 @@ func BenchmarkRecordCPU(b *testing.B) {
 		for p := range int32(parts) {
 			r.owned[p] = true
 		}
-		r.fwd = forwarder{home: parts, hash: hash, seen: partitionCounts{ingress: parts, decisions: parts, state: parts}}
+		r.fwd = forward.New(topics, 0, log, forward.Metrics{}, nil)
+		r.fwd.Assume(forward.Counts{Ingress: parts, Decisions: parts, State: parts})
 		r.attachBreakers(brk)
 		r.unw = newRefusals(topics, log, r)
 		r.swp = sweep.New(r.cfg.Policy, r.cfg.Topics.State, log, s, owner{r}, r.alertFunc())

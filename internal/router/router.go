@@ -17,14 +17,14 @@
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the
 // batch's transaction, task states in from the store, the partitions this
-// instance owns). Four are packages of their own: emit.Records (the output
-// records), hold.Breakers (breaker holding: breakers, held retries,
-// latches, the shared breakers topic and the alerts), sweep.Sweeper
+// instance owns). Five are packages of their own: emit.Records (the
+// output records), hold.Breakers (breaker holding: breakers, held retries,
+// latches, the shared breakers topic and the alerts), forward.Forwarder (a
+// task's home partition, forwarding, partition counts), sweep.Sweeper
 // (expiry, and the sweep for due retries and overdue reviews) and
 // restore.Restorer (the store restored from the changelog on an
-// assignment). The others are types here: forwarder (a task's home
-// partition, forwarding, partition counts), refusals (dead letters of
-// input whose output cannot be written) and txn (a batch's transaction).
+// assignment). The others are types here: refusals (dead letters of input
+// whose output cannot be written) and txn (a batch's transaction).
 // handle.go holds the data path of one batch, top to bottom, calling them.
 package router
 
@@ -42,6 +42,7 @@ import (
 
 	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
+	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
@@ -227,8 +228,8 @@ type Router struct {
 	metrics *metrics
 	brk     *hold.Breakers // breaker holding (package hold); used by the handle goroutine only
 	// fwd is the forwarding of misplaced input and the partition counts
-	// (forward.go)
-	fwd forwarder
+	// (package forward)
+	fwd *forward.Forwarder
 	// rst restores the store of the partitions assigned (package restore); used
 	// by the assignment callbacks
 	rst *restore.Restorer
@@ -357,7 +358,10 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.out = emit.New(c, log)
 	r.attachBreakers(brk)
-	r.fwd = newForwarder(&cfg, log, r.metrics, brk)
+	r.fwd = forward.New(cfg.Topics, cfg.PartitionCheck, log, forward.Metrics{Partitions: r.metrics.partitions, Changes: r.metrics.partitionChanges},
+		func(out forward.Out, now time.Time, kind string, e event.BreakerEvent) {
+			r.brk.Alert(out, now, kind, e)
+		})
 	r.rst = restore.New(restore.Config{Topic: cfg.Topics.State, ClientOpts: cfg.ClientOpts, TransactionTimeout: cfg.TransactionTimeout,
 		Store: st, Log: log, Metrics: r.metrics.restore})
 	r.unw = newRefusals(cfg.Topics, log, r)
@@ -374,7 +378,7 @@ func (r *Router) alertFunc() sweep.AlertFunc {
 // router's logger, codec, instance, topics, store and assignment.
 func (r *Router) attachBreakers(brk *hold.Breakers) {
 	brk.Attach(hold.Deps{Log: r.log, Codec: r.codec, Instance: r.cfg.InstanceID, Topics: r.cfg.Topics, Store: r.store, Owner: owner{r},
-		Home: func(key []byte) int32 { return r.fwd.homePartition(&kgo.Record{Key: key}) }})
+		Home: func(key []byte) int32 { return r.fwd.HomePartition(key) }})
 	brk.SetFramer(r.framer)
 	r.brk = brk
 }
@@ -436,7 +440,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
 	r.limits = r.loadLimits(ctx)                               // limits.go
-	if err := r.fwd.start(ctx, r.cfg.ClientOpts); err != nil { // partitioner.go
+	if err := r.fwd.Start(ctx, r.cfg.ClientOpts); err != nil { // package forward
 		return err
 	}
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)
@@ -453,7 +457,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// co-partitioned: partition p of ingress and decisions together, also
 		// while their counts differ (balancer.go); "range" for older members
 		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
-		kgo.RecordPartitioner(newPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
+		kgo.RecordPartitioner(forward.NewPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
 		kgo.FetchMaxPartitionBytes(int32(max(fetchPartitionBytes, r.cfg.MaxRecordBytes))),

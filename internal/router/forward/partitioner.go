@@ -1,4 +1,4 @@
-package router
+package forward
 
 import (
 	"context"
@@ -20,7 +20,9 @@ type partitioner struct {
 	keyed  kgo.Partitioner
 }
 
-func newPartitioner(placed ...string) kgo.Partitioner {
+// NewPartitioner returns the router's producer partitioner: the records of
+// the placed topics go to the partition set on them.
+func NewPartitioner(placed ...string) kgo.Partitioner {
 	m := map[string]bool{}
 	for _, t := range placed {
 		m[t] = true
@@ -35,17 +37,17 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 	return p.keyed.ForTopic(topic)
 }
 
-// partitionCounts are the partition counts of the co-partitioned topics.
-type partitionCounts struct {
-	ingress, decisions, state int32
+// Counts are the partition counts of the co-partitioned topics.
+type Counts struct {
+	Ingress, Decisions, State int32
 }
 
 // loadPartitions reads the partition counts of ingress, decisions and state.
-func (f *forwarder) loadPartitions(ctx context.Context, cl *kgo.Client) (partitionCounts, error) {
+func (f *Forwarder) loadPartitions(ctx context.Context, cl *kgo.Client) (Counts, error) {
 	t := f.topics
 	td, err := kadm.NewClient(cl).ListTopics(ctx, t.Ingress, t.Decisions, t.State)
 	if err != nil {
-		return partitionCounts{}, fmt.Errorf("router: partitions of %s, %s, %s: %w", t.Ingress, t.Decisions, t.State, err)
+		return Counts{}, fmt.Errorf("router: partitions of %s, %s, %s: %w", t.Ingress, t.Decisions, t.State, err)
 	}
 	n := func(topic string) (int32, error) {
 		d, ok := td[topic]
@@ -54,20 +56,20 @@ func (f *forwarder) loadPartitions(ctx context.Context, cl *kgo.Client) (partiti
 		}
 		return int32(len(d.Partitions)), nil
 	}
-	var pc partitionCounts
-	if pc.ingress, err = n(t.Ingress); err != nil {
+	var pc Counts
+	if pc.Ingress, err = n(t.Ingress); err != nil {
 		return pc, err
 	}
-	if pc.decisions, err = n(t.Decisions); err != nil {
+	if pc.Decisions, err = n(t.Decisions); err != nil {
 		return pc, err
 	}
-	pc.state, err = n(t.State)
+	pc.State, err = n(t.State)
 	return pc, err
 }
 
-// start reads the partition counts before a session starts; the first
+// Start reads the partition counts before a session starts; the first
 // session of the process fixes the home count (forward.go).
-func (f *forwarder) start(ctx context.Context, clientOpts []kgo.Opt) error {
+func (f *Forwarder) Start(ctx context.Context, clientOpts []kgo.Opt) error {
 	cl, err := kgo.NewClient(clientOpts...)
 	if err != nil {
 		return fmt.Errorf("router: client: %w", err)
@@ -80,10 +82,10 @@ func (f *forwarder) start(ctx context.Context, clientOpts []kgo.Opt) error {
 		return err
 	}
 	if f.home == 0 {
-		f.home = pc.state
-	} else if pc.state != f.home {
+		f.home = pc.State
+	} else if pc.State != f.home {
 		f.log.Error("the state topic's partition count differs from the one this process started with; tasks keep their home partitions",
-			"partitions", pc.state, "home_partitions", f.home)
+			"partitions", pc.State, "home_partitions", f.home)
 	}
 	f.parts, f.seen, f.checkedAt = pc, pc, time.Now()
 	return nil
