@@ -210,3 +210,16 @@ func (b *batch) Expire(p int32, st *task.State, tombstone *kgo.Record) {
 
 // Expired are the states the batch forgets.
 func (b *batch) Expired() []sweep.Expired { return b.expired }
+
+// The batch as its transaction produces it (txn.Batch).
+
+// Out returns the records the batch queued so far.
+func (b *batch) Out() []*kgo.Record { return b.out }
+
+// Checkpoint records that the batch's changelog records of partition p
+// reach up to next.
+func (b *batch) Checkpoint(p int32, next int64) {
+	if next > b.checkpoints[p] {
+		b.checkpoints[p] = next
+	}
+}

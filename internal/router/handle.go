@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/internal/router/txn"
 )
 
 // handle.go is the data path of one batch, top to bottom: an orchestration
@@ -19,8 +21,8 @@ import (
 //   hold and release       package hold (Breakers: Observe, HoldRetry,
 //                          ReleaseHeld)
 //   expiry and the sweep   package sweep (Sweeper)
-//   produce and commit     txn.go (txn), fence.go; the store written after
-//                          the commit (state.go)
+//   produce and commit     package txn (Txn, Fence), txn.go; the store
+//                          written after the commit (state.go)
 
 // handle routes one poll batch in one Kafka transaction:
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
@@ -54,10 +56,10 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		return false, err
 	}
 
-	// the transaction begins before the batch's first decision (txn.go)
-	tx := newTxn(sess, b, r.cfg.Topics.State)
+	// the transaction begins before the batch's first decision (package txn)
+	tx := txn.New(sess, b, r.cfg.Topics.State)
 	if len(b.inputs) > 0 {
-		if err := tx.begin(); err != nil {
+		if err := tx.Begin(); err != nil {
 			return false, err
 		}
 	}
@@ -68,7 +70,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		r.route(&b.inputs[i], b, now)
 		b.outOf = append(b.outOf, [2]int32{int32(n), int32(len(b.out))})
 		r.observe(&b.inputs[i], b, now) // package hold: outcomes, transitions, alerts
-		tx.produce(ctx)
+		tx.Produce(ctx)
 	}
 	// the batch before is in the store before its time indexes are read
 	if err := r.waitWritten(); err != nil {
@@ -104,11 +106,11 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	r.changelog(b, now)
 
 	// produce the rest and commit: one transaction
-	if err := tx.begin(); err != nil {
+	if err := tx.Begin(); err != nil {
 		return false, err
 	}
-	tx.produce(ctx)
-	if ok, err := r.end(ctx, tx, fetches); !ok || err != nil {
+	tx.Produce(ctx)
+	if ok, err := r.end(ctx, tx, b, fetches); !ok || err != nil {
 		return false, err
 	}
 	committed = true

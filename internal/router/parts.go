@@ -7,8 +7,8 @@ import (
 
 // The router is an orchestration of parts (handle.go calls them in the
 // order of the data path); each is a type of its own, in the file named
-// for it, or a package of its own (emit, forward, hold, restore, sweep), and
-// they meet at the small interfaces below. Every file belongs to one part:
+// for it, or a package of its own (emit, forward, hold, restore, sweep,
+// txn), and they meet at the small interfaces below. Every file belongs to one part:
 //
 //   - the orchestration of one batch's data path (handle.go) and these
 //     parts' interfaces (parts.go);
@@ -33,7 +33,7 @@ import (
 //     Sweeper): expiry, due retries, overdue reviews;
 //   - the cost ledger (ledger.go): each decision's spend and cost
 //     prevented, in the metrics and the audit record's running totals;
-//   - the batch's transaction (txn.go, txn; fence.go);
+//   - the batch's transaction (package txn: Txn, Fence; txn.go ends it);
 //   - the restore of the state store from the changelog (package
 //     restore: Restorer);
 //   - the partitions this instance owns (assignment.go; balancer.go, the

@@ -17,14 +17,16 @@
 // A Router is an orchestration of parts, each a type that owns one concern
 // and meets the others at small interfaces (parts.go: records out to the
 // batch's transaction, task states in from the store, the partitions this
-// instance owns). Five are packages of their own: emit.Records (the
-// output records), hold.Breakers (breaker holding: breakers, held retries,
+// instance owns). Six are packages of their own: emit.Records (the output
+// records), hold.Breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts), forward.Forwarder (a
 // task's home partition, forwarding, partition counts), sweep.Sweeper
-// (expiry, and the sweep for due retries and overdue reviews) and
+// (expiry, and the sweep for due retries and overdue reviews),
 // restore.Restorer (the store restored from the changelog on an
-// assignment). The others are types here: refusals (dead letters of input
-// whose output cannot be written) and txn (a batch's transaction).
+// assignment) and txn.Txn (a batch's transaction, fenced by the group).
+// The others are types and files here: refusals (dead letters of input
+// whose output cannot be written), input decoding, the batch's task
+// states and the decisions on them.
 // handle.go holds the data path of one batch, top to bottom, calling them.
 package router
 
@@ -246,7 +248,7 @@ type Router struct {
 	mu    sync.Mutex
 	owned map[int32]bool // ingress partitions this instance owns
 	// ownedGen is the group generation owned was assigned in (-1: none):
-	// a transaction of another generation is aborted (fence.go)
+	// a transaction of another generation is aborted (txn.Fence)
 	ownedGen int32
 
 	// written is held while the Pebble write of a committed batch runs

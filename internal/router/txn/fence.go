@@ -1,4 +1,4 @@
-package router
+package txn
 
 // fence.go fences every transaction by the consumer group.
 
@@ -11,9 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// fence returns the function that completes a transaction's offset commit
-// with the committed offset of every partition this instance owns that the
-// transaction did not consume. The broker checks the group generation and
+// Fence returns the function that completes a transaction's offset commit
+// with the committed offset of every partition this instance owns (owned,
+// of the input topics, assigned in group generation gen) that the
+// transaction did not consume (cl's committed offsets). The broker checks the group generation and
 // member of an offset commit, so every transaction is fenced by the group,
 // including one that consumed nothing and only publishes due retries, alerts
 // or tombstones: an instance that was paused past its session timeout (its
@@ -32,15 +33,14 @@ import (
 // the new generation is restored. An instance that owns nothing writes no
 // partition's state: its transactions (breaker changes it adopted, on the
 // alerts topic) are not held to a generation.
-func (r *Router) fence(cl *kgo.Client) func(*kmsg.TxnOffsetCommitRequest) error {
-	owned, gen := r.ownedWithGeneration()
+func Fence(owned []int32, gen int32, topics []string, cl *kgo.Client) func(*kmsg.TxnOffsetCommitRequest) error {
 	committed := cl.CommittedOffsets()
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
 		if len(owned) > 0 && req.Generation != gen {
 			return fmt.Errorf("router: the transaction commits in group generation %d, the partitions this instance owns are of generation %d: %w",
 				req.Generation, gen, kerr.IllegalGeneration)
 		}
-		for _, topic := range []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions} {
+		for _, topic := range topics {
 			ti := slices.IndexFunc(req.Topics, func(t kmsg.TxnOffsetCommitRequestTopic) bool { return t.Topic == topic })
 			for _, p := range owned {
 				eo, ok := committed[topic][p]

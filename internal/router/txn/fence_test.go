@@ -1,4 +1,4 @@
-package router
+package txn
 
 import (
 	"errors"
@@ -21,20 +21,19 @@ func TestFenceAbortsAnotherGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	r := &Router{cfg: Config{Topics: Topics{Ingress: "ingress", Decisions: "decisions"}}, owned: map[int32]bool{0: true, 2: true}, ownedGen: 5}
+	topics := []string{"ingress", "decisions"}
 	req := func(gen int32) *kmsg.TxnOffsetCommitRequest {
 		q := kmsg.NewPtrTxnOffsetCommitRequest()
 		q.Generation = gen
 		return q
 	}
-	if err := r.fence(cl)(req(6)); !errors.Is(err, kerr.IllegalGeneration) {
+	if err := Fence([]int32{0, 2}, 5, topics, cl)(req(6)); !errors.Is(err, kerr.IllegalGeneration) {
 		t.Errorf("a commit in generation 6 of partitions owned since generation 5: %v, want ILLEGAL_GENERATION", err)
 	}
-	if err := r.fence(cl)(req(5)); err != nil {
+	if err := Fence([]int32{0, 2}, 5, topics, cl)(req(5)); err != nil {
 		t.Errorf("a commit in the owned partitions' generation: %v, want none", err)
 	}
-	r.owned, r.ownedGen = map[int32]bool{}, -1
-	if err := r.fence(cl)(req(6)); err != nil {
+	if err := Fence(nil, -1, topics, cl)(req(6)); err != nil {
 		t.Errorf("a commit of an instance that owns nothing: %v, want none", err)
 	}
 }
