@@ -158,14 +158,7 @@ func (f *Forwarder) WatchPartitions(ctx context.Context, cl *kgo.Client, out Out
 		return nil
 	}
 	changed := false
-	for _, t := range []struct {
-		topic    string
-		was, now int32
-	}{
-		{f.topics.Ingress, f.seen.Ingress, pc.Ingress},
-		{f.topics.Decisions, f.seen.Decisions, pc.Decisions},
-		{f.topics.State, f.seen.State, pc.State},
-	} {
+	for _, t := range f.since(pc) {
 		f.metrics.Partitions.WithLabelValues(t.topic).Set(float64(t.now))
 		if t.was == t.now {
 			continue
@@ -197,18 +190,27 @@ func (f *Forwarder) PartitionsCommitted(pc *Counts, cl *kgo.Client, committed bo
 		f.checkedAt = time.Time{}
 		return
 	}
-	for _, t := range []struct {
-		topic    string
-		was, now int32
-	}{
-		{f.topics.Ingress, f.seen.Ingress, pc.Ingress},
-		{f.topics.Decisions, f.seen.Decisions, pc.Decisions},
-		{f.topics.State, f.seen.State, pc.State},
-	} {
+	for _, t := range f.since(*pc) {
 		if t.was != t.now {
 			f.metrics.Changes.WithLabelValues(t.topic).Inc()
 		}
 	}
 	f.seen = *pc
 	cl.ForceMetadataRefresh()
+}
+
+// countChange is a topic's partition count as last seen (was) and as read
+// (now).
+type countChange struct {
+	topic    string
+	was, now int32
+}
+
+// since pairs the counts last seen with pc, topic by topic.
+func (f *Forwarder) since(pc Counts) [3]countChange {
+	return [3]countChange{
+		{f.topics.Ingress, f.seen.Ingress, pc.Ingress},
+		{f.topics.Decisions, f.seen.Decisions, pc.Decisions},
+		{f.topics.State, f.seen.State, pc.State},
+	}
 }
