@@ -370,6 +370,14 @@ func (k *Breakers) Reviewed(rv *event.ReviewDecision, d *event.Decision, st *tas
 			"prompt_template", ref.Key, "open_items", len(others))
 		return
 	}
+	if !k.tableFresh() {
+		// another instance's item may be missing from the table: the
+		// template reopens once the table is fresh (syncLatch), if no item
+		// holds it then
+		k.log.Info("template stays latched until the breakers table is fresh", "task_id", rv.TaskID, "prompt_template", ref.Key)
+		k.table.dirtyAgain([]breaker.Ref{ref})
+		return
+	}
 	who := rv.Reviewer
 	if who == "" {
 		who = "a reviewer"

@@ -860,7 +860,8 @@ func (k *Breakers) itemOpen(key string) bool {
 
 // syncLatch makes ref's breaker latched exactly while items hold it, and
 // queues the transition: a latched OPEN, or the CLOSED of a person's reset
-// or of its last item decided.
+// or of its last item decided. A latch ends only with a fresh table
+// (tableFresh); until then ref is asked again at the next batch.
 func (k *Breakers) syncLatch(ref breaker.Ref, out Out, now time.Time) {
 	its := k.holdingItems(ref)
 	switch latched := k.set.Latched(ref); {
@@ -873,6 +874,10 @@ func (k *Breakers) syncLatch(ref breaker.Ref, out Out, now time.Time) {
 		ts := k.set.Trip(ref, reason, breaker.Outcome{Class: string(event.ClassHallucination), TaskID: it.Task}, now)
 		k.transitionEventsFrom(ts, out, it.Writer)
 	case len(its) == 0 && latched:
+		if !k.tableFresh() {
+			k.table.dirtyAgain([]breaker.Ref{ref}) // asked again by a later batch
+			return
+		}
 		k.table.mu.Lock()
 		rs, reset := k.table.resets[ref]
 		k.table.mu.Unlock()
@@ -1038,6 +1043,16 @@ func (k *Breakers) latchCounts() (items, resets int) {
 	k.table.mu.Lock()
 	defer k.table.mu.Unlock()
 	return k.table.book.Len()
+}
+
+// tableFresh reports whether the batch's view of the breakers topic may end
+// a latch: the table had read to a listing of the topic taken at most
+// FreshFor before the batch adopted what it read, and to where the latest
+// assignment began. Every item another instance committed before then is
+// in it, so no template reopens while an item the table has not read yet
+// holds it. Latching needs no such wait: it only holds more.
+func (k *Breakers) tableFresh() bool {
+	return k.table.topic == "" || k.table.current() && time.Since(k.fresh) <= FreshFor
 }
 
 // Publishing reports whether the batch may publish retries: not while the

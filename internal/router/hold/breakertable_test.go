@@ -36,6 +36,7 @@ func adoptBreakers(t *testing.T) *Breakers {
 		Home: func([]byte) int32 { return 0 }})
 	k.table.done = true // read to its end: the test feeds it
 	k.table.target = map[int32]int64{}
+	k.table.freshAt = time.Now().Add(time.Hour) // and fresh, unless a test says otherwise
 	return k
 }
 
@@ -691,5 +692,48 @@ func TestARESETTombstoneKeepsANewerRESET(t *testing.T) {
 	step(k, t0.Add(2*time.Second), true, nil)
 	if k.set.Latched(tplRef) {
 		t.Fatal("the tombstone of the older RESET removed the newer one: h-2's item, which it ended, latched the template again")
+	}
+}
+
+// Guards the release of a latch by an instance whose breakers table is
+// stale (its reader held back by a broker it waits for, or a starved
+// process): another instance's item of the template, committed a while
+// ago, may be missing from it. Deciding the last item the table knows of
+// writes its tombstone but does not reopen the template; once the table is
+// fresh again, the next batch reopens it (no item holds it), once.
+func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	readBack(k, hallucinate(t, k, "h-1", "tpl", t0))
+	if !k.set.Latched(tplRef) {
+		t.Fatal("a hallucination did not latch its template")
+	}
+
+	k.table.freshAt = time.Now().Add(-time.Minute) // the reader has read nothing for a minute
+	b := decideItem(t, k, "h-1", "tpl", t0.Add(time.Second), true)
+	if _, decided := itemRecords(b); decided != 1 {
+		t.Fatalf("deciding the item wrote %d tombstones, want 1", decided)
+	}
+	if !k.set.Latched(tplRef) || len(k.events) != 0 {
+		t.Fatalf("deciding the last item the stale table knows of left the template latched %v, transitions %+v; want latched, none",
+			k.set.Latched(tplRef), k.events)
+	}
+	readBack(k, b)
+	step(k, t0.Add(2*time.Second), true, nil)
+	if !k.set.Latched(tplRef) {
+		t.Fatal("a batch with the table still stale reopened the template")
+	}
+
+	k.table.freshAt = time.Now().Add(time.Hour) // read on to a new listing
+	step(k, t0.Add(3*time.Second), true, nil)
+	if k.set.State(tplRef) != breaker.Closed {
+		t.Fatalf("once the table is fresh the template is %s, want CLOSED", k.set.State(tplRef))
+	}
+	if len(k.events) != 1 || k.events[0].To != breaker.Closed.Name() {
+		t.Fatalf("once the table is fresh the batch queued %+v, want one CLOSED transition", k.events)
+	}
+	step(k, t0.Add(4*time.Second), true, nil)
+	if len(k.events) != 0 {
+		t.Fatalf("the batch after it queued %+v, want nothing", k.events)
 	}
 }
