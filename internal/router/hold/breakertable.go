@@ -188,6 +188,9 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // an offset the cleaner removed: the next one kept
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), // a transaction's marker may be the last offset before the end
+		// a fetch parked on an idle topic answers within a listing's
+		// period, so the table reaches each listing soon (FreshFor)
+		kgo.FetchMaxWait(ListEvery),
 	)...)
 	if err != nil {
 		return err
