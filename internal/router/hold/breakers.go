@@ -180,16 +180,13 @@ type Breakers struct {
 	itemScratch []latch.Item
 	// expired is when idle breakers were last let go (expire)
 	expired time.Time
-	// waitingSince is when the batches began to wait for the breakers
-	// topic to be read for the assignment (publishing), zero while they do
-	// not; waitLogged when that was last logged
-	waitingSince, waitLogged time.Time
+	// catchingUpWait is the batches' wait for the breakers topic to be
+	// read for the assignment, staleWait their wait for a fresh table
+	// (Publishing)
+	catchingUpWait, staleWait wait
 	// fresh is the table's freshness when the batch adopted what it read
 	// (adoptShared): its retries wait unless it is recent (FreshFor)
 	fresh time.Time
-	// staleSince is when the batches began to wait for a fresh table,
-	// zero while they do not; staleLogged when that was last logged
-	staleSince, staleLogged time.Time
 
 	// events are the transitions and alerts queued by the batch, logged
 	// and counted once its transaction commits (commit)

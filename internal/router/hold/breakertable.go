@@ -714,12 +714,8 @@ func (t *breakerTable) reach() {
 	t.listings = slices.Delete(t.listings, 0, n)
 }
 
-// freshness is when the latest listing the table has read to was taken;
-// far in the future without a topic (this instance's own latches only).
+// freshness is when the latest listing the table has read to was taken.
 func (t *breakerTable) freshness() time.Time {
-	if t.topic == "" {
-		return time.Unix(1<<40, 0)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.freshAt
@@ -1050,55 +1046,59 @@ func (k *Breakers) latchCounts() (items, resets int) {
 
 // tableFresh reports whether the batch's view of the breakers topic may end
 // a latch: the table had read to a listing of the topic taken at most
-// FreshFor before the batch adopted what it read, and to where the latest
-// assignment began. Every item another instance committed before then is
-// in it, so no template reopens while an item the table has not read yet
-// holds it. Latching needs no such wait: it only holds more.
-func (k *Breakers) tableFresh() bool {
-	return k.table.topic == "" || k.table.current() && time.Since(k.fresh) <= FreshFor
+// FreshFor before the batch adopted what it read (fresh), and to where the
+// latest assignment began. Every item another instance committed before
+// then is in it, so no template reopens while an item the table has not
+// read yet holds it. Latching needs no such wait: it only holds more.
+func (k *Breakers) tableFresh() bool { return k.table.current() && k.freshAge() <= FreshFor }
+
+// freshAge is how old the table was when the batch adopted what it read:
+// the time since the listing it had read to was taken (none without a
+// topic: its latches are its own).
+func (k *Breakers) freshAge() time.Duration {
+	if k.table.topic == "" {
+		return 0
+	}
+	return time.Since(k.fresh)
 }
 
 // Publishing reports whether the batch may publish retries: not while the
 // assignment waits for the breakers topic to be read to where it stood
-// when the assignment began (catchUpTable), nor while the table is not
+// when the assignment began (CatchUpTable), nor while the table is not
 // fresh (FreshFor: its reader, or this process, was held back). Its due
 // retries, expiries and alerts wait in the store's time indexes meanwhile,
 // and the wait shows in faultrouter_breakers_catching_up, in readiness
 // (the assignment's wait), and in a log line every TableCatchUp.
+// readyChanged is called when the assignment begins or ends its wait
+// (readiness follows Current).
 func (k *Breakers) Publishing(readyChanged func()) bool {
 	cur := k.table.current()
-	switch {
-	case cur && !k.waitingSince.IsZero():
+	switch k.catchingUpWait.step(!cur) {
+	case waitBegan:
+		readyChanged()
+	case waitEnded:
 		k.log.Info("breakers topic read to where the assignment began: retries are published again",
-			"topic", k.table.topic, "waited", time.Since(k.waitingSince).Round(time.Millisecond))
-		k.waitingSince, k.waitLogged = time.Time{}, time.Time{}
+			"topic", k.table.topic, "waited", k.catchingUpWait.took.Round(time.Millisecond))
 		readyChanged()
-	case !cur && k.waitingSince.IsZero():
-		k.waitingSince, k.waitLogged = time.Now(), time.Now()
-		readyChanged()
-	case !cur && time.Since(k.waitLogged) >= TableCatchUp:
-		k.waitLogged = time.Now()
+	case waitGoesOn:
 		k.table.mu.Lock()
 		target, read := maps.Clone(k.table.target), maps.Clone(k.table.read)
 		k.table.mu.Unlock()
 		k.log.Warn("breakers topic not read to where the assignment began: no retry is published until it is",
-			"topic", k.table.topic, "waiting", time.Since(k.waitingSince).Round(time.Second), "target", target, "read", read)
+			"topic", k.table.topic, "waiting", k.catchingUpWait.took.Round(time.Second), "target", target, "read", read)
 	}
-	age := time.Since(k.fresh)
+	age := k.freshAge()
 	fresh := age <= FreshFor
-	switch {
-	case fresh && !k.staleSince.IsZero():
-		k.log.Info("breakers table fresh again: retries are published again",
-			"topic", k.table.topic, "waited", time.Since(k.staleSince).Round(time.Millisecond))
-		k.staleSince, k.staleLogged = time.Time{}, time.Time{}
-	case !fresh && k.staleSince.IsZero():
-		k.staleSince, k.staleLogged = time.Now(), time.Now()
+	switch k.staleWait.step(!fresh) {
+	case waitBegan:
 		k.log.Info("breakers table not read to a listing of the topic taken in the last "+FreshFor.String()+"; due retries wait until it is",
 			"topic", k.table.topic, "age", age.Round(time.Millisecond))
-	case !fresh && time.Since(k.staleLogged) >= TableCatchUp:
-		k.staleLogged = time.Now()
+	case waitEnded:
+		k.log.Info("breakers table fresh again: retries are published again",
+			"topic", k.table.topic, "waited", k.staleWait.took.Round(time.Millisecond))
+	case waitGoesOn:
 		k.log.Warn("breakers table still not fresh: no retry is published until it is", "topic", k.table.topic,
-			"waiting", time.Since(k.staleSince).Round(time.Second), "age", age.Round(time.Second))
+			"waiting", k.staleWait.took.Round(time.Second), "age", age.Round(time.Second))
 	}
 	if !cur || !fresh {
 		k.catchingUp.Set(1)
@@ -1106,4 +1106,37 @@ func (k *Breakers) Publishing(readyChanged func()) bool {
 		k.catchingUp.Set(0)
 	}
 	return cur && fresh
+}
+
+// wait is a stretch of batches that publish no retry for one reason: since
+// when, and when it was last logged.
+type wait struct {
+	since, logged time.Time
+	took          time.Duration // how long it has lasted, or lasted (step)
+}
+
+// What a batch's step changed of a wait.
+const (
+	waitSame   = iota // nothing to say
+	waitBegan         // this batch began it
+	waitEnded         // the wait ended before this batch
+	waitGoesOn        // it has gone on for another TableCatchUp since it was last logged
+)
+
+// step takes in whether this batch waits and says what changed.
+func (w *wait) step(waiting bool) int {
+	now := time.Now()
+	switch {
+	case waiting && w.since.IsZero():
+		w.since, w.logged, w.took = now, now, 0
+		return waitBegan
+	case !waiting && !w.since.IsZero():
+		w.took = now.Sub(w.since)
+		w.since, w.logged = time.Time{}, time.Time{}
+		return waitEnded
+	case waiting && now.Sub(w.logged) >= TableCatchUp:
+		w.logged, w.took = now, now.Sub(w.since)
+		return waitGoesOn
+	}
+	return waitSame
 }
