@@ -6,6 +6,7 @@ package router
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
@@ -43,7 +44,7 @@ type batch struct {
 	// input of the batch, that input's value (codec.EncodeStateFrom)
 	lastBody map[*event.TaskEvent][]byte
 	// norm are the recs in the Confluent wire format, rewritten (registry.go)
-	norm []normalized
+	norm []decode.Normalized
 	// tally sums the metrics of the batch's inputs, added once it
 	// committed (metrics.go)
 	tally tally
@@ -105,10 +106,10 @@ func (b *batch) releaseRecords() {
 func (b *batch) routedIDs() {
 	for i := range b.inputs {
 		in := &b.inputs[i]
-		if id := in.taskID(); id != "" && in.kind != inputForward {
+		if id := in.TaskID(); id != "" && in.Kind != decode.Forward {
 			b.ids = append(b.ids, id)
 			if _, ok := b.partOf[id]; !ok {
-				b.partOf[id] = in.rec.Partition
+				b.partOf[id] = in.Rec.Partition
 			}
 		}
 	}
@@ -158,7 +159,7 @@ func (b *batch) origins() map[*kgo.Record]*kgo.Record {
 	m := make(map[*kgo.Record]*kgo.Record, len(b.out))
 	for i, sp := range b.outOf {
 		for _, rec := range b.out[sp[0]:sp[1]] {
-			m[rec] = b.inputs[i].rec
+			m[rec] = b.inputs[i].Rec
 		}
 	}
 	return m

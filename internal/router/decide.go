@@ -6,10 +6,12 @@ package router
 // due retries published (publishDue). The breakers hold what they must (package hold).
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -20,54 +22,54 @@ import (
 // observe hands a decided input to the breakers (package hold): a task
 // event's outcome, or a reviewer's decision of its hallucination item.
 func (r *Router) observe(in *input, b *batch, now time.Time) {
-	switch in.kind {
-	case inputTask:
-		r.brk.Observe(&in.event, &in.decision, in.state, b, now)
-	case inputReview:
-		r.brk.Reviewed(&in.review, &in.decision, in.state, b, now)
+	switch in.Kind {
+	case decode.Task:
+		r.brk.Observe(&in.Event, &in.decision, in.state, b, now)
+	case decode.Review:
+		r.brk.Reviewed(&in.Review, &in.decision, in.state, b, now)
 	}
 }
 
 // route decides one input record and queues its output records.
 func (r *Router) route(in *input, b *batch, now time.Time) {
-	switch in.kind {
-	case inputPoison:
-		if in.unwritable {
+	switch in.Kind {
+	case decode.Poison:
+		if in.Unwritable {
 			r.routeUnwritable(in, b, now) // unwritable.go
 			return
 		}
-		in.decision = policy.Poison(in.errKind, in.err, now)
+		in.decision = policy.Poison(in.ErrKind, in.Err, now)
 		dl := r.deadLetterRaw(in, now)
-		if !r.limits.fits(dl) {
-			cutRaw(dl) // unwritable.go: the original bytes and error headers do not fit
+		if !r.limits.Fits(dl) {
+			emit.CutRaw(dl) // the original bytes and error headers do not fit
 		}
 		b.out = append(b.out, dl)
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
-	case inputCommand:
-		in.decision = r.brk.Command(&in.command, b, now) // package hold
+	case decode.Command:
+		in.decision = r.brk.Command(&in.Command, b, now) // package hold
 		b.out = append(b.out, r.audit(b, in, nil))
 		return
-	case inputForward:
-		d, fwd := r.fwd.Forward(in.rec, in.taskID(), in.home, now) // package forward: its copy on its home partition
+	case decode.Forward:
+		d, fwd := r.fwd.Forward(in.Rec, in.TaskID(), in.Home, now) // package forward: its copy on its home partition
 		in.decision = d
 		b.out = append(b.out, fwd)
 		var ev *event.TaskEvent
-		if in.fwd == inputTask {
-			ev, in.repeat = &in.event, policy.RepeatForwarded // its copy is the attempt
+		if in.Fwd == decode.Task {
+			ev, in.repeat = &in.Event, policy.RepeatForwarded // its copy is the attempt
 		}
 		b.out = append(b.out, r.audit(b, in, ev))
 		return
-	case inputReview:
-		st := b.state(in.review.TaskID, in.rec.Partition)
+	case decode.Review:
+		st := b.state(in.Review.TaskID, in.Rec.Partition)
 		in.state = st
 		pending := st.Pending
-		in.decision = r.cfg.Policy.DecideReview(&in.review, st, now)
+		in.decision = r.cfg.Policy.DecideReview(&in.Review, st, now)
 		if st.Pending != pending && pending != nil {
 			r.brk.Forget(st.TaskID) // package hold: its held retry, if any, is replaced
 		}
 		r.trackReview(st, &in.decision, now)
-		b.touch(st.TaskID, in.rec.Partition)
+		b.touch(st.TaskID, in.Rec.Partition)
 		n := len(b.out)
 		r.emit(in, st.LastEvent, st, b, now)
 		for _, rec := range b.out[n:] {
@@ -75,10 +77,10 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		}
 		return
 	}
-	ev := &in.event
-	st := b.state(ev.TaskID, in.rec.Partition)
+	ev := &in.Event
+	st := b.state(ev.TaskID, in.Rec.Partition)
 	in.state = st
-	hdr := codec.ParseHeaders(in.rec.Headers)
+	hdr := codec.ParseHeaders(in.Rec.Headers)
 	wasTerminal, isNew, last := st.Terminal, st.TaskID == "", st.LastEvent
 	standing := r.cfg.Policy.StandingOf(st)
 	// dedup, re-drive, policy (redrive.go)
@@ -88,13 +90,13 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		r.brk.Forget(ev.TaskID) // package hold: its held retry, if any, is replaced
 	}
 	if in.decision.Route != event.RouteDrop { // the ledger's view of it (pkg/policy/prevented.go)
-		in.repeat = r.cfg.Policy.RepeatOf(ev, hdr.Redrive != nil, !isNew, in.rec.Timestamp)
+		in.repeat = r.cfg.Policy.RepeatOf(ev, hdr.Redrive != nil, !isNew, in.Rec.Timestamp)
 		in.prevented = r.cfg.Policy.Claim(standing, r.cfg.Policy.StandingOf(st), &in.decision)
 	}
 	if st.LastEvent != last { // the state keeps a bounded copy of this event
-		st.LastInput = &event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+		st.LastInput = &event.Source{Topic: in.Rec.Topic, Partition: in.Rec.Partition, Offset: in.Rec.Offset, Timestamp: event.At(in.Rec.Timestamp)}
 		if len(st.LastEventTruncated) == 0 { // a whole copy: its changelog record copies the input's body
-			b.lastBody[st.LastEvent] = in.value
+			b.lastBody[st.LastEvent] = in.Value
 		}
 	}
 	if in.decision.Route != event.RouteDrop {
@@ -108,7 +110,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 		st.SetTraceparent(hdr.Traceparent)
 		r.trackReview(st, &in.decision, now)
 	}
-	b.touch(ev.TaskID, in.rec.Partition)
+	b.touch(ev.TaskID, in.Rec.Partition)
 	r.emit(in, ev, st, b, now)
 }
 
@@ -120,8 +122,8 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		switch {
 		case st.Pending == nil:
 		case st.Pending.NotBefore > now.UnixMilli():
-			r.brk.HoldAhead(ev, st, in.rec.Partition, now) // package hold: held now if its breakers will refuse it when due
-		case !r.brk.HoldRetry(ev, st, in.rec.Partition, b, now):
+			r.brk.HoldAhead(ev, st, in.Rec.Partition, now) // package hold: held now if its breakers will refuse it when due
+		case !r.brk.HoldRetry(ev, st, in.Rec.Partition, b, now):
 			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil
 		}
@@ -178,11 +180,11 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 // key, value and headers, plus the error headers (stage decode or validate).
 func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 	stage := codec.StageDecode
-	switch in.errKind {
-	case kindOversize, kindEmptyKey, kindKeyMismatch, codec.Kind(codec.ErrInvalidRecord):
+	switch in.ErrKind {
+	case decode.KindOversize, decode.KindEmptyKey, decode.KindKeyMismatch, codec.Kind(codec.ErrInvalidRecord):
 		stage = codec.StageValidate
 	}
-	return emit.DeadLetterRaw(r.cfg.Topics.DeadLetter, in.rec, stage, in.errKind, in.err, now)
+	return emit.DeadLetterRaw(r.cfg.Topics.DeadLetter, in.Rec, stage, in.ErrKind, in.Err, now)
 }
 
 // audit is the audit record of an input: its event (nil for poison), the
@@ -190,7 +192,7 @@ func (r *Router) deadLetterRaw(in *input, now time.Time) *kgo.Record {
 // that stopped a task carries the cost it prevented (ledger.go).
 func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
 	d := in.decision
-	if in.kind == inputTask && ev != nil {
+	if in.Kind == decode.Task && ev != nil {
 		d.Prevented = in.prevented
 	}
 	rec := r.routed(b, r.cfg.Topics.Audit, in, ev, d)
@@ -203,18 +205,45 @@ func (r *Router) audit(b *batch, in *input, ev *event.TaskEvent) *kgo.Record {
 // routed is the record of in's decision d on topic (package emit), with
 // the error headers of a dead letter.
 func (r *Router) routed(b *batch, topic string, in *input, ev *event.TaskEvent, d event.Decision) *kgo.Record {
-	src := event.Source{Topic: in.rec.Topic, Partition: in.rec.Partition, Offset: in.rec.Offset, Timestamp: event.At(in.rec.Timestamp)}
+	src := event.Source{Topic: in.Rec.Topic, Partition: in.Rec.Partition, Offset: in.Rec.Offset, Timestamp: event.At(in.Rec.Timestamp)}
 	var raw []byte // the bytes ev was decoded from: its body is copied, not encoded again
-	if ev == &in.event {
-		raw = in.value
+	if ev == &in.Event {
+		raw = in.Value
 	}
-	rec := r.out.Routed(&b.mem, topic, ev, raw, d, src, in.rec.Headers)
+	rec := r.out.Routed(&b.mem, topic, ev, raw, d, src, in.Rec.Headers)
 	if ev == nil {
-		rec.Key = in.rec.Key
+		rec.Key = in.Rec.Key
 	}
 	if topic == r.cfg.Topics.DeadLetter {
 		e := codec.ErrorInfo{Stage: codec.StageRoute, Class: string(d.Class), Kind: d.Rule, Message: d.Reason}
 		rec.Headers = e.AppendHeaders(rec.Headers)
 	}
 	return rec
+}
+
+// routeUnwritable queues the dead-letter and audit records of an input
+// whose records cannot be written: a RoutedRecord with a bounded copy of
+// its event (faultrouter.event.truncated names what was cut), error headers
+// at stage write, and an audit record with the same copy. The task's state
+// is not touched: the event was not routed.
+func (r *Router) routeUnwritable(in *input, b *batch, now time.Time) {
+	ev, cut := task.BoundedCopy(&in.Event)
+	in.decision = event.Decision{
+		Class: event.ClassInvalidInput, Route: event.RouteDeadLetter, Rule: policy.OutputRule(in.ErrKind),
+		Reason: fmt.Sprintf("event %s cannot be routed: %v; dead-lettered with a bounded copy of the event, the original is at %s/%d@%d",
+			ev.EventID, in.Err, in.Rec.Topic, in.Rec.Partition, in.Rec.Offset),
+		DecidedAt: event.At(now),
+	}
+	src := event.Source{Topic: in.Rec.Topic, Partition: in.Rec.Partition, Offset: in.Rec.Offset, Timestamp: event.At(in.Rec.Timestamp)}
+	dl := r.out.Routed(&b.mem, r.cfg.Topics.DeadLetter, ev, nil, in.decision, src, in.Rec.Headers)
+	e := codec.ErrorInfo{Topic: in.Rec.Topic, Partition: in.Rec.Partition, Offset: in.Rec.Offset, Timestamp: in.Rec.Timestamp,
+		Stage: codec.StageWrite, Class: string(in.decision.Class), Kind: in.ErrKind, Message: in.decision.Reason}
+	dl.Headers = e.AppendHeaders(dl.Headers)
+	audit := r.out.Routed(&b.mem, r.cfg.Topics.Audit, ev, nil, in.decision, src, in.Rec.Headers)
+	if len(cut) > 0 {
+		c := codec.EventCopy{Truncated: cut, Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
+		dl.Headers, audit.Headers = c.AppendHeaders(dl.Headers), c.AppendHeaders(audit.Headers)
+	}
+	in.Event = *ev // what the logs and metrics see
+	b.out = append(b.out, dl, audit)
 }

@@ -2,51 +2,24 @@ package router
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 	"github.com/faultrouter/faultrouter/pkg/task"
 )
 
-type inputKind uint8
-
-const (
-	inputTask    inputKind = iota // a TaskEvent from ingress
-	inputReview                   // a ReviewDecision from decisions
-	inputPoison                   // a record the router cannot accept
-	inputCommand                  // a breaker command (BreakerEvent of kind RESET or LATCH) from decisions
-	inputForward                  // a task event or review decision on the wrong partition for its task (package forward)
-)
-
-// input is one consumed record, decoded.
+// input is one consumed record, decoded (package decode), and what routing
+// it decided.
 type input struct {
-	rec *kgo.Record
-	// value is the record's value in the single-object encoding: rec.Value,
-	// or its rewrite from the Confluent wire format (registry.go)
-	value   []byte
-	kind    inputKind
-	event   event.TaskEvent
-	review  event.ReviewDecision
-	command event.BreakerEvent
-	err     error
-	errKind string // faultrouter.error.kind of a poison record
-	home    int32  // the home partition of a misplaced input
-	// fwd is the kind a forwarded input was decoded as (task or review)
-	fwd inputKind
-	// unwritable marks a valid task event (kind poison) whose routed records
-	// cannot be written (unwritable.go)
-	unwritable bool
-	decision   event.Decision
+	decode.Input
+	decision event.Decision
 	// state is the working state of the task the input was routed on
 	// (route): a task event's or a review decision's, else nil
 	state *task.State
@@ -64,86 +37,42 @@ type input struct {
 	prevented *event.Prevented
 }
 
-func (in *input) taskID() string {
-	kind := in.kind
-	if kind == inputForward {
-		kind = in.fwd
-	}
-	switch kind {
-	case inputTask:
-		return in.event.TaskID
-	case inputReview:
-		return in.review.TaskID
-	}
-	return ""
+// decoder decodes the router's input records (package decode): the
+// decisions topic's as review decisions and breaker commands, the others as
+// task events; a misplaced one is forwarded (package forward), and one whose
+// routed records the broker would refuse is dead-lettered (package refuse,
+// on the limits of the session).
+func (r *Router) decoder() *decode.Decoder {
+	return decode.New(decode.Config{Codec: r.codec, MaxRecordBytes: r.cfg.MaxRecordBytes, Decisions: r.cfg.Topics.Decisions,
+		Misplaced: r.fwd.Misplaced, Refused: func(in *decode.Input) { r.unw.Check(in, r.limits) }})
 }
 
-// Error kinds of poison input, besides the codec's.
-const (
-	kindOversize    = "oversize"
-	kindEmptyKey    = "empty_key"
-	kindKeyMismatch = "key_mismatch"
-)
-
-// decode turns a consumed record into an input, in place; what cannot be
-// routed becomes a poison input with an error kind.
-func (r *Router) decode(rec *kgo.Record, n *normalized, in *input) {
-	*in = input{rec: rec, value: rec.Value}
-	poison := func(kind string, err error) {
-		in.kind, in.errKind, in.err = inputPoison, kind, err
+// decodeBatch takes the fetched records into the batch and decodes them
+// into its inputs (package decode), in the single-object encoding: records
+// in the Confluent wire format are rewritten first. While the schema
+// registry does not answer, the batch waits for it, not ready meanwhile
+// (faultrouter_registry_waiting), and nothing is dead-lettered for it.
+// Nothing is produced while it waits: the batch's transaction has not
+// begun. Once the registry answers, the batch carries an alert of scope
+// REGISTRY that says how long routing waited.
+func (r *Router) decodeBatch(ctx context.Context, fetches kgo.Fetches, b *batch) error {
+	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
+	if cap(b.inputs) > 4*max(len(b.recs), decode.ParallelMin) {
+		b.inputs = nil // a backlog drain's batches were larger: let their inputs go
 	}
-	if len(rec.Value) > r.cfg.MaxRecordBytes {
-		poison(kindOversize, fmt.Errorf("record value is %d bytes, over the maximum of %d", len(rec.Value), r.cfg.MaxRecordBytes))
-		return
+	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
+	norm, waited, since, err := r.norm.All(ctx, b.recs, b.norm)
+	if err != nil {
+		return err
 	}
-	if len(rec.Key) == 0 {
-		poison(kindEmptyKey, errors.New("record has no key; the key must be the task_id"))
-		return
+	b.norm = norm
+	if !since.IsZero() {
+		r.brk.Alert(b, r.cfg.Now(), codec.AlertRegistry, registryAlert(r.cfg.Registry.URL(), waited, since)) // registry.go
 	}
-	if n != nil {
-		if n.err != nil {
-			poison(codec.Kind(n.err), n.err)
-			return
-		}
-		in.value = n.value
-	}
-	var id string
-	if rec.Topic == r.cfg.Topics.Decisions {
-		v, err := r.codec.Decode(in.value)
-		if err != nil {
-			poison(codec.Kind(err), err)
-			return
-		}
-		switch x := v.(type) {
-		case *event.ReviewDecision:
-			in.kind, in.review, id = inputReview, *x, x.TaskID
-		case *event.BreakerEvent:
-			if x.Kind != event.BreakerKindReset && x.Kind != event.BreakerKindLatch {
-				poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: a BreakerEvent on the decisions topic must be of kind %s or %s, got %q",
-					codec.ErrWrongSchema, event.BreakerKindReset, event.BreakerKindLatch, x.Kind))
-				return
-			}
-			in.kind, in.command = inputCommand, *x
-			return
-		default:
-			poison(codec.Kind(codec.ErrWrongSchema), fmt.Errorf("%w: the decisions topic carries ReviewDecision records and breaker commands, got %T", codec.ErrWrongSchema, v))
-			return
-		}
-	} else {
-		if err := r.codec.DecodeTaskEventInto(in.value, &in.event); err != nil {
-			in.event = event.TaskEvent{}
-			poison(codec.Kind(err), err)
-			return
-		}
-		in.kind, id = inputTask, in.event.TaskID
-	}
-	if string(rec.Key) != id {
-		poison(kindKeyMismatch, fmt.Errorf("record key %q differs from task_id %q", rec.Key, id))
-		return
-	}
-	if home, ok := r.fwd.Misplaced(rec); ok { // package forward
-		in.fwd, in.kind, in.home = in.kind, inputForward, home
-	}
+	r.dec.All(b.recs, b.norm, func(i int) *decode.Input { return &b.inputs[i].Input })
+	r.metrics.consumed.Add(float64(len(b.inputs)))
+	r.observeLag(fetches) // lag.go
+	return nil
 }
 
 // logDecision writes the event line of one routed input.
@@ -156,15 +85,15 @@ func (r *Router) logDecision(in *input) {
 	if !r.log.Enabled(context.Background(), lvl) { // the line's attributes would be built for nothing
 		return
 	}
-	id := in.taskID()
+	id := in.TaskID()
 	if id == "" {
-		id = string(in.rec.Key)
+		id = string(in.Rec.Key)
 	}
 	// the record is built here, not by Logger.Log: a line per decision, and
 	// Logger.Log also looks up its caller, which no handler here prints
 	rec := slog.NewRecord(time.Now(), lvl, "routed", 0)
-	rec.AddAttrs(slog.String("task_id", id), slog.String("topic", in.rec.Topic), slog.Int("partition", int(in.rec.Partition)),
-		slog.Int64("offset", in.rec.Offset), slog.String("class", string(d.Class)), slog.String("route", string(d.Route)),
+	rec.AddAttrs(slog.String("task_id", id), slog.String("topic", in.Rec.Topic), slog.Int("partition", int(in.Rec.Partition)),
+		slog.Int64("offset", in.Rec.Offset), slog.String("class", string(d.Class)), slog.String("route", string(d.Route)),
 		slog.String("rule", d.Rule), slog.String("reason", d.Reason))
 	if d.Override != "" {
 		rec.AddAttrs(slog.String("override", d.Override))
@@ -172,55 +101,3 @@ func (r *Router) logDecision(in *input) {
 	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
 }
 
-// parallelDecodeMin is the fewest records a core is given to decode: for
-// fewer the goroutines cost more than they save. A batch is decoded on up to
-// len/parallelDecodeMin cores.
-const parallelDecodeMin = 256
-
-// decodeAll decodes recs into ins, in order. A large batch is decoded in
-// parallel, in one contiguous slice per core: decoding reads only what does
-// not change while a batch is handled (the codec, the size limits, the
-// refused inputs), and it is most of the CPU a batch spends before the
-// first decision.
-func (r *Router) decodeAll(recs []*kgo.Record, norm []normalized, ins []input) {
-	decode := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var n *normalized
-			if i < len(norm) && norm[i].done {
-				n = &norm[i]
-			}
-			r.decode(recs[i], n, &ins[i])
-			r.unw.checkWritable(&ins[i], r.limits) // unwritable.go
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(recs)/parallelDecodeMin)
-	if workers <= 1 {
-		decode(0, len(recs))
-		return
-	}
-	var wg sync.WaitGroup
-	per := (len(recs) + workers - 1) / workers
-	for lo := per; lo < len(recs); lo += per {
-		wg.Go(func() { decode(lo, min(lo+per, len(recs))) })
-	}
-	decode(0, per)
-	wg.Wait()
-}
-
-// decodeBatch takes the fetched records into the batch and decodes them
-// into its inputs (decodeAll), in the single-object encoding
-// (normalizeAll).
-func (r *Router) decodeBatch(ctx context.Context, fetches kgo.Fetches, b *batch) error {
-	fetches.EachRecord(func(rec *kgo.Record) { b.recs = append(b.recs, rec) })
-	if cap(b.inputs) > 4*max(len(b.recs), parallelDecodeMin) {
-		b.inputs = nil // a backlog drain's batches were larger: let their inputs go
-	}
-	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
-	if err := r.normalizeAll(ctx, b); err != nil { // registry.go: the Confluent wire format
-		return err
-	}
-	r.decodeAll(b.recs, b.norm, b.inputs)
-	r.metrics.consumed.Add(float64(len(b.inputs)))
-	r.observeLag(fetches) // lag.go
-	return nil
-}

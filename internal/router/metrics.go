@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
@@ -120,12 +121,12 @@ func (m *metrics) countTask(t *tally, in *input) {
 	k := tallyKey{class: d.Class, route: d.Route}
 	// a task event decided, and one that could not be routed (its attempt
 	// happened): the ledger's attempts, as the audit records count them
-	task := (in.kind == inputTask || in.unwritable) && d.Route != event.RouteDrop
+	task := (in.Kind == decode.Task || in.Unwritable) && d.Route != event.RouteDrop
 	if !task {
 		t.group(k).inputs++
 		return
 	}
-	ev := &in.event
+	ev := &in.Event
 	k.task, k.finished, k.repeat = true, in.finished, in.repeat != ""
 	k.provider, k.model, k.template = ev.Provider, ev.Model, ev.PromptTemplate
 	if d.Review != nil {
@@ -292,16 +293,16 @@ func (m *metrics) observeBatch(seen batchSeen, next batchLimit) {
 func (r *Router) countCommitted(b *batch) {
 	for i := range b.inputs {
 		in := &b.inputs[i]
-		if in.kind == inputForward {
-			r.metrics.forwarded.WithLabelValues(in.rec.Topic).Inc()
+		if in.Kind == decode.Forward {
+			r.metrics.forwarded.WithLabelValues(in.Rec.Topic).Inc()
 			r.logDecision(in)
 			continue
 		}
 		r.metrics.countTask(&b.tally, in)
 		switch {
-		case in.kind == inputPoison:
-			r.metrics.poison.WithLabelValues(in.errKind).Inc()
-		case in.decision.Route == event.RouteDrop && in.kind == inputTask:
+		case in.Kind == decode.Poison:
+			r.metrics.poison.WithLabelValues(in.ErrKind).Inc()
+		case in.decision.Route == event.RouteDrop && in.Kind == decode.Task:
 			r.metrics.dropped.Inc()
 		}
 		r.logDecision(in)

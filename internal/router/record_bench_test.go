@@ -11,9 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/logging"
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
+	"github.com/faultrouter/faultrouter/internal/router/refuse"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/internal/workload"
@@ -88,7 +90,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 		}
 		r := &Router{log: log, codec: c, store: s, metrics: newMetrics(nil), out: emit.New(c, log),
 			owned:  map[int32]bool{},
-			limits: &limits{byTopic: map[string]int{}, batchMax: defaultMaxMessageBytes}}
+			limits: refuse.Defaults()}
 		r.cfg = Default()
 		r.cfg.Topics, r.cfg.Policy = topics, pol
 		for p := range int32(parts) {
@@ -97,7 +99,8 @@ func BenchmarkRecordCPU(b *testing.B) {
 		r.fwd = forward.New(topics, 0, log, forward.Metrics{}, nil)
 		r.fwd.Assume(forward.Counts{Ingress: parts, Decisions: parts, State: parts})
 		r.attachBreakers(brk)
-		r.unw = newRefusals(topics, log, r)
+		r.unw = refuse.New(topics, log, r.ownedSet)
+		r.dec = r.decoder()
 		r.swp = sweep.New(r.cfg.Policy, r.cfg.Topics.State, log, s, owner{r}, r.alertFunc())
 		bt := newBatch()
 		var ms runtime.MemStats
@@ -135,7 +138,7 @@ func (r *Router) routeBatch(b *batch, recs []*kgo.Record, now time.Time) error {
 	r.brk.Begin(now)
 	b.recs = append(b.recs, recs...)
 	b.inputs = slices.Grow(b.inputs, len(b.recs))[:len(b.recs)]
-	r.decodeAll(b.recs, nil, b.inputs)
+	r.dec.All(b.recs, nil, func(i int) *decode.Input { return &b.inputs[i].Input })
 	b.routedIDs()
 	if err := r.store.Load(b.ids, b.partition, b.states); err != nil {
 		return err

@@ -43,9 +43,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/internal/registry"
+	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
 	"github.com/faultrouter/faultrouter/internal/router/forward"
 	"github.com/faultrouter/faultrouter/internal/router/hold"
+	"github.com/faultrouter/faultrouter/internal/router/refuse"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/internal/router/sweep"
 	"github.com/faultrouter/faultrouter/internal/store"
@@ -236,11 +238,16 @@ type Router struct {
 	// by the assignment callbacks
 	rst *restore.Restorer
 	// limits are the record size limits per topic, read when a session
-	// starts (limits.go); used by the handle goroutine
-	limits *limits
-	// unw are the inputs whose routed records cannot be written
-	// (unwritable.go); used by the handle goroutine only
-	unw refusals
+	// starts (package refuse); used by the handle goroutine
+	limits *refuse.Limits
+	// unw are the inputs whose routed records cannot be written (package
+	// refuse); used by the handle goroutine only
+	unw *refuse.Refusals
+	// dec decodes a batch's records and norm rewrites those in the
+	// Confluent wire format first (package decode); used by the handle
+	// goroutine
+	dec  *decode.Decoder
+	norm decode.Normalizer
 	// swp is expiry and the sweep over the time indexes (package sweep);
 	// used by the handle goroutine only
 	swp *sweep.Sweeper
@@ -366,7 +373,9 @@ func New(cfg Config) (*Router, error) {
 		})
 	r.rst = restore.New(restore.Config{Topic: cfg.Topics.State, ClientOpts: cfg.ClientOpts, TransactionTimeout: cfg.TransactionTimeout,
 		Store: st, Log: log, Metrics: r.metrics.restore})
-	r.unw = newRefusals(cfg.Topics, log, r)
+	r.unw = refuse.New(cfg.Topics, log, r.ownedSet)
+	r.dec = r.decoder()
+	r.norm = decode.Normalizer{Registry: cfg.Registry, Log: log, Waiting: r.registryWaiting}
 	r.swp = sweep.New(cfg.Policy, cfg.Topics.State, log, st, owner{r}, r.alertFunc())
 	return r, nil
 }
@@ -441,7 +450,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// loop below ends the session instead, which leaves the group, and Run
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
-	r.limits = r.loadLimits(ctx)                               // limits.go
+	r.limits = refuse.Load(ctx, r.cfg.Topics, r.cfg.ClientOpts, r.log) // package refuse
 	if err := r.fwd.Start(ctx, r.cfg.ClientOpts); err != nil { // package forward
 		return err
 	}
@@ -460,7 +469,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// while their counts differ (balancer.go); "range" for older members
 		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
 		kgo.RecordPartitioner(forward.NewPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
-		kgo.ProducerBatchMaxBytes(int32(r.limits.batchMax)),
+		kgo.ProducerBatchMaxBytes(int32(r.limits.BatchMax)),
 		kgo.FetchMaxBytes(int32(r.cfg.MaxPollBytes)),
 		kgo.FetchMaxPartitionBytes(int32(max(fetchPartitionBytes, r.cfg.MaxRecordBytes))),
 		kgo.RetryBackoffFn(retryBackoff),

@@ -88,8 +88,8 @@ func (r *Router) changelog(b *batch, now time.Time) {
 		rec.Topic, rec.Partition = r.cfg.Topics.State, b.partOf[id]
 		rec.Key = append(b.mem.Bytes(len(id)), id...)
 		rec.Value = append(b.mem.Bytes(len(b.scratch)), b.scratch...)
-		if !r.limits.fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
-			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(rec.Value), "limit", r.limits.of(rec.Topic))
+		if !r.limits.Fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
+			r.log.Error("state record over the state topic's limit; keeping only what routing needs", "task_id", id, "bytes", len(rec.Value), "limit", r.limits.Of(rec.Topic))
 			st.Shrink()
 			rec.Value, _ = r.codec.EncodeState(nil, st)
 		}

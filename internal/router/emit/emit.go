@@ -10,6 +10,8 @@ package emit
 
 import (
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -121,4 +123,25 @@ func CopyHeaders(st *task.State, hs []kgo.RecordHeader) []kgo.RecordHeader {
 		c.Topic, c.Partition, c.Offset = st.LastInput.Topic, st.LastInput.Partition, st.LastInput.Offset
 	}
 	return c.AppendHeaders(hs)
+}
+
+// MaxRawCopyBytes is how much of the original bytes a dead-letter copy
+// keeps when the whole input does not fit the dead-letter topic (CutRaw).
+const MaxRawCopyBytes = 64 << 10
+
+// CutRaw bounds a raw dead-letter copy that does not fit the dead-letter
+// topic: the value keeps its first MaxRawCopyBytes, the input's own headers
+// are dropped, and faultrouter.error.truncated says how long the original
+// value was (the original stays on the input topic at
+// faultrouter.error.topic/partition/offset).
+func CutRaw(dl *kgo.Record) {
+	n := len(dl.Value)
+	dl.Value = dl.Value[:min(n, MaxRawCopyBytes)]
+	var hs []kgo.RecordHeader
+	for _, h := range dl.Headers {
+		if strings.HasPrefix(h.Key, codec.ErrorHeaderPrefix) {
+			hs = append(hs, h)
+		}
+	}
+	dl.Headers = append(hs, kgo.RecordHeader{Key: codec.HeaderErrorTruncated, Value: strconv.AppendInt(nil, int64(n), 10)})
 }

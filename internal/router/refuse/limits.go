@@ -1,12 +1,15 @@
-package router
+package refuse
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/faultrouter/faultrouter/pkg/topicspec"
 )
 
 // Record size limits. A record the broker refuses as too large fails the
@@ -23,24 +26,26 @@ const (
 	recordOverhead = 512
 )
 
-// limits are the largest key+value+headers size, per topic, of a record the
+// Limits are the largest key+value+headers size, per topic, of a record the
 // router may write.
-type limits struct {
-	byTopic  map[string]int
-	batchMax int // the producer's batch bound caps every topic
+type Limits struct {
+	byTopic map[string]int
+	// BatchMax is the producer's batch bound (kgo.ProducerBatchMaxBytes):
+	// it caps every topic
+	BatchMax int
 }
 
-// of returns the limit of topic.
-func (l *limits) of(topic string) int {
+// Of returns the limit of topic.
+func (l *Limits) Of(topic string) int {
 	m, ok := l.byTopic[topic]
 	if !ok {
 		m = defaultMaxMessageBytes
 	}
-	return min(m, l.batchMax) - recordOverhead
+	return min(m, l.BatchMax) - recordOverhead
 }
 
-// recordSize is a record's key, value and headers size.
-func recordSize(rec *kgo.Record) int {
+// Size is a record's key, value and headers size.
+func Size(rec *kgo.Record) int {
 	n := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {
 		n += len(h.Key) + len(h.Value) + 2
@@ -48,43 +53,43 @@ func recordSize(rec *kgo.Record) int {
 	return n
 }
 
-// fits reports whether rec fits its topic.
-func (l *limits) fits(rec *kgo.Record) bool { return recordSize(rec) <= l.of(rec.Topic) }
+// Fits reports whether rec fits its topic.
+func (l *Limits) Fits(rec *kgo.Record) bool { return Size(rec) <= l.Of(rec.Topic) }
 
-// loadLimits reads max.message.bytes of every topic the router writes. A
+// Load reads max.message.bytes of topics, every topic the router writes,
+// with a client of opts. A
 // topic whose config cannot be read keeps Kafka's default, and says so. The
 // producer's batch bound (kgo.ProducerBatchMaxBytes) is the smallest of them:
 // a batch of many small records must fit every topic too.
-func (r *Router) loadLimits(ctx context.Context) *limits {
-	t := r.cfg.Topics
+func Load(ctx context.Context, t topicspec.Topics, opts []kgo.Opt, log *slog.Logger) *Limits {
 	out := []string{t.Retry, t.Review, t.Audit, t.DeadLetter, t.Alerts, t.State}
-	l := &limits{byTopic: map[string]int{}}
+	l := &Limits{byTopic: map[string]int{}}
 	defer func() {
-		l.batchMax = math.MaxInt
+		l.BatchMax = math.MaxInt
 		for _, topic := range out {
 			m, ok := l.byTopic[topic]
 			if !ok {
 				m = defaultMaxMessageBytes
 			}
-			l.batchMax = min(l.batchMax, m)
+			l.BatchMax = min(l.BatchMax, m)
 		}
-		r.log.Info("record limits", "state", l.of(t.State), "audit", l.of(t.Audit), "deadletter", l.of(t.DeadLetter),
-			"retry", l.of(t.Retry), "review", l.of(t.Review), "alerts", l.of(t.Alerts), "producer_batch_max", l.batchMax)
+		log.Info("record limits", "state", l.Of(t.State), "audit", l.Of(t.Audit), "deadletter", l.Of(t.DeadLetter),
+			"retry", l.Of(t.Retry), "review", l.Of(t.Review), "alerts", l.Of(t.Alerts), "producer_batch_max", l.BatchMax)
 	}()
-	cl, err := kgo.NewClient(r.cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		r.log.Warn("cannot read the topics' max.message.bytes; assuming Kafka's default", "err", err, "default", defaultMaxMessageBytes)
+		log.Warn("cannot read the topics' max.message.bytes; assuming Kafka's default", "err", err, "default", defaultMaxMessageBytes)
 		return l
 	}
 	defer cl.Close()
 	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, out...)
 	if err != nil {
-		r.log.Warn("cannot read the topics' max.message.bytes; assuming Kafka's default", "err", err, "default", defaultMaxMessageBytes)
+		log.Warn("cannot read the topics' max.message.bytes; assuming Kafka's default", "err", err, "default", defaultMaxMessageBytes)
 		return l
 	}
 	for _, rc := range rcs {
 		if rc.Err != nil {
-			r.log.Warn("cannot read a topic's max.message.bytes; assuming Kafka's default", "topic", rc.Name, "err", rc.Err)
+			log.Warn("cannot read a topic's max.message.bytes; assuming Kafka's default", "topic", rc.Name, "err", rc.Err)
 			continue
 		}
 		for _, c := range rc.Configs {
@@ -98,3 +103,7 @@ func (r *Router) loadLimits(ctx context.Context) *limits {
 	}
 	return l
 }
+
+// Defaults are the limits of topics whose configs were not read: Kafka's
+// default max.message.bytes for every topic.
+func Defaults() *Limits { return &Limits{byTopic: map[string]int{}, BatchMax: defaultMaxMessageBytes} }
