@@ -3,7 +3,7 @@ package router
 // assignment.go is what this instance owns of the consumer group's partitions:
 // the assignment callbacks restore the state of the partitions assigned
 // (package restore), mark those revoked released, and keep the set of owned
-// partitions the parts ask about (the assignment interface, parts.go).
+// partitions the parts ask about (hold.Owner, sweep.Owner).
 
 import (
 	"context"

@@ -43,7 +43,7 @@ type batch struct {
 	// lastBody is, for a state's last event that is a whole copy of an
 	// input of the batch, that input's value (codec.EncodeStateFrom)
 	lastBody map[*event.TaskEvent][]byte
-	// norm are the recs in the Confluent wire format, rewritten (registry.go)
+	// norm are the recs in the Confluent wire format, rewritten (package decode)
 	norm []decode.Normalized
 	// tally sums the metrics of the batch's inputs, added once it
 	// committed (metrics.go)
@@ -154,7 +154,7 @@ func (b *batch) Remember(st *task.State) {
 }
 
 // origins maps each record the batch's inputs queued to its input, for a
-// batch whose produce failed (unwritable.go): built only then.
+// batch whose produce failed (package refuse): built only then.
 func (b *batch) origins() map[*kgo.Record]*kgo.Record {
 	m := make(map[*kgo.Record]*kgo.Record, len(b.out))
 	for i, sp := range b.outOf {

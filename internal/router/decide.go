@@ -35,7 +35,7 @@ func (r *Router) route(in *input, b *batch, now time.Time) {
 	switch in.Kind {
 	case decode.Poison:
 		if in.Unwritable {
-			r.routeUnwritable(in, b, now) // unwritable.go
+			r.routeUnwritable(in, b, now) // records the broker would refuse (package refuse)
 			return
 		}
 		in.decision = policy.Poison(in.ErrKind, in.Err, now)

@@ -9,20 +9,19 @@ import (
 	"github.com/faultrouter/faultrouter/internal/router/txn"
 )
 
-// handle.go is the data path of one batch, top to bottom: an orchestration
-// of the router's parts (parts.go), each called where its step comes.
+// handle.go is the data path of one batch, top to bottom: each step is a
+// call into the part that owns it (docs/data-path.md has the table of the
+// parts and what each imports of the others).
 //
-//   consume, decode        input.go (registry.go for the Confluent format),
-//                          unwritable.go (refusals)
+//   consume, decode        package decode (Decoder, Normalizer), package
+//                          refuse (Refusals: what the broker refused)
 //   dedup and task state   state.go, batch.go
 //   decide and route       decide.go (pkg/policy decides; package emit
 //                          builds the records), package forward
-//                          (Forwarder)
-//   hold and release       package hold (Breakers: Observe, HoldRetry,
-//                          ReleaseHeld)
+//   hold and release       package hold (Breakers)
 //   expiry and the sweep   package sweep (Sweeper)
-//   produce and commit     package txn (Txn, Fence), txn.go; the store
-//                          written after the commit (state.go)
+//   produce and commit     package txn (Txn), txn.go; the store written
+//                          after the commit (state.go)
 
 // handle routes one poll batch in one Kafka transaction:
 // consume -> decode -> dedup -> classify/decide -> produce -> commit, then
@@ -47,7 +46,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		r.fwd.PartitionsCommitted(b.parts, sess.Client(), committed) // package forward
 	}()
 
-	// consume and decode (input.go)
+	// consume and decode (package decode, input.go)
 	if err := r.decodeBatch(ctx, fetches, b); err != nil {
 		return false, err
 	}

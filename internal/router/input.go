@@ -100,4 +100,3 @@ func (r *Router) logDecision(in *input) {
 	}
 	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
 }
-

@@ -14,20 +14,18 @@
 // its latency to a committed audit record is the rest of one commit interval
 // and one more, plus the broker's commit markers (docs/performance.md, Commit interval and latency).
 //
-// A Router is an orchestration of parts, each a type that owns one concern
-// and meets the others at small interfaces (parts.go: records out to the
-// batch's transaction, task states in from the store, the partitions this
-// instance owns). Six are packages of their own: emit.Records (the output
+// A Router is an orchestration of parts, each a package of its own entered
+// through one type: decode.Decoder (records in, inputs out),
+// refuse.Refusals (what the broker refuses), emit.Records (the output
 // records), hold.Breakers (breaker holding: breakers, held retries,
 // latches, the shared breakers topic and the alerts), forward.Forwarder (a
 // task's home partition, forwarding, partition counts), sweep.Sweeper
 // (expiry, and the sweep for due retries and overdue reviews),
 // restore.Restorer (the store restored from the changelog on an
 // assignment) and txn.Txn (a batch's transaction, fenced by the group).
-// The others are types and files here: refusals (dead letters of input
-// whose output cannot be written), input decoding, the batch's task
-// states and the decisions on them.
-// handle.go holds the data path of one batch, top to bottom, calling them.
+// This package holds the run loop, the batch's task states and the
+// decisions on them, and handle.go, the data path of one batch, top to
+// bottom, calling the parts.
 package router
 
 import (
@@ -451,7 +449,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// starts a new one that restores again.
 	restoreFailed := make(chan error, 1)
 	r.limits = refuse.Load(ctx, r.cfg.Topics, r.cfg.ClientOpts, r.log) // package refuse
-	if err := r.fwd.Start(ctx, r.cfg.ClientOpts); err != nil { // package forward
+	if err := r.fwd.Start(ctx, r.cfg.ClientOpts); err != nil {         // package forward
 		return err
 	}
 	opts := append([]kgo.Opt{}, r.cfg.ClientOpts...)

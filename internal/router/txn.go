@@ -25,7 +25,7 @@ func (r *Router) end(ctx context.Context, t *txn.Txn, b *batch, fetches kgo.Fetc
 	if perr != nil {
 		r.log.Warn("produce failed; aborting the transaction", "err", perr)
 		try = kgo.TryAbort
-		r.unw.Remember(failed, b.origins()) // unwritable.go: dead-lettered when polled again
+		r.unw.Remember(failed, b.origins()) // package refuse: dead-lettered when polled again
 	}
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	owned, gen := r.ownedWithGeneration()
@@ -39,12 +39,12 @@ func (r *Router) end(ctx context.Context, t *txn.Txn, b *batch, fetches kgo.Fetc
 		r.metrics.txAborted.Inc()
 		r.log.Info("transaction aborted; the batch will be consumed again", "records", len(b.inputs))
 		if perr != nil {
-			r.unw.Pause(ctx) // unwritable.go: no hot loop against a broker in trouble
+			r.unw.Pause(ctx) // package refuse: no hot loop against a broker in trouble
 		}
 		return false, nil
 	}
 	r.metrics.txCommitted.Inc()
 	r.observeCommitted(fetches) // lag.go
-	r.unw.Committed(b.recs)          // unwritable.go
+	r.unw.Committed(b.recs)     // package refuse
 	return true, nil
 }
