@@ -65,6 +65,10 @@ type checkerConfig struct {
 	// its latches follow other rules, so the latch checks leave out the
 	// times it runs (checker.Options.SharesLatches)
 	previous string
+	// returns runs, once the outputs settled, the quiet stretch in which
+	// tasks expire and come back and the instance restores from the
+	// changelog (cluster.returns); the outputs are then checked again
+	returns bool
 	// partitionsChange: the schedule adds partitions, so the model cannot
 	// tell a task's partition from its key (checker.Options.Partitions 0)
 	// and takes the router's forwarded copies as what was misplaced
@@ -144,7 +148,7 @@ var openCooldown = map[string]int64{"breakers.provider_model.cooldown_ms": 4000,
 func TestChecker(t *testing.T) {
 	seed := checkerSeed(t)
 	res := runChecker(t, checkerConfig{seed: seed, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true,
-		set: openCooldown})
+		set: openCooldown, returns: true})
 	printSummary(os.Stdout, []checkerResult{res})
 	if bad := unexpected(t, res.rep); len(bad) > 0 {
 		t.Fatalf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, seed, res.jsonPath)
@@ -167,6 +171,11 @@ func TestChecker(t *testing.T) {
 	t.Logf("OPEN states: %s", res.rep.Open)
 	if res.rep.Open.Checked == 0 || res.rep.Open.Held == 0 {
 		t.Fatalf("no OPEN of a failure-rate breaker held a retry of another instance (%s, seed %d): breaker.open_everywhere checked nothing", res.rep.Open, seed)
+	}
+	// breaker.shared_not_let_go too: the idle burst's breakers, left OPEN or
+	// HALF_OPEN when nothing used them any more
+	if res.rep.IdleShared == 0 {
+		t.Fatalf("no breaker was left OPEN or HALF_OPEN by its last use for its idle time (seed %d): breaker.shared_not_let_go checked nothing", seed)
 	}
 	requireCleaned(t, res)
 	if res.storeTasks == 0 {
@@ -237,7 +246,8 @@ func TestCheckerSoak(t *testing.T) {
 	for round := 0; round == 0 || time.Since(began) < dur; round++ {
 		s := seed + uint64(round)
 		t.Run(fmt.Sprintf("seed-%d", s), func(t *testing.T) {
-			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true, set: openCooldown})
+			res := runChecker(t, checkerConfig{seed: s, tasks: 54_000, duration: 50 * time.Second, faults: true, compressed: true, unwritable: true, set: openCooldown,
+				returns: true})
 			results = append(results, res)
 			if bad := unexpected(t, res.rep); len(bad) > 0 {
 				t.Errorf("the router's outputs differ from the model: %v (seed %d; JSON report %s)", bad, s, res.jsonPath)
@@ -367,6 +377,10 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 			t.Fatal(err)
 		}
 		rep = check(true)
+		if cfg.returns {
+			c.returns(ctx, w, watch, stateTopic, &produced)
+			rep = check(true)
+		}
 	}
 	res := checkerResult{cfg: cfg, rep: rep, faults: faults, took: time.Since(began)}
 	res.jsonPath = writeReport(t, cfg.seed, rep)
@@ -400,6 +414,84 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	t.Logf("log cleaner: %s", res.breakersCleaned)
 	res.storeTasks = checkStores(ctx, t, e, c.dirs)
 	return res
+}
+
+// returnRounds are the rounds of cluster.returns.
+const returnRounds = 2
+
+// returns is a quiet stretch once every output settled, the way a task
+// that expired and came back meets a restore: in each of returnRounds
+// rounds, one task per home partition succeeds with an SLA of 1 s; once its
+// tombstone is on the changelog (its TTL passed and the sweep forgot it) a
+// new attempt of it comes, under the default SLA, and nothing else is
+// routed in between, so that the tombstone and the task's new state follow
+// each other on the changelog. Then the instance, alone, stops and starts
+// again on an empty state directory, restoring every partition from the
+// changelog's start (a pod rescheduled without its volume), while the
+// cleaner has not yet passed the pair (it removes the tombstone once the
+// new state is in a segment it cleans); and the new attempt is redelivered
+// once more: the restored state must know it, so that it is dropped as a
+// duplicate, not routed again (the model checks the audit; the store check
+// compares the stores with the changelog). The instance's earlier state
+// directories are compared with the changelog too.
+func (c *cluster) returns(ctx context.Context, w *workload, watch *topicWatch, stateTopic string, produced *atomic.Int64) {
+	t := c.t
+	var names []string
+	for name, r := range c.routers {
+		if r.running() {
+			names = append(names, name)
+		}
+	}
+	if len(names) != 1 {
+		t.Fatalf("the quiet stretch wants one instance running, not %v", names)
+	}
+	name := names[0]
+	produce := func(items []workItem) {
+		if err := produceItems(ctx, c.e.prefix, items, 3, time.Now(), produced); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routed := func(what string) {
+		if !waitFor(time.Minute, func() bool { return consumedAll(ctx, c.e, c.e.prefix+"ai.tasks.ingress") }) {
+			t.Fatalf("returns: the router did not route %s within 1 min; logs:\n%s", what, tailLines(c.routers[name].logs.String(), 40))
+		}
+	}
+	for round := range returnRounds {
+		r := w.returns(round, 3)
+		began := time.Now()
+		produce(r.first)
+		routed("the first attempts")
+		if !waitFor(time.Minute, func() bool {
+			seen := map[string]bool{}
+			for _, rec := range watch.tombstonesOf(stateTopic) {
+				seen[string(rec.Key)] = true
+			}
+			for _, id := range r.ids {
+				if !seen[id] {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("returns: tasks %v were not tombstoned on the changelog within 1 min of their TTL", r.ids)
+		}
+		expired := time.Since(began)
+		produce(r.again)
+		routed("the attempts after expiry")
+		s := time.Now()
+		c.routers[name].stop(t)
+		c.rebalances = append(c.rebalances, s)
+		c.dirs[fmt.Sprintf("%s-%d", name, round)] = c.dirs[name]
+		c.dirs[name] = t.TempDir()
+		rt := c.start(name)
+		if !waitFor(2*time.Minute, func() bool { return strings.Contains(rt.logs.String(), "state restored") }) {
+			t.Fatalf("returns: %s on an empty state directory did not restore the state; logs:\n%s", name, tailLines(rt.logs.String(), 40))
+		}
+		produce(r.redelivered)
+		routed("the redeliveries")
+		t.Logf("returns, round %d: tasks %v tombstoned %s after their first attempt, came back, %s restarted on an empty state directory (took %s), redelivered",
+			round, r.ids, expired.Round(100*time.Millisecond), name, time.Since(s).Round(100*time.Millisecond))
+	}
 }
 
 // restoreAll starts instance "restored" on an empty state directory once

@@ -33,8 +33,10 @@ import (
 // with an sla_ms of a few seconds so that its TTL passes within the run: a
 // review decided after the task's TTL, a write of unknown outcome reconciled
 // by a reviewer and an attempt after the reconciled task expired, and an
-// exact redelivery after the TTL (routed afresh, not dropped); and about one
-// record in 150 is produced to another partition than its task's.
+// exact redelivery after the TTL (routed afresh, not dropped); a model,
+// action and template used only in a burst at the stream's start, whose
+// breakers must be let go once nothing uses them (addIdleBreakers); and about
+// one record in 150 is produced to another partition than its task's.
 
 // workItem is one record of the workload, produced at stream time at.
 type workItem struct {
@@ -501,6 +503,7 @@ func newWorkload(seed uint64, tasks int, duration time.Duration, compressed bool
 	}
 	w.addLatchResets(c)
 	if compressed {
+		w.addIdleBreakers(c)
 		for i := range w.items {
 			if w.items[i].reset == nil && rng.IntN(150) == 0 {
 				w.items[i].misplaced = true
@@ -595,6 +598,92 @@ func (w *workload) addLatchResets(c *codec.Codec) {
 		}
 		return a.seq - b.seq
 	})
+}
+
+// wlIdleModel, wlIdleTemplate and wlIdleAction are used only by the burst
+// of addIdleBreakers: the drain resets none of them.
+var (
+	wlIdleModel    = [2]string{"legacy", "model-v0"}
+	wlIdleTemplate = "legacy-v0"
+	wlIdleAction   = "legacy_export"
+)
+
+// addIdleBreakers adds a burst at the stream's start of tasks of a model,
+// action and template no other task uses: 120 tasks within 1.5 s, from
+// 0.3 s in, each a timeout and nothing after it, with an SLA of 1 s. The
+// timeouts open the model's breaker; its retries are held and given up
+// (2 x SLA after their due time) or let through as probes whose outcome
+// never comes, and the breaker, left OPEN or HALF_OPEN, is used by no one
+// again: every instance must let it go and tombstone its state on the
+// breakers topic (breaker.not_let_go, breaker.shared_not_let_go). The drain
+// does not reset it. Its own random source leaves the rest of the seed's
+// stream as it was.
+func (w *workload) addIdleBreakers(c *codec.Codec) {
+	rng := rand.New(rand.NewPCG(w.seed, w.seed^0x1b873593))
+	for i := range 120 {
+		g := &taskGen{w: w, rng: rng, c: c, id: fmt.Sprintf("s%d-idle%d", w.seed, i),
+			at: 300*time.Millisecond + time.Duration(i)*1500*time.Millisecond/120,
+			pm: wlIdleModel, tmpl: wlIdleTemplate, action: wlIdleAction}
+		g.sla(1000, 1000)
+		g.emit(g.timeout())
+		w.scenario["idle-breaker"]++
+	}
+	slices.SortStableFunc(w.items, func(a, b workItem) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return a.seq - b.seq
+	})
+}
+
+// returning are the tasks of the quiet stretch after a run (runChecker's
+// returns): in each of rounds, one task per home partition that succeeds
+// with an SLA of 1 s (first), expires, comes back after its tombstone with
+// a new attempt under the default SLA (again), and has that attempt
+// redelivered exactly once more (redelivered), a duplicate to drop.
+type returning struct {
+	ids                       []string
+	first, again, redelivered []workItem
+}
+
+// returns builds the returning tasks of round round, on partitions
+// partitions, with a random source of their own.
+func (w *workload) returns(round, partitions int) returning {
+	c, err := codec.New()
+	if err != nil {
+		panic(err)
+	}
+	rng := rand.New(rand.NewPCG(w.seed+uint64(round), w.seed^0x85ebca6b))
+	tmp := &workload{seed: w.seed, scenario: map[string]int{}}
+	var r returning
+	for p := range partitions {
+		id := ""
+		for k := 0; ; k++ {
+			id = fmt.Sprintf("s%d-return%d-%d", w.seed, round, k)
+			if homePartition(id) == int32(p) {
+				break
+			}
+		}
+		r.ids = append(r.ids, id)
+		g := &taskGen{w: tmp, rng: rng, c: c, id: id, at: w.duration + time.Duration(60+10*round)*time.Second,
+			pm: wlProviders[0], tmpl: wlTemplates[0], action: wlActions[0]}
+		ok := func() event.TaskEvent {
+			e := g.ev(event.StatusOK, event.StageModel)
+			e.Output = &event.Output{Text: "Done: the request was handled.", SchemaValid: ptr(true), Confidence: ptr(0.9)}
+			return e
+		}
+		g.sla(1000, 1000)
+		e := ok()
+		v, _ := c.EncodeTaskEvent(nil, &e)
+		r.first = append(r.first, workItem{key: id, value: v})
+		g.slaMs = nil
+		g.wait(5*time.Second, 5*time.Second)
+		e = ok()
+		v, _ = c.EncodeTaskEvent(nil, &e)
+		r.again = append(r.again, workItem{key: id, value: v})
+		r.redelivered = append(r.redelivered, workItem{key: id, value: v})
+	}
+	return r
 }
 
 // finalResets resets every breaker the workload can trip: the drain at the

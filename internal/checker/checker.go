@@ -59,6 +59,12 @@ type Options struct {
 	// restores it at its moved time, up to a cooldown later. Default 60 s
 	// plus the policy's longest breaker cooldown.
 	RetryLate time.Duration
+	// LetGoLate bounds how late, after its idle time, a breaker no one
+	// uses is let go and its failure-rate state tombstoned on the breakers
+	// topic (breaker.shared_not_let_go): a router looks for idle breakers
+	// every 10 s, at the start of a batch, and the tombstone commits with
+	// the batch. Default 20 s.
+	LetGoLate time.Duration
 	// DecideLate bounds how long after an input was produced its decision
 	// may be: the model takes each decision's time from its audit record
 	// only within [produced, produced + DecideLate]. Default 3 min.
@@ -258,6 +264,9 @@ func newChecker(logs Logs, o Options) (*checker, error) {
 			}
 		}
 		o.RetryLate = 60*time.Second + time.Duration(longest)*time.Millisecond
+	}
+	if o.LetGoLate == 0 {
+		o.LetGoLate = 20 * time.Second
 	}
 	if o.DecideLate == 0 {
 		o.DecideLate = 3 * time.Minute

@@ -82,3 +82,74 @@ func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 		})
 	}
 }
+
+// Guards breaker.shared_not_let_go: a breaker that nothing uses any more
+// has its OPEN or HALF_OPEN state tombstoned on the breakers topic within
+// its idle time plus LetGoLate, so that an instance that starts does not
+// adopt it again. A router that lets it go passes; one whose last record of
+// the breaker stays OPEN is reported, unless a RESET ended the state or an
+// instance started (and adopted it) recently enough.
+func TestSharedStatesOfIdleBreakersAreTombstoned(t *testing.T) {
+	idle := breaker.IdleOf(policy.Default().Breakers.ProviderModel.Config())
+	key := event.BreakerStateKey("PROVIDER_MODEL", "openai/gpt-4o")
+	cases := []struct {
+		name   string
+		check  string // "" for none
+		after  func(b *logBuilder, open time.Time)
+		end    time.Duration // after the OPEN
+		starts []time.Duration
+		idle   int // Report.IdleShared
+	}{
+		{"let go", "", func(b *logBuilder, open time.Time) {
+			at := open.Add(idle + 5*time.Second)
+			b.breakerRec(key, nil, "a", 7, at, at.Add(50*time.Millisecond))
+		}, time.Hour, nil, 1},
+		{"kept", "breaker.shared_not_let_go", nil, time.Hour, nil, 1},
+		{"reset", "", func(b *logBuilder, open time.Time) {
+			at := open.Add(time.Second)
+			v, err := event.EncodeBreakerState(&event.BreakerState{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", State: "CLOSED", Reset: true,
+				Reason: "checked", UpdatedAt: event.At(at), Instance: "ops"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.breakerRec(event.BreakerResetKey("PROVIDER_MODEL", "openai/gpt-4o"), v, "ops", 99, at, at.Add(50*time.Millisecond))
+		}, time.Hour, nil, 0},
+		{"kept, not yet due", "", nil, idle + 15*time.Second, nil, 0},
+		{"kept, adopted by a start", "", nil, idle + 30*time.Second, []time.Duration{idle}, 0},
+		{"kept, started after it was due", "breaker.shared_not_let_go", nil, idle + 2*time.Minute, []time.Duration{idle + time.Minute}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := newLog(t)
+			open := b.t0.Add(9 * time.Second)
+			v, err := event.EncodeBreakerState(&event.BreakerState{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", State: "OPEN",
+				OpenedAt: ptrTo(event.At(open)), Reason: "failure ratio 0.6 over 20 requests", UpdatedAt: event.At(open), Instance: "a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.breakerRec(key, v, "a", 7, open, open.Add(50*time.Millisecond))
+			if c.after != nil {
+				c.after(b, open)
+			}
+			b.logs.End = open.Add(c.end)
+			o := Options{Policy: policy.Default(), Ingress: "in", Decisions: "decisions", Starts: map[string][]time.Time{"b": {b.t0}}}
+			for _, s := range c.starts {
+				o.Starts["b"] = append(o.Starts["b"], open.Add(s))
+			}
+			rep, err := Check(b.logs, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s strings.Builder
+			rep.WriteText(&s)
+			switch {
+			case c.check == "" && rep.ViolationsByCheck["breaker.shared_not_let_go"] != 0:
+				t.Fatalf("breaker.shared_not_let_go reported:\n%s", s.String())
+			case c.check != "" && rep.ViolationsByCheck[c.check] == 0:
+				t.Fatalf("no %s violation; got %v\n%s", c.check, rep.ViolationsByCheck, s.String())
+			case rep.IdleShared != c.idle:
+				t.Fatalf("IdleShared %d, want %d\n%s", rep.IdleShared, c.idle, s.String())
+			}
+		})
+	}
+}

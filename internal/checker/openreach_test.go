@@ -10,7 +10,9 @@ import (
 
 // openState appends instance a's (producer 7) OPEN state of the
 // openai/gpt-4o breaker, opened at at and committed 50 ms later, and, when
-// closedAt is not zero, the CLOSED tombstone another instance wrote then.
+// closedAt is not zero, the CLOSED tombstone another instance wrote then;
+// else the tombstone a writes when it lets the breaker go, 5 min later
+// (breaker.shared_not_let_go).
 func (b *logBuilder) openState(at, closedAt time.Time) {
 	v, err := event.EncodeBreakerState(&event.BreakerState{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", State: "OPEN",
 		OpenedAt: ptrTo(event.At(at)), Reason: "failure ratio 0.6 over 20 requests", UpdatedAt: event.At(at), Instance: "a"})
@@ -20,7 +22,10 @@ func (b *logBuilder) openState(at, closedAt time.Time) {
 	b.breakerRec(event.BreakerStateKey("PROVIDER_MODEL", "openai/gpt-4o"), v, "a", 7, at, at.Add(50*time.Millisecond))
 	if !closedAt.IsZero() {
 		b.breakerRec(event.BreakerStateKey("PROVIDER_MODEL", "openai/gpt-4o"), nil, "c", 9, closedAt, closedAt.Add(50*time.Millisecond))
+		return
 	}
+	letGo := at.Add(5 * time.Minute)
+	b.breakerRec(event.BreakerStateKey("PROVIDER_MODEL", "openai/gpt-4o"), nil, "a", 7, letGo, letGo.Add(50*time.Millisecond))
 }
 
 // openElsewhereRun writes the logs of two instances: a's provider/model

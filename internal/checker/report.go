@@ -48,6 +48,11 @@ type Report struct {
 	// instance that nothing used for their breaker's idle time: each had to
 	// end (the breaker let go) within RetryLate after that (letgo.go).
 	IdleStretches int
+	// IdleShared counts the breakers whose last use left them OPEN or
+	// HALF_OPEN on the breakers topic and that nothing used for their idle
+	// time: each had to have its state tombstoned there within LetGoLate
+	// after that (letgo.go).
+	IdleShared int
 	// ProcessesUnchecked counts the router processes whose windows were
 	// not recomputed: they wrote nothing to the alerts topic, or wrote it
 	// as an earlier build.
@@ -202,7 +207,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "forwarded: %d inputs on the wrong partition for their task; unwritable: %d task events dead-lettered as too large to route\n", r.Forwarded, r.Unwritable)
 	fmt.Fprintf(w, "windows: %d CLOSED breaker stretches recomputed (%d opened when their window had to trip, %d unchecked), %d certain surges alerted (%d unchecked), %d decisions of no known instance, %d processes unchecked\n",
 		r.BreakerStretches, r.BreakerTrips, r.BreakerStretchesUnchecked, r.SurgesCertain, r.SurgesUnchecked, r.Unattributed, r.ProcessesUnchecked)
-	fmt.Fprintf(w, "idle breakers: %d OPEN or HALF_OPEN stretches outlasted their breaker's last use by its idle time, each to be let go\n", r.IdleStretches)
+	fmt.Fprintf(w, "idle breakers: %d OPEN or HALF_OPEN stretches outlasted their breaker's last use by its idle time, each to be let go; %d shared OPEN or HALF_OPEN states outlasted it, each to be tombstoned\n", r.IdleStretches, r.IdleShared)
 	fmt.Fprintf(w, "time: %d inputs decided on a fresh state after their task expired, %d writes reconciled by a reviewer, %d tombstones (%d tasks past their expiry); latest decision %d ms after its input, latest retry %d ms after it could come out\n",
 		r.Lives, r.Reconciled, r.Tombstones, r.Expired, r.MaxDecideLagMs, r.MaxRetryLateMs)
 	fmt.Fprintf(w, "latches: %s\n", r.Latch)
