@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 	"github.com/faultrouter/faultrouter/pkg/policy"
 )
@@ -27,7 +28,7 @@ import (
 // when nothing anywhere touched its breaker.
 func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 	u := c.breakerUses(ts)
-	lastUse := u.last
+	lastUse := func(ref breaker.Ref, t time.Time) time.Time { return u.last(ref, t, true) }
 	keys := make([]breakerKey, 0, len(timelines))
 	for k := range timelines {
 		keys = append(keys, k)
@@ -73,14 +74,18 @@ func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 // breakerUses are the uses of every breaker, from every instance: the
 // decisions of an input that names it, the retries held behind it or
 // published into it, its transitions, and the records of the breakers
-// topic that name it (shared states, RESETs).
+// topic that name it (shared states, RESETs). The transitions an instance
+// adopted from the breakers topic are kept apart: at a process's start
+// they are the states live on the topic, read again, not a use anyone
+// made of the breaker then.
 type breakerUses struct {
-	points map[breaker.Ref][]time.Time    // uses at an instant
-	spans  map[breaker.Ref][][2]time.Time // uses over a stretch: a retry held behind it is asked again and again
+	points  map[breaker.Ref][]time.Time    // uses at an instant
+	adopted map[breaker.Ref][]time.Time    // transitions adopted from the topic
+	spans   map[breaker.Ref][][2]time.Time // uses over a stretch: a retry held behind it is asked again and again
 }
 
 func (c *checker) breakerUses(ts []transition) *breakerUses {
-	u := &breakerUses{points: map[breaker.Ref][]time.Time{}, spans: map[breaker.Ref][][2]time.Time{}}
+	u := &breakerUses{points: map[breaker.Ref][]time.Time{}, adopted: map[breaker.Ref][]time.Time{}, spans: map[breaker.Ref][][2]time.Time{}}
 	for _, in := range c.inputs {
 		if in.kind != inTask || in.audit == nil {
 			continue
@@ -108,7 +113,11 @@ func (c *checker) breakerUses(ts []transition) *breakerUses {
 	for _, t := range ts {
 		if sc, err := breaker.ParseScope(t.e.Scope); err == nil {
 			ref := breaker.Ref{Scope: sc, Key: t.e.Key}
-			u.points[ref] = append(u.points[ref], t.e.At.Time)
+			if codec.ParseBreakerHeaders(t.rec.Headers).AdoptedFrom != "" {
+				u.adopted[ref] = append(u.adopted[ref], t.e.At.Time)
+			} else {
+				u.points[ref] = append(u.points[ref], t.e.At.Time)
+			}
 		}
 	}
 	for _, r := range c.logs.Breakers {
@@ -120,11 +129,17 @@ func (c *checker) breakerUses(ts []transition) *breakerUses {
 }
 
 // last is the last use of ref before t (the transition that ends a
-// stretch at t is no use of it).
-func (u *breakerUses) last(ref breaker.Ref, t time.Time) time.Time {
+// stretch at t is no use of it), the transitions adopted from the topic
+// counted or not.
+func (u *breakerUses) last(ref breaker.Ref, t time.Time, adopted bool) time.Time {
 	var last time.Time
 	for _, p := range u.points[ref] {
 		if p.Before(t) && p.After(last) {
+			last = p
+		}
+	}
+	for _, p := range u.adopted[ref] {
+		if adopted && p.Before(t) && p.After(last) {
 			last = p
 		}
 	}
@@ -170,8 +185,10 @@ func breakerRecordRef(r *kgo.Record) (ref breaker.Ref, reset, ok bool) {
 // with no RESET of the breaker after it, nothing may have used the breaker
 // anywhere for its idle time plus Options.LetGoLate before the logs were
 // read. A process that starts adopts the states live on the topic, which
-// uses them again: a start before that bound moves it to the start's idle
-// time plus LetGoLate. A breaker latched at the end is left out (a latch
+// its router takes as a use: a start before that bound moves it to the
+// start's idle time plus LetGoLate; a start after it, or the adoption a
+// start makes, is no use (a router that kept the state past the bound has
+// every start adopt it again). A breaker latched at the end is left out (a latch
 // holds until its items are decided or a person resets it), and so is one
 // whose latest record is in a transaction whose end was not read.
 //
@@ -242,12 +259,12 @@ func (c *checker) sharedLetGo(timelines map[breakerKey][]span, u *breakerUses) {
 			// (a use is taken from every instance: the one that let it go
 			// first may have seen its last use a little earlier)
 			at := h.recs[end].rec.Timestamp
-			if at.Sub(u.last(ref, at)) >= idle/2 {
+			if at.Sub(u.last(ref, at, false)) >= idle/2 {
 				c.rep.IdleShared++
 			}
 			continue
 		}
-		used := u.last(ref, c.logs.End)
+		used := u.last(ref, c.logs.End, false)
 		by := used.Add(idle + c.o.LetGoLate)
 		for _, s := range starts {
 			if s.After(used) && !s.After(by) {

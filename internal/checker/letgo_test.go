@@ -117,6 +117,10 @@ func TestSharedStatesOfIdleBreakersAreTombstoned(t *testing.T) {
 		{"kept, not yet due", "", nil, idle + 15*time.Second, nil, 0},
 		{"kept, adopted by a start", "", nil, idle + 30*time.Second, []time.Duration{idle}, 0},
 		{"kept, started after it was due", "breaker.shared_not_let_go", nil, idle + 2*time.Minute, []time.Duration{idle + time.Minute}, 1},
+		{"kept, adopted again by a start after it was due", "breaker.shared_not_let_go", func(b *logBuilder, open time.Time) {
+			b.alert(event.BreakerEvent{Scope: "PROVIDER_MODEL", Key: "openai/gpt-4o", Kind: "TRANSITION", From: "CLOSED", To: "OPEN",
+				Reason: "adopted from a", Instance: "b", At: event.At(open.Add(idle + time.Minute + time.Second))}, adoptedFrom("a"))
+		}, idle + 2*time.Minute, []time.Duration{idle + time.Minute}, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
