@@ -136,7 +136,11 @@ func checkerSeed(t *testing.T) uint64 {
 // cleaner compacts the state changelog and the breakers topic under the
 // routers (it must have removed records of the changelog); and once the
 // routers stopped, every instance's Pebble store holds exactly what the
-// compacted changelog says below its checkpoints.
+// compacted changelog says below its checkpoints. Breakers no one uses any
+// more (a burst's model, action and template) are let go, their shared
+// states tombstoned on the breakers topic; and in a quiet stretch at the
+// end, tasks that expired and came back, their tombstone and new state side
+// by side on the changelog, survive a restore from it (cluster.returns).
 // openCooldown is the provider/model breakers' cooldown and window in the
 // checker's runs: compressed as the rest of the policy (30 ms), an OPEN
 // would end before another instance could read it, and

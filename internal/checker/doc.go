@@ -37,7 +37,11 @@
 //     elsewhere) only when no other item of it holds it in the breakers
 //     topic's order (transitions adopted from another instance and latches
 //     are told by their faultrouter.breaker.* headers); a breaker that
-//     nothing used anywhere for its idle time is let go (letgo.go);
+//     nothing used anywhere for its idle time is let go, and its OPEN or
+//     HALF_OPEN state tombstoned on the breakers topic within
+//     Options.LetGoLate after that, so that an instance that starts does not
+//     adopt it again (letgo.go: breaker.not_let_go,
+//     breaker.shared_not_let_go);
 //   - a latch holds everywhere, in the breakers topic's order (Logs.Breakers,
 //     breakerlog.go, latchreach.go): once the transaction that wrote a
 //     hallucination's latch item committed, no instance publishes a retry
