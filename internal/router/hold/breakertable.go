@@ -71,6 +71,11 @@ type breakerTable struct {
 	// the topic's order, whoever wrote it (a RESET or a tombstone removes
 	// it): what a breaker returns to when its latch ends (syncLatch)
 	latest map[breaker.Ref]event.BreakerState
+	// overRead are the breakers whose last RESET was read over a live
+	// failure-rate state record (OPEN or HALF_OPEN) of theirs, with no state
+	// record read after it: the RESET is what ends that record, so it may
+	// not be tombstoned before the state's key has a newer record (tidy)
+	overRead map[breaker.Ref]bool
 	// mine are this instance's own item records committed and not read
 	// back yet, by key; mineStates and mineResets count its own breaker
 	// states and RESET tombstones committed and not read back, by breaker
@@ -126,7 +131,7 @@ type pendingState struct {
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	t := &breakerTable{topic: topic, self: self, log: log, book: latch.New(), resets: map[breaker.Ref]event.BreakerState{},
-		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
+		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, overRead: map[breaker.Ref]bool{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
 		mineResets: map[breaker.Ref]int{}, loaded: make(chan struct{}), read: map[int32]int64{}, stopped: make(chan struct{})}
 	if topic == "" {
 		t.done = true
@@ -347,6 +352,7 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 		}
 		t.book.ForgetReset(ref)
 		delete(t.resets, ref)
+		delete(t.overRead, ref)
 		return
 	}
 	s, err := event.DecodeBreakerState(rec.Value)
@@ -356,6 +362,9 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 	}
 	t.book.Reset(ref, rec.Offset)
 	t.resets[ref] = s
+	if _, live := t.latest[ref]; live {
+		t.overRead[ref] = true
+	}
 	delete(t.latest, ref)
 	// it also closes the breaker's failure-rate state, in the topic's order
 	t.keep(s, ref)
@@ -398,6 +407,10 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	if t.overRead[ref] { // the key's last record is newer than the RESET
+		delete(t.overRead, ref)
+		t.book.MarkDirty(ref) // which may go now (tidy)
+	}
 	if rec.Value == nil {
 		delete(t.latest, ref)
 	} else {
@@ -936,6 +949,7 @@ func (k *Breakers) tidy(ref breaker.Ref, out Out, now time.Time) {
 	t.mu.Lock()
 	ended := t.book.Ended(ref)
 	obsolete := t.book.Obsolete(ref) && t.mineResets[ref] <= 0
+	overRead, sharing := t.overRead[ref], t.mineStates[ref] > 0
 	resetAt, _ := t.book.ResetOffset(ref)
 	for i, key := range ended {
 		if m := t.mine[key]; m != nil && m.n > 0 {
@@ -956,6 +970,16 @@ func (k *Breakers) tidy(ref breaker.Ref, out Out, now time.Time) {
 		}
 	}
 	if obsolete && owned[k.home([]byte(ref.String()))] {
+		if overRead {
+			// the RESET ends a state record that compaction would keep
+			// without it: the state's key gets its tombstone (CLOSED, as
+			// the RESET left it) first, and the RESET goes once that is
+			// read back
+			if !sharing && k.shared[ref] == 0 {
+				out.Queue(k.stateRecord(ref, now))
+			}
+			return
+		}
 		if k.resetTombs == nil {
 			k.resetTombs = map[breaker.Ref]bool{}
 		}
@@ -978,12 +1002,7 @@ func (k *Breakers) share(ref breaker.Ref, reason string, out Out, now time.Time)
 	if sh.Latched {
 		return
 	}
-	if k.shared == nil {
-		k.shared = map[breaker.Ref]int{}
-	}
-	k.shared[ref]++ // a batch may change a breaker more than once: a record each
-	rec := &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
-		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
+	rec := k.stateRecord(ref, now)
 	if sh.State != breaker.Closed {
 		s := event.BreakerState{Scope: ref.Scope.Name(), Key: ref.Key, State: sh.State.Name(), Reason: reason,
 			UpdatedAt: event.At(now), Instance: k.instance}
@@ -999,6 +1018,18 @@ func (k *Breakers) share(ref breaker.Ref, reason string, out Out, now time.Time)
 		rec.Value = v
 	}
 	out.Queue(rec)
+}
+
+// stateRecord returns the record of ref's failure-rate state as this
+// instance's change, a tombstone (CLOSED) until its value is set, and
+// counts it among the batch's shared states.
+func (k *Breakers) stateRecord(ref breaker.Ref, now time.Time) *kgo.Record {
+	if k.shared == nil {
+		k.shared = map[breaker.Ref]int{}
+	}
+	k.shared[ref]++ // a batch may change a breaker more than once: a record each
+	return &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
 }
 
 // batchItem is an item record a batch writes: it opens the item of task on

@@ -737,3 +737,76 @@ func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
 		t.Fatalf("the batch after it queued %+v, want nothing", k.events)
 	}
 }
+
+// compacted is what a compacted topic keeps of recs once the cleaner has
+// run and the tombstones' retention passed: the last record of each key,
+// unless it is a tombstone. A restarted or new instance reads only that.
+func compacted(recs []*kgo.Record) map[string]*kgo.Record {
+	last := map[string]*kgo.Record{}
+	for _, rec := range recs {
+		last[string(rec.Key)] = rec
+	}
+	for key, rec := range last {
+		if rec.Value == nil {
+			delete(last, key)
+		}
+	}
+	return last
+}
+
+// Guards a person's RESET of a failure-rate breaker against compaction:
+// the OPEN state another instance shared before the RESET must not come
+// back, once the RESET is tombstoned (no item needs it) and the cleaner ran,
+// for an instance that reads the topic anew. Either the state record is
+// gone from what the topic keeps, or the RESET that ends it stays.
+func TestAResetOpenStaysResetOnceCompacted(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}
+	var topic []*kgo.Record
+	in := func(recs ...*kgo.Record) {
+		feed(k, recs...)
+		topic = append(topic, recs...)
+	}
+	in(stateRec(t, ref, breaker.Open.Name(), "a", false, t0))
+	step(k, t0, true, nil)
+	if k.set.State(ref) != breaker.Open {
+		t.Fatalf("the OPEN shared by a is %s here, want OPEN", k.set.State(ref))
+	}
+	in(resetRec(t, ref, "ops"))
+	for i := range 3 { // the RESET, then what the batches after it tidy
+		b := step(k, t0.Add(time.Duration(i+1)*time.Second), true, nil)
+		readBack(k, b)
+		for _, rec := range b.out {
+			if rec.Topic == "breakers" {
+				topic = append(topic, rec)
+			}
+		}
+	}
+	if k.set.State(ref) != breaker.Closed {
+		t.Fatalf("after the RESET the breaker is %s, want CLOSED", k.set.State(ref))
+	}
+	kept := compacted(topic)
+	_, resetKept := kept[event.BreakerResetKey(ref.Scope.Name(), ref.Key)]
+	st, stateKept := kept[event.BreakerStateKey(ref.Scope.Name(), ref.Key)]
+	if stateKept && !resetKept {
+		s, _ := event.DecodeBreakerState(st.Value)
+		t.Fatalf("once compacted, the topic keeps a's %s state of %s and not the RESET after it: a new instance adopts it again", s.State, ref)
+	}
+	// and neither stays for good: the topic's live keys are what holds
+	if stateKept || resetKept {
+		t.Errorf("once compacted, the topic keeps the state of %s (%v) or its RESET (%v), though nothing holds the breaker any more", ref, stateKept, resetKept)
+	}
+
+	// a new instance reading what the cleaner kept has the breaker CLOSED
+	fresh := adoptBreakers(t)
+	for _, rec := range topic { // in offset order, only what was kept
+		if kept[string(rec.Key)] == rec {
+			feed(fresh, rec)
+		}
+	}
+	step(fresh, t0.Add(10*time.Second), true, nil)
+	if fresh.set.State(ref) != breaker.Closed {
+		t.Fatalf("a new instance reading the compacted topic has %s %s, want CLOSED: the RESET was undone", ref, fresh.set.State(ref))
+	}
+}
