@@ -211,22 +211,15 @@ func (c *checker) sharedLetGo(timelines map[breakerKey][]span, u *breakerUses) {
 		starts = append(starts, ss...)
 	}
 	slices.SortFunc(starts, time.Time.Compare)
-	type history struct {
-		recs []logRec // the breaker's failure-rate states and RESETs, in the topic's order
-	}
-	hs := map[breaker.Ref]*history{}
+	// each breaker's failure-rate states and RESETs, in the topic's order
+	hs := map[breaker.Ref][]logRec{}
 	l := readBreakerLog(c.logs.Breakers)
 	for _, r := range l.recs {
 		ref, reset, ok := breakerRecordRef(r.rec)
 		if !ok || reset && r.rec.Value == nil { // a RESET's tombstone ends nothing
 			continue
 		}
-		h := hs[ref]
-		if h == nil {
-			h = &history{}
-			hs[ref] = h
-		}
-		h.recs = append(h.recs, r)
+		hs[ref] = append(hs[ref], r)
 	}
 	live := func(r logRec) bool { // an OPEN or HALF_OPEN state
 		_, reset, _ := breakerRecordRef(r.rec)
@@ -234,12 +227,12 @@ func (c *checker) sharedLetGo(timelines map[breakerKey][]span, u *breakerUses) {
 	}
 	refs := slices.SortedFunc(maps.Keys(hs), func(a, b breaker.Ref) int { return strings.Compare(a.String(), b.String()) })
 	for _, ref := range refs {
-		h := hs[ref]
+		recs := hs[ref]
 		if ref.Key == breaker.OverflowKey || latched[ref] {
 			continue
 		}
 		idle := breaker.IdleOf(c.breakerConfig(ref))
-		last := h.recs[len(h.recs)-1]
+		last := recs[len(recs)-1]
 		if last.committed.IsZero() {
 			continue // it may yet be aborted, or commit
 		}
@@ -247,18 +240,18 @@ func (c *checker) sharedLetGo(timelines map[breakerKey][]span, u *breakerUses) {
 			// ended: count it when it was let go, its last OPEN or
 			// HALF_OPEN outlasting the breaker's uses by its idle time
 			end := -1
-			for i := len(h.recs) - 1; i >= 0; i-- {
-				if live(h.recs[i]) {
+			for i := len(recs) - 1; i >= 0; i-- {
+				if live(recs[i]) {
 					end = i + 1
 					break
 				}
 			}
-			if end < 0 || end == len(h.recs) {
+			if end < 0 || end == len(recs) {
 				continue
 			}
 			// (a use is taken from every instance: the one that let it go
 			// first may have seen its last use a little earlier)
-			at := h.recs[end].rec.Timestamp
+			at := recs[end].rec.Timestamp
 			if at.Sub(u.last(ref, at, false)) >= idle/2 {
 				c.rep.IdleShared++
 			}

@@ -106,13 +106,14 @@ func (u *Refusals) Check(in *decode.Input, lim *Limits) {
 		in.Err = fmt.Errorf("the broker refused a record routed from this event: %w", f.err)
 		return
 	}
-	size := Size(in.Rec) + emit.DecisionSlack
+	n := Size(in.Rec)
+	size := n + emit.DecisionSlack
 	t := u.topics
 	for _, topic := range []string{t.Audit, t.Retry, t.Review, t.DeadLetter} {
 		if limit := lim.Of(topic); size > limit {
 			in.Kind, in.ErrKind, in.Unwritable = decode.Poison, KindTooLarge, true
 			in.Err = fmt.Errorf("its routed records could be %d bytes (the input's %d plus up to %d of decision), over %s's limit of %d bytes (max.message.bytes)",
-				size, Size(in.Rec), emit.DecisionSlack, topic, limit)
+				size, n, emit.DecisionSlack, topic, limit)
 			return
 		}
 	}
