@@ -41,6 +41,27 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// An eager rebalance stops every member's routing from the moment the first
+// of them learns of it, at a heartbeat, until the last one has rejoined, at
+// its own heartbeat: the pause of a deploy's every leave and join is about
+// one heartbeat interval. So heartbeats go every heartbeatMax (a tenth of
+// the session timeout where that is shorter), not a tenth of the session
+// timeout: a few small requests a second to the coordinator buy pauses of
+// a fifth of a second instead of a second. The session timeout, not the
+// interval, decides when a silent member expires.
+const heartbeatMax = 200 * time.Millisecond
+
+// heartbeatInterval is the group heartbeat interval for a session timeout.
+func heartbeatInterval(session time.Duration) time.Duration {
+	return min(heartbeatMax, session/10)
+}
+
+// metadataMinAge is the least time between two metadata reads of the
+// session's client. franz-go's default, 5 s, can hold the first fetch of
+// partitions assigned in a rebalance that comes within 5 s of the last read
+// (a crash's partitions moved, a deploy's second join) for up to 5 s.
+const metadataMinAge = 250 * time.Millisecond
+
 // leaveTimeout bounds the leave on shutdown; a leave that does not get
 // through leaves the partitions to the session timeout.
 const leaveTimeout = 5 * time.Second

@@ -112,10 +112,9 @@ type Config struct {
 	// SessionTimeout is the consumer-group session timeout: how long a
 	// crashed instance holds its partitions before the group moves them. It
 	// must lie within the broker's group.min/max.session.timeout.ms
-	// (6s..30min by default). The heartbeat interval is a tenth of it, so
-	// that a member expires only after ten heartbeats in a row went
-	// unanswered, and the others notice a rebalance within a tenth.
-	// Default 10s.
+	// (6s..30min by default). Heartbeats go every heartbeatInterval (a
+	// tenth of it at most), so a member expires only after many heartbeats
+	// in a row went unanswered. Default 10s.
 	SessionTimeout time.Duration
 	// StaticMembership makes this instance a static member of the group
 	// (KIP-345), its group.instance.id the InstanceID: a restarted
@@ -459,7 +458,11 @@ func (r *Router) runSession(ctx context.Context) error {
 		kgo.TransactionalID(r.cfg.Group+"-"+r.cfg.InstanceID),
 		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
 		kgo.SessionTimeout(r.cfg.SessionTimeout),
-		kgo.HeartbeatInterval(r.cfg.SessionTimeout/10),
+		kgo.HeartbeatInterval(heartbeatInterval(r.cfg.SessionTimeout)),
+		// a member that joins after the group's metadata was read fetches
+		// its new partitions' offsets and leaders at once, not after
+		// franz-go's default five seconds between metadata reads
+		kgo.MetadataMinAge(metadataMinAge),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
