@@ -173,6 +173,13 @@ func (b *Book) Item(key string) (Item, bool) {
 	return it, ok
 }
 
+// HasItem reports whether the item of record key key is open, key given as
+// bytes (a lookup that builds no string).
+func (b *Book) HasItem(key []byte) bool {
+	_, ok := b.items[string(key)]
+	return ok
+}
+
 // Ended returns the record keys of the items of ref still open on the topic
 // that its last RESET ended: their tombstones change no latch and let the
 // RESET go too.

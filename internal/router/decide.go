@@ -122,7 +122,10 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		switch {
 		case st.Pending == nil:
 		case st.Pending.NotBefore > now.UnixMilli():
-			r.brk.HoldAhead(ev, st, in.Rec.Partition, now) // package hold: held now if its breakers will refuse it when due
+			// package hold: held now if its breakers will refuse it when due
+			if r.brk.HoldAhead(ev, st, in.Rec.Partition, now) {
+				in.heldDue = st.Pending.Due()
+			}
 		case !r.brk.HoldRetry(ev, st, in.Rec.Partition, b, now):
 			b.out = appendRetry(b.out, r.routed(b, r.cfg.Topics.Retry, in, ev, *d))
 			st.Pending = nil

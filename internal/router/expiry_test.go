@@ -1,10 +1,12 @@
 package router_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,33 @@ type expWorld struct {
 	dead      []event.Routed // the dead-letter topic's routed records
 	states    []*kgo.Record
 	alerts    []event.BreakerEvent
+
+	logs lockedLog // the router's log, in text form
+}
+
+// lockedLog is a log a router writes and a test reads.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// lines returns the lines logged so far that contain every one of subs.
+func (l *lockedLog) lines(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for line := range strings.Lines(l.buf.String()) {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 func expStart(t *testing.T, clockMs int64) *expWorld {
@@ -94,10 +123,11 @@ func expStartPolicy(t *testing.T, clockMs int64, p *policy.Policy) *expWorld {
 	cfg.Topics = w.topics
 	cfg.StateDir = t.TempDir()
 	cfg.Tick = 50 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	var logOut io.Writer = &w.logs
 	if os.Getenv("EXP_LOG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		logOut = io.MultiWriter(&w.logs, os.Stderr)
 	}
+	cfg.Logger = slog.New(slog.NewTextHandler(logOut, nil))
 	cfg.Now = func() time.Time { return time.UnixMilli(w.clock.Load()) }
 	w.reg = prometheus.NewRegistry()
 	cfg.Registerer = w.reg

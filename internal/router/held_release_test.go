@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,6 +258,15 @@ func TestRetryHeldAheadWaitsForItsDueTimeAfterAReset(t *testing.T) {
 	}
 	if n := w.retryCount(); n != 0 {
 		t.Fatalf("%d retries published into the open breaker", n)
+	}
+	// the retry held as it was decided says so on its decision line, with
+	// its own due time, and has no line of its own
+	due10 := time.UnixMilli(t0 + 10_000).Format("2006-01-02T15:04:05.000Z07:00")
+	if got := w.logs.lines("msg=routed", "task_id=ahead ", `held="breaker open"`, "due="+due10); len(got) != 1 {
+		t.Fatalf("decision lines of ahead that say it is held until %s: %d, want 1; its lines:\n%s", due10, len(got), strings.Join(w.logs.lines("task_id=ahead "), ""))
+	}
+	if got := w.logs.lines("task_id=ahead ", "held"); len(got) != 1 {
+		t.Fatalf("lines of ahead that speak of its hold: %d, want its decision line alone:\n%s", len(got), strings.Join(got, ""))
 	}
 
 	// the reset releases the retries that were due

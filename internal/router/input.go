@@ -35,6 +35,10 @@ type input struct {
 	// into the ledger's metrics (ledger.go).
 	repeat    policy.Repeat
 	prevented *event.Prevented
+	// heldDue is the retry's own due time (router clock, ms) when its
+	// decision held it at once behind an open breaker (Breakers.HoldAhead),
+	// else 0: the decision line says so.
+	heldDue int64
 }
 
 // decoder decodes the router's input records (package decode): the
@@ -97,6 +101,9 @@ func (r *Router) logDecision(in *input) {
 		slog.String("rule", d.Rule), slog.String("reason", d.Reason))
 	if d.Override != "" {
 		rec.AddAttrs(slog.String("override", d.Override))
+	}
+	if in.heldDue != 0 {
+		rec.AddAttrs(slog.String("held", "breaker open"), slog.Time("due", time.UnixMilli(in.heldDue)))
 	}
 	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
 }

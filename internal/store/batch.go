@@ -16,6 +16,7 @@ type Batch struct {
 	s     *Store
 	b     *pebble.Batch
 	buf   []byte
+	key   []byte // the scratch of batchWriter.keyBuf
 	codec *codec.Codec
 	added map[floorKey]int64 // the earliest index entry written, per index (Store.floors)
 }
@@ -67,7 +68,7 @@ func (b *Batch) PutEncoded(p int32, old, st *task.State, v []byte) error {
 	if overdueIndexed(st) {
 		add('o', st.ReviewDueAt)
 	}
-	return putEncoded(batchWriter{b.b, b.s.bucketMs}, p, old, st, v)
+	return putEncoded(batchWriter{b.b, b.s.bucketMs, &b.key}, p, old, st, v)
 }
 
 // writer is where the writes of a state go: a Pebble batch, or a Bulk.
@@ -81,13 +82,20 @@ type writer interface {
 	bucket(ms int64) int64
 }
 
-// batchWriter is a Pebble batch as a writer.
+// batchWriter is a Pebble batch as a writer. Its keys are built in one
+// scratch buffer, key: a Pebble batch copies a key as it is given it.
 type batchWriter struct {
 	*pebble.Batch
 	bucketMs int64
+	key      *[]byte
 }
 
-func (batchWriter) keyBuf(n int) []byte { return make([]byte, 0, n) }
+func (w batchWriter) keyBuf(n int) []byte {
+	if cap(*w.key) < n {
+		*w.key = make([]byte, 0, max(n, 64))
+	}
+	return (*w.key)[:0]
+}
 
 func (w batchWriter) bucket(ms int64) int64 { return ms / w.bucketMs }
 
@@ -172,7 +180,7 @@ func EntriesOfIndex(x *codec.StateIndex) Entries {
 
 // Delete removes a task and its index entries.
 func (b *Batch) Delete(p int32, old *task.State) error {
-	return deleteTask(batchWriter{b.b, b.s.bucketMs}, p, old)
+	return deleteTask(batchWriter{b.b, b.s.bucketMs, &b.key}, p, old)
 }
 
 func deleteTask(w writer, p int32, old *task.State) error {

@@ -167,6 +167,13 @@ func BreakerItemKey(scope BreakerScope, key, taskID string) string {
 	return BreakerItemPrefix + string(scope) + "/" + taskID + "/" + key
 }
 
+// AppendBreakerItemKey appends BreakerItemKey(scope, key, taskID) to dst.
+func AppendBreakerItemKey(dst []byte, scope BreakerScope, key, taskID string) []byte {
+	dst = append(append(dst, BreakerItemPrefix...), scope...)
+	dst = append(append(append(dst, '/'), taskID...), '/')
+	return append(dst, key...)
+}
+
 // Validate checks the fields a BreakerItem must have.
 func (it *BreakerItem) Validate() error {
 	switch {

@@ -42,3 +42,14 @@ func TestBreakerStateRoundTripAndRefusals(t *testing.T) {
 		t.Error("a value that is not JSON was accepted")
 	}
 }
+
+// AppendBreakerItemKey builds the key BreakerItemKey builds, after what the
+// buffer held.
+func TestAppendBreakerItemKeyIsBreakerItemKey(t *testing.T) {
+	for _, c := range [][3]string{{"PROMPT_TEMPLATE", "tmpl-1", "task-9"}, {"PROVIDER_MODEL", "acme/m1", "a/b"}, {"", "", ""}} {
+		want := BreakerItemKey(BreakerScope(c[0]), c[1], c[2])
+		if got := string(AppendBreakerItemKey([]byte("x"), BreakerScope(c[0]), c[1], c[2])); got != "x"+want {
+			t.Fatalf("%q: %q, want %q", c, got, "x"+want)
+		}
+	}
+}

@@ -58,8 +58,25 @@ func BreakerRefs(ev *event.TaskEvent) []breaker.Ref {
 
 // AppendBreakerRefs appends BreakerRefs(ev) to dst.
 func AppendBreakerRefs(dst []breaker.Ref, ev *event.TaskEvent) []breaker.Ref {
+	return (*BreakerKeys)(nil).AppendRefs(dst, ev)
+}
+
+// BreakerKeys appends the breakers an event names as AppendBreakerRefs does,
+// without building the provider/model key of each event anew: it keeps the
+// keys it has built (up to breakerKeysMax, then it starts over). A router
+// names these breakers for every event it decides, and most events share a
+// few models. Not safe for concurrent use; a nil *BreakerKeys keeps none.
+type BreakerKeys struct {
+	buf  []byte
+	keys map[string]string
+}
+
+const breakerKeysMax = 4096
+
+// AppendRefs appends BreakerRefs(ev) to dst.
+func (k *BreakerKeys) AppendRefs(dst []breaker.Ref, ev *event.TaskEvent) []breaker.Ref {
 	if ev.Provider != "" && ev.Model != "" {
-		dst = append(dst, breaker.Ref{Scope: breaker.ProviderModel, Key: ev.Provider + "/" + ev.Model})
+		dst = append(dst, breaker.Ref{Scope: breaker.ProviderModel, Key: k.providerModel(ev.Provider, ev.Model)})
 	}
 	if ev.Action != "" {
 		dst = append(dst, breaker.Ref{Scope: breaker.Downstream, Key: ev.Action})
@@ -68,6 +85,23 @@ func AppendBreakerRefs(dst []breaker.Ref, ev *event.TaskEvent) []breaker.Ref {
 		dst = append(dst, breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate})
 	}
 	return dst
+}
+
+// providerModel is provider + "/" + model.
+func (k *BreakerKeys) providerModel(provider, model string) string {
+	if k == nil {
+		return provider + "/" + model
+	}
+	k.buf = append(append(append(k.buf[:0], provider...), '/'), model...)
+	if key, ok := k.keys[string(k.buf)]; ok {
+		return key
+	}
+	if k.keys == nil || len(k.keys) >= breakerKeysMax {
+		k.keys = make(map[string]string)
+	}
+	key := string(k.buf)
+	k.keys[key] = key
+	return key
 }
 
 // BreakerOutcomes are what one decided event tells each breaker it names: a

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
@@ -97,5 +99,40 @@ func TestBreakerOutcomes(t *testing.T) {
 	}
 	if s := (breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}).String(); s != pm {
 		t.Errorf("Ref.String() = %q", s)
+	}
+}
+
+// BreakerKeys names the same breakers as BreakerRefs, builds a
+// provider/model key once while it keeps it, and keeps a bounded number.
+func TestBreakerKeysNameWhatBreakerRefsNames(t *testing.T) {
+	var k BreakerKeys
+	evs := []event.TaskEvent{
+		{Provider: "acme", Model: "m1", Action: "refund", PromptTemplate: "t1"},
+		{Provider: "acme", Model: "m1"},
+		{Provider: "acme/x", Model: "m1"},
+		{Provider: "acme", Model: ""},
+		{Action: "ship"},
+		{},
+	}
+	var scratch []breaker.Ref
+	for range 3 {
+		for i := range evs {
+			scratch = k.AppendRefs(scratch[:0], &evs[i])
+			if want := BreakerRefs(&evs[i]); !slices.Equal(scratch, want) {
+				t.Fatalf("event %d: %v, want %v", i, scratch, want)
+			}
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { scratch = k.AppendRefs(scratch[:0], &evs[0]) }); allocs != 0 {
+		t.Fatalf("a key kept: %v allocations an event, want 0", allocs)
+	}
+	for i := range 2 * breakerKeysMax {
+		ev := event.TaskEvent{Provider: "p", Model: fmt.Sprint(i)}
+		if got := k.AppendRefs(nil, &ev); got[0].Key != "p/"+fmt.Sprint(i) {
+			t.Fatalf("model %d: key %q", i, got[0].Key)
+		}
+		if len(k.keys) > breakerKeysMax {
+			t.Fatalf("%d keys kept, at most %d", len(k.keys), breakerKeysMax)
+		}
 	}
 }

@@ -61,6 +61,7 @@ package hold
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -160,8 +161,13 @@ type Breakers struct {
 	savedPruned    uint64
 	savedClosed    map[breaker.Ref]bool
 	savedHeldUntil map[breaker.Ref]int64
-	// refs is observe's scratch: the breakers of the event it observes
-	refs []breaker.Ref
+	// refs is observe's scratch: the breakers of the event it observes;
+	// holdRefs HoldRetry's and HoldAhead's (nothing keeps either slice: the
+	// held set keeps its own copy of a held retry's breakers). keys builds
+	// their provider/model keys.
+	refs, holdRefs []breaker.Ref
+	keys           policy.BreakerKeys
+	itemKey        []byte // itemOpen's scratch
 
 	// table reads the breakers topic and keeps the latches
 	// (breakertable.go). adopting are the states it gave the batch
@@ -294,7 +300,7 @@ func (k *Breakers) Observe(ev *event.TaskEvent, d *event.Decision, st *task.Stat
 	if d.Route == event.RouteDrop {
 		return
 	}
-	refs := policy.AppendBreakerRefs(k.refs[:0], ev)
+	refs := k.keys.AppendRefs(k.refs[:0], ev)
 	k.refs = refs
 	for _, ref := range refs {
 		if o, ok := policy.BreakerOutcome(ref, ev, d.Class); ok {
@@ -304,7 +310,7 @@ func (k *Breakers) Observe(ev *event.TaskEvent, d *event.Decision, st *task.Stat
 	k.surge(ev, refs, d.Class, out, now)
 	if ev.PromptTemplate != "" && !policy.HoldsLatchItem(st) {
 		ref := breaker.Ref{Scope: breaker.PromptTemplate, Key: ev.PromptTemplate}
-		if k.itemOpen(event.BreakerItemKey(ref.Scope.Name(), ref.Key, ev.TaskID)) {
+		if k.itemOpen(ref, ev.TaskID) {
 			k.shareItem(ref, ev.TaskID, false, out, now) // a re-drive cleared the task's item
 			k.syncLatch(ref, out, now)
 		}
@@ -446,7 +452,8 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 	if ev == nil {
 		return false
 	}
-	refs := k.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	k.holdRefs = k.keys.AppendRefs(k.holdRefs[:0], ev)
+	refs := k.set.Resolve(k.holdRefs) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	// retries held before this one behind one of its breakers that is not
 	// closed, not yet asked again: it waits with them (and does not take a
 	// half-open breaker's probe from them)
@@ -465,17 +472,30 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 		if behind != 0 {
 			msg = "retry held: behind retries held before it"
 		}
-		k.log.Info(msg, "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
-			"action", ev.Action, "prompt_template", ev.PromptTemplate)
+		k.taskLine(msg, slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model),
+			slog.String("action", ev.Action), slog.String("prompt_template", ev.PromptTemplate))
 	case ok && wasHeld:
 		k.held.del(ev.TaskID)
-		k.log.Info("held retry released", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model)
+		k.taskLine("held retry released", slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model))
 	}
 	if !ok {
 		k.postpone(st, refs, behind, now)
 	}
 	k.heldGauge.Set(float64(k.held.len()))
 	return !ok
+}
+
+// taskLine logs a line at level Info about one retry: under an outage there
+// is one for most retries that come due, so the record is built here with
+// no caller looked up (slog.Logger.Info looks it up; no handler here
+// prints it).
+func (k *Breakers) taskLine(msg string, attrs ...slog.Attr) {
+	if !k.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, msg, 0)
+	rec.AddAttrs(attrs...)
+	_ = k.log.Handler().Handle(context.Background(), rec) // as slog.Logger does, a handler's error is dropped
 }
 
 // HoldAhead holds, as soon as it is decided, a retry that its breakers will
@@ -488,14 +508,16 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 // written again. Under an outage, when breakers are open, that was most of
 // the router's work per event. If its breakers close before it comes due,
 // ReleaseHeld moves it back to its own due time. st is the state of ev's
-// task, p its partition.
-func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now time.Time) {
+// task, p its partition. It reports whether it held the retry now (not held
+// before): the caller's decision line says so, instead of a line of its own.
+func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now time.Time) (heldNow bool) {
 	if st == nil || st.Pending == nil || st.Pending.NotBefore <= now.UnixMilli() {
-		return
+		return false
 	}
 	due := st.Pending.NotBefore
 	at := time.UnixMilli(due)
-	refs := k.set.Resolve(policy.BreakerRefs(ev)) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	k.holdRefs = k.keys.AppendRefs(k.holdRefs[:0], ev)
+	refs := k.set.Resolve(k.holdRefs) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
 	behind := k.heldBehind(refs, at)
 	refused := behind != 0
 	for _, ref := range refs {
@@ -504,15 +526,15 @@ func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now t
 		}
 	}
 	if !refused {
-		return // its breakers may let it through when it comes due: holdRetry decides then
+		return false // its breakers may let it through when it comes due: holdRetry decides then
 	}
 	if _, held := k.held.get(ev.TaskID); !held {
 		k.held.put(ev.TaskID, p, refs)
-		k.log.Info("retry held ahead of its due time: breaker open", "task_id", ev.TaskID, "provider", ev.Provider, "model", ev.Model,
-			"action", ev.Action, "prompt_template", ev.PromptTemplate, "due", at)
+		heldNow = true
 	}
 	k.postpone(st, refs, behind, at)
 	k.heldGauge.Set(float64(k.held.len()))
+	return heldNow
 }
 
 // postpone moves a held retry's due time to when its breakers are worth

@@ -519,12 +519,11 @@ func (t *breakerTable) holding(ref breaker.Ref, out []latch.Item) []latch.Item {
 
 // itemOpen reports whether the item under key is open: read and not ended,
 // or opened by this instance and not read back.
-func (t *breakerTable) itemOpen(key string) bool {
-	if m := t.mine[key]; m != nil && m.n > 0 {
+func (t *breakerTable) itemOpen(key []byte) bool {
+	if m := t.mine[string(key)]; m != nil && m.n > 0 {
 		return m.open
 	}
-	_, ok := t.book.Item(key)
-	return ok
+	return t.book.HasItem(key)
 }
 
 // changes returns, and forgets, the failure-rate states not applied yet in
@@ -860,14 +859,17 @@ func (k *Breakers) holdingItems(ref breaker.Ref) []latch.Item {
 	return its
 }
 
-// itemOpen reports whether the item under key is open in this batch.
-func (k *Breakers) itemOpen(key string) bool {
-	if it, ok := k.batch[key]; ok {
+// itemOpen reports whether task's item of ref is open in this batch. Its
+// record key is built in a scratch buffer: every decided event with a prompt
+// template asks.
+func (k *Breakers) itemOpen(ref breaker.Ref, task string) bool {
+	k.itemKey = event.AppendBreakerItemKey(k.itemKey[:0], ref.Scope.Name(), ref.Key, task)
+	if it, ok := k.batch[string(k.itemKey)]; ok {
 		return it.open
 	}
 	k.table.mu.Lock()
 	defer k.table.mu.Unlock()
-	return k.table.itemOpen(key)
+	return k.table.itemOpen(k.itemKey)
 }
 
 // syncLatch makes ref's breaker latched exactly while items hold it, and
