@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -433,7 +434,7 @@ func TestReadsStatesOfEarlierBuilds(t *testing.T) {
 // failing every restore of it.
 func TestCheckpointCorrupt(t *testing.T) {
 	s := openTest(t)
-	if err := s.db.Set(checkpointKey(3), []byte{0xde, 0xad, 0xbe}, nil); err != nil {
+	if err := s.db.Set(checkpointKey(3), []byte{0xde, 0xad, 0xbe}, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Checkpoint(3); !errors.Is(err, ErrCorruptCheckpoint) {
@@ -906,5 +907,85 @@ func TestExpiryBucketWidth(t *testing.T) {
 	defer s.Close()
 	if st, err := s.Get(0, "short"); err != nil || st != nil {
 		t.Errorf("a store of another expiry bucket opened with the default: task %+v (%v), want it emptied", st, err)
+	}
+}
+
+// Guards the store without a write-ahead log: what a killed process leaves
+// on disk is the store as of its last memtable flush, whole batches of it,
+// its release marks and checkpoints with them, and a clean Close keeps
+// everything. The copy of the directory taken while the store is open is
+// what a SIGKILL leaves (the files a process wrote outlive it).
+func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setCheckpoint := func(p int32, next int64) {
+		b := s.NewBatch()
+		if err := b.SetCheckpoint(p, next); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// flushed: task a, changelog applied to 10, partition released at 10
+	put(t, s, 0, 0, &task.State{TaskID: "a", Attempts: 1})
+	setCheckpoint(0, 10)
+	if err := s.SetReleased(0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// not flushed: the partition taken back, task b, applied to 20
+	if end, ok, err := s.TakeReleased(0); err != nil || !ok || end != 10 {
+		t.Fatalf("release mark: %d, %v, %v; want 10", end, ok, err)
+	}
+	put(t, s, 0, 0, &task.State{TaskID: "b", Attempts: 1}, &task.State{TaskID: "a", Attempts: 2})
+	setCheckpoint(0, 20)
+
+	killed := t.TempDir()
+	if err := os.CopyFS(killed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	k, err := Open(killed, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if a, err := k.Get(0, "a"); err != nil || a == nil || a.Attempts != 1 {
+		t.Fatalf("killed store: task a %+v, %v; want its flushed state, attempt 1", a, err)
+	}
+	if b, err := k.Get(0, "b"); err != nil || b != nil {
+		t.Fatalf("killed store: task b %+v, %v; want none (never flushed)", b, err)
+	}
+	if next, ok, err := k.Checkpoint(0); err != nil || !ok || next != 10 {
+		t.Fatalf("killed store: checkpoint %d, %v, %v; want 10, with the states it covers", next, ok, err)
+	}
+	// the mark it comes back with is the flushed one: the changelog has
+	// moved past it (to 20), so the partition is wiped and restored
+	if end, ok, err := k.TakeReleased(0); err != nil || !ok || end != 10 {
+		t.Fatalf("killed store: release mark %d, %v, %v; want the flushed 10", end, ok, err)
+	}
+
+	c, err := Open(dir, nil) // closed cleanly: everything kept
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if b, err := c.Get(0, "b"); err != nil || b == nil {
+		t.Fatalf("closed store: task b %+v, %v; want it", b, err)
+	}
+	if next, _, err := c.Checkpoint(0); err != nil || next != 20 {
+		t.Fatalf("closed store: checkpoint %d, %v; want 20", next, err)
+	}
+	if _, ok, err := c.TakeReleased(0); err != nil || ok {
+		t.Fatalf("closed store: a release mark (%v, %v); want none, it was taken", ok, err)
 	}
 }
