@@ -266,6 +266,12 @@ type lineQueue struct {
 	pending []queued   // the lines queued, oldest first
 	idle    bool       // the writer waits for wake
 	closed  bool
+	// deferring counts the Deferred spans open: while one is, a line
+	// queued for an idle writer does not wake it (owed says one is due),
+	// unless it is an error line, which waits until it is written, or the
+	// queue is a quarter full
+	deferring int
+	owed      bool
 	wake    chan struct{} // one token: lines were queued while the writer was idle, or close
 	done    chan struct{}
 	out     *coalescer // what the handlers write to
@@ -290,13 +296,50 @@ func (q *lineQueue) put(l queued) bool {
 		return false
 	}
 	q.pending = append(q.pending, l)
-	wake := q.idle
-	q.idle = false
+	wake := q.idle && (q.deferring == 0 || l.written != nil || len(q.pending) >= asyncQueue/4)
+	if wake {
+		q.idle, q.owed = false, false
+	} else if q.idle {
+		q.owed = true
+	}
 	q.mu.Unlock()
 	if wake {
 		q.signal()
 	}
 	return true
+}
+
+// Deferred holds back the wake-ups of log's writer goroutine, when log is
+// NewAsync's, until done is called: a goroutine about to log many lines in
+// a row (a line per decision of a batch) hands them over at once, and the
+// writer formats and writes them in one go instead of waking for the first
+// few and writing them a few at a time. An error line, which waits until it
+// is written, still wakes the writer, as does a quarter-full queue. For any
+// other logger done does nothing.
+func Deferred(log *slog.Logger) (done func()) {
+	h, ok := log.Handler().(*asyncHandler)
+	if !ok {
+		return func() {}
+	}
+	q := h.q
+	q.mu.Lock()
+	q.deferring++
+	q.mu.Unlock()
+	return func() {
+		q.mu.Lock()
+		q.deferring--
+		wake := q.deferring == 0 && q.owed && q.idle
+		if q.deferring == 0 {
+			q.owed = false
+		}
+		if wake {
+			q.idle = false
+		}
+		q.mu.Unlock()
+		if wake {
+			q.signal()
+		}
+	}
 }
 
 func (q *lineQueue) signal() {

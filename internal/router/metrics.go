@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/plugin/kprom"
 
+	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/restore"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -291,6 +292,7 @@ func (m *metrics) observeBatch(seen batchSeen, next batchLimit) {
 // countCommitted counts the decisions of a committed batch and logs each
 // one: only committed ones.
 func (r *Router) countCommitted(b *batch) {
+	defer logging.Deferred(r.log)() // the batch's decision lines go to the log's writer at once
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		if in.Kind == decode.Forward {
