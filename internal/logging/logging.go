@@ -86,6 +86,13 @@ func (p *prefixWriter) Write(line []byte) (int, error) {
 	return len(line), nil
 }
 
+// writeRaw writes lines formatted already (Lines).
+func (p *prefixWriter) writeRaw(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.w.Write(b)
+}
+
 // writeLine writes r, formatted by appendFastLine after the prefix of task,
 // in one write. The caller holds p.mu.
 func (p *prefixWriter) writeLine(task string, r *slog.Record, pre []byte) error {
@@ -223,6 +230,12 @@ func (c *coalescer) Write(p []byte) (int, error) {
 	if c.direct {
 		return c.w.Write(p)
 	}
+	if len(p) >= coalesceBytes { // a batch of lines (Lines): written as it is
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+		return c.w.Write(p)
+	}
 	c.buf = append(c.buf, p...)
 	if len(c.buf) >= coalesceBytes {
 		if err := c.flushLocked(); err != nil {
@@ -253,11 +266,13 @@ func (c *coalescer) flushLocked() error {
 }
 
 // queued is a line waiting to be written by the handler it was logged with;
-// written, if not nil, is closed once it is.
+// written, if not nil, is closed once it is. raw, if not nil, is lines
+// formatted already (Lines), written as they are.
 type queued struct {
 	h       slog.Handler
 	r       slog.Record
 	written chan struct{}
+	raw     *[]byte
 }
 
 type lineQueue struct {
@@ -266,12 +281,6 @@ type lineQueue struct {
 	pending []queued   // the lines queued, oldest first
 	idle    bool       // the writer waits for wake
 	closed  bool
-	// deferring counts the Deferred spans open: while one is, a line
-	// queued for an idle writer does not wake it (owed says one is due),
-	// unless it is an error line, which waits until it is written, or the
-	// queue is a quarter full
-	deferring int
-	owed      bool
 	wake    chan struct{} // one token: lines were queued while the writer was idle, or close
 	done    chan struct{}
 	out     *coalescer // what the handlers write to
@@ -296,50 +305,13 @@ func (q *lineQueue) put(l queued) bool {
 		return false
 	}
 	q.pending = append(q.pending, l)
-	wake := q.idle && (q.deferring == 0 || l.written != nil || len(q.pending) >= asyncQueue/4)
-	if wake {
-		q.idle, q.owed = false, false
-	} else if q.idle {
-		q.owed = true
-	}
+	wake := q.idle
+	q.idle = false
 	q.mu.Unlock()
 	if wake {
 		q.signal()
 	}
 	return true
-}
-
-// Deferred holds back the wake-ups of log's writer goroutine, when log is
-// NewAsync's, until done is called: a goroutine about to log many lines in
-// a row (a line per decision of a batch) hands them over at once, and the
-// writer formats and writes them in one go instead of waking for the first
-// few and writing them a few at a time. An error line, which waits until it
-// is written, still wakes the writer, as does a quarter-full queue. For any
-// other logger done does nothing.
-func Deferred(log *slog.Logger) (done func()) {
-	h, ok := log.Handler().(*asyncHandler)
-	if !ok {
-		return func() {}
-	}
-	q := h.q
-	q.mu.Lock()
-	q.deferring++
-	q.mu.Unlock()
-	return func() {
-		q.mu.Lock()
-		q.deferring--
-		wake := q.deferring == 0 && q.owed && q.idle
-		if q.deferring == 0 {
-			q.owed = false
-		}
-		if wake {
-			q.idle = false
-		}
-		q.mu.Unlock()
-		if wake {
-			q.signal()
-		}
-	}
 }
 
 func (q *lineQueue) signal() {
@@ -371,6 +343,11 @@ func (q *lineQueue) run() {
 		q.room.Broadcast()
 		q.mu.Unlock()
 		for _, l := range lines {
+			if l.raw != nil {
+				_, _ = q.out.Write(*l.raw) // a line that cannot be written is lost, as below
+				putLinesBuf(l.raw)
+				continue
+			}
 			_ = l.h.Handle(context.Background(), l.r) // slog.Logger drops a handler's error too
 			if l.written != nil {
 				q.out.flush(false)

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -233,86 +231,5 @@ func TestAsyncWritesWhatTheHandlerWould(t *testing.T) {
 		if got != want {
 			t.Errorf("%s:\nasync %s\n sync %s", format, got, want)
 		}
-	}
-}
-
-// writes counts the writes it is given.
-type writes struct {
-	lockedBuffer
-	mu sync.Mutex
-	n  int
-}
-
-func (w *writes) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	w.n++
-	w.mu.Unlock()
-	return w.lockedBuffer.Write(p)
-}
-
-func (w *writes) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
-}
-
-// Guards Deferred: the lines of a span reach an idle writer in one go when
-// the span ends, one write for what fits in one; an error line in a span
-// is still written before it returns, and a span longer than the queue
-// does not stall.
-func TestDeferredHandsTheLinesOverAtOnce(t *testing.T) {
-	w := &writes{}
-	log, closeLog, err := NewAsync(w, FormatText, "info")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLog()
-	q := log.Handler().(*asyncHandler).q
-	idle := func() bool { // the writer waits, with nothing queued
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.idle && len(q.pending) == 0
-	}
-	waiting := func() bool { // the writer waits
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.idle
-	}
-	for !idle() {
-		runtime.Gosched()
-	}
-	done := Deferred(log.With("component", "router"))
-	for i := range 100 {
-		log.Info("routed", "task_id", fmt.Sprintf("t-%d", i))
-	}
-	if !waiting() || w.count() != 0 {
-		t.Fatalf("the writer woke inside the span: %d writes", w.count())
-	}
-	q.mu.Lock()
-	queued := len(q.pending)
-	q.mu.Unlock()
-	if queued != 100 {
-		t.Fatalf("%d lines queued, want 100", queued)
-	}
-	done()
-	for w.count() == 0 || !idle() {
-		runtime.Gosched()
-	}
-	if n, lines := w.count(), w.lines(); n != 1 || len(lines) != 100 {
-		t.Fatalf("%d writes of %d lines, want one of 100", n, len(lines))
-	}
-
-	done = Deferred(log)
-	log.Error("store write failed", "task_id", "t-err") // returns once written
-	if l := w.lines(); !strings.Contains(l[len(l)-1], "store write failed") {
-		t.Fatalf("an error line in a span returned before it was written: %q", l[len(l)-1])
-	}
-	for i := range 2 * asyncQueue {
-		log.Info("routed", "task_id", fmt.Sprintf("u-%d", i))
-	}
-	done()
-	closeLog()
-	if got := len(w.lines()); got != 100+1+2*asyncQueue {
-		t.Fatalf("%d lines written, want %d", got, 100+1+2*asyncQueue)
 	}
 }

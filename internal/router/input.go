@@ -79,31 +79,35 @@ func (r *Router) decodeBatch(ctx context.Context, fetches kgo.Fetches, b *batch)
 	return nil
 }
 
-// logDecision writes the event line of one routed input.
+// logDecision writes the event line of one routed input, into the batch's
+// lines (logging.Lines): countCommitted hands them to the log at once.
 func (r *Router) logDecision(in *input) {
 	d := &in.decision
 	lvl := slog.LevelInfo
 	if d.Route == event.RouteDeadLetter || d.Class == event.ClassInvalidInput {
 		lvl = slog.LevelWarn
 	}
-	if !r.log.Enabled(context.Background(), lvl) { // the line's attributes would be built for nothing
-		return
-	}
 	id := in.TaskID()
 	if id == "" {
 		id = string(in.Rec.Key)
 	}
-	// the record is built here, not by Logger.Log: a line per decision, and
-	// Logger.Log also looks up its caller, which no handler here prints
-	rec := slog.NewRecord(time.Now(), lvl, "routed", 0)
-	rec.AddAttrs(slog.String("task_id", id), slog.String("topic", in.Rec.Topic), slog.Int("partition", int(in.Rec.Partition)),
-		slog.Int64("offset", in.Rec.Offset), slog.String("class", string(d.Class)), slog.String("route", string(d.Route)),
-		slog.String("rule", d.Rule), slog.String("reason", d.Reason))
+	l := r.lines
+	if !l.Start(lvl, "routed", time.Now(), id) {
+		return
+	}
+	l.Str("topic", in.Rec.Topic)
+	l.Int("partition", int64(in.Rec.Partition))
+	l.Int("offset", in.Rec.Offset)
+	l.Str("class", string(d.Class))
+	l.Str("route", string(d.Route))
+	l.Str("rule", d.Rule)
+	l.Str("reason", d.Reason)
 	if d.Override != "" {
-		rec.AddAttrs(slog.String("override", d.Override))
+		l.Str("override", d.Override)
 	}
 	if in.heldDue != 0 {
-		rec.AddAttrs(slog.String("held", "breaker open"), slog.Time("due", time.UnixMilli(in.heldDue)))
+		l.Str("held", "breaker open")
+		l.Time("due", time.UnixMilli(in.heldDue))
 	}
-	_ = r.log.Handler().Handle(context.Background(), rec) // as Logger.Log, which drops a handler's error
+	l.End()
 }

@@ -292,7 +292,10 @@ func (m *metrics) observeBatch(seen batchSeen, next batchLimit) {
 // countCommitted counts the decisions of a committed batch and logs each
 // one: only committed ones.
 func (r *Router) countCommitted(b *batch) {
-	defer logging.Deferred(r.log)() // the batch's decision lines go to the log's writer at once
+	if r.lines == nil {
+		r.lines = logging.NewLines(r.log)
+	}
+	defer r.lines.Flush() // the batch's decision lines, to the log at once
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		if in.Kind == decode.Forward {

@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/registry"
 	"github.com/faultrouter/faultrouter/internal/router/decode"
 	"github.com/faultrouter/faultrouter/internal/router/emit"
@@ -224,6 +225,7 @@ func (c *Config) Validate() error {
 type Router struct {
 	cfg     Config
 	log     *slog.Logger
+	lines   *logging.Lines // the decision lines of a batch (countCommitted); the handle goroutine's
 	codec   *codec.Codec
 	store   *store.Store
 	metrics *metrics
