@@ -62,7 +62,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -176,11 +175,6 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 	}
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-		// no block compression, as a restore's sstables (Bulk): compressing
-		// the memtables' flushes and their compactions took about a
-		// twentieth of the router's CPU an event, for a cache whose disk
-		// is cheap and whose blocks are read back decompressed anyway
-		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	opts.EnsureDefaults()
 	if err := dropUnsynced(dir, log); err != nil {
