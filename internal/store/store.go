@@ -345,7 +345,8 @@ func (s *Store) TakeReleased(p int32) (int64, bool, error) {
 // a process killed before it loses is restored from the changelog.
 func (s *Store) Close() error {
 	s.syncs.Wait() // a clean close leaves no unsynced mark
-	if err := s.db.Flush(); err != nil { // without a WAL, the memtables are the only copy
+	// without a WAL, the memtables are the only copy of the latest writes
+	if err := s.db.Flush(); err != nil {
 		s.db.Close()
 		return fmt.Errorf("store: flush on close: %w", err)
 	}
