@@ -465,6 +465,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		// its new partitions' offsets and leaders at once, not after
 		// franz-go's default five seconds between metadata reads
 		kgo.MetadataMinAge(metadataMinAge),
+		// and starts to fetch them at once: a fetch in flight when they are
+		// assigned holds them back until it returns (see fetchMaxWait)
+		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
