@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -49,23 +49,12 @@ type expWorld struct {
 }
 
 // lockedLog is a log a router writes and a test reads.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type lockedLog struct{ lockedbuf.Buffer }
 
 // lines returns the lines logged so far that contain every one of subs.
 func (l *lockedLog) lines(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for line := range strings.Lines(l.buf.String()) {
+	for line := range strings.Lines(l.String()) {
 		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
 			out = append(out, line)
 		}
