@@ -123,6 +123,7 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 		case st.Pending == nil:
 		case st.Pending.NotBefore > now.UnixMilli():
 			// package hold: held now if its breakers will refuse it when due
+			in.heldDue = 0
 			if r.brk.HoldAhead(ev, st, in.Rec.Partition, now) {
 				in.heldDue = st.Pending.Due()
 			}
