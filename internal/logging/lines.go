@@ -26,9 +26,8 @@ type Lines struct {
 	buf  *[]byte      // the lines so far (fast)
 
 	// the line being built
-	on   bool        // Start enabled it
-	rec  slog.Record // not fast
-	line int         // where it starts in buf (fast)
+	on  bool        // Start enabled it
+	rec slog.Record // not fast
 }
 
 // NewLines returns the line builder of log.
@@ -66,9 +65,7 @@ func (l *Lines) Start(lvl slog.Level, msg string, t time.Time, task string) bool
 	if l.buf == nil {
 		l.buf = linesBufs.Get().(*[]byte)
 	}
-	b := *l.buf
-	l.line = len(b)
-	b = appendTaskPrefix(b, task)
+	b := appendTaskPrefix(*l.buf, task)
 	if !t.IsZero() {
 		b = append(b, "time="...)
 		b = appendRFC3339Millis(b, t.Round(0))
