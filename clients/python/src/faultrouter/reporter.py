@@ -34,6 +34,14 @@ def default_brokers(brokers: str | None) -> str:
     return brokers or os.environ.get("FAULTROUTER_BROKERS") or "localhost:9092"
 
 
+# librdkafka's own log lines at level info and below (its default is info)
+# are not written: they go to stderr, into the worker's own output, and say
+# nothing a worker acts on (a broker's telemetry subscription, for one).
+# Warnings and errors still are; a worker's producer_conf or consumer_conf
+# may set "log_level" back.
+CLIENT_DEFAULTS = {"log_level": 4}
+
+
 def default_prefix(prefix: str | None) -> str:
     return os.environ.get("FAULTROUTER_TOPIC_PREFIX", "") if prefix is None else prefix
 
@@ -88,6 +96,7 @@ class Reporter:
         self._errors: list[Any] = []
         self._lock = threading.Lock()
         self.producer = Producer({
+            **CLIENT_DEFAULTS,
             "bootstrap.servers": self.brokers,
             "enable.idempotence": True,
             "acks": "all",

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from .reporter import Codec, Topics, default_brokers, default_prefix
+from .reporter import CLIENT_DEFAULTS, Codec, Topics, default_brokers, default_prefix
 
 RULE_APPROVED = "MANUAL_OVERRIDE_SUCCESS"
 RULE_REJECTED = "MANUAL_REJECTED"
@@ -88,7 +88,7 @@ class Retries:
         self.idle_timeout = idle_timeout
         self.codec = Codec(registry_url, registry_conf)
         self.consumer = Consumer({
-            "bootstrap.servers": default_brokers(brokers), "group.id": group,
+            **CLIENT_DEFAULTS, "bootstrap.servers": default_brokers(brokers), "group.id": group,
             "auto.offset.reset": "earliest", "isolation.level": "read_committed",
             "enable.auto.commit": False, **(consumer_conf or {}),
         })
@@ -141,7 +141,7 @@ class ReviewOutcomes:
         self.codec = Codec(registry_url, registry_conf)
         self.outcomes: dict[str, ReviewOutcome] = {}
         self.consumer = Consumer({
-            "bootstrap.servers": default_brokers(brokers), "group.id": f"faultrouter-review-outcomes-{uuid.uuid4()}",
+            **CLIENT_DEFAULTS, "bootstrap.servers": default_brokers(brokers), "group.id": f"faultrouter-review-outcomes-{uuid.uuid4()}",
             "isolation.level": "read_committed", "enable.auto.commit": False, **(consumer_conf or {}),
         })
         at = int((since or datetime.now(timezone.utc)).timestamp() * 1000)
