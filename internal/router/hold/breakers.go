@@ -452,8 +452,7 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 	if ev == nil {
 		return false
 	}
-	k.holdRefs = k.keys.AppendRefs(k.holdRefs[:0], ev)
-	refs := k.set.Resolve(k.holdRefs) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	refs := k.retryRefs(ev)
 	// retries held before this one behind one of its breakers that is not
 	// closed, not yet asked again: it waits with them (and does not take a
 	// half-open breaker's probe from them)
@@ -483,6 +482,15 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 	}
 	k.heldGauge.Set(float64(k.held.len()))
 	return !ok
+}
+
+// retryRefs are the breakers ev's retry would be published into, each
+// resolved to the breaker that guards it (a key beyond breaker.MaxBreakers
+// is held behind its overflow breaker), in holdRefs: valid until the next
+// call.
+func (k *Breakers) retryRefs(ev *event.TaskEvent) []breaker.Ref {
+	k.holdRefs = k.keys.AppendRefs(k.holdRefs[:0], ev)
+	return k.set.Resolve(k.holdRefs)
 }
 
 // taskLine logs a line at level Info about one retry: under an outage there
@@ -516,8 +524,7 @@ func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now t
 	}
 	due := st.Pending.NotBefore
 	at := time.UnixMilli(due)
-	k.holdRefs = k.keys.AppendRefs(k.holdRefs[:0], ev)
-	refs := k.set.Resolve(k.holdRefs) // a key beyond breaker.MaxBreakers is held behind its overflow breaker
+	refs := k.retryRefs(ev)
 	behind := k.heldBehind(refs, at)
 	refused := behind != 0
 	for _, ref := range refs {
