@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +52,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		partCheck   = fs.Duration("partition-check", 30*time.Second, "how often the partition counts of ingress, decisions and state are read to detect partitions added at runtime")
 		sessionTO   = fs.Duration("session-timeout", router.Default().SessionTimeout, "consumer group session timeout: how long the partitions of a crashed instance wait before the group moves them; within the broker's group.min/max.session.timeout.ms (env FAULTROUTER_SESSION_TIMEOUT)")
 		static      = fs.Bool("static-membership", false, "join the group as a static member named by --instance-id (a restarted instance takes its partitions back at once); for instance IDs that name one instance for good, such as a StatefulSet's pods (env FAULTROUTER_STATIC_MEMBERSHIP=true)")
+		compression = fs.String("compression", router.Default().Compression, "codec of the record batches the router writes: "+strings.Join(router.Compressions, ", ")+"; none spends no CPU on it (Kafka's producer default), the others trade CPU for bytes on the network and the brokers' disks")
 		regLookup   = fs.Bool("registry-lookup-only", false, "with --wire-format confluent: look up the output schemas in the registry instead of registering them at start (register them with `faultrouter schemas register`)")
 	)
 	regFlags := addRegistryFlags(fs, true)
@@ -75,6 +78,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("run: --partition-check must be a positive duration, got %s", *partCheck)
 	case *sessionTO < time.Second:
 		return fmt.Errorf("run: --session-timeout must be at least 1s (and within the broker's group.min/max.session.timeout.ms, 6s..30m by default), got %s", *sessionTO)
+	case !slices.Contains(router.Compressions, *compression):
+		return fmt.Errorf("run: --compression must be one of %s, got %q", strings.Join(router.Compressions, ", "), *compression)
 	}
 	wire, err := regFlags.wire()
 	if err != nil {
@@ -127,6 +132,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.MaxRecordBytes = *maxBytes
 	cfg.PartitionCheck = *partCheck
 	cfg.SessionTimeout, cfg.StaticMembership = *sessionTO, *static
+	cfg.Compression = *compression
 	cfg.Logger = log
 	cfg.Registerer = reg
 	cfg.Registry, cfg.WireFormat, cfg.LookupSchemasOnly = schemaRegistry, wire, *regLookup

@@ -216,11 +216,13 @@ type Set struct {
 	// limits gives the Config of a key whose limits are not its scope's
 	// (SetLimits); nil: every key has its scope's
 	limits   func(Ref) *Config
-	breakers map[Ref]*breaker
-	// undo holds, between Begin and Commit or Rollback, each changed
-	// breaker as it was at Begin (nil: it did not exist); epoch counts the
-	// units, so that a breaker knows it was saved without a look-up in undo
-	undo  map[Ref]*breaker
+	breakers RefMap[*breaker]
+	// undo holds, between Begin and Commit or Rollback (while unit), each
+	// changed breaker as it was at Begin (nil: it did not exist); epoch
+	// counts the units, so that a breaker knows it was saved without a
+	// look-up in undo
+	undo  RefMap[*breaker]
+	unit  bool
 	epoch uint64
 }
 
@@ -230,48 +232,49 @@ type Set struct {
 // consumed again) leaves its breakers exactly as they were: no outcome
 // counted twice, no latch or transition lost, no half-open probe slot used
 // up by a probe that was never published.
-func (s *Set) Begin() { s.undo, s.epoch = map[Ref]*breaker{}, s.epoch+1 }
+func (s *Set) Begin() { s.undo.reset(); s.unit, s.epoch = true, s.epoch+1 }
 
 // Commit keeps the changes made since Begin.
-func (s *Set) Commit() { s.undo = nil }
+func (s *Set) Commit() { s.undo.reset(); s.unit = false }
 
 // Rollback undoes the changes made since Begin.
 func (s *Set) Rollback() {
-	for ref, old := range s.undo {
+	for ref, old := range s.undo.All {
 		if old == nil {
-			delete(s.breakers, ref)
+			s.breakers.Delete(ref)
 		} else {
-			s.breakers[ref] = old
+			s.breakers.Set(ref, old)
 		}
 	}
-	s.undo = nil
+	s.undo.reset()
+	s.unit = false
 }
 
 // save keeps the state of ref as it was at Begin, before its first change.
 func (s *Set) save(ref Ref) {
-	if s.undo == nil {
+	if !s.unit {
 		return
 	}
-	if b, ok := s.breakers[ref]; ok {
+	if b, ok := s.breakers.Get(ref); ok {
 		s.saveFound(ref, b)
-	} else if _, ok := s.undo[ref]; !ok {
-		s.undo[ref] = nil
+	} else if _, ok := s.undo.Get(ref); !ok {
+		s.undo.Set(ref, nil)
 	}
 }
 
 // saveFound is save for b, the breaker of ref.
 func (s *Set) saveFound(ref Ref, b *breaker) {
-	if s.undo == nil || b.saved == s.epoch {
+	if !s.unit || b.saved == s.epoch {
 		return
 	}
 	c := *b
-	s.undo[ref] = &c
+	s.undo.Set(ref, &c)
 	b.saved = s.epoch
 }
 
 // NewSet returns a Set with a Config per scope, indexed by Scope.
 func NewSet(providerModel, downstream, promptTemplate Config) (*Set, error) {
-	s := &Set{cfg: [3]Config{providerModel, downstream, promptTemplate}, breakers: map[Ref]*breaker{}}
+	s := &Set{cfg: [3]Config{providerModel, downstream, promptTemplate}}
 	for _, sc := range Scopes {
 		if err := s.cfg[sc].Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", sc, err)
@@ -321,10 +324,10 @@ func (s *Set) Resolve(refs []Ref) []Ref {
 // has no breaker of its own while the set is full and its scope's overflow
 // breaker exists.
 func (s *Set) lookup(ref Ref) Ref {
-	if _, ok := s.breakers[ref]; ok || len(s.breakers) < MaxBreakers {
+	if _, ok := s.breakers.Get(ref); ok || s.breakers.Len() < MaxBreakers {
 		return ref
 	}
-	if o := (Ref{Scope: ref.Scope, Key: OverflowKey}); s.breakers[o] != nil {
+	if o := (Ref{Scope: ref.Scope, Key: OverflowKey}); s.find(o) != nil {
 		return o
 	}
 	return ref
@@ -334,40 +337,40 @@ func (s *Set) lookup(ref Ref) Ref {
 // or its scope's overflow breaker when the set is full of breakers it may
 // not forget.
 func (s *Set) get(ref Ref, now time.Time) (*breaker, Ref) {
-	if b, ok := s.breakers[ref]; ok {
+	if b, ok := s.breakers.Get(ref); ok {
 		s.saveFound(ref, b)
 		b.used = now.UnixMilli()
 		return b, ref
 	}
-	if len(s.breakers) >= MaxBreakers {
+	if s.breakers.Len() >= MaxBreakers {
 		s.evict(now)
-		if len(s.breakers) >= MaxBreakers && ref.Key != OverflowKey {
+		if s.breakers.Len() >= MaxBreakers && ref.Key != OverflowKey {
 			return s.get(Ref{Scope: ref.Scope, Key: OverflowKey}, now)
 		}
 	}
 	s.save(ref)
 	b := &breaker{saved: s.epoch, used: now.UnixMilli()} // new in this unit: undo forgets it
-	s.breakers[ref] = b
+	s.breakers.Set(ref, b)
 	return b, ref
 }
 
 // evict forgets CLOSED breakers: idle ones, or, if none is idle, all of them
 // but the overflow breakers.
 func (s *Set) evict(now time.Time) {
-	n := len(s.breakers)
-	for ref, b := range s.breakers {
+	n := s.breakers.Len()
+	for ref, b := range s.breakers.All {
 		if _, req := s.counts(ref, b, now.UnixMilli()); b.state == Closed && req == 0 {
 			s.save(ref)
-			delete(s.breakers, ref)
+			s.breakers.Delete(ref)
 		}
 	}
-	if len(s.breakers) < n {
+	if s.breakers.Len() < n {
 		return
 	}
-	for ref, b := range s.breakers {
+	for ref, b := range s.breakers.All {
 		if b.state == Closed && ref.Key != OverflowKey { // an overflow breaker counting failures stays
 			s.save(ref)
-			delete(s.breakers, ref)
+			s.breakers.Delete(ref)
 		}
 	}
 }
@@ -450,7 +453,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	ok := true
 	refs = s.Resolve(refs)
 	for _, ref := range refs {
-		b, found := s.breakers[ref]
+		b, found := s.breakers.Get(ref)
 		if !found {
 			continue
 		}
@@ -471,7 +474,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	}
 	if ok {
 		for _, ref := range refs {
-			if b, found := s.breakers[ref]; found && b.state == HalfOpen {
+			if b, found := s.breakers.Get(ref); found && b.state == HalfOpen {
 				s.saveFound(ref, b)
 				b.probes++
 			}
@@ -490,7 +493,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 	until := now
 	for _, ref := range s.Resolve(refs) {
-		b, ok := s.breakers[ref]
+		b, ok := s.breakers.Get(ref)
 		if !ok {
 			continue
 		}
@@ -523,7 +526,7 @@ func (s *Set) HoldUntil(refs []Ref, now time.Time) time.Time {
 func (s *Set) Tick(now time.Time) []Transition {
 	var ts []Transition
 	for _, ref := range s.sortedRefs() {
-		ts = append(ts, s.advance(ref, s.breakers[ref], now)...)
+		ts = append(ts, s.advance(ref, s.find(ref), now)...)
 	}
 	return ts
 }
@@ -554,7 +557,7 @@ func (s *Set) Trip(ref Ref, reason string, o Outcome, now time.Time) []Transitio
 // Reset closes a breaker (a person's decision), clearing its window.
 func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
 	ref = s.lookup(ref)
-	b, ok := s.breakers[ref]
+	b, ok := s.breakers.Get(ref)
 	if !ok || b.state == Closed {
 		return nil
 	}
@@ -570,7 +573,7 @@ func (s *Set) Reset(ref Ref, reason string, now time.Time) []Transition {
 // latch alone ended), and nothing for a breaker that is not latched.
 func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transition {
 	ref = s.lookup(ref)
-	b, ok := s.breakers[ref]
+	b, ok := s.breakers.Get(ref)
 	if !ok || !b.latched {
 		return nil
 	}
@@ -601,7 +604,7 @@ func (s *Set) Unlatch(ref Ref, sh Shared, reason string, now time.Time) []Transi
 
 // State returns the state of a breaker; CLOSED for one never seen.
 func (s *Set) State(ref Ref) State {
-	if b, ok := s.breakers[s.lookup(ref)]; ok {
+	if b, ok := s.breakers.Get(s.lookup(ref)); ok {
 		return b.state
 	}
 	return Closed
@@ -610,15 +613,15 @@ func (s *Set) State(ref Ref) State {
 // Counts returns how many breakers are in each state, per scope.
 func (s *Set) Counts() [3][3]int {
 	var c [3][3]int
-	for ref, b := range s.breakers {
+	for ref, b := range s.breakers.All {
 		c[ref.Scope][b.state]++
 	}
 	return c
 }
 
 func (s *Set) sortedRefs() []Ref {
-	refs := make([]Ref, 0, len(s.breakers))
-	for ref := range s.breakers {
+	refs := make([]Ref, 0, s.breakers.Len())
+	for ref := range s.breakers.All {
 		refs = append(refs, ref)
 	}
 	sort.Slice(refs, func(i, j int) bool {
@@ -632,7 +635,7 @@ func (s *Set) sortedRefs() []Ref {
 
 // Latched reports whether a breaker is latched open (by Trip, until Reset).
 func (s *Set) Latched(ref Ref) bool {
-	b, ok := s.breakers[s.lookup(ref)]
+	b, ok := s.breakers.Get(s.lookup(ref))
 	return ok && b.latched
 }
 
@@ -652,7 +655,7 @@ type Shared struct {
 
 // Shared returns the shared state of a breaker: CLOSED for one never seen.
 func (s *Set) Shared(ref Ref) Shared {
-	b, ok := s.breakers[s.lookup(ref)]
+	b, ok := s.breakers.Get(s.lookup(ref))
 	if !ok {
 		return Shared{}
 	}
@@ -678,7 +681,7 @@ func (s *Set) Shared(ref Ref) Shared {
 // A state this instance wrote itself (Shared.Elsewhere false: restored
 // after a restart) waits for nothing but its own cooldown.
 func (s *Set) Adopt(ref Ref, sh Shared, reason string, now time.Time) []Transition {
-	if _, ok := s.breakers[s.lookup(ref)]; !ok && sh.State == Closed {
+	if _, ok := s.breakers.Get(s.lookup(ref)); !ok && sh.State == Closed {
 		return nil
 	}
 	b, ref := s.get(ref, now)
@@ -758,7 +761,7 @@ func (s *Set) Expire(now time.Time, keep func(Ref) bool) []Transition {
 	var ts []Transition
 	ms := now.UnixMilli()
 	for _, ref := range s.sortedRefs() {
-		b := s.breakers[ref]
+		b := s.find(ref)
 		if b.latched || ms-b.used < s.IdleOf(ref).Milliseconds() || keep != nil && keep(ref) {
 			continue
 		}
@@ -766,13 +769,19 @@ func (s *Set) Expire(now time.Time, keep func(Ref) bool) []Transition {
 			ts = append(ts, s.move(ref, b, Closed, fmt.Sprintf("unused for %s: let go", s.IdleOf(ref)), now, nil))
 		}
 		s.save(ref)
-		delete(s.breakers, ref)
+		s.breakers.Delete(ref)
 	}
 	return ts
 }
 
 // Len returns the number of breakers the set holds.
-func (s *Set) Len() int { return len(s.breakers) }
+func (s *Set) Len() int { return s.breakers.Len() }
+
+// find returns the breaker of ref, nil when it has none.
+func (s *Set) find(ref Ref) *breaker {
+	b, _ := s.breakers.Get(ref)
+	return b
+}
 
 // recheck is the step at which retries held behind a breaker that is
 // latched, or half-open with its probes out, are asked again: a quarter of

@@ -299,8 +299,8 @@ func TestMaxBreakersBoundsMemory(t *testing.T) {
 	late := t0.Add(time.Hour) // every window but the new ones' is empty by now
 	for i := range 50 {
 		s.Record(Outcome{Ref: Ref{Scope: Downstream, Key: fmt.Sprint("k", i)}}, late)
-		if len(s.breakers) > MaxBreakers {
-			t.Fatalf("after %d keys: %d breakers, bound %d", i+1, len(s.breakers), MaxBreakers)
+		if s.breakers.Len() > MaxBreakers {
+			t.Fatalf("after %d keys: %d breakers, bound %d", i+1, s.breakers.Len(), MaxBreakers)
 		}
 	}
 	if s.State(pm) != Open {
@@ -459,7 +459,7 @@ func TestSetIsBoundedWithAnOverflowBreaker(t *testing.T) {
 			}
 		}
 	}
-	if n := len(s.breakers); n > MaxBreakers+len(Scopes) {
+	if n := s.breakers.Len(); n > MaxBreakers+len(Scopes) {
 		t.Fatalf("%d breakers after 5,000 keys, want at most %d", n, MaxBreakers+len(Scopes))
 	}
 	for i := range 50 {
@@ -501,8 +501,8 @@ func TestAdopt(t *testing.T) {
 	}
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	pm := Ref{Scope: ProviderModel, Key: "acme/m1"}
-	if ts := s.Adopt(pm, Shared{State: Closed}, "adopted", t0); len(ts) != 0 || len(s.breakers) != 0 {
-		t.Fatalf("adopting CLOSED for a breaker never seen: %v, %d breakers; want nothing", ts, len(s.breakers))
+	if ts := s.Adopt(pm, Shared{State: Closed}, "adopted", t0); len(ts) != 0 || s.breakers.Len() != 0 {
+		t.Fatalf("adopting CLOSED for a breaker never seen: %v, %d breakers; want nothing", ts, s.breakers.Len())
 	}
 	ts := s.Adopt(pm, Shared{State: Open, OpenedAt: t0.Add(-20 * time.Second), Elsewhere: true}, "adopted from a: failing", t0)
 	if len(ts) != 1 || ts[0].From != Closed || ts[0].To != Open || ts[0].Reason != "adopted from a: failing" {

@@ -82,37 +82,39 @@ type surgeKey struct {
 type Surges struct {
 	cfg   SurgeConfig
 	index map[string]int // class -> index in cfg.Classes
-	keys  map[Ref]*surgeKey
-	undo  map[Ref]*surgeKey // like Set's: each key changed since Begin, as it was
+	keys  RefMap[*surgeKey]
+	undo  RefMap[*surgeKey] // like Set's: each key changed since Begin, as it was
+	unit  bool
 	epoch uint64
 }
 
 // Begin, Commit and Rollback make a unit of changes, as for a Set.
-func (s *Surges) Begin() { s.undo, s.epoch = map[Ref]*surgeKey{}, s.epoch+1 }
+func (s *Surges) Begin() { s.undo.reset(); s.unit, s.epoch = true, s.epoch+1 }
 
 // Commit keeps the changes made since Begin.
-func (s *Surges) Commit() { s.undo = nil }
+func (s *Surges) Commit() { s.undo.reset(); s.unit = false }
 
 // Rollback undoes the changes made since Begin.
 func (s *Surges) Rollback() {
-	for ref, old := range s.undo {
+	for ref, old := range s.undo.All {
 		if old == nil {
-			delete(s.keys, ref)
+			s.keys.Delete(ref)
 		} else {
-			s.keys[ref] = old
+			s.keys.Set(ref, old)
 		}
 	}
-	s.undo = nil
+	s.undo.reset()
+	s.unit = false
 }
 
 func (s *Surges) save(ref Ref) {
-	if s.undo == nil {
+	if !s.unit {
 		return
 	}
-	k, ok := s.keys[ref]
+	k, ok := s.keys.Get(ref)
 	if !ok {
-		if _, ok := s.undo[ref]; !ok {
-			s.undo[ref] = nil
+		if _, ok := s.undo.Get(ref); !ok {
+			s.undo.Set(ref, nil)
 		}
 		return
 	}
@@ -121,7 +123,7 @@ func (s *Surges) save(ref Ref) {
 
 // saveFound is save for k, the key of ref.
 func (s *Surges) saveFound(ref Ref, k *surgeKey) {
-	if s.undo == nil || k.saved == s.epoch {
+	if !s.unit || k.saved == s.epoch {
 		return
 	}
 	k.saved = s.epoch
@@ -129,7 +131,7 @@ func (s *Surges) saveFound(ref Ref, k *surgeKey) {
 	for i := range c.window {
 		c.window[i].class = slices.Clone(k.window[i].class)
 	}
-	s.undo[ref] = c
+	s.undo.Set(ref, c)
 }
 
 // NewSurges returns a surge detector.
@@ -137,7 +139,7 @@ func NewSurges(cfg SurgeConfig) (*Surges, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Surges{cfg: cfg, index: make(map[string]int, len(cfg.Classes)), keys: map[Ref]*surgeKey{}}
+	s := &Surges{cfg: cfg, index: make(map[string]int, len(cfg.Classes))}
 	for i, c := range cfg.Classes {
 		s.index[c] = i
 	}
@@ -190,7 +192,7 @@ func (s *Surges) Record(ref Ref, class, taskID string, now time.Time) (Surge, bo
 // for a class not watched) and all events of ref. A key never recorded, or
 // forgotten, has none.
 func (s *Surges) Counts(ref Ref, class string, now time.Time) (n, total int32) {
-	k, ok := s.keys[ref]
+	k, ok := s.keys.Get(ref)
 	if !ok {
 		return 0, 0
 	}
@@ -202,19 +204,19 @@ func (s *Surges) Counts(ref Ref, class string, now time.Time) (n, total int32) {
 }
 
 // Len returns how many keys the detector keeps.
-func (s *Surges) Len() int { return len(s.keys) }
+func (s *Surges) Len() int { return s.keys.Len() }
 
 func (s *Surges) get(ref Ref, now int64) *surgeKey {
-	if k, ok := s.keys[ref]; ok {
+	if k, ok := s.keys.Get(ref); ok {
 		s.saveFound(ref, k)
 		return k
 	}
 	s.save(ref)
-	if len(s.keys) >= MaxSurgeKeys {
+	if s.keys.Len() >= MaxSurgeKeys {
 		s.evict(now)
 	}
 	k := &surgeKey{fired: make([]bool, len(s.cfg.Classes)), saved: s.epoch} // new in this unit: undo forgets it
-	s.keys[ref] = k
+	s.keys.Set(ref, k)
 	return k
 }
 
@@ -222,14 +224,14 @@ func (s *Surges) get(ref Ref, now int64) *surgeKey {
 // key is in a surge, all of them.
 func (s *Surges) evict(now int64) {
 	drop := func(forget func(*surgeKey) bool) bool {
-		n := len(s.keys)
-		for ref, k := range s.keys {
+		n := s.keys.Len()
+		for ref, k := range s.keys.All {
 			if forget(k) {
 				s.save(ref)
-				delete(s.keys, ref)
+				s.keys.Delete(ref)
 			}
 		}
-		return len(s.keys) < n
+		return s.keys.Len() < n
 	}
 	if drop(func(k *surgeKey) bool { _, total := s.counts(k, -1, now); return total == 0 }) {
 		return
@@ -237,10 +239,10 @@ func (s *Surges) evict(now int64) {
 	if drop(func(k *surgeKey) bool { return !slices.Contains(k.fired, true) }) {
 		return
 	}
-	for ref := range s.keys {
+	for ref := range s.keys.All {
 		s.save(ref)
 	}
-	clear(s.keys)
+	s.keys.Clear()
 }
 
 // counts sums the window ending at now: the events of class index ci (none

@@ -163,14 +163,14 @@ func TestSurgeEviction(t *testing.T) {
 	// at 15.5 s only "old" is idle: it goes, "busy" and "hot" stay
 	s.Record(Ref{Scope: PromptTemplate, Key: "new"}, succeeded, "n", at(15_500))
 	for _, k := range []string{"hot", "busy", "new"} {
-		if _, kept := s.keys[Ref{Scope: PromptTemplate, Key: k}]; !kept || s.Len() != 3 {
+		if _, kept := s.keys.Get(Ref{Scope: PromptTemplate, Key: k}); !kept || s.Len() != 3 {
 			t.Fatalf("key %s kept %v, keys %d; want hot, busy, new", k, kept, s.Len())
 		}
 	}
 	// nothing is idle at 16 s: the keys not in a surge go, hot stays and
 	// does not alert again
 	s.Record(Ref{Scope: PromptTemplate, Key: "x"}, succeeded, "x", at(16_000))
-	if _, kept := s.keys[hot]; !kept || s.Len() != 2 {
+	if _, kept := s.keys.Get(hot); !kept || s.Len() != 2 {
 		t.Fatalf("hot kept %v, keys %d; want hot and x", kept, s.Len())
 	}
 	if _, fired := s.Record(hot, refusal, "h", at(16_200)); fired {

@@ -43,7 +43,7 @@ type heldSet struct {
 	// none); nil outside a batch
 	undo map[string]*heldRetry
 
-	refIdx map[breaker.Ref]uint32
+	refIdx breaker.RefMap[uint32]
 	refs   []breaker.Ref
 }
 
@@ -64,7 +64,7 @@ type heldRetry struct {
 const maxHeldRefs = 3
 
 func newHeldSet() *heldSet {
-	return &heldSet{seed: maphash.MakeSeed(), refIdx: map[breaker.Ref]uint32{}}
+	return &heldSet{seed: maphash.MakeSeed()}
 }
 
 // len is the number of retries held.
@@ -72,13 +72,13 @@ func (h *heldSet) len() int { return h.n }
 
 // intern returns the index of ref, adding it when new.
 func (h *heldSet) intern(ref breaker.Ref) uint32 {
-	if i, ok := h.refIdx[ref]; ok {
+	if i, ok := h.refIdx.Get(ref); ok {
 		return i
 	}
 	i := uint32(len(h.refs))
 	h.refs = append(h.refs, ref)
 	h.byRef = append(h.byRef, nil)
-	h.refIdx[ref] = i
+	h.refIdx.Set(ref, i)
 	return i
 }
 
@@ -256,7 +256,7 @@ func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
 	var out []string
 	seen := map[uint32]bool{}
 	for ref := range refs {
-		i, ok := h.refIdx[ref]
+		i, ok := h.refIdx.Get(ref)
 		if !ok {
 			continue
 		}
@@ -272,7 +272,7 @@ func (h *heldSet) behind(refs map[breaker.Ref]bool) []string {
 
 // holds reports whether a retry is held behind ref.
 func (h *heldSet) holds(ref breaker.Ref) bool {
-	i, ok := h.refIdx[ref]
+	i, ok := h.refIdx.Get(ref)
 	return ok && len(h.byRef[i]) > 0
 }
 
@@ -337,7 +337,7 @@ func (h *heldSet) rebuild() {
 	old, n := h.ents, h.n
 	refs := h.refs
 	h.ents, h.free, h.n = make([]heldRetry, 0, n), nil, 0
-	h.refs, h.byRef, h.refIdx = nil, nil, map[breaker.Ref]uint32{}
+	h.refs, h.byRef, h.refIdx = nil, nil, breaker.RefMap[uint32]{}
 	size := 16
 	for size*3 < n*4+4 {
 		size *= 2

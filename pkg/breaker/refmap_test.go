@@ -1,0 +1,66 @@
+package breaker
+
+import (
+	"maps"
+	"testing"
+)
+
+// A RefMap answers as a map[Ref] does: the same key in two scopes is two
+// refs, a scope beyond the three is kept too, Len counts what is there
+// (setting a ref again adds nothing), and All yields each ref once, also
+// while the refs it yielded are deleted.
+func TestRefMapIsAMapByRef(t *testing.T) {
+	var m RefMap[int]
+	want := map[Ref]int{}
+	set := func(ref Ref, v int) { m.Set(ref, v); want[ref] = v }
+	del := func(ref Ref) { m.Delete(ref); delete(want, ref) }
+	check := func(when string) {
+		t.Helper()
+		if m.Len() != len(want) {
+			t.Errorf("%s: Len %d, want %d", when, m.Len(), len(want))
+		}
+		for ref, v := range want {
+			if got, ok := m.Get(ref); !ok || got != v {
+				t.Errorf("%s: Get(%v) = %d, %v; want %d", when, ref, got, ok, v)
+			}
+		}
+		got := map[Ref]int{}
+		for ref, v := range m.All {
+			if _, twice := got[ref]; twice {
+				t.Errorf("%s: All yielded %v twice", when, ref)
+			}
+			got[ref] = v
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: All yielded %v, want %v", when, got, want)
+		}
+	}
+	pm, ds := Ref{ProviderModel, "openai/gpt-4o"}, Ref{Downstream, "openai/gpt-4o"}
+	odd := Ref{Scope(7), "openai/gpt-4o"}
+	set(pm, 1)
+	set(ds, 2)
+	set(odd, 3)
+	set(pm, 4) // again: replaces
+	for i := range 20 {
+		set(Ref{PromptTemplate, string(rune('a' + i))}, 10+i)
+	}
+	check("after sets")
+	if _, ok := m.Get(Ref{PromptTemplate, "openai/gpt-4o"}); ok {
+		t.Error("Get of a key set in other scopes only: found")
+	}
+	del(ds)
+	del(odd)
+	del(Ref{Downstream, "never set"})
+	check("after deletes")
+	for ref := range m.All {
+		if ref.Scope == PromptTemplate {
+			del(ref)
+		}
+	}
+	check("after deleting while iterating")
+	m.reset()
+	want = map[Ref]int{}
+	check("after reset")
+	set(odd, 5)
+	check("after a set past reset")
+}
