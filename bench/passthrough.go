@@ -32,6 +32,8 @@ func passthrough(ctx context.Context, seeds []kgo.Opt, from string, outs [3]stri
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.Balancers(kgo.RangeBalancer()),
 		kgo.ProducerBatchMaxBytes(1<<20),
+		// the router's default (--compression none): the two write alike
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
 			assignedAt.CompareAndSwap(0, time.Now().UnixNano())
 		}),

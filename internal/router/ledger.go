@@ -83,33 +83,55 @@ func newLedgerMetrics(ns string, reg prometheus.Registerer) *ledgerMetrics {
 	return m
 }
 
-// account adds a group of committed decisions of task events (g, labelled
-// by k) to the ledger's series in t.
-func (m *ledgerMetrics) account(t *tally, k tallyKey, g *tallySums) {
+// account adds the committed decisions of task events of one outcome (g,
+// labelled by k) to the ledger's series in t.
+func (m *ledgerMetrics) account(t *tally, k outcomeKey, g *tallySums) {
 	class, route := string(k.class), string(k.route)
-	outcome := "failed"
-	if k.class == event.ClassSucceeded {
-		outcome = "succeeded"
-	}
-	model, tmpl := m.models.label(ledger.ModelKey(&event.TaskEvent{Provider: k.provider, Model: k.model})), m.templates.label(k.template)
 	t.add(m.spend, class, route, g.cost)
 	t.add(m.tokens, class, route, g.tokens)
 	t.add(m.elapsed, class, route, g.elapsed)
-	t.add(m.byModel, model, outcome, g.cost)
-	t.add(m.byTemplate, tmpl, outcome, g.cost)
-	if k.review {
-		t.add(m.byOwner, k.owner, "", g.cost)
-	}
 	if k.prevented {
 		t.add(m.prevented, class, string(k.stop), g.preventedUSD)
 		t.add(m.preventedTries, class, string(k.stop), g.preventedTries)
-		t.add(m.preventedByKey, "provider_model", model, g.preventedUSD)
-		t.add(m.preventedByKey, "prompt_template", tmpl, g.preventedUSD)
 		if g.nettedUSD > 0 || g.nettedTries > 0 {
 			t.add(m.netted, class, string(k.stop), g.nettedUSD)
 			t.add(m.nettedTries, class, string(k.stop), g.nettedTries)
 		}
 	}
+}
+
+// accountLabels adds the tally's cost by model, template and review owner,
+// and the cost prevented by model and template, to the ledger's series,
+// and empties those sums.
+func (m *ledgerMetrics) accountLabels(t *tally) {
+	outcome := func(succeeded bool) string {
+		if succeeded {
+			return "succeeded"
+		}
+		return "failed"
+	}
+	for k, g := range t.models {
+		model := m.models.label(ledger.ModelKey(&event.TaskEvent{Provider: k.a, Model: k.b}))
+		t.add(m.byModel, model, outcome(k.succeeded), g.cost)
+		if g.prevented {
+			t.add(m.preventedByKey, "provider_model", model, g.preventedUSD)
+		}
+		t.freeLabel = append(t.freeLabel, g)
+	}
+	clear(t.models)
+	for k, g := range t.templates {
+		tmpl := m.templates.label(k.a)
+		t.add(m.byTemplate, tmpl, outcome(k.succeeded), g.cost)
+		if g.prevented {
+			t.add(m.preventedByKey, "prompt_template", tmpl, g.preventedUSD)
+		}
+		t.freeLabel = append(t.freeLabel, g)
+	}
+	clear(t.templates)
+	for owner, cost := range t.owners {
+		t.add(m.byOwner, owner, "", cost)
+	}
+	clear(t.owners)
 }
 
 // boundedKeys hands out label values: the first max keys as themselves,

@@ -114,37 +114,53 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// countTask puts one routed input in t, the batch's tally: its group gets
-// the input and, for a task event decided (not a redelivery dropped), its
-// usage and the cost its stop prevented (ledger.go).
+// countTask puts one routed input in t, the batch's tally: its class and
+// route get the input and, for a task event decided (not a redelivery
+// dropped), its usage and the cost its stop prevented, which its model,
+// template and review owner get too (ledger.go).
 func (m *metrics) countTask(t *tally, in *input) {
 	d := &in.decision
-	k := tallyKey{class: d.Class, route: d.Route}
+	k := outcomeKey{class: d.Class, route: d.Route}
 	// a task event decided, and one that could not be routed (its attempt
 	// happened): the ledger's attempts, as the audit records count them
 	task := (in.Kind == decode.Task || in.Unwritable) && d.Route != event.RouteDrop
 	if !task {
-		t.group(k).inputs++
+		t.outcome(k).inputs++
 		return
 	}
 	ev := &in.Event
-	k.task, k.finished, k.repeat = true, in.finished, in.repeat != ""
-	k.provider, k.model, k.template = ev.Provider, ev.Model, ev.PromptTemplate
-	if d.Review != nil {
-		k.review, k.owner = true, d.Review.Owner
-	}
-	if pr := in.prevented; pr != nil {
+	k.task, k.finished = true, in.finished
+	pr := in.prevented
+	if pr != nil {
 		k.stop, k.prevented = policy.Stop(pr.Stop), true
 	}
-	g := t.group(k)
+	g := t.outcome(k)
 	g.inputs++
-	if !k.repeat {
-		g.cost += ev.Usage.CostUSD
+	var cost float64
+	if in.repeat == "" { // an attempt already counted (policy.Repeat): its usage is not counted again
+		cost = ev.Usage.CostUSD
+		g.cost += cost
 		g.tokens += float64(ev.Usage.Tokens)
 		g.elapsed += float64(ev.Usage.ElapsedMs) / 1000
 	}
-	if pr := in.prevented; pr != nil {
+	succeeded := d.Class == event.ClassSucceeded
+	mg := t.keyed(&t.models, labelKey{a: ev.Provider, b: ev.Model, succeeded: succeeded})
+	tg := t.keyed(&t.templates, labelKey{a: ev.PromptTemplate, succeeded: succeeded})
+	mg.cost += cost
+	tg.cost += cost
+	if pr != nil {
 		g.addPrevented(pr)
+		mg.prevented, tg.prevented = true, true
+		if pr.USD >= 0 { // what a claim nets off is netted by outcome only
+			mg.preventedUSD += pr.USD
+			tg.preventedUSD += pr.USD
+		}
+	}
+	if d.Review != nil {
+		if t.owners == nil {
+			t.owners = map[string]float64{}
+		}
+		t.owners[d.Review.Owner] += cost
 	}
 	if in.started {
 		t.started++
@@ -168,39 +184,55 @@ func (m *metrics) taskObserver(c event.Class) prometheus.Observer {
 // tally sums a batch's committed decisions, so that each series is updated
 // once per batch instead of once per input: looking a series up by its
 // label values and adding to it cost more per input than deciding a retry.
-// An input costs one lookup, of its group: the inputs whose every label
-// value is the same. flush spreads the groups over their series. Used by
-// the handle goroutine only.
+// It sums per family of labels, each keyed by what its series are
+// labelled by: an input's outcome (class, route, stop), its model, its
+// template, its review owner. (One group per input's every label value
+// together had about as many groups as inputs in a batch: 40 templates
+// times the models times the classes.) flush spreads them over their
+// series. Used by the handle goroutine only.
 type tally struct {
-	groups  map[tallyKey]*tallySums
-	free    []*tallySums // the sums of the groups of earlier batches, reused
-	adds    map[series]float64
-	started int
+	outcomes  map[outcomeKey]*tallySums
+	models    map[labelKey]*labelSums // provider and model
+	templates map[labelKey]*labelSums // prompt template
+	owners    map[string]float64      // review owner: cost
+	free      []*tallySums            // the sums of earlier batches, reused
+	freeLabel []*labelSums
+	adds      map[series]float64
+	started   int
 }
 
-// tallyKey is what a routed input's series are labelled by.
-type tallyKey struct {
+// outcomeKey is what a routed input's outcome series are labelled by.
+type outcomeKey struct {
 	class     event.Class
 	route     event.Route
 	task      bool // a task event decided, not dropped: its usage counts
 	finished  bool // the decision ended its task
-	provider  string
-	model     string
-	template  string
-	review    bool // the decision opened a review item of owner
-	owner     string
 	prevented bool // the decision claims cost prevented (policy.Claim) for a stop
 	stop      policy.Stop
-	repeat    bool // an attempt already counted (policy.Repeat): its usage is not counted again
 }
 
-// tallySums are a group's sums.
+// tallySums are an outcome's sums.
 type tallySums struct {
 	inputs, cost, tokens, elapsed float64
 	// the claims of cost prevented, and the amounts netted off it (negative
 	// claims, as positive numbers: a counter only grows)
 	preventedUSD, preventedTries float64
 	nettedUSD, nettedTries       float64
+}
+
+// labelKey is a model (a: provider, b: model) or a template (a) with the
+// outcome, succeeded or failed, its ledger series are labelled by.
+type labelKey struct {
+	a, b      string
+	succeeded bool
+}
+
+// labelSums are the cost of a model's or template's inputs, and the cost
+// their stops claim prevented (the net of the claims: preventedByKey).
+type labelSums struct {
+	cost         float64
+	prevented    bool // a claim was made: its series exists, even at 0
+	preventedUSD float64
 }
 
 // addPrevented adds one claim of cost prevented, split into what it adds
@@ -225,12 +257,12 @@ type series struct {
 	a, b string
 }
 
-func (t *tally) group(k tallyKey) *tallySums {
-	if g, ok := t.groups[k]; ok {
+func (t *tally) outcome(k outcomeKey) *tallySums {
+	if g, ok := t.outcomes[k]; ok {
 		return g
 	}
-	if t.groups == nil {
-		t.groups = map[tallyKey]*tallySums{}
+	if t.outcomes == nil {
+		t.outcomes = map[outcomeKey]*tallySums{}
 	}
 	var g *tallySums
 	if n := len(t.free); n > 0 {
@@ -239,7 +271,26 @@ func (t *tally) group(k tallyKey) *tallySums {
 	} else {
 		g = new(tallySums)
 	}
-	t.groups[k] = g
+	t.outcomes[k] = g
+	return g
+}
+
+// keyed returns the sums of k in *m, a map of t's labelSums.
+func (t *tally) keyed(m *map[labelKey]*labelSums, k labelKey) *labelSums {
+	if g, ok := (*m)[k]; ok {
+		return g
+	}
+	if *m == nil {
+		*m = map[labelKey]*labelSums{}
+	}
+	var g *labelSums
+	if n := len(t.freeLabel); n > 0 {
+		g, t.freeLabel = t.freeLabel[n-1], t.freeLabel[:n-1]
+		*g = labelSums{}
+	} else {
+		g = new(labelSums)
+	}
+	(*m)[k] = g
 	return g
 }
 
@@ -254,7 +305,7 @@ func (t *tally) add(vec *prometheus.CounterVec, a, b string, v float64) {
 
 // flush adds the tally to the counters and empties it.
 func (t *tally) flush(m *metrics) {
-	for k, g := range t.groups {
+	for k, g := range t.outcomes {
 		class, route := string(k.class), string(k.route)
 		t.add(m.routed, class, route, g.inputs)
 		if k.task {
@@ -267,7 +318,8 @@ func (t *tally) flush(m *metrics) {
 		}
 		t.free = append(t.free, g)
 	}
-	clear(t.groups)
+	clear(t.outcomes)
+	m.ledger.accountLabels(t)
 	for s, v := range t.adds {
 		if s.b == "" {
 			s.vec.WithLabelValues(s.a).Add(v)
