@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -27,7 +28,7 @@ type runningRouter struct {
 	reg      *prometheus.Registry
 	cancel   context.CancelFunc
 	done     chan error
-	closeLog func() // writes the log's queued lines and closes its file
+	closeLog func() // writes the log's queued lines and waits for its file's writer
 }
 
 // startRouter builds a router with the default policy on topics and a state
@@ -52,17 +53,35 @@ func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, g
 	cfg.Group = group
 	cfg.InstanceID = instance
 	// it logs as `faultrouter run` does by default (a line per decision,
-	// text, info), to a file beside its state directory
+	// text, info, to stderr): to a pipe, which another process (cat, where
+	// a container's runtime would be) writes to a file beside its state
+	// directory. The file's writes are not the router's CPU, as a
+	// container's log file is not the container's, and a disk busy with
+	// the broker's writes does not add its stalls to the router's time.
 	f, err := os.Create(filepath.Clean(stateDir) + ".log")
 	if err != nil {
 		return nil, 0, err
 	}
-	log, closeLog, err := logging.NewAsync(f, logging.FormatText, "info")
+	defer f.Close() // cat has its own descriptor
+	pr, pw, err := os.Pipe()
 	if err != nil {
-		f.Close()
 		return nil, 0, err
 	}
-	closeFile := func() { closeLog(); f.Close() }
+	sink := exec.Command("cat")
+	sink.Stdin, sink.Stdout, sink.Stderr = pr, f, os.Stderr
+	err = sink.Start()
+	pr.Close() // cat has its own descriptor
+	if err != nil {
+		pw.Close()
+		return nil, 0, fmt.Errorf("the router's log: %w", err)
+	}
+	log, closeLog, err := logging.NewAsync(pw, logging.FormatText, "info")
+	if err != nil {
+		pw.Close()
+		sink.Wait()
+		return nil, 0, err
+	}
+	closeFile := func() { closeLog(); pw.Close(); sink.Wait() }
 	cfg.Logger = log
 	cfg.Registerer = reg
 	rt, err := router.New(cfg)
