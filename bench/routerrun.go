@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/gcpace"
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/internal/scan"
@@ -90,6 +91,10 @@ func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, g
 		return nil, 0, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// the garbage collector paced as `faultrouter run` paces it (its
+	// default --heap-budget-mib); one pacing for the routers of the process
+	stopPace := gcpace.Tune(gcpace.DefaultBudget)
+	closeFile = func(closeLog func()) func() { return func() { stopPace(); closeLog() } }(closeFile)
 	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1), closeLog: closeFile}
 	start := time.Now()
 	go func() { r.done <- rt.Run(rctx) }()

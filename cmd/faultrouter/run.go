@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/gcpace"
 	"github.com/faultrouter/faultrouter/internal/logging"
 	"github.com/faultrouter/faultrouter/internal/router"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -53,6 +54,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		sessionTO   = fs.Duration("session-timeout", router.Default().SessionTimeout, "consumer group session timeout: how long the partitions of a crashed instance wait before the group moves them; within the broker's group.min/max.session.timeout.ms (env FAULTROUTER_SESSION_TIMEOUT)")
 		static      = fs.Bool("static-membership", false, "join the group as a static member named by --instance-id (a restarted instance takes its partitions back at once); for instance IDs that name one instance for good, such as a StatefulSet's pods (env FAULTROUTER_STATIC_MEMBERSHIP=true)")
 		compression = fs.String("compression", router.Default().Compression, "codec of the record batches the router writes: "+strings.Join(router.Compressions, ", ")+"; none spends no CPU on it (Kafka's producer default), the others trade CPU for bytes on the network and the brokers' disks")
+		heapBudget  = fs.Int("heap-budget-mib", gcpace.DefaultBudget>>20, "the Go heap (MiB) the garbage collector paces to: while the live heap is under a third of it the collector runs half as often as Go's default (GOGC 200), from half of it as often (100); 0: Go's default always. A GOGC environment variable overrides it")
 		regLookup   = fs.Bool("registry-lookup-only", false, "with --wire-format confluent: look up the output schemas in the registry instead of registering them at start (register them with `faultrouter schemas register`)")
 	)
 	regFlags := addRegistryFlags(fs, true)
@@ -78,6 +80,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("run: --partition-check must be a positive duration, got %s", *partCheck)
 	case *sessionTO < time.Second:
 		return fmt.Errorf("run: --session-timeout must be at least 1s (and within the broker's group.min/max.session.timeout.ms, 6s..30m by default), got %s", *sessionTO)
+	case *heapBudget < 0:
+		return fmt.Errorf("run: --heap-budget-mib must be 0 (Go's default pacing) or a positive number of MiB, got %d", *heapBudget)
 	case !slices.Contains(router.Compressions, *compression):
 		return fmt.Errorf("run: --compression must be one of %s, got %q", strings.Join(router.Compressions, ", "), *compression)
 	}
@@ -140,6 +144,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	defer gcpace.Tune(int64(*heapBudget) << 20)()
 	if *metricsAddr != "" {
 		srv, err := serveMetrics(*metricsAddr, reg, rt.Ready)
 		if err != nil {

@@ -17,8 +17,6 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
-	"runtime/debug"
-	rtmetrics "runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/faultrouter/faultrouter/internal/gcpace"
 	"github.com/faultrouter/faultrouter/internal/scan"
 	"github.com/faultrouter/faultrouter/internal/store"
 	"github.com/faultrouter/faultrouter/pkg/codec"
@@ -636,34 +635,7 @@ func sortWritten(ws []written) {
 // process (GOMEMLIMIT) still applies. Restores running at once (routers in
 // one process) share one relaxation.
 func relaxGC() (undo func()) {
-	gcRelax.Lock()
-	defer gcRelax.Unlock()
-	if gcRelax.n++; gcRelax.n == 1 {
-		s := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
-		rtmetrics.Read(s)
-		live := int64(0)
-		if s[0].Value.Kind() == rtmetrics.KindUint64 {
-			live = int64(s[0].Value.Uint64())
-		}
-		gcRelax.limit = debug.SetMemoryLimit(-1)
-		gcRelax.percent = debug.SetGCPercent(-1)
-		debug.SetMemoryLimit(min(gcRelax.limit, 2*live+8*int64(restoreWindow)+64<<20))
-	}
-	return func() {
-		gcRelax.Lock()
-		defer gcRelax.Unlock()
-		if gcRelax.n--; gcRelax.n == 0 {
-			debug.SetGCPercent(gcRelax.percent)
-			debug.SetMemoryLimit(gcRelax.limit)
-		}
-	}
-}
-
-var gcRelax struct {
-	sync.Mutex
-	n       int
-	limit   int64
-	percent int
+	return gcpace.Relax(8*int64(restoreWindow) + 64<<20)
 }
 
 // stableEnds returns the end offsets of the changelog partitions once no
