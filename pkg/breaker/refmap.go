@@ -1,5 +1,7 @@
 package breaker
 
+import "maps"
+
 // RefMap is a map keyed by Ref, kept as one string-keyed map per scope. A
 // router looks its breakers up several times for every event it decides; a
 // map[Ref] hashes the whole struct at each look-up, where a string-keyed map
@@ -96,4 +98,18 @@ func (m *RefMap[V]) reset() {
 		return
 	}
 	m.Clear()
+}
+
+// Clone returns a copy of the map.
+func (m *RefMap[V]) Clone() RefMap[V] {
+	c := RefMap[V]{n: m.n}
+	for sc, mm := range m.by {
+		if mm != nil {
+			c.by[sc] = maps.Clone(mm)
+		}
+	}
+	if m.other != nil {
+		c.other = maps.Clone(m.other)
+	}
+	return c
 }

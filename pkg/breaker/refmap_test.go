@@ -58,9 +58,18 @@ func TestRefMapIsAMapByRef(t *testing.T) {
 		}
 	}
 	check("after deleting while iterating")
+	c := m.Clone()
+	m.Set(pm, 99)
+	if v, _ := c.Get(pm); v != 4 || c.Len() != m.Len() {
+		t.Errorf("a clone sees a later Set: %d, Len %d; want 4, %d", v, c.Len(), m.Len())
+	}
+	m.Set(pm, 4)
 	m.reset()
 	want = map[Ref]int{}
 	check("after reset")
+	if c.Len() == 0 {
+		t.Error("a clone emptied by the original's reset")
+	}
 	set(odd, 5)
 	check("after a set past reset")
 }

@@ -152,7 +152,7 @@ type Breakers struct {
 	// while it was open or half-open were moved to (Unix ms): while it is not
 	// closed, a retry of that breaker coming due before then is held with
 	// them.
-	heldUntil map[breaker.Ref]int64
+	heldUntil breaker.RefMap[int64]
 	// pruned is the count of rebalances (Router.rebalances) when the held
 	// retries of partitions this instance no longer owns were last let go
 	pruned uint64
@@ -160,7 +160,7 @@ type Breakers struct {
 	// keeps its own undo log)
 	savedPruned    uint64
 	savedClosed    map[breaker.Ref]bool
-	savedHeldUntil map[breaker.Ref]int64
+	savedHeldUntil breaker.RefMap[int64]
 	// refs is observe's scratch: the breakers of the event it observes;
 	// holdRefs HoldRetry's and HoldAhead's (nothing keeps either slice: the
 	// held set keeps its own copy of a held retry's breakers). keys builds
@@ -237,11 +237,10 @@ func New(p *policy.Policy, reg prometheus.Registerer) (*Breakers, error) {
 	}
 	const ns = "faultrouter"
 	b := &Breakers{
-		set:       set,
-		surges:    surges,
-		held:      newHeldSet(),
-		closed:    map[breaker.Ref]bool{},
-		heldUntil: map[breaker.Ref]int64{},
+		set:    set,
+		surges: surges,
+		held:   newHeldSet(),
+		closed: map[breaker.Ref]bool{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -551,13 +550,12 @@ func (k *Breakers) HoldAhead(ev *event.TaskEvent, st *task.State, p int32, now t
 // which orders it among the retries moved to the same time. st is the held
 // retry's task state.
 func (k *Breakers) postpone(st *task.State, refs []breaker.Ref, behind int64, now time.Time) {
-	if k.heldUntil == nil {
-		k.heldUntil = map[breaker.Ref]int64{}
-	}
 	for _, ref := range refs {
 		if s := k.set.State(ref); s == breaker.Open || s == breaker.HalfOpen {
 			own := k.set.HoldUntil([]breaker.Ref{ref}, now).UnixMilli()
-			k.heldUntil[ref] = max(k.heldUntil[ref], own)
+			if u, _ := k.heldUntil.Get(ref); own > u {
+				k.heldUntil.Set(ref, own)
+			}
 		}
 	}
 	if st == nil || st.Pending == nil {
@@ -614,7 +612,7 @@ func (k *Breakers) Forget(id string) {
 func (k *Breakers) heldBehind(refs []breaker.Ref, now time.Time) int64 {
 	var until int64
 	for _, ref := range refs {
-		if u := k.heldUntil[ref]; u > now.UnixMilli() && k.set.State(ref) != breaker.Closed {
+		if u, _ := k.heldUntil.Get(ref); u > now.UnixMilli() && k.set.State(ref) != breaker.Closed {
 			until = max(until, u)
 		}
 	}
@@ -784,8 +782,12 @@ func (k *Breakers) Begin(now time.Time) {
 	k.savedClosed = maps.Clone(k.closed)
 	// a time that has passed holds no more retries: forget it
 	nowMs := now.UnixMilli()
-	maps.DeleteFunc(k.heldUntil, func(_ breaker.Ref, until int64) bool { return until < nowMs })
-	k.savedHeldUntil = maps.Clone(k.heldUntil)
+	for ref, until := range k.heldUntil.All {
+		if until < nowMs {
+			k.heldUntil.Delete(ref)
+		}
+	}
+	k.savedHeldUntil = k.heldUntil.Clone()
 	k.savedPruned = k.pruned
 	k.pruneHeld()
 }
