@@ -28,6 +28,43 @@ type Lines struct {
 	// the line being built
 	on  bool        // Start enabled it
 	rec slog.Record // not fast
+
+	// the lines' times, and the times of their attributes: a batch's
+	// lines are logged within the same second, and its held retries come
+	// due at a few times
+	lineTime, attrTime secondFormat
+}
+
+// secondFormat appends times as appendRFC3339Millis does, formatting each
+// second once: the time of the last second it formatted is kept, and only
+// its milliseconds are written for another time within it.
+type secondFormat struct {
+	sec int64
+	loc *time.Location
+	b   []byte // the second's time with ".000" for milliseconds; nil: none yet
+}
+
+// millisAt is where the milliseconds begin in the format of a time of a
+// four-digit year ("2006-01-02T15:04:05.").
+const millisAt = len("2006-01-02T15:04:05.")
+
+func (f *secondFormat) append(dst []byte, t time.Time) []byte {
+	t = t.Truncate(time.Millisecond)
+	sec, ms := t.Unix(), t.Nanosecond()/int(time.Millisecond)
+	if f.b == nil || sec != f.sec || t.Location() != f.loc {
+		f.b = appendRFC3339Millis(f.b[:0], t.Truncate(time.Second))
+		f.sec, f.loc = sec, t.Location()
+		if len(f.b) < millisAt+3 || f.b[millisAt-1] != '.' { // not a four-digit year
+			f.b = nil
+			return appendRFC3339Millis(dst, t)
+		}
+	}
+	n := len(dst)
+	dst = append(dst, f.b...)
+	dst[n+millisAt] = byte('0' + ms/100)
+	dst[n+millisAt+1] = byte('0' + ms/10%10)
+	dst[n+millisAt+2] = byte('0' + ms%10)
+	return dst
 }
 
 // NewLines returns the line builder of log.
@@ -68,7 +105,7 @@ func (l *Lines) Start(lvl slog.Level, msg string, t time.Time, task string) bool
 	b := appendTaskPrefix(*l.buf, task)
 	if !t.IsZero() {
 		b = append(b, "time="...)
-		b = appendRFC3339Millis(b, t.Round(0))
+		b = l.lineTime.append(b, t)
 		b = append(b, ' ')
 	}
 	b = append(b, "level="...)
@@ -110,7 +147,7 @@ func (l *Lines) Time(key string, v time.Time) {
 	case l.fast == nil:
 		l.rec.AddAttrs(slog.Time(key, v))
 	default:
-		*l.buf = appendRFC3339Millis(l.key(key), v)
+		*l.buf = l.attrTime.append(l.key(key), v)
 	}
 }
 

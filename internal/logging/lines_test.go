@@ -156,3 +156,23 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// secondFormat writes what appendRFC3339Millis writes, for times within one
+// second, across seconds, zones and a year of five digits, in any order.
+func TestSecondFormatWritesTheLoggersTimes(t *testing.T) {
+	ist := time.FixedZone("IST", 5*3600+1800)
+	base := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	times := []time.Time{
+		base, base.Add(7 * time.Millisecond), base.Add(999_999_999), base.Add(123_456_789),
+		base.Add(time.Second + 40*time.Millisecond), base.In(ist), base.Add(5 * time.Millisecond).In(ist),
+		base.Add(5 * time.Millisecond), base.Add(-time.Millisecond), time.Date(12345, 6, 7, 8, 9, 10, 11_000_000, time.UTC),
+		base.Add(2 * time.Millisecond), time.Now(), time.Now().Add(time.Hour),
+	}
+	var f secondFormat
+	for _, at := range times {
+		want := string(appendRFC3339Millis(nil, at))
+		if got := string(f.append([]byte("x="), at)); got != "x="+want {
+			t.Errorf("%v: wrote %q, want %q", at, got, "x="+want)
+		}
+	}
+}
