@@ -133,9 +133,24 @@ func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
 
 // putIndexed writes the encoded state v of task id, of partition p, with
 // its index entries x, replacing the index entries old of the state the
-// store held (nil for none).
+// store held (nil for none). An entry of old whose key x writes again (the
+// expiry bucket of most writes) is not deleted first: the write replaces
+// it, and a deletion would be one more entry in the memtable and in the
+// tables flushed from it.
 func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []byte) error {
-	unindex(w, p, id, old)
+	if old != nil {
+		o := *old
+		if o.Pending && x.Pending && o.NotBefore == x.NotBefore && o.Due == x.Due {
+			o.Pending = false
+		}
+		if o.ExpiresAt > 0 && x.ExpiresAt > 0 && w.bucket(o.ExpiresAt) == w.bucket(x.ExpiresAt) {
+			o.ExpiresAt = 0
+		}
+		if o.OverdueAt > 0 && o.OverdueAt == x.OverdueAt {
+			o.OverdueAt = 0
+		}
+		unindex(w, p, id, &o)
+	}
 	if err := w.Set(appendTaskKey(w.keyBuf(taskKeyLen+len(id)), p, id), v, nil); err != nil {
 		return err
 	}

@@ -989,3 +989,57 @@ func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
 		t.Fatalf("closed store: a release mark (%v, %v); want none, it was taken", ok, err)
 	}
 }
+
+// A state written again with index entries of the same keys (its expiry in
+// the same bucket, its retry due at the same time) writes them, and deletes
+// nothing first: three writes, not five. One that moved writes the new
+// keys and deletes the old: each index holds the task once, at its key.
+func TestRewriteDeletesOnlyTheIndexEntriesThatMoved(t *testing.T) {
+	s := openTest(t)
+	st := &task.State{TaskID: "t1", Pending: &task.PendingRetry{N: 1, NotBefore: 1000}}
+	put(t, s, 0, 3_600_100, st)
+
+	old, err := s.Get(0, "t1")
+	if err != nil || old == nil {
+		t.Fatalf("Get: %v, %v", old, err)
+	}
+	again := &task.State{TaskID: "t1", Attempts: 2, Pending: &task.PendingRetry{N: 1, NotBefore: 1000}}
+	b := s.NewBatch()
+	if err := b.Put(0, old, again, 3_600_200); err != nil { // the same hour bucket
+		t.Fatal(err)
+	}
+	if n := b.Len(); n != 3 {
+		t.Errorf("a rewrite with the same index keys: %d writes in the batch, want 3 (the state, its due and expiry entries)", n)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.Due(0, 10_000, 10); len(due) != 1 || due[0].TaskID != "t1" {
+		t.Errorf("due index after the rewrite: %v, want t1 once", due)
+	}
+	if got := expiredIDs(t, s, 1<<50); !slices.Equal(got, []string{"t1"}) {
+		t.Errorf("expiry index after the rewrite: %v, want t1 once", got)
+	}
+
+	old, _ = s.Get(0, "t1")
+	moved := &task.State{TaskID: "t1", Attempts: 3, Pending: &task.PendingRetry{N: 2, NotBefore: 2000}}
+	b = s.NewBatch()
+	if err := b.Put(0, old, moved, 3*3_600_000+5); err != nil { // two buckets later
+		t.Fatal(err)
+	}
+	if n := b.Len(); n != 5 {
+		t.Errorf("a rewrite with new index keys: %d writes, want 5 (two deletions, three writes)", n)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.Due(0, 10_000, 10); len(due) != 1 || due[0].NotBefore != 2000 {
+		t.Errorf("due index after the move: %v, want t1 once, at 2000", due)
+	}
+	if got := expiredIDs(t, s, 3_600_000*2); len(got) != 0 {
+		t.Errorf("expiry index after the move: %v expired two buckets early; want none", got)
+	}
+	if got := expiredIDs(t, s, 1<<50); !slices.Equal(got, []string{"t1"}) {
+		t.Errorf("expiry index after the move: %v, want t1 once", got)
+	}
+}
