@@ -104,34 +104,34 @@ func (m *ledgerMetrics) account(t *tally, k outcomeKey, g *tallySums) {
 // and the cost prevented by model and template, to the ledger's series,
 // and empties those sums.
 func (m *ledgerMetrics) accountLabels(t *tally) {
-	outcome := func(succeeded bool) string {
-		if succeeded {
-			return "succeeded"
-		}
-		return "failed"
-	}
-	for k, g := range t.models {
-		model := m.models.label(ledger.ModelKey(&event.TaskEvent{Provider: k.a, Model: k.b}))
-		t.add(m.byModel, model, outcome(k.succeeded), g.cost)
-		if g.prevented {
-			t.add(m.preventedByKey, "provider_model", model, g.preventedUSD)
-		}
-		t.freeLabel = append(t.freeLabel, g)
-	}
-	clear(t.models)
-	for k, g := range t.templates {
-		tmpl := m.templates.label(k.a)
-		t.add(m.byTemplate, tmpl, outcome(k.succeeded), g.cost)
-		if g.prevented {
-			t.add(m.preventedByKey, "prompt_template", tmpl, g.preventedUSD)
-		}
-		t.freeLabel = append(t.freeLabel, g)
-	}
-	clear(t.templates)
+	t.addLabelled(t.models, m.byModel, m.preventedByKey, "provider_model", func(k labelKey) string {
+		return m.models.label(ledger.ModelKey(&event.TaskEvent{Provider: k.a, Model: k.b}))
+	})
+	t.addLabelled(t.templates, m.byTemplate, m.preventedByKey, "prompt_template", func(k labelKey) string {
+		return m.templates.label(k.a)
+	})
 	for owner, cost := range t.owners {
 		t.add(m.byOwner, owner, "", cost)
 	}
 	clear(t.owners)
+}
+
+// addLabelled adds sums to the series: the cost of each key, labelled by
+// label(key), by outcome to byKey, and its cost prevented to
+// prevented{scope, label}; and empties sums.
+func (t *tally) addLabelled(sums map[labelKey]*labelSums, byKey, prevented *prometheus.CounterVec, scope string, label func(labelKey) string) {
+	for k, g := range sums {
+		key, outcome := label(k), "failed"
+		if k.succeeded {
+			outcome = "succeeded"
+		}
+		t.add(byKey, key, outcome, g.cost)
+		if g.prevented {
+			t.add(prevented, scope, key, g.preventedUSD)
+		}
+		t.freeLabel = append(t.freeLabel, g)
+	}
+	clear(sums)
 }
 
 // boundedKeys hands out label values: the first max keys as themselves,
