@@ -79,7 +79,12 @@ func Tune(budget int64) (stop func()) {
 		return func() {}
 	}
 	pace.tuning = true
-	before := debug.SetGCPercent(maxPercent) // the live heap is small at start
+	var before int
+	if pace.relaxed > 0 { // a restore runs: its undo sets the pacing's start
+		before, pace.gcPercent = pace.gcPercent, maxPercent
+	} else {
+		before = debug.SetGCPercent(maxPercent) // the live heap is small at start
+	}
 	pace.percent = maxPercent
 	pace.Unlock()
 	var stopped atomic.Bool

@@ -106,3 +106,25 @@ func TestTuneLeavesAnOperatorsGOGC(t *testing.T) {
 		t.Errorf("GOGC %d with GOGC=150 set, want 150", p)
 	}
 }
+
+// A Tune that starts while a restore is relaxed leaves the collector off
+// until the restore ends, then paces it; its stop puts back what was
+// there before either.
+func TestTuneStartedDuringARestoreWaitsForIt(t *testing.T) {
+	before := debug.SetGCPercent(77)
+	defer debug.SetGCPercent(before)
+	undo := Relax(1 << 20)
+	stop := Tune(64 << 20)
+	runtime.GC()
+	if p := gogc(); p != -1 {
+		t.Errorf("GOGC %d while the restore is relaxed, want -1 (off)", p)
+	}
+	undo()
+	if p := gogc(); p != 200 {
+		t.Errorf("GOGC %d once the restore ended, want 200 (a small live heap)", p)
+	}
+	stop()
+	if p := gogc(); p != 77 {
+		t.Errorf("GOGC %d after stop, want 77 as before", p)
+	}
+}
