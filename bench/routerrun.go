@@ -94,15 +94,15 @@ func startInstance(ctx context.Context, seeds []kgo.Opt, topics router.Topics, g
 	// the garbage collector paced as `faultrouter run` paces it (its
 	// default --heap-budget-mib); one pacing for the routers of the process
 	stopPace := gcpace.Tune(gcpace.DefaultBudget)
-	closeFile = func(closeLog func()) func() { return func() { stopPace(); closeLog() } }(closeFile)
-	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1), closeLog: closeFile}
+	r := &runningRouter{rt: rt, reg: reg, cancel: cancel, done: make(chan error, 1),
+		closeLog: func() { stopPace(); closeFile() }}
 	start := time.Now()
 	go func() { r.done <- rt.Run(rctx) }()
 	for !rt.Ready() {
 		select {
 		case err := <-r.done:
 			cancel()
-			closeFile()
+			r.closeLog()
 			return nil, 0, fmt.Errorf("router stopped before it was ready: %v", err)
 		case <-ctx.Done():
 			r.stop()

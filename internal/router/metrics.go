@@ -125,7 +125,7 @@ func (m *metrics) countTask(t *tally, in *input) {
 	// happened): the ledger's attempts, as the audit records count them
 	task := (in.Kind == decode.Task || in.Unwritable) && d.Route != event.RouteDrop
 	if !task {
-		t.outcome(k).inputs++
+		sumsOf(&t.outcomes, &t.free, k).inputs++
 		return
 	}
 	ev := &in.Event
@@ -134,7 +134,7 @@ func (m *metrics) countTask(t *tally, in *input) {
 	if pr != nil {
 		k.stop, k.prevented = policy.Stop(pr.Stop), true
 	}
-	g := t.outcome(k)
+	g := sumsOf(&t.outcomes, &t.free, k)
 	g.inputs++
 	var cost float64
 	if in.repeat == "" { // an attempt already counted (policy.Repeat): its usage is not counted again
@@ -144,8 +144,8 @@ func (m *metrics) countTask(t *tally, in *input) {
 		g.elapsed += float64(ev.Usage.ElapsedMs) / 1000
 	}
 	succeeded := d.Class == event.ClassSucceeded
-	mg := t.keyed(&t.models, labelKey{a: ev.Provider, b: ev.Model, succeeded: succeeded})
-	tg := t.keyed(&t.templates, labelKey{a: ev.PromptTemplate, succeeded: succeeded})
+	mg := sumsOf(&t.models, &t.freeLabel, labelKey{a: ev.Provider, b: ev.Model, succeeded: succeeded})
+	tg := sumsOf(&t.templates, &t.freeLabel, labelKey{a: ev.PromptTemplate, succeeded: succeeded})
 	mg.cost += cost
 	tg.cost += cost
 	if pr != nil {
@@ -257,38 +257,22 @@ type series struct {
 	a, b string
 }
 
-func (t *tally) outcome(k outcomeKey) *tallySums {
-	if g, ok := t.outcomes[k]; ok {
-		return g
-	}
-	if t.outcomes == nil {
-		t.outcomes = map[outcomeKey]*tallySums{}
-	}
-	var g *tallySums
-	if n := len(t.free); n > 0 {
-		g, t.free = t.free[n-1], t.free[:n-1]
-		*g = tallySums{}
-	} else {
-		g = new(tallySums)
-	}
-	t.outcomes[k] = g
-	return g
-}
-
-// keyed returns the sums of k in *m, a map of t's labelSums.
-func (t *tally) keyed(m *map[labelKey]*labelSums, k labelKey) *labelSums {
+// sumsOf returns the sums of k in *m, made when k has none: taken from
+// free (zeroed) while it has any, the sums of earlier batches.
+func sumsOf[K comparable, V any](m *map[K]*V, free *[]*V, k K) *V {
 	if g, ok := (*m)[k]; ok {
 		return g
 	}
 	if *m == nil {
-		*m = map[labelKey]*labelSums{}
+		*m = map[K]*V{}
 	}
-	var g *labelSums
-	if n := len(t.freeLabel); n > 0 {
-		g, t.freeLabel = t.freeLabel[n-1], t.freeLabel[:n-1]
-		*g = labelSums{}
+	var g *V
+	if n := len(*free); n > 0 {
+		g, *free = (*free)[n-1], (*free)[:n-1]
+		var zero V
+		*g = zero
 	} else {
-		g = new(labelSums)
+		g = new(V)
 	}
 	(*m)[k] = g
 	return g
