@@ -17,11 +17,19 @@ import (
 // franz-go's group management goroutine: on failure it reports to the run
 // loop (failed) rather than leave the group here, which would deadlock.
 // The router is ready once the restore of every assigned partition
-// succeeded, and not ready from a revoke or loss until then.
+// succeeded, and not ready from a revoke or loss until then, nor while a
+// cooperative round that the next one adds to is all it has (balancer.go).
 //
-// The group is eager (balancer.go): every assignment is the member's whole
-// assignment, after a revoke of everything. The owned set becomes exactly
-// the assignment, whether or not this instance was told of the revoke:
+// In an eager group (balancer.go) assigned is the member's whole
+// assignment, after a revoke of everything. In a cooperative group it is
+// what this round added: the member keeps routing the partitions it keeps
+// while the added ones are restored (their records are fetched only once
+// this returns), and the batches of those it keeps commit in the new
+// generation (ownedGen) from the start; only their store writes wait for
+// the restore (written).
+//
+// Either way the owned set becomes exactly the sync's whole assignment
+// (syncLog), whether or not this instance was told of every revoke:
 // franz-go's transactional session passes a revoke (or loss) on only if no
 // revoke or loss came since its last End, so a second rebalance while the
 // run loop had not ended a transaction since the first (a restore that
@@ -29,16 +37,38 @@ import (
 // instance that kept the partitions it had lost then kept writing their
 // state: stale states, committed, that their new owner restored.
 func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32, failed chan<- error) {
+	sync := r.syncs.last()
+	_, gen := cl.GroupMetadata()
+	kept := map[int32]bool{}
+	if sync.cooperative {
+		for _, p := range sync.whole[r.cfg.Topics.Ingress] {
+			kept[p] = true
+		}
+		if len(assigned[r.cfg.Topics.Ingress]) == 0 && r.keepsAll(kept, gen) {
+			// nothing added, nothing lost: routing goes on, in this generation
+			r.setReady(!sync.pending)
+			return
+		}
+	}
 	r.written.Lock() // the last batch's write is done before the restore writes
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
 	r.setReady(false) // also after a revoke that was not passed on
 	r.mu.Lock()
-	if len(r.owned) > 0 {
-		r.log.Warn("partitions revoked without notice are let go", "partitions", slices.Sorted(maps.Keys(r.owned)))
+	var dropped []int32
+	for p := range r.owned {
+		if !kept[p] {
+			dropped = append(dropped, p)
+			delete(r.owned, p) // a revoke that was not passed on
+		}
 	}
-	clear(r.owned) // a revoke that was not passed on
+	if len(dropped) > 0 {
+		r.log.Warn("partitions revoked without notice are let go", "partitions", slices.Sorted(slices.Values(dropped)))
+	}
 	r.ownedGen = -1
+	if len(r.owned) > 0 {
+		r.ownedGen = gen // kept (cooperative): routed on in this generation
+	}
 	r.mu.Unlock()
 	var parts []int32
 	ingress := map[int32]bool{}
@@ -48,46 +78,71 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 			parts = append(parts, p)
 		}
 	}
-	// the co-partitioned assignor never splits them (balancer.go); a group
+	// the co-partitioned assignors never split them (balancer.go); a group
 	// that fell back to "range" for an older member does, while counts differ
 	for _, p := range assigned[r.cfg.Topics.Decisions] {
-		if p < r.fwd.Parts().State && p < r.fwd.Parts().Ingress && !ingress[p] {
+		if p < r.fwd.Parts().State && p < r.fwd.Parts().Ingress && !ingress[p] && !kept[p] {
 			r.log.Error("partition of decisions assigned without the same partition of ingress: the group uses the range assignor "+
 				"(a member of an older release) while the partition counts differ; review decisions of that partition are "+
 				"routed against a store this instance did not restore. Run one release in the group before adding partitions",
 				"partition", p, "protocol", "range")
 		}
 	}
-	r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
-	if err := r.rst.Restore(ctx, cl, parts); err != nil {
-		r.setReady(false)
-		r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
-		select {
-		case failed <- err:
-		default: // one report ends the session
+	if len(parts) > 0 || !sync.cooperative {
+		r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
+		if err := r.rst.Restore(ctx, cl, parts); err != nil {
+			r.setReady(false)
+			r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
+			select {
+			case failed <- err:
+			default: // one report ends the session
+			}
+			return
 		}
-		return
+		// package hold: no retry is published until the breakers topic is
+		// read to where it stood now; its latches and states are adopted before
+		r.brk.CatchUpTable(ctx, cl)
 	}
-	// package hold: no retry is published until the breakers topic is
-	// read to where it stood now; its latches and states are adopted before
-	r.brk.CatchUpTable(ctx, cl)
-	_, gen := cl.GroupMetadata()
 	r.mu.Lock()
 	for _, p := range parts {
 		r.owned[p] = true
 	}
 	r.ownedGen = gen
 	r.mu.Unlock()
+	if sync.pending {
+		r.log.Info("partitions to come in the group's next round: ready once they are restored", "owned", r.ownedPartitions())
+		return
+	}
 	r.setReady(true)
 }
 
+// keepsAll reports whether every partition this instance owns is in kept;
+// if so, they are owned in generation gen from now on.
+func (r *Router) keepsAll(kept map[int32]bool, gen int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p := range r.owned {
+		if !kept[p] {
+			return false
+		}
+	}
+	if len(r.owned) > 0 {
+		r.ownedGen = gen
+	}
+	return true
+}
+
 // onRevoked runs when partitions are revoked: the router is not ready until
-// the next assignment is restored. franz-go's transactional session has
-// ended the open transaction by now, so the store holds everything this
-// instance committed: it marks each revoked partition released at the
+// the next assignment is restored. franz-go's transactional session will
+// not commit the transaction open now (its End aborts), and once the last committed batch's write is done the store holds everything
+// this instance committed: it marks each revoked partition released at the
 // changelog's current end (the restore trusts the local state of a partition
-// it gets back only if the changelog has not moved since).
+// it gets back only if the changelog has not moved since, but for this
+// instance's own writes).
 func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if len(revoked[r.cfg.Topics.Ingress]) == 0 && len(revoked[r.cfg.Topics.Decisions]) == 0 && r.syncs.last().cooperative {
+		return // a cooperative session's end that revokes nothing: routing goes on
+	}
 	r.setReady(false)
 	r.written.Lock() // the store holds everything committed once the last batch's write is done
 	defer r.written.Unlock()
@@ -102,6 +157,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 	}
 	r.ownedGen = -1
 	r.mu.Unlock()
+	r.log.Info("partitions revoked", "partitions", slices.Sorted(slices.Values(revoked[r.cfg.Topics.Ingress])))
 	r.rst.MarkReleased(ctx, cl, held)
 }
 

@@ -41,15 +41,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// An eager rebalance stops every member's routing from the moment the first
-// of them learns of it, at a heartbeat, until the last one has rejoined, at
-// its own heartbeat: the pause of a deploy's every leave and join is about
-// one heartbeat interval. So heartbeats go every heartbeatMax (a tenth of
-// the session timeout where that is shorter), not a tenth of the session
-// timeout: a few small requests a second to the coordinator buy pauses of
-// a fifth of a second instead of a second. The session timeout, not the
-// interval, decides when a silent member expires.
-const heartbeatMax = 200 * time.Millisecond
+// A rebalance goes on until every member has rejoined, and a member learns
+// of it at its next heartbeat. In the cooperative protocol (balancer.go) a
+// partition that moves from one member to another waits for two such
+// rounds (its owner revokes it in the first, the other gets it in the
+// second), and each member's transaction that ends while it rejoins waits
+// for the join too (franz-go's transactional session heartbeats before it
+// commits). So heartbeats go every heartbeatMax (a tenth of the session
+// timeout where that is shorter), not a tenth of the session timeout: a
+// few dozen small requests a second to the coordinator from each instance
+// buy rounds of tens of milliseconds instead of a second. The session
+// timeout, not the interval, decides when a silent member expires.
+const heartbeatMax = 50 * time.Millisecond
 
 // heartbeatInterval is the group heartbeat interval for a session timeout.
 func heartbeatInterval(session time.Duration) time.Duration {
@@ -57,10 +60,13 @@ func heartbeatInterval(session time.Duration) time.Duration {
 }
 
 // metadataMinAge is the least time between two metadata reads of the
-// session's client. franz-go's default, 5 s, can hold the first fetch of
-// partitions assigned in a rebalance that comes within 5 s of the last read
-// (a crash's partitions moved, a deploy's second join) for up to 5 s.
-const metadataMinAge = 250 * time.Millisecond
+// session's client. A partition assigned, and every partition whose
+// transaction aborted (the session resets it to its committed offset),
+// is fetched again only once its leader's epoch is checked against a
+// fresh metadata read: franz-go's default, 5 s, could hold it that long,
+// and 250 ms still held a moved partition for a quarter of a second in a
+// deploy. Reads are throttled to one per metadataMinAge of each client.
+const metadataMinAge = 50 * time.Millisecond
 
 // fetchMaxWait is how long the broker may hold a fetch of the session's
 // client that finds no new records. franz-go keeps one fetch in flight per
@@ -69,9 +75,9 @@ const metadataMinAge = 250 * time.Millisecond
 // for a fetch of the others, which had no new records, for franz-go's
 // default of 5 s: a deploy's or a crash's partitions decided nothing for
 // 5 s more in a third of the runs. Kafka's own consumer waits 500 ms; the
-// router waits as long as a heartbeat, a few fetches a second from an
-// idle instance.
-const fetchMaxWait = heartbeatMax
+// router waits a fifth of a second, a few fetches a second from an idle
+// instance.
+const fetchMaxWait = 200 * time.Millisecond
 
 // leaveTimeout bounds the leave on shutdown; a leave that does not get
 // through leaves the partitions to the session timeout.

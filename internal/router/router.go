@@ -288,6 +288,9 @@ type Router struct {
 	// ownedGen is the group generation owned was assigned in (-1: none):
 	// a transaction of another generation is aborted (txn.Fence)
 	ownedGen int32
+	// syncs is this member's assignment of the group's last sync
+	// (balancer.go), for the assignment callback
+	syncs syncLog
 
 	// written is held while the Pebble write of a committed batch runs
 	// (handle.go); writeErr is that write's error, set before written is
@@ -505,8 +508,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
 		// co-partitioned: partition p of ingress and decisions together, also
-		// while their counts differ (balancer.go); "range" for older members
-		kgo.Balancers(copartitionedBalancer(), kgo.RangeBalancer()),
+		// while their counts differ; cooperative once every member offers it,
+		// else eager, "range" for the oldest members (balancer.go)
+		kgo.Balancers(balancers(&r.syncs)...),
 		kgo.RecordPartitioner(forward.NewPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.BatchMax)),
 		kgo.ProducerBatchCompression(compression),

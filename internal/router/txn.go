@@ -29,8 +29,15 @@ func (r *Router) end(ctx context.Context, t *txn.Txn, b *batch, fetches kgo.Fetc
 	}
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	owned, gen := r.ownedWithGeneration()
-	fence := txn.Fence(owned, gen, []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions}, t.Client())
-	ok, err := t.End(ctx, fence, try)
+	var ok bool
+	if len(owned) == 0 && fetches.NumRecords() == 0 {
+		// it consumed nothing and writes no partition's state: no group
+		// session needed (txn.EndAlone)
+		ok, err = t.EndAlone(ctx, try)
+	} else {
+		fence := txn.Fence(owned, gen, []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions}, t.Client())
+		ok, err = t.End(ctx, fence, try)
+	}
 	if err != nil {
 		r.metrics.txAborted.Inc()
 		return false, err

@@ -5,9 +5,11 @@ package txn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -115,6 +117,34 @@ func (t *Txn) End(ctx context.Context, fence func(*kmsg.TxnOffsetCommitRequest) 
 		return false, fmt.Errorf("router: end transaction: %w", err)
 	}
 	return ok, nil
+}
+
+// EndAlone ends a transaction that consumed nothing and holds no
+// partition's state or offsets (an instance that owns no partition) on the
+// client, not through the group session: it commits (try kgo.TryCommit) or
+// aborts it, and reports whether it committed. The session's End of a
+// transaction that commits no offsets holds the session's lock, and with it
+// the group's revoke callback, for half a second after the commit (franz-go
+// gives brokers without KIP-447 that time to write the markers), and a
+// member that owns nothing while the group's second cooperative round is
+// under way held that round up by as much. Such a transaction needs no
+// fencing by the group (Fence).
+func (t *Txn) EndAlone(ctx context.Context, try kgo.TransactionEndTry) (bool, error) {
+	cl := t.sess.Client()
+	if try == kgo.TryAbort {
+		if err := cl.AbortBufferedRecords(ctx); err != nil {
+			return false, fmt.Errorf("router: abort buffered records: %w", err)
+		}
+	}
+	err := cl.EndTransaction(ctx, try)
+	if err != nil && try == kgo.TryCommit &&
+		(errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable)) {
+		try, err = kgo.TryAbort, cl.EndTransaction(ctx, kgo.TryAbort)
+	}
+	if err != nil {
+		return false, fmt.Errorf("router: end transaction: %w", err)
+	}
+	return bool(try), nil
 }
 
 // Client is the session's client.
