@@ -245,10 +245,15 @@ func rangeNumbers(n, most int) []int {
 // topic among its owned partitions; of two members that name it, the one
 // of the later generation owns it, and at the same generation neither
 // does. Every member's share is most/n numbers, and most%n of them one
-// more: first those that own more than most/n, then in member order. A
-// member keeps its lowest owned numbers up to its share; the numbers left
-// go in ascending order to the members below their share, in member order.
-// With nothing owned (a new group) that is rangeNumbers' assignment.
+// more: first those that own more than most/n, then in member order.
+//
+// A number's home is the member rangeNumbers gives it. A member keeps the
+// numbers it owns up to its share, those at home first, then the lowest;
+// a number left goes home if its home is below its share, else to the
+// first member below its share. With nothing owned (a new group) that is
+// rangeNumbers' assignment, and a member that leaves and comes back (a
+// rolling restart) gets its home numbers back: the group returns to the
+// same layout.
 func stickyNumbers(ms []member, topics map[string]int32, most int) []int {
 	owner := make([]int, most)
 	gen := make([]int32, most)
@@ -273,13 +278,14 @@ func stickyNumbers(ms []member, topics map[string]int32, most int) []int {
 			}
 		}
 	}
-	owns := make([][]int, len(ms))
+	n := len(ms)
+	home := rangeNumbers(n, most)
+	owns := make([][]int, n)
 	for p, i := range owner {
 		if i >= 0 {
 			owns[i] = append(owns[i], p)
 		}
 	}
-	n := len(ms)
 	div, extra := most/n, most%n
 	share := make([]int, n)
 	for i := range share {
@@ -301,7 +307,17 @@ func stickyNumbers(ms []member, topics map[string]int32, most int) []int {
 		assigned[p] = -1
 	}
 	for i, ps := range owns {
+		// at home first, then the lowest
+		slices.SortStableFunc(ps, func(x, y int) int {
+			return cmpBool(home[x] != i, home[y] != i)
+		})
 		for _, p := range ps[:min(len(ps), share[i])] {
+			assigned[p] = i
+			count[i]++
+		}
+	}
+	for p := range assigned {
+		if i := home[p]; assigned[p] < 0 && count[i] < share[i] {
 			assigned[p] = i
 			count[i]++
 		}
@@ -318,6 +334,17 @@ func stickyNumbers(ms []member, topics map[string]int32, most int) []int {
 		count[i]++
 	}
 	return assigned
+}
+
+// cmpBool orders false before true.
+func cmpBool(x, y bool) int {
+	switch {
+	case x == y:
+		return 0
+	case !x:
+		return -1
+	}
+	return 1
 }
 
 // cooperativePlan is a cooperative round's plan: the members that get more

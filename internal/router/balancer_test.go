@@ -253,11 +253,18 @@ func TestCooperativeAssignmentMovesOnlyWhatMust(t *testing.T) {
 		}
 	}
 
-	// c comes back with nothing: a and b each revoke two, then c gets them
+	// c comes back with nothing: a and b each revoke two, then c gets them,
+	// its own four of before: the group is back to the range layout
 	c = &coopMember{id: "c", gen: -1}
 	moved, rounds = coopRebalance(t, []*coopMember{a, b, c}, counts)
 	if rounds != 2 || moved != 8 {
 		t.Errorf("c joined: %d rounds, %d partitions moved; want 2 and 8 (4 of each topic)", rounds, moved)
+	}
+	for i, m := range []*coopMember{a, b, c} {
+		want := []int32{int32(4 * i), int32(4*i + 1), int32(4*i + 2), int32(4*i + 3)}
+		if !slices.Equal(m.owned["ingress"], want) {
+			t.Errorf("c came back: %s owns %v, want %v as before c left", m.id, m.owned["ingress"], want)
+		}
 	}
 
 	// a fourth member: three partitions move, one from each
