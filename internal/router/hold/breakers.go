@@ -794,8 +794,9 @@ func (k *Breakers) Begin(now time.Time) {
 
 // pruneHeld lets go of the retries held for partitions that moved away,
 // once after each rebalance, when the assignment is restored
-// (assignment.assignedSince). An eager rebalance revokes every partition
-// before it assigns them again, and the owned set is empty in between:
+// (assignment.assignedSince). A rebalance may revoke every partition
+// before it assigns them again (an eager one always does), and the owned
+// set is empty in between:
 // pruned then, the retries held for the partitions that stay would come out
 // at the times they were moved to rather than in their due order when their
 // breaker closes.
