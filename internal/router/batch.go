@@ -25,6 +25,7 @@ type batch struct {
 	partOf     map[string]int32
 	touched    []string
 	rebalances uint64 // Router.rebalances before the batch's commit
+	began      uint64 // Router.rebalances when the batch began
 	isTouched  map[string]bool
 	encoded    map[string][]byte // the changelog value of each touched state
 	out        []*kgo.Record

@@ -36,6 +36,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	// package hold: the batch's breaker changes are kept only if it commits
 	r.brk.Begin(now)
 	rebalances := r.rebalanceCount()
+	b.began = rebalances
 	r.brk.AdoptShared(b, now) // package hold: the other instances' breaker changes
 	defer func() {
 		if committed {

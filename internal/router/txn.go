@@ -30,9 +30,10 @@ func (r *Router) end(ctx context.Context, t *txn.Txn, b *batch, fetches kgo.Fetc
 	b.rebalances = r.rebalances.Load() // before the commit: a rebalance after it may replace its states
 	owned, gen := r.ownedWithGeneration()
 	var ok bool
-	if len(owned) == 0 && fetches.NumRecords() == 0 {
-		// it consumed nothing and writes no partition's state: no group
-		// session needed (txn.EndAlone)
+	if len(owned) == 0 && b.began == b.rebalances && fetches.NumRecords() == 0 {
+		// it consumed nothing, and this instance owned no partition while
+		// it ran: it writes no partition's state or retries, and needs no
+		// group session (txn.EndAlone)
 		ok, err = t.EndAlone(ctx, try)
 	} else {
 		fence := txn.Fence(owned, gen, []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions}, t.Client())
