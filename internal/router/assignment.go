@@ -46,6 +46,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 		if len(assigned[r.cfg.Topics.Ingress]) == 0 && r.keepsAll(kept, gen) {
 			// nothing added, nothing lost: routing goes on, in this generation
+			r.rejoining.Store(r.revokedFirst.Swap(false)) // a revoke first: franz-go rejoins now
 			r.setReady(!sync.pending)
 			return
 		}
@@ -70,6 +71,10 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		r.ownedGen = gen // kept (cooperative): routed on in this generation
 	}
 	r.mu.Unlock()
+	// the kept partitions' batches commit in gen while the added ones are
+	// restored, unless the session began with a revoke: franz-go rejoins now
+	first := r.revokedFirst.Swap(false)
+	r.rejoining.Store(sync.cooperative && first)
 	var parts []int32
 	ingress := map[int32]bool{}
 	for _, p := range assigned[r.cfg.Topics.Ingress] {
@@ -140,8 +145,12 @@ func (r *Router) keepsAll(kept map[int32]bool, gen int32) bool {
 // it gets back only if the changelog has not moved since, but for this
 // instance's own writes).
 func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
-	if len(revoked[r.cfg.Topics.Ingress]) == 0 && len(revoked[r.cfg.Topics.Decisions]) == 0 && r.syncs.last().cooperative {
-		return // a cooperative session's end that revokes nothing: routing goes on
+	if r.syncs.last().cooperative {
+		r.rejoining.Store(true) // the next assignment clears it
+		if len(revoked[r.cfg.Topics.Ingress]) == 0 && len(revoked[r.cfg.Topics.Decisions]) == 0 {
+			return // a cooperative session's end that revokes nothing: routing goes on
+		}
+		r.revokedFirst.Store(true)
 	}
 	r.setReady(false)
 	r.written.Lock() // the store holds everything committed once the last batch's write is done

@@ -310,6 +310,13 @@ type Router struct {
 	knownMembers map[string]bool
 
 	ready atomic.Bool
+	// rejoining is set while a cooperative member rejoins the group: from
+	// the end of a group session (onRevoked) to the next assignment
+	// (onAssigned); a commit waits for it (awaitJoined)
+	rejoining atomic.Bool
+	// revokedFirst is set by a cooperative session that began with a
+	// revoke: franz-go rejoins right after its assignment
+	revokedFirst atomic.Bool
 	// registryDown is set while a batch waits for the schema registry
 	// (registry.go): the router is not ready meanwhile
 	registryDown atomic.Bool

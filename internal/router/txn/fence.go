@@ -12,8 +12,8 @@ import (
 )
 
 // Fence returns the function that completes a transaction's offset commit
-// with the committed offset of every partition this instance owns (owned,
-// of the input topics, assigned in group generation gen) that the
+// with the committed offset of every partition this instance owns (of the
+// input topics, in the generation the commit is made in: owner) that the
 // transaction did not consume (cl's committed offsets). The broker checks the group generation and
 // member of an offset commit, so every transaction is fenced by the group,
 // including one that consumed nothing and only publishes due retries, alerts
@@ -33,9 +33,19 @@ import (
 // the new generation is restored. An instance that owns nothing writes no
 // partition's state: its transactions (breaker changes it adopted, on the
 // alerts topic) are not held to a generation.
-func Fence(owned []int32, gen int32, topics []string, cl *kgo.Client) func(*kmsg.TxnOffsetCommitRequest) error {
+//
+// owner returns the partitions this instance owns and the generation they
+// were assigned in, once that is gen or known not to become gen. A
+// cooperative member's transaction that ends while the member rejoins
+// commits once the join is done, in the new generation (franz-go holds
+// commits during a join), a moment before the assignment callback has told
+// the router what it keeps: owner waits for that, so that the batch of the
+// partitions it keeps commits rather than aborts (one that lost a
+// partition is aborted by franz-go's session).
+func Fence(owner func(gen int32) ([]int32, int32), topics []string, cl *kgo.Client) func(*kmsg.TxnOffsetCommitRequest) error {
 	committed := cl.CommittedOffsets()
 	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		owned, gen := owner(req.Generation)
 		if len(owned) > 0 && req.Generation != gen {
 			return fmt.Errorf("router: the transaction commits in group generation %d, the partitions this instance owns are of generation %d: %w",
 				req.Generation, gen, kerr.IllegalGeneration)

@@ -27,13 +27,18 @@ func TestFenceAbortsAnotherGeneration(t *testing.T) {
 		q.Generation = gen
 		return q
 	}
-	if err := Fence([]int32{0, 2}, 5, topics, cl)(req(6)); !errors.Is(err, kerr.IllegalGeneration) {
+	if err := Fence(owns([]int32{0, 2}, 5), topics, cl)(req(6)); !errors.Is(err, kerr.IllegalGeneration) {
 		t.Errorf("a commit in generation 6 of partitions owned since generation 5: %v, want ILLEGAL_GENERATION", err)
 	}
-	if err := Fence([]int32{0, 2}, 5, topics, cl)(req(5)); err != nil {
+	if err := Fence(owns([]int32{0, 2}, 5), topics, cl)(req(5)); err != nil {
 		t.Errorf("a commit in the owned partitions' generation: %v, want none", err)
 	}
-	if err := Fence(nil, -1, topics, cl)(req(6)); err != nil {
+	if err := Fence(owns(nil, -1), topics, cl)(req(6)); err != nil {
 		t.Errorf("a commit of an instance that owns nothing: %v, want none", err)
 	}
+}
+
+// owns is a Fence owner that owns the partitions owned since generation gen.
+func owns(owned []int32, gen int32) func(int32) ([]int32, int32) {
+	return func(int32) ([]int32, int32) { return owned, gen }
 }

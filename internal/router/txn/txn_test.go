@@ -12,7 +12,7 @@ import (
 // outBatch is a Batch of fixed records.
 type outBatch struct{ recs []*kgo.Record }
 
-func (b *outBatch) Out() []*kgo.Record       { return b.recs }
+func (b *outBatch) Out() []*kgo.Record      { return b.recs }
 func (b *outBatch) Checkpoint(int32, int64) {}
 
 // Guards the end of a transaction that owns and consumed nothing
