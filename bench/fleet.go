@@ -60,6 +60,7 @@ type fleet struct {
 	bin, brokers, prefix, workDir string
 	partitions                    int
 	sessionTimeout                time.Duration
+	protocol                      string // --group-protocol; "": run's default
 	procs                         map[string]*fleetProc
 }
 
@@ -87,8 +88,12 @@ func (f *fleet) start(ctx context.Context, id string) (*fleetProc, error) {
 	if p.log, err = os.OpenFile(filepath.Join(f.workDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(f.bin, "run", "--state-dir", p.stateDir, "--instance-id", id, "--group", f.prefix+"router",
-		"--metrics-addr", addr, "--partitions", fmt.Sprint(f.partitions), "--static-membership", "--session-timeout", f.sessionTimeout.String())
+	args := []string{"run", "--state-dir", p.stateDir, "--instance-id", id, "--group", f.prefix + "router",
+		"--metrics-addr", addr, "--partitions", fmt.Sprint(f.partitions), "--static-membership", "--session-timeout", f.sessionTimeout.String()}
+	if f.protocol != "" {
+		args = append(args, "--group-protocol", f.protocol)
+	}
+	p.cmd = exec.Command(f.bin, args...)
 	p.cmd.Env = append(os.Environ(), "FAULTROUTER_BROKERS="+f.brokers, "FAULTROUTER_TOPIC_PREFIX="+f.prefix)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -165,7 +170,7 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 	if err != nil {
 		return res, err
 	}
-	f := &fleet{bin: bin, brokers: c.brokers, prefix: prefix, workDir: c.workDir, partitions: c.partitions, sessionTimeout: c.sessionTimeout, procs: map[string]*fleetProc{}}
+	f := &fleet{bin: bin, brokers: c.brokers, prefix: prefix, workDir: c.workDir, partitions: c.partitions, sessionTimeout: c.sessionTimeout, protocol: c.groupProtocol, procs: map[string]*fleetProc{}}
 	defer f.stopAll()
 	for _, id := range fleetIDs {
 		if _, err := f.start(ctx, id); err != nil {

@@ -53,6 +53,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		partCheck   = fs.Duration("partition-check", 30*time.Second, "how often the partition counts of ingress, decisions and state are read to detect partitions added at runtime")
 		sessionTO   = fs.Duration("session-timeout", router.Default().SessionTimeout, "consumer group session timeout: how long the partitions of a crashed instance wait before the group moves them; within the broker's group.min/max.session.timeout.ms (env FAULTROUTER_SESSION_TIMEOUT)")
 		static      = fs.Bool("static-membership", false, "join the group as a static member named by --instance-id (a restarted instance takes its partitions back at once); for instance IDs that name one instance for good, such as a StatefulSet's pods (env FAULTROUTER_STATIC_MEMBERSHIP=true)")
+		groupProto  = fs.String("group-protocol", router.Default().GroupProtocol, "how the consumer group rebalances: eager revokes every partition of every instance at each rebalance; cooperative moves only what balances the group and keeps the rest routing, once every instance of the group runs with it (env FAULTROUTER_GROUP_PROTOCOL)")
 		compression = fs.String("compression", router.Default().Compression, "codec of the record batches the router writes: "+strings.Join(router.Compressions, ", ")+"; none spends no CPU on it (Kafka's producer default), the others trade CPU for bytes on the network and the brokers' disks")
 		heapBudget  = fs.Int("heap-budget-mib", gcpace.DefaultBudget>>20, "the Go heap (MiB) the garbage collector paces to: while the live heap is under a third of it the collector runs half as often as Go's default (GOGC 200), from half of it as often (100); 0: Go's default always. A GOGC environment variable overrides it")
 		regLookup   = fs.Bool("registry-lookup-only", false, "with --wire-format confluent: look up the output schemas in the registry instead of registering them at start (register them with `faultrouter schemas register`)")
@@ -66,6 +67,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if err := boolFromEnv(fs, "static-membership", "FAULTROUTER_STATIC_MEMBERSHIP", static); err != nil {
 		return err
+	}
+	if v, ok := os.LookupEnv("FAULTROUTER_GROUP_PROTOCOL"); ok && !flagSet(fs, "group-protocol") {
+		*groupProto = v
 	}
 	switch {
 	case *stateDir == "":
@@ -82,6 +86,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("run: --session-timeout must be at least 1s (and within the broker's group.min/max.session.timeout.ms, 6s..30m by default), got %s", *sessionTO)
 	case *heapBudget < 0:
 		return fmt.Errorf("run: --heap-budget-mib must be 0 (Go's default pacing) or a positive number of MiB, got %d", *heapBudget)
+	case !slices.Contains(router.GroupProtocols, *groupProto):
+		return fmt.Errorf("run: --group-protocol (env FAULTROUTER_GROUP_PROTOCOL) must be one of %s, got %q", strings.Join(router.GroupProtocols, ", "), *groupProto)
 	case !slices.Contains(router.Compressions, *compression):
 		return fmt.Errorf("run: --compression must be one of %s, got %q", strings.Join(router.Compressions, ", "), *compression)
 	}
@@ -137,6 +143,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.PartitionCheck = *partCheck
 	cfg.SessionTimeout, cfg.StaticMembership = *sessionTO, *static
 	cfg.Compression = *compression
+	cfg.GroupProtocol = *groupProto
 	cfg.Logger = log
 	cfg.Registerer = reg
 	cfg.Registry, cfg.WireFormat, cfg.LookupSchemasOnly = schemaRegistry, wire, *regLookup

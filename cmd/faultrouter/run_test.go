@@ -20,6 +20,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{"run with an empty instance", []string{"run", "--state-dir", t.TempDir(), "--instance-id", ""}, "--instance-id must not be empty"},
 		{"run with a short session timeout", []string{"run", "--state-dir", t.TempDir(), "--session-timeout", "500ms"}, "--session-timeout must be at least 1s"},
 		{"run with an unknown compression", []string{"run", "--state-dir", t.TempDir(), "--compression", "brotli"}, `--compression must be one of none, snappy, lz4, zstd, gzip, got "brotli"`},
+		{"run with an unknown group protocol", []string{"run", "--state-dir", t.TempDir(), "--group-protocol", "sticky"}, `--group-protocol (env FAULTROUTER_GROUP_PROTOCOL) must be one of eager, cooperative, got "sticky"`},
 		{"run with a negative heap budget", []string{"run", "--state-dir", t.TempDir(), "--heap-budget-mib", "-1"}, "--heap-budget-mib must be 0 (Go's default pacing) or a positive number of MiB, got -1"},
 		{"run with a bad log format", []string{"run", "--state-dir", t.TempDir(), "--log-format", "xml"}, "allowed text, json"},
 		{"run with a bad SASL mechanism", []string{"run", "--state-dir", t.TempDir(), "--sasl-mechanism", "GSSAPI"}, "allowed PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"},

@@ -87,13 +87,14 @@ func (l *syncLog) last() syncAssignment {
 }
 
 // balancers returns the group balancers the router offers, in order, each
-// recording its syncs in log.
-func balancers(log *syncLog) []kgo.GroupBalancer {
-	return []kgo.GroupBalancer{
-		copartitioned{log: log, cooperative: true},
-		copartitioned{log: log},
-		recordedRange{kgo.RangeBalancer(), log},
+// recording its syncs in log: the cooperative one first if cooperative
+// (Config.GroupProtocol), then the eager one and range.
+func balancers(log *syncLog, cooperative bool) []kgo.GroupBalancer {
+	bs := []kgo.GroupBalancer{copartitioned{log: log}, recordedRange{kgo.RangeBalancer(), log}}
+	if cooperative {
+		bs = append([]kgo.GroupBalancer{copartitioned{log: log, cooperative: true}}, bs...)
 	}
+	return bs
 }
 
 // copartitioned is the co-partitioned balancer, eager or cooperative.

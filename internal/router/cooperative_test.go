@@ -58,6 +58,7 @@ func TestCooperativeRebalanceKeepsWhatStays(t *testing.T) {
 		cfg := Default()
 		cfg.ClientOpts, cfg.Topics, cfg.StateDir, cfg.InstanceID = w.seeds, w.topics, t.TempDir(), id
 		cfg.Tick = 50 * time.Millisecond
+		cfg.GroupProtocol = "cooperative"
 		cfg.Logger = slog.New(slog.NewJSONHandler(c.logs, nil))
 		rt, err := New(cfg)
 		if err != nil {

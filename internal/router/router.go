@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,7 +158,18 @@ type Config struct {
 	// is small Avro records; a cluster that pays more for bytes (network
 	// between zones, disk) than for CPU sets snappy, lz4 or zstd.
 	Compression string
+	// GroupProtocol is how the consumer group rebalances: one of
+	// GroupProtocols. "eager" (the default) revokes every partition of
+	// every instance at each rebalance; "cooperative" moves only what
+	// balances the group and keeps the rest routing (balancer.go). A
+	// cooperative instance offers the eager protocol too, so a group is
+	// cooperative only once every member is configured so.
+	GroupProtocol string
 }
+
+// GroupProtocols are the values Config.GroupProtocol takes
+// (--group-protocol).
+var GroupProtocols = []string{"eager", "cooperative"}
 
 // Compressions are the values Config.Compression takes (--compression).
 var Compressions = []string{"none", "snappy", "lz4", "zstd", "gzip"}
@@ -199,6 +211,7 @@ func Default() Config {
 		PartitionCheck:     30 * time.Second,
 		WireFormat:         registry.SingleObject,
 		Compression:        "none",
+		GroupProtocol:      "eager",
 	}
 }
 
@@ -243,6 +256,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("router: WireFormat: %q is not one of single-object, confluent", c.WireFormat)
 	case c.WireFormat == registry.Confluent && c.Registry == nil:
 		return errors.New("router: Registry: required with the confluent wire format (--registry-url)")
+	}
+	if c.GroupProtocol != "" && !slices.Contains(GroupProtocols, c.GroupProtocol) {
+		return fmt.Errorf("router: GroupProtocol: must be one of %s, got %q", strings.Join(GroupProtocols, ", "), c.GroupProtocol)
 	}
 	if _, err := compressionCodec(c.Compression); err != nil {
 		return fmt.Errorf("router: Compression: %w", err)
@@ -515,9 +531,10 @@ func (r *Router) runSession(ctx context.Context) error {
 		// franz-go group consumers always fetch stable offsets (KIP-447): a
 		// pending transactional offset commit is waited for, never skipped
 		// co-partitioned: partition p of ingress and decisions together, also
-		// while their counts differ; cooperative once every member offers it,
-		// else eager, "range" for the oldest members (balancer.go)
-		kgo.Balancers(balancers(&r.syncs)...),
+		// while their counts differ; cooperative (when configured) once every
+		// member offers it, else eager, "range" for the oldest members
+		// (balancer.go)
+		kgo.Balancers(balancers(&r.syncs, r.cfg.GroupProtocol == "cooperative")...),
 		kgo.RecordPartitioner(forward.NewPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.BatchMax)),
 		kgo.ProducerBatchCompression(compression),
