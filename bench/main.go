@@ -128,7 +128,7 @@ func main() {
 	flag.BoolVar(&c.peer, "peer", true, "run the Kafka Streams peer (bench/streams-peer; needs mvn, java and javac)")
 	flag.IntVar(&c.peerRouted, "peer-routed-percent", 45, "the share of input records the peer writes a routed record for, in percent")
 	flag.IntVar(&c.peerWarmup, "peer-warmup", 30_000, "backlog records the peer's JVM is warmed up on, untimed, before its measured run")
-	flag.StringVar(&c.groupProtocol, "group-protocol", "", "the fleet's `faultrouter run --group-protocol` (eager, cooperative); default: run's default")
+	flag.StringVar(&c.groupProtocol, "group-protocol", "", "the fleet's group protocol, as faultrouter run's --group-protocol (eager, cooperative); default: run's default")
 	flag.DurationVar(&c.fleetDur, "fleet", 10*time.Second, "three `faultrouter run` processes at --fleet-rate: the length of the steady run, and what the rolling-restart and SIGKILL runs add after their disruption; 0 skips them")
 	flag.Float64Var(&c.fleetRate, "fleet-rate", 200, "the fleet runs' rate, events/s")
 	flag.DurationVar(&c.sessionTimeout, "session-timeout", router.Default().SessionTimeout, "the fleet's --session-timeout")
