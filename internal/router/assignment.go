@@ -139,8 +139,9 @@ func (r *Router) keepsAll(kept map[int32]bool, gen int32) bool {
 
 // onRevoked runs when partitions are revoked: the router is not ready until
 // the next assignment is restored. franz-go's transactional session will
-// not commit the transaction open now (its End aborts), and once the last committed batch's write is done the store holds everything
-// this instance committed: it marks each revoked partition released at the
+// not commit the transaction open now (its End aborts), and once the last
+// committed batch's write is done the store holds everything this
+// instance committed: it marks each revoked partition released at the
 // changelog's current end (the restore trusts the local state of a partition
 // it gets back only if the changelog has not moved since, but for this
 // instance's own writes).
