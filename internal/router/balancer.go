@@ -11,8 +11,8 @@ package router
 // 0..max-1 (max: the largest count among the topics) are what is assigned,
 // and a member gets partition p of each topic that has it.
 //
-// Two protocols, offered in this order (the cooperative one only with
-// Config.GroupProtocol "cooperative"), then Kafka's "range":
+// Two protocols, offered in this order (the cooperative one unless
+// Config.GroupProtocol is "eager"), then Kafka's "range":
 //
 //   - "faultrouter-copartitioned-cooperative" (cooperative, KIP-429): a
 //     member keeps the partition numbers it owns up to its fair share, and
@@ -24,7 +24,7 @@ package router
 //     once. A member that leaves hands its numbers to the others in one
 //     round. The assignment of a member that gets more in the second round
 //     says so (its user data), and the member is not ready until then.
-//   - "faultrouter-copartitioned" (eager, the default): the numbers are
+//   - "faultrouter-copartitioned" (eager): the numbers are
 //     split in ranges over the members sorted by ID, as the range assignor
 //     does with equal counts, and every rebalance revokes everything first.
 //     It is what releases before the cooperative one offer first.

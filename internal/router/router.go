@@ -159,9 +159,9 @@ type Config struct {
 	// between zones, disk) than for CPU sets snappy, lz4 or zstd.
 	Compression string
 	// GroupProtocol is how the consumer group rebalances: one of
-	// GroupProtocols. "eager" (the default) revokes every partition of
-	// every instance at each rebalance; "cooperative" moves only what
-	// balances the group and keeps the rest routing (balancer.go). A
+	// GroupProtocols. "cooperative" (the default) moves only what balances
+	// the group and keeps the rest routing (balancer.go); "eager" revokes
+	// every partition of every instance at each rebalance. A
 	// cooperative instance offers the eager protocol too, so a group is
 	// cooperative only once every member is configured so.
 	GroupProtocol string
@@ -211,7 +211,7 @@ func Default() Config {
 		PartitionCheck:     30 * time.Second,
 		WireFormat:         registry.SingleObject,
 		Compression:        "none",
-		GroupProtocol:      "eager",
+		GroupProtocol:      "cooperative",
 	}
 }
 
@@ -534,7 +534,7 @@ func (r *Router) runSession(ctx context.Context) error {
 		// while their counts differ; cooperative (when configured) once every
 		// member offers it, else eager, "range" for the oldest members
 		// (balancer.go)
-		kgo.Balancers(balancers(&r.syncs, r.cfg.GroupProtocol == "cooperative")...),
+		kgo.Balancers(balancers(&r.syncs, r.cfg.GroupProtocol != "eager")...),
 		kgo.RecordPartitioner(forward.NewPartitioner(r.cfg.Topics.State, r.cfg.Topics.Decisions, r.cfg.Topics.Ingress, r.cfg.Topics.Breakers)),
 		kgo.ProducerBatchMaxBytes(int32(r.limits.BatchMax)),
 		kgo.ProducerBatchCompression(compression),
