@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -188,7 +189,21 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 	// measure runs one latency run of the steady rate for d, with disrupt
 	// (when not nil) running beside it from 2 s in; the run's events are
 	// produced for max(d, disrupt's time + tail).
-	measure := func(dst *latencyResult, d time.Duration, disrupt func(context.Context) error, observe func(sent, read time.Time, p int32)) error {
+	measure := func(name string, dst *latencyResult, d time.Duration, disrupt func(context.Context) error, observe func(sent, read time.Time, p int32)) error {
+		// each event's times go to fleet-NAME.latency.tsv in the work
+		// directory, so that a run's tail can be traced to the instance
+		// logs of the same moments
+		trace, err := newLatencyTrace(filepath.Join(f.workDir, "fleet-"+name+".latency.tsv"))
+		if err != nil {
+			return err
+		}
+		defer trace.close()
+		traced := func(sent, read time.Time, p int32) {
+			trace.add(sent, read, p)
+			if observe != nil {
+				observe(sent, read, p)
+			}
+		}
 		errc := make(chan error, 1)
 		if disrupt != nil {
 			go func() {
@@ -200,7 +215,7 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 				}
 			}()
 		}
-		p, err := observedLatency(ctx, seeds, w, topics.Audit, next, rate, d, observe)
+		p, err := observedLatency(ctx, seeds, w, topics.Audit, next, rate, d, traced)
 		next += int(rate*d.Seconds()) + 1
 		if disrupt != nil {
 			if derr := <-errc; derr != nil {
@@ -215,7 +230,7 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 	}
 
 	step(out, "three `faultrouter run` processes (static members, session timeout %s) at %.0f events/s for %s", c.sessionTimeout, rate, d)
-	if err := measure(&res.Steady, d, nil, nil); err != nil {
+	if err := measure("steady", &res.Steady, d, nil, nil); err != nil {
 		return res, err
 	}
 
@@ -236,7 +251,7 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 		}
 		return nil
 	}
-	if err := measure(&res.Restart, restartD, restart, nil); err != nil {
+	if err := measure("restart", &res.Restart, restartD, restart, nil); err != nil {
 		return res, err
 	}
 	if res.Steady.P99 > 0 {
@@ -269,7 +284,7 @@ func runFleet(ctx context.Context, out io.Writer, c config, seeds []kgo.Opt, bin
 			again = read
 		}
 	}
-	if err := measure(&res.Kill, killD, kill, observe); err != nil {
+	if err := measure("kill", &res.Kill, killD, kill, observe); err != nil {
 		return res, err
 	}
 	if !again.IsZero() {
@@ -315,4 +330,36 @@ func largestMember(ctx context.Context, seeds []kgo.Opt, group, topic string) (s
 		}
 	}
 	return "", nil, errors.New("fleet: the group did not settle with partitions assigned")
+}
+
+// latencyTrace writes one line per event of a latency run: the times it
+// was sent and its audit record read (RFC 3339, ms), its latency in ms and
+// its partition.
+type latencyTrace struct {
+	mu sync.Mutex
+	f  *os.File
+	w  *bufio.Writer
+}
+
+func newLatencyTrace(path string) (*latencyTrace, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "sent\tread\tlatency_ms\tpartition")
+	return &latencyTrace{f: f, w: w}, nil
+}
+
+func (t *latencyTrace) add(sent, read time.Time, p int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "%s\t%s\t%d\t%d\n", sent.UTC().Format(time.RFC3339Nano), read.UTC().Format(time.RFC3339Nano), read.Sub(sent).Milliseconds(), p)
+}
+
+func (t *latencyTrace) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.w.Flush()
+	t.f.Close()
 }

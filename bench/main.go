@@ -37,7 +37,10 @@
 //     committed audit in a run without disruption, over a rolling restart
 //     (SIGTERM one, start it, wait until it is ready, the next), and when
 //     one is killed with SIGKILL, with the time until the killed
-//     instance's partitions are decided again beside the session timeout;
+//     instance's partitions are decided again beside the session timeout
+//     (the work directory keeps each instance's log, fleet-ID.log, and
+//     each run's events, fleet-RUN.latency.tsv: sent, read, latency,
+//     partition);
 //   - CPU an event on the backlog: the router's, each passthrough's (this
 //     process's CPU over each run) and the peer's (its JVM's process CPU,
 //     from /proc/<pid>/stat, over its measured run), the router's ratio to

@@ -110,6 +110,9 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 		return false, err
 	}
 	tx.Produce(ctx)
+	if beforeCommit != nil {
+		beforeCommit(b)
+	}
 	if ok, err := r.end(ctx, tx, b, fetches); !ok || err != nil {
 		return false, err
 	}
@@ -120,3 +123,7 @@ func (r *Router) handle(ctx context.Context, sess *kgo.GroupTransactSession, fet
 	b.releaseRecords()
 	return true, nil
 }
+
+// beforeCommit, when set, runs before each batch's commit: a test stops
+// the router there. Nil in production.
+var beforeCommit func(b *batch)

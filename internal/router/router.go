@@ -582,6 +582,8 @@ func (r *Router) runSession(ctx context.Context) error {
 	bs := [2]*batch{newBatch(), newBatch()} // one is written to the store while the other is handled
 	sizer := newBatchSizer(&r.cfg)          // batchsize.go
 	limit := sizer.base
+	bctx, stopBatches := drainContext(ctx, drainTimeout) // a shutdown commits the batch in flight
+	defer stopBatches()
 	for n := 0; ; n++ {
 		if beforePoll != nil {
 			beforePoll()
@@ -611,7 +613,7 @@ func (r *Router) runSession(ctx context.Context) error {
 				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		committed, err := r.handle(ctx, sess, fetches, b)
+		committed, err := r.handle(bctx, sess, fetches, b)
 		if err != nil {
 			return err
 		}
@@ -621,6 +623,25 @@ func (r *Router) runSession(ctx context.Context) error {
 			limit = sizer.next(limit, seen)
 			r.metrics.observeBatch(seen, limit)
 		}
+	}
+}
+
+// drainTimeout bounds how long a batch polled before a shutdown goes on
+// routing and committing after it (drainContext).
+const drainTimeout = 5 * time.Second
+
+// drainContext returns the context a batch is handled in: ctx without its
+// end, ended drainTimeout after ctx ends. A batch polled before a shutdown
+// (SIGTERM in a deploy) is routed and committed, not aborted: aborted, its
+// records would wait for the partitions' next owner, through the
+// rebalance and the restore, and be routed again. The loop polls no batch
+// after ctx ended. stop releases the context's resources.
+func drainContext(ctx context.Context, grace time.Duration) (bctx context.Context, stop func()) {
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unwatch := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return bctx, func() {
+		unwatch()
+		cancel()
 	}
 }
 
