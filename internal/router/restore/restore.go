@@ -640,9 +640,15 @@ func relaxGC() (undo func()) {
 
 // stableEnds returns the end offsets of the changelog partitions once no
 // transaction is open on them (last stable offset equals high watermark),
-// waiting at most the transaction timeout plus a margin.
+// waiting at most the transaction timeout plus a margin. It looks again
+// after 10 ms, doubling up to 200 ms: a partition handed over in a
+// rebalance usually has its previous owner's last transaction open for a
+// few tens of milliseconds more (committed as that instance shuts down, or
+// aborted as its session learns of the revoke), and a first look 200 ms
+// later held every hand-over that long.
 func (rs *Restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic string, parts []int32) (map[int32]int64, error) {
 	deadline := time.Now().Add(rs.txTimeout + 15*time.Second)
+	wait := 10 * time.Millisecond
 	for {
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
@@ -671,8 +677,9 @@ func (rs *Restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic stri
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 
