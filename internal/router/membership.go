@@ -8,9 +8,9 @@ package router
 // without a rebalance, and until then, up to the session timeout, nobody
 // routes them. On a clean shutdown (Run's context done) the router sends
 // the leave itself, by instance ID, after the session's client closed: its
-// last transaction is aborted and its partitions marked released by then
-// (onRevoked), so the members that take them over restore what it
-// committed. A session that ends on an error is not left: the next session
+// last batch is committed (drainContext), any transaction still open
+// aborted and its partitions marked released by then (onRevoked), so the
+// members that take them over restore what it committed. A session that ends on an error is not left: the next session
 // rejoins under the same instance ID and gets its partitions back.
 //
 // A static member that died (SIGKILL, a node lost) leaves its last
