@@ -347,7 +347,7 @@ func largestMember(ctx context.Context, seeds []kgo.Opt, group, topic string) (s
 }
 
 // latencyTrace writes one line per event of a latency run: the times it
-// was sent and its audit record read (RFC 3339, ms), its latency in ms and
+// was sent (ms) and its audit record read (RFC 3339), its latency in ms and
 // its partition.
 type latencyTrace struct {
 	mu sync.Mutex
