@@ -2,16 +2,12 @@ package router
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
 // Guards the clean shutdown's last batch: a router whose context ends (a
@@ -22,13 +18,7 @@ import (
 // owner and be routed again by it.
 func TestShutdownCommitsTheBatchInFlight(t *testing.T) {
 	w := lcStart(t, 1)
-	cfg := Default()
-	cfg.ClientOpts = w.seeds
-	cfg.Topics = w.topics
-	cfg.StateDir = t.TempDir()
-	cfg.InstanceID = "drain"
-	cfg.Tick = 50 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := w.config("drain")
 	rt, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,10 +40,7 @@ func TestShutdownCommitsTheBatchInFlight(t *testing.T) {
 	if !w.routes("t-first") {
 		t.Fatal("the router never routed t-first")
 	}
-	valid, conf := true, 0.95
-	w.produce(event.TaskEvent{EventID: "e-t-last", TaskID: "t-last", Attempt: 1, OccurredAt: event.At(time.Now()),
-		Source: "unit", Action: "answer_ticket", Stage: event.StageModel, Status: event.StatusOK,
-		Output: &event.Output{Text: "done", SchemaValid: &valid, Confidence: &conf}})
+	w.produce(okEvent("t-last"))
 	select {
 	case err := <-done:
 		if err != nil {

@@ -105,13 +105,7 @@ func (w *lcWorld) run() { w.rt = w.start("lc", nil) }
 // at the end of the test.
 func (w *lcWorld) start(instance string, adjust func(*Config)) *Router {
 	w.t.Helper()
-	cfg := Default()
-	cfg.ClientOpts = w.seeds
-	cfg.Topics = w.topics
-	cfg.StateDir = w.t.TempDir()
-	cfg.InstanceID = instance
-	cfg.Tick = 50 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := w.config(instance)
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -134,6 +128,19 @@ func (w *lcWorld) start(instance string, adjust func(*Config)) *Router {
 		}
 	})
 	return rt
+}
+
+// config is the configuration of a router instance on the world's cluster
+// and topics, with a state directory of its own.
+func (w *lcWorld) config(instance string) Config {
+	cfg := Default()
+	cfg.ClientOpts = w.seeds
+	cfg.Topics = w.topics
+	cfg.StateDir = w.t.TempDir()
+	cfg.InstanceID = instance
+	cfg.Tick = 50 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return cfg
 }
 
 // routes produces one successful event for taskID and waits for its audit
