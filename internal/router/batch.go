@@ -16,18 +16,18 @@ import (
 
 // batch is the reusable working set of one poll.
 type batch struct {
-	recs       []*kgo.Record // the records polled, in order
-	inputs     []input
-	ids        []string
-	states     map[string]*task.State
-	old        map[string]*task.State // index entries the store holds, per task
-	olds       []task.State           // what old points to: remember's block
-	partOf     map[string]int32
-	touched    []string
-	rebalances uint64 // Router.rebalances before the batch's commit
-	began      uint64 // Router.rebalances when the batch began
-	isTouched  map[string]bool
-	encoded    map[string][]byte // the changelog value of each touched state
+	recs   []*kgo.Record // the records polled, in order
+	inputs []input
+	ids    []string
+	states map[string]*task.State
+	// tasks is what the batch keeps of each of its tasks besides its
+	// working state, in one entry found with one look-up (taskOf)
+	tasks      map[string]*taskOf
+	slots      []taskOf     // what tasks points to: a block
+	olds       []task.State // what taskOf.old points to: a block
+	touched    []*taskOf    // the tasks touched, in order
+	rebalances uint64       // Router.rebalances before the batch's commit
+	began      uint64       // Router.rebalances when the batch began
 	out        []*kgo.Record
 	// outOf is, for each input, the span of out its routing queued
 	// (origins)
@@ -54,10 +54,7 @@ type batch struct {
 func newBatch() *batch {
 	return &batch{
 		states:      map[string]*task.State{},
-		old:         map[string]*task.State{},
-		partOf:      map[string]int32{},
-		isTouched:   map[string]bool{},
-		encoded:     map[string][]byte{},
+		tasks:       map[string]*taskOf{},
 		checkpoints: map[int32]int64{},
 		forgotten:   map[string]bool{},
 		lastBody:    map[*event.TaskEvent][]byte{},
@@ -68,13 +65,13 @@ func (b *batch) reset() {
 	b.releaseRecords()
 	b.ids = b.ids[:0]
 	clear(b.states)
-	clear(b.old)
+	clear(b.tasks)
+	clear(b.slots)
+	b.slots = b.slots[:0]
 	clear(b.olds)
 	b.olds = b.olds[:0]
-	clear(b.partOf)
+	clear(b.touched)
 	b.touched = b.touched[:0]
-	clear(b.isTouched)
-	clear(b.encoded)
 	clear(b.checkpoints)
 	clear(b.expired)
 	b.expired = b.expired[:0]
@@ -101,24 +98,59 @@ func (b *batch) releaseRecords() {
 	b.norm = b.norm[:0]
 }
 
+// taskOf is what a batch keeps of one of its tasks besides its working
+// state: the partition its state is kept under, the index entries the store
+// holds, whether the batch touched it and its changelog value.
+type taskOf struct {
+	id   string
+	part int32 // -1 until known
+	// old is the state's index entries as the store holds them (Remember),
+	// nil until remembered: what the batch's write of it replaces
+	old     *task.State
+	touched bool
+	encoded []byte // the changelog value of a touched state (changelog)
+}
+
+// task returns the entry of task id, made with partition p if the batch
+// has none yet.
+func (b *batch) task(id string, p int32) *taskOf {
+	if t, ok := b.tasks[id]; ok {
+		if t.part < 0 {
+			t.part = p
+		}
+		return t
+	}
+	if len(b.slots) == cap(b.slots) { // a new block; the last one is kept for the next batches
+		b.slots = make([]taskOf, 0, max(256, 2*cap(b.slots)))
+	}
+	b.slots = b.slots[:len(b.slots)+1]
+	t := &b.slots[len(b.slots)-1]
+	t.id, t.part = id, p
+	b.tasks[id] = t
+	return t
+}
+
 // routedIDs lists the tasks the batch routes (ids), with the partition
-// their state is kept under (partOf); a forwarded input is routed on its
-// home partition, and needs no state here.
+// their state is kept under; a forwarded input is routed on its home
+// partition, and needs no state here.
 func (b *batch) routedIDs() {
 	for i := range b.inputs {
 		in := &b.inputs[i]
 		if id := in.TaskID(); id != "" && in.Kind != decode.Forward {
 			b.ids = append(b.ids, id)
-			if _, ok := b.partOf[id]; !ok {
-				b.partOf[id] = in.Rec.Partition
-			}
+			b.task(id, in.Rec.Partition)
 		}
 	}
 }
 
-// partition is the partition of task id in the batch (partOf): where its
-// state is stored.
-func (b *batch) partition(id string) int32 { return b.partOf[id] }
+// partition is the partition of task id in the batch: where its state is
+// stored.
+func (b *batch) partition(id string) int32 {
+	if t, ok := b.tasks[id]; ok && t.part >= 0 {
+		return t.part
+	}
+	return 0
+}
 
 // state returns the working state of a task, creating an empty one for a
 // task the store does not know.
@@ -128,15 +160,23 @@ func (b *batch) state(id string, p int32) *task.State {
 		st = &task.State{}
 		b.states[id] = st
 	}
-	if _, ok := b.old[id]; !ok {
-		b.Remember(st)
+	t := b.task(id, p)
+	t.part = p
+	if t.old == nil {
+		b.remember(t, st)
 	}
-	b.partOf[id] = p
 	return st
 }
 
 // Remember keeps the index entries of a state as the store holds them.
 func (b *batch) Remember(st *task.State) {
+	if st.TaskID == "" {
+		return
+	}
+	b.remember(b.task(st.TaskID, -1), st)
+}
+
+func (b *batch) remember(t *taskOf, st *task.State) {
 	if st.TaskID == "" {
 		return
 	}
@@ -151,7 +191,7 @@ func (b *batch) Remember(st *task.State) {
 		p := *st.Pending
 		old.Pending = &p
 	}
-	b.old[st.TaskID] = old
+	t.old = old
 }
 
 // origins maps each record the batch's inputs queued to its input, for a
@@ -170,22 +210,24 @@ func (b *batch) touch(id string, p int32) {
 	if id == "" {
 		return
 	}
-	if _, ok := b.partOf[id]; !ok {
-		b.partOf[id] = p
-	}
-	if !b.isTouched[id] {
-		b.isTouched[id] = true
-		b.touched = append(b.touched, id)
+	b.touchTask(b.task(id, p))
+}
+
+func (b *batch) touchTask(t *taskOf) {
+	if !t.touched {
+		t.touched = true
+		b.touched = append(b.touched, t)
 	}
 }
 
 // Load makes a state the store holds part of the batch and touches it.
 func (b *batch) Load(st *task.State, p int32) {
+	t := b.task(st.TaskID, p)
 	if _, ok := b.states[st.TaskID]; !ok {
 		b.states[st.TaskID] = st
-		b.Remember(st)
+		b.remember(t, st)
 	}
-	b.touch(st.TaskID, p)
+	b.touchTask(t)
 }
 
 // Queue adds rec to the batch's output.
@@ -197,7 +239,10 @@ func (b *batch) Queue(rec *kgo.Record) { b.out = append(b.out, rec) }
 func (b *batch) States() map[string]*task.State { return b.states }
 
 // Touched reports whether the batch touches task id.
-func (b *batch) Touched(id string) bool { return b.isTouched[id] }
+func (b *batch) Touched(id string) bool {
+	t, ok := b.tasks[id]
+	return ok && t.touched
+}
 
 // Forgotten reports whether the batch forgets task id (Expire).
 func (b *batch) Forgotten(id string) bool { return b.forgotten[id] }

@@ -144,14 +144,15 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 // batch touched: by its input or by the sweep of the due index.
 func (r *Router) publishDue(b *batch, now time.Time) error {
 	// tasks of this batch and of the due index alike
-	for _, id := range b.touched {
+	for _, t := range b.touched {
+		id, p := t.id, max(t.part, 0)
 		st := b.states[id]
 		d, due := policy.RetryDue(st, now)
 		if !due {
 			continue
 		}
 		topic := r.cfg.Topics.Retry
-		if r.brk.HoldRetry(st.LastEvent, st, b.partOf[id], b, now) { // package hold: stays pending while a breaker is open
+		if r.brk.HoldRetry(st.LastEvent, st, p, b, now) { // package hold: stays pending while a breaker is open
 			if d, due = r.brk.GiveUp(st, now); !due { // unless its task's lifetime has ended
 				continue
 			}
@@ -171,11 +172,11 @@ func (r *Router) publishDue(b *batch, now time.Time) error {
 		if d.Route == event.RouteDeadLetter {
 			b.out = append(b.out, rec)
 			r.log.Warn("retry held behind breakers past its task's lifetime; dead-lettered, never published", "task_id", id,
-				"topic", topic, "partition", b.partOf[id], "retry", d.Retry.N, "reason", d.Reason)
+				"topic", topic, "partition", p, "retry", d.Retry.N, "reason", d.Reason)
 			continue
 		}
 		b.out = appendRetry(b.out, rec)
-		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", topic, "partition", b.partOf[id], "retry", d.Retry.N)
+		r.log.Info("retry due; publishing in this batch's transaction", "task_id", id, "topic", topic, "partition", p, "retry", d.Retry.N)
 	}
 	return nil
 }

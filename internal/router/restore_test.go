@@ -51,12 +51,13 @@ func TestBatchAfterARebalanceReadsTheStore(t *testing.T) {
 		}
 	}
 	prev := newBatch()
-	prev.isTouched["t"] = true
+	pt := prev.task("t", 0)
+	prev.touchTask(pt)
 	v, err := w.r.codec.EncodeState(nil, &task.State{TaskID: "t", Attempts: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev.encoded["t"] = v
+	pt.encoded = v
 	prev.rebalances = w.r.rebalances.Load()
 	put(&task.State{TaskID: "t", Attempts: 1}) // the store before prev's write
 

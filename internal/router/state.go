@@ -37,18 +37,19 @@ func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
 		if prev.forgotten[id] {
 			continue
 		}
-		v := prev.encoded[id]
-		if !prev.isTouched[id] || v == nil {
+		pt := prev.tasks[id]
+		if pt == nil || !pt.touched || pt.encoded == nil {
 			ids = append(ids, id)
 			continue
 		}
+		v := pt.encoded
 		st, err := r.codec.DecodeState(v)
 		if err != nil {
 			return nil, fmt.Errorf("router: decode the state of %s committed by the batch before: %w", id, err)
 		}
 		b.states[id] = st
 	}
-	if slices.ContainsFunc(ids, func(id string) bool { return prev.isTouched[id] }) {
+	if slices.ContainsFunc(ids, prev.Touched) {
 		// a touched state with no changelog record (it did not encode):
 		// read it from the store once the write is done
 		if err := r.waitWritten(); err != nil {
@@ -75,7 +76,8 @@ func (r *Router) waitWritten() error {
 // changelog queues one state record per task the batch touched, its expiry
 // stamped; persist stores the same bytes once the transaction commits.
 func (r *Router) changelog(b *batch, now time.Time) {
-	for _, id := range b.touched {
+	for _, t := range b.touched {
+		id := t.id
 		st := b.states[id]
 		st.ExpiresAt = r.swp.ExpiresAt(st, now)
 		var err error
@@ -85,7 +87,7 @@ func (r *Router) changelog(b *batch, now time.Time) {
 			continue
 		}
 		rec := b.mem.Record()
-		rec.Topic, rec.Partition = r.cfg.Topics.State, b.partOf[id]
+		rec.Topic, rec.Partition = r.cfg.Topics.State, max(t.part, 0)
 		rec.Key = append(b.mem.Bytes(len(id)), id...)
 		rec.Value = append(b.mem.Bytes(len(b.scratch)), b.scratch...)
 		if !r.limits.Fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
@@ -93,7 +95,7 @@ func (r *Router) changelog(b *batch, now time.Time) {
 			st.Shrink()
 			rec.Value, _ = r.codec.EncodeState(nil, st)
 		}
-		b.encoded[id] = rec.Value
+		t.encoded = rec.Value
 		b.out = append(b.out, rec)
 	}
 }
@@ -101,17 +103,17 @@ func (r *Router) changelog(b *batch, now time.Time) {
 // persist writes the committed states and changelog checkpoints to Pebble.
 func (r *Router) persist(b *batch, now time.Time) error {
 	size := 0 // a state's value, and its keys: task, member, owner and index entries, old ones deleted
-	for _, id := range b.touched {
-		size += len(b.encoded[id]) + 12*len(id) + 128
+	for _, t := range b.touched {
+		size += len(t.encoded) + 12*len(t.id) + 128
 	}
 	wb := r.store.NewBatchSize(size)
-	for _, id := range b.touched {
-		st, v := b.states[id], b.encoded[id]
+	for _, t := range b.touched {
+		st, p := b.states[t.id], max(t.part, 0)
 		var err error
-		if v != nil {
-			err = wb.PutEncoded(b.partOf[id], b.old[id], st, v)
+		if t.encoded != nil {
+			err = wb.PutEncoded(p, t.old, st, t.encoded)
 		} else {
-			err = wb.Put(b.partOf[id], b.old[id], st, r.swp.ExpiresAt(st, now))
+			err = wb.Put(p, t.old, st, r.swp.ExpiresAt(st, now))
 		}
 		if err != nil {
 			wb.Discard()
