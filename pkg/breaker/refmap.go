@@ -6,20 +6,37 @@ import "maps"
 // router looks its breakers up several times for every event it decides; a
 // map[Ref] hashes the whole struct at each look-up, where a string-keyed map
 // hashes the key alone and, while it holds eight keys or fewer, compares
-// them without hashing. Its zero value is an empty map ready to use. It is
-// not safe for concurrent use.
+// them without hashing. The ref found last in each scope is kept beside the
+// map: an event's breakers are looked up several times in a row, and a
+// look-up of the same key again compares it and hashes nothing. Its zero
+// value is an empty map ready to use. It is not safe for concurrent use.
 type RefMap[V any] struct {
-	by [3]map[string]V // indexed by Scope
+	by   [3]map[string]V // indexed by Scope
+	last [3]lastRef[V]   // the ref found last, per scope
 	// other holds the refs of a scope beyond the three: none come from a
 	// policy, but a Ref is a value anyone can build
 	other map[Ref]V
 	n     int
 }
 
+// lastRef is a key of one scope found in the map, and its value.
+type lastRef[V any] struct {
+	key string
+	v   V
+	ok  bool
+}
+
 // Get returns the value of ref, and whether there is one.
 func (m *RefMap[V]) Get(ref Ref) (V, bool) {
 	if int(ref.Scope) < len(m.by) {
+		l := &m.last[ref.Scope]
+		if l.ok && l.key == ref.Key {
+			return l.v, true
+		}
 		v, ok := m.by[ref.Scope][ref.Key]
+		if ok {
+			*l = lastRef[V]{key: ref.Key, v: v, ok: true}
+		}
 		return v, ok
 	}
 	v, ok := m.other[ref]
@@ -37,6 +54,9 @@ func (m *RefMap[V]) Set(ref Ref, v V) {
 		n := len(mm)
 		mm[ref.Key] = v
 		m.n += len(mm) - n
+		if l := &m.last[ref.Scope]; l.ok && l.key == ref.Key {
+			l.v = v
+		}
 		return
 	}
 	if m.other == nil {
@@ -54,6 +74,9 @@ func (m *RefMap[V]) Delete(ref Ref) {
 		n := len(mm)
 		delete(mm, ref.Key)
 		m.n -= n - len(mm)
+		if l := &m.last[ref.Scope]; l.ok && l.key == ref.Key {
+			*l = lastRef[V]{}
+		}
 		return
 	}
 	n := len(m.other)
@@ -88,6 +111,7 @@ func (m *RefMap[V]) Clear() {
 	}
 	clear(m.other)
 	m.n = 0
+	m.last = [3]lastRef[V]{}
 }
 
 // reset empties the map for its next use: small maps are cleared and

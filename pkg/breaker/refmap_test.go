@@ -73,3 +73,50 @@ func TestRefMapIsAMapByRef(t *testing.T) {
 	set(odd, 5)
 	check("after a set past reset")
 }
+
+// The ref found last is kept beside the map: a Get after a Set, a Delete, a
+// Clear or a reset of that ref answers what the map holds now. Random
+// operations on a few keys, each followed by Gets of every ref, against a
+// map[Ref].
+func TestRefMapGetAfterChangesOfTheRefFoundLast(t *testing.T) {
+	var m RefMap[int]
+	want := map[Ref]int{}
+	keys := []string{"openai/gpt-4o", "anthropic/claude", "t1"}
+	var refs []Ref
+	for _, sc := range []Scope{ProviderModel, PromptTemplate, Downstream} {
+		for _, k := range keys {
+			refs = append(refs, Ref{sc, k})
+		}
+	}
+	seed := uint64(1)
+	next := func(n int) int { // a fixed sequence: xorshift
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		return int(seed % uint64(n))
+	}
+	for i := range 5000 {
+		ref := refs[next(len(refs))]
+		m.Get(ref) // found last, if it is there
+		switch op := next(10); {
+		case op < 5:
+			m.Set(ref, i)
+			want[ref] = i
+		case op < 8:
+			m.Delete(ref)
+			delete(want, ref)
+		case op < 9:
+			m.Clear()
+			clear(want)
+		default:
+			m.reset()
+			clear(want)
+		}
+		for _, r := range refs {
+			got, ok := m.Get(r)
+			if v, in := want[r]; ok != in || got != v {
+				t.Fatalf("step %d: Get(%v) = %d, %v; want %d, %v", i, r, got, ok, v, in)
+			}
+		}
+	}
+}
