@@ -102,8 +102,10 @@ func (b *batch) releaseRecords() {
 // state: the partition its state is kept under, the index entries the store
 // holds, whether the batch touched it and its changelog value.
 type taskOf struct {
-	id   string
-	part int32 // -1 until known
+	id string
+	// part is -1 until known; a touched task's is always known (touch and
+	// Load name it)
+	part int32
 	// old is the state's index entries as the store holds them (Remember),
 	// nil until remembered: what the batch's write of it replaces
 	old     *task.State
@@ -170,10 +172,9 @@ func (b *batch) state(id string, p int32) *task.State {
 
 // Remember keeps the index entries of a state as the store holds them.
 func (b *batch) Remember(st *task.State) {
-	if st.TaskID == "" {
-		return
+	if st.TaskID != "" {
+		b.remember(b.task(st.TaskID, -1), st)
 	}
-	b.remember(b.task(st.TaskID, -1), st)
 }
 
 func (b *batch) remember(t *taskOf, st *task.State) {

@@ -145,7 +145,7 @@ func (r *Router) emit(in *input, ev *event.TaskEvent, st *task.State, b *batch, 
 func (r *Router) publishDue(b *batch, now time.Time) error {
 	// tasks of this batch and of the due index alike
 	for _, t := range b.touched {
-		id, p := t.id, max(t.part, 0)
+		id, p := t.id, t.part
 		st := b.states[id]
 		d, due := policy.RetryDue(st, now)
 		if !due {

@@ -42,8 +42,7 @@ func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
 			ids = append(ids, id)
 			continue
 		}
-		v := pt.encoded
-		st, err := r.codec.DecodeState(v)
+		st, err := r.codec.DecodeState(pt.encoded)
 		if err != nil {
 			return nil, fmt.Errorf("router: decode the state of %s committed by the batch before: %w", id, err)
 		}
@@ -87,7 +86,7 @@ func (r *Router) changelog(b *batch, now time.Time) {
 			continue
 		}
 		rec := b.mem.Record()
-		rec.Topic, rec.Partition = r.cfg.Topics.State, max(t.part, 0)
+		rec.Topic, rec.Partition = r.cfg.Topics.State, t.part
 		rec.Key = append(b.mem.Bytes(len(id)), id...)
 		rec.Value = append(b.mem.Bytes(len(b.scratch)), b.scratch...)
 		if !r.limits.Fits(rec) { // cannot happen within the bounds of pkg/task; never stop the partition for it
@@ -108,12 +107,12 @@ func (r *Router) persist(b *batch, now time.Time) error {
 	}
 	wb := r.store.NewBatchSize(size)
 	for _, t := range b.touched {
-		st, p := b.states[t.id], max(t.part, 0)
+		st := b.states[t.id]
 		var err error
 		if t.encoded != nil {
-			err = wb.PutEncoded(p, t.old, st, t.encoded)
+			err = wb.PutEncoded(t.part, t.old, st, t.encoded)
 		} else {
-			err = wb.Put(p, t.old, st, r.swp.ExpiresAt(st, now))
+			err = wb.Put(t.part, t.old, st, r.swp.ExpiresAt(st, now))
 		}
 		if err != nil {
 			wb.Discard()
