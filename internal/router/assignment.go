@@ -48,6 +48,7 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 			// nothing added, nothing lost: routing goes on, in this generation
 			r.rejoining.Store(r.revokedFirst.Swap(false)) // a revoke first: franz-go rejoins now
 			r.setReady(!sync.pending)
+			r.rejoinForPending(cl, sync)
 			return
 		}
 	}
@@ -95,7 +96,18 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	}
 	if len(parts) > 0 || !sync.cooperative {
 		r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
-		if err := r.rst.Restore(ctx, cl, parts); err != nil {
+		// package hold: no retry is published until the breakers topic is
+		// read to where it stood now; its latches and states are adopted
+		// before. It is read while the store is restored: the partitions
+		// added wait for the longer of the two, not for both.
+		caughtUp := make(chan struct{})
+		go func() {
+			defer close(caughtUp)
+			r.brk.CatchUpTable(ctx, cl)
+		}()
+		err := r.rst.Restore(ctx, cl, parts)
+		<-caughtUp
+		if err != nil {
 			r.setReady(false)
 			r.log.Error("restore failed; the session ends and the partitions are restored again", "partitions", parts, "err", err)
 			select {
@@ -104,9 +116,6 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 			}
 			return
 		}
-		// package hold: no retry is published until the breakers topic is
-		// read to where it stood now; its latches and states are adopted before
-		r.brk.CatchUpTable(ctx, cl)
 	}
 	r.mu.Lock()
 	for _, p := range parts {
@@ -116,9 +125,27 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	r.mu.Unlock()
 	if sync.pending {
 		r.log.Info("partitions to come in the group's next round: ready once they are restored", "owned", r.ownedPartitions())
+		r.rejoinForPending(cl, sync)
 		return
 	}
 	r.setReady(true)
+}
+
+// rejoinForPending starts the group's next round at once when this
+// member's assignment says the next one adds to it (balancer.go). The
+// members that revoke what moves to it rejoin as soon as they have, but
+// a member that revokes nothing learns of the round only at its next
+// heartbeat; the one that gets the partitions is always such a member, so
+// every partition moved waited for that heartbeat. Its join metadata
+// names its generation, which the round just changed, so its rejoin
+// starts a round even if it reaches the coordinator before the others'.
+// ForceRebalance only signals franz-go's heartbeat loop: it is safe in an
+// assignment callback, unlike a leave.
+func (r *Router) rejoinForPending(cl *kgo.Client, sync syncAssignment) {
+	if sync.cooperative && sync.pending {
+		r.log.Info("rejoining the group at once: its next round adds partitions to this instance")
+		cl.ForceRebalance()
+	}
 }
 
 // keepsAll reports whether every partition this instance owns is in kept;
@@ -153,6 +180,7 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 		}
 		r.revokedFirst.Store(true)
 	}
+	r.revokedInTxn.Store(true)
 	r.setReady(false)
 	r.written.Lock() // the store holds everything committed once the last batch's write is done
 	defer r.written.Unlock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -21,9 +22,10 @@ import (
 
 // coopRouter is a router of the cooperative test, its log captured as JSON.
 type coopRouter struct {
-	rt   *Router
-	logs *lockedbuf.Buffer
-	stop func()
+	rt    *Router
+	logs  *lockedbuf.Buffer
+	kafka *lockedbuf.Buffer // its Kafka client's log
+	stop  func()
 }
 
 // revoked returns every partition the router's log says it revoked.
@@ -52,11 +54,12 @@ func (c *coopRouter) revoked(t *testing.T) []int32 {
 func TestCooperativeRebalanceKeepsWhatStays(t *testing.T) {
 	w := lcStart(t, 6)
 	start := func(id string) *coopRouter {
-		c := &coopRouter{logs: &lockedbuf.Buffer{}}
+		c := &coopRouter{logs: &lockedbuf.Buffer{}, kafka: &lockedbuf.Buffer{}}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		cfg := Default()
 		cfg.ClientOpts, cfg.Topics, cfg.StateDir, cfg.InstanceID = w.seeds, w.topics, t.TempDir(), id
+		cfg.ClientOpts = append(slices.Clip(cfg.ClientOpts), kgo.WithLogger(kslog.New(slog.New(slog.NewJSONHandler(c.kafka, nil)))))
 		cfg.Tick = 50 * time.Millisecond
 		cfg.GroupProtocol = "cooperative"
 		cfg.Logger = slog.New(slog.NewJSONHandler(c.logs, nil))
@@ -153,6 +156,12 @@ func TestCooperativeRebalanceKeepsWhatStays(t *testing.T) {
 	c := start("c")
 	settled(3, 2, a, b, c)
 	cGot := c.rt.ownedPartitions()
+	// c's first round gave it nothing (its share is revoked first) and
+	// said more comes: c starts the second round itself rather than wait
+	// for a heartbeat to tell it of the round a and b begin
+	if !strings.Contains(c.kafka.String(), `"why":"from ForceRebalance"`) {
+		t.Errorf("c joined: it did not rejoin at once for the partitions its first round said were to come")
+	}
 	for _, r := range []struct {
 		name    string
 		r       *coopRouter

@@ -2,9 +2,12 @@ package router
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Guards the commit of a cooperative member that rejoined: franz-go lets
@@ -73,4 +76,35 @@ func TestAwaitJoinedWaitsForTheAssignment(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r.awaitJoined(ctx) // a shutdown does not wait
+}
+
+// Guards the end of a transaction that a revoke came in: franz-go's
+// session aborts it, so it does not wait for the rejoin (the partitions'
+// next owner waits for its end before it restores them).
+func TestAwaitJoinedDoesNotHoldATransactionARevokeCameIn(t *testing.T) {
+	cfg := Default()
+	cfg.StateDir = t.TempDir()
+	cfg.ClientOpts = []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")} // never dialled
+	cfg.Topics = Topics{Ingress: "in", Decisions: "dec", Retry: "retry", Review: "review", Audit: "audit",
+		DeadLetter: "dead", Alerts: "alerts", State: "state"}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.store.Close() })
+	r.syncs.record(syncAssignment{cooperative: true})
+	r.onRevoked(context.Background(), nil, map[string][]int32{cfg.Topics.Ingress: {3}})
+	if !r.revokedInTxn.Load() {
+		t.Fatal("a revoke did not mark the transaction open")
+	}
+	r.rejoining.Store(true)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		r.rejoining.Store(false)
+	}()
+	r.awaitJoined(context.Background())
+	if !r.rejoining.Load() {
+		t.Error("the end of a transaction a revoke came in waited for the rejoin")
+	}
 }

@@ -333,6 +333,10 @@ type Router struct {
 	// revokedFirst is set by a cooperative session that began with a
 	// revoke: franz-go rejoins right after its assignment
 	revokedFirst atomic.Bool
+	// revokedInTxn is set by a revoke of partitions (onRevoked) and cleared
+	// as a transaction ends: franz-go's session aborts the transaction a
+	// revoke came in, so its end need not wait for the rejoin (end)
+	revokedInTxn atomic.Bool
 	// registryDown is set while a batch waits for the schema registry
 	// (registry.go): the router is not ready meanwhile
 	registryDown atomic.Bool

@@ -41,6 +41,7 @@ func (r *Router) end(ctx context.Context, t *txn.Txn, b *batch, fetches kgo.Fetc
 		fence := txn.Fence(r.ownedIn, []string{r.cfg.Topics.Ingress, r.cfg.Topics.Decisions}, t.Client())
 		ok, err = t.End(ctx, fence, try)
 	}
+	r.revokedInTxn.Store(false)
 	if err != nil {
 		r.metrics.txAborted.Inc()
 		return false, err
@@ -94,9 +95,15 @@ const joinWait = time.Second
 // a rebalance was aborted and routed again, also that of the partitions it
 // keeps. Prepared after the join, in the new generation (ownedIn), it
 // commits.
+//
+// A transaction that a revoke came in (revokedInTxn) does not wait: the
+// session aborts it whatever the generation, and the partitions' next
+// owner restores them only once the changelog has no open transaction, so
+// waiting out the join first held every partition moved in a cooperative
+// round for that much longer.
 func (r *Router) awaitJoined(ctx context.Context) {
 	deadline := time.Now().Add(joinWait)
-	for r.rejoining.Load() && ctx.Err() == nil && time.Now().Before(deadline) {
+	for r.rejoining.Load() && !r.revokedInTxn.Load() && ctx.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -175,6 +175,13 @@ var bulkFiles atomic.Int64
 // The files are synced after Commit returns, in the background (see
 // unsyncedMark): the store is a cache of the changelog, and a restore
 // should not wait for the disk.
+//
+// A Bulk of fewer than smallBulk writes is applied as one Pebble batch
+// instead, as atomic and as the router's own writes are (not synced):
+// an ingestion syncs its mark and Pebble's manifest, and flushes the
+// memtable first where the files overlap it (a partition just wiped), which
+// cost a partition handed over in a rebalance, a few thousand records, most
+// of its restore.
 func (b *Bulk) Commit() error {
 	defer b.release()
 	if b.sort() == 0 {
@@ -186,6 +193,9 @@ func (b *Bulk) Commit() error {
 			continue // a later write of the key replaces this one
 		}
 		ops = append(ops, op)
+	}
+	if len(ops) < smallBulk {
+		return b.commitBatch(ops)
 	}
 	marked := make(chan error, 1)
 	go func() { marked <- b.s.markUnsynced() }()
@@ -223,6 +233,33 @@ func (b *Bulk) Commit() error {
 		defer b.s.syncs.Done()
 		b.s.synced(files)
 	}()
+	return nil
+}
+
+// smallBulk is the number of writes under which a Bulk is applied as a
+// Pebble batch rather than ingested (Commit): a few thousand task states,
+// a batch of a few MiB, well within a memtable.
+var smallBulk = 20_000 // a variable for tests
+
+// commitBatch applies the sorted writes ops as one Pebble batch.
+func (b *Bulk) commitBatch(ops []bulkOp) error {
+	wb := b.s.db.NewBatch()
+	defer wb.Close()
+	var err error
+	for _, op := range ops {
+		if op.del {
+			err = wb.Delete(op.key, nil)
+		} else {
+			err = wb.Set(op.key, op.value, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("store: bulk write: %w", err)
+		}
+	}
+	if err := wb.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("store: bulk write: %w", err)
+	}
+	b.s.resetFloors() // its index entries are not tracked: scans start over
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -15,6 +16,14 @@ import (
 )
 
 const hour = int64(3_600_000)
+
+// ingestEveryBulk makes every Bulk of the test ingested as sstables, as a
+// large one is, whatever its size (smallBulk).
+func ingestEveryBulk(t *testing.T) {
+	old := smallBulk
+	smallBulk = 0
+	t.Cleanup(func() { smallBulk = old })
+}
 
 func openTest(t *testing.T) *Store {
 	t.Helper()
@@ -456,6 +465,11 @@ func TestCheckpointCorrupt(t *testing.T) {
 // last write of a key wins (a delete after a put, a put after a delete),
 // writes replace what the store held, and they survive a reopen.
 func TestBulkAppliesLastWritePerKey(t *testing.T) {
+	t.Run("batch", func(t *testing.T) { testBulkAppliesLastWritePerKey(t) })
+	t.Run("ingested", func(t *testing.T) { ingestEveryBulk(t); testBulkAppliesLastWritePerKey(t) })
+}
+
+func testBulkAppliesLastWritePerKey(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, nil)
 	if err != nil {
@@ -716,6 +730,7 @@ func mustEncode(t *testing.T, s *Store, st *task.State) []byte {
 // spans two partitions, puts later tables above the earlier ones for
 // Pebble to compact.
 func TestBulksOfWholePartitionsLandInTheLastLevel(t *testing.T) {
+	ingestEveryBulk(t)
 	s := openTest(t)
 	for p := range int32(4) {
 		if had, err := s.WipePartition(p); err != nil || had {
@@ -823,10 +838,52 @@ func TestEntriesOfReadsTheStoredState(t *testing.T) {
 	}
 }
 
+// Guards the small Bulk, a partition handed over in a rebalance: it is
+// written as one batch, not ingested (no sstable, no mark to sync, no
+// flush of the memtable it overlaps after a wipe), and reads back whole.
+func TestASmallBulkIsWrittenAsABatch(t *testing.T) {
+	s := openTest(t)
+	put(t, s, 1, 5*hour, &task.State{TaskID: "task-00000", Attempts: 9})
+	if _, err := s.WipePartition(1); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	b := s.NewBulk(0)
+	for i := range n {
+		st := &task.State{TaskID: fmt.Sprintf("task-%05d", i), Attempts: 1, Pending: &task.PendingRetry{N: 1, NotBefore: int64(i)}}
+		if err := b.PutEncoded(1, nil, st, mustEncode(t, s, st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetCheckpoint(1, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.db.Metrics(); m.Ingest.Count != 0 || m.Flush.Count != 0 {
+		t.Errorf("%d ingestions and %d flushes, want none", m.Ingest.Count, m.Flush.Count)
+	}
+	if _, err := os.Stat(filepath.Join(s.dir, unsyncedMark)); !os.IsNotExist(err) {
+		t.Errorf("the unsynced mark is there (%v): a batch needs none", err)
+	}
+	due, err := s.Due(1, n, 2*n)
+	if err != nil || len(due) != n {
+		t.Fatalf("%d due (%v), want %d", len(due), err, n)
+	}
+	if st, err := s.Get(1, "task-00000"); err != nil || st == nil || st.Attempts != 1 {
+		t.Errorf("task-00000 is %+v (%v), want the Bulk's state", st, err)
+	}
+	if next, ok, err := s.Checkpoint(1); err != nil || !ok || next != n {
+		t.Errorf("checkpoint %d %v %v, want %d", next, ok, err, n)
+	}
+}
+
 // Guards the reuse of a committed Bulk's memory (its write list, key arena
 // and file buffers) by the next one, as a restore builds a window while the
 // one before it is written: every task of both Bulks reads back as written.
 func TestBulksReuseMemoryOnlyOnceWritten(t *testing.T) {
+	ingestEveryBulk(t)
 	s := openTest(t)
 	const n = 20_000
 	fill := func(b *Bulk, p int32, attempts int32) {

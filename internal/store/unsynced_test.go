@@ -17,6 +17,7 @@ import (
 // never reached the disk. Open empties it, for the restore to fill it again
 // from the changelog, and the store opens sound.
 func TestOpenEmptiesAStoreLeftUnsynced(t *testing.T) {
+	ingestEveryBulk(t)
 	dir := t.TempDir()
 	s, err := Open(dir, nil)
 	if err != nil {

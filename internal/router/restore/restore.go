@@ -650,6 +650,10 @@ func (rs *Restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic stri
 	deadline := time.Now().Add(rs.txTimeout + 15*time.Second)
 	wait := 10 * time.Millisecond
 	for {
+		// the stable offsets first, the end offsets after: a transaction
+		// open at the first listing shows in the second (listed the other
+		// way round, or at once, one that began between them would not,
+		// and its records, if it commits, would be missed)
 		stable, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
 			return nil, fmt.Errorf("router: list stable offsets of %s: %w", topic, err)
