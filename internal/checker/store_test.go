@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -84,7 +85,7 @@ func (w *storeWorld) write(parts map[int32]storePart) string {
 	}
 	for p, sp := range parts {
 		if sp.released >= 0 {
-			if err := s.SetReleased(p, sp.released); err != nil {
+			if err := s.SetReleased(p, store.Release{End: sp.released, At: time.Now()}); err != nil {
 				w.t.Fatal(err)
 			}
 		}

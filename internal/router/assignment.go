@@ -95,17 +95,24 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 	}
 	if len(parts) > 0 || !sync.cooperative {
-		r.fenceDeparted(ctx, cl) // membership.go: a dead member's open transaction would hold the restore up
-		// package hold: no retry is published until the breakers topic is
-		// read to where it stood now; its latches and states are adopted
-		// before. It is read while the store is restored: the partitions
-		// added wait for the longer of the two, not for both.
-		caughtUp := make(chan struct{})
+		// Three things at once, the partitions added waiting for the
+		// longest, not for all: a dead member's open transaction would hold
+		// the restore up until the broker aborts it (membership.go: the
+		// restore waits for the changelog's open transactions, so it reads
+		// nothing before the fence took effect); and, package hold, no
+		// retry is published until the breakers topic is read to where it
+		// stood now, its latches and states adopted before.
+		fenced, caughtUp := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(fenced)
+			r.fenceDeparted(ctx, cl)
+		}()
 		go func() {
 			defer close(caughtUp)
 			r.brk.CatchUpTable(ctx, cl)
 		}()
 		err := r.rst.Restore(ctx, cl, parts)
+		<-fenced
 		<-caughtUp
 		if err != nil {
 			r.setReady(false)

@@ -41,10 +41,11 @@
 // The state of a partition is trusted only while this instance holds the
 // partition without a gap: a partition it gets back (after a restart, or
 // after another instance held it) is wiped (WipePartition) and restored from
-// the changelog's start, unless the changelog has not moved since this
-// instance released it (Released). Otherwise state the changelog no longer
-// holds (a task another owner finished and compaction then dropped with its
-// tombstone) would come back from the local copy.
+// the changelog's start, unless this instance released it cleanly
+// (SetReleased) and the changelog's records since can still all be read
+// (package restore catches the state up from them). Otherwise state the
+// changelog no longer holds (a task another owner finished and compaction
+// then dropped with its tombstone) would come back from the local copy.
 package store
 
 import (
@@ -309,36 +310,49 @@ func (s *Store) WipePartition(p int32) (bool, error) {
 	return had, nil
 }
 
-// SetReleased records the changelog end offset of partition p as this
-// instance releases the partition (revoked, with everything it committed
-// applied).
-func (s *Store) SetReleased(p int32, end int64) error {
-	if err := s.db.Set(releasedKey(p), binary.BigEndian.AppendUint64(nil, uint64(end)), pebble.NoSync); err != nil {
+// A Release is a partition's release mark: the changelog's committed end
+// offset when this instance let the partition go, and when it did, by this
+// machine's clock (zero in a mark written by a release before marks had
+// it).
+type Release struct {
+	End int64
+	At  time.Time
+}
+
+// SetReleased records the release mark of partition p as this instance
+// releases the partition (revoked, with everything it committed applied).
+func (s *Store) SetReleased(p int32, r Release) error {
+	v := binary.BigEndian.AppendUint64(nil, uint64(r.End))
+	v = binary.BigEndian.AppendUint64(v, uint64(r.At.UnixMilli()))
+	if err := s.db.Set(releasedKey(p), v, pebble.NoSync); err != nil {
 		return fmt.Errorf("store: release mark of partition %d: %w", p, err)
 	}
 	return nil
 }
 
-// TakeReleased returns and deletes the release mark of partition p: the
-// changelog end offset when this instance last released p, and false when
-// there is none (never released cleanly, or already taken).
-func (s *Store) TakeReleased(p int32) (int64, bool, error) {
+// TakeReleased returns and deletes the release mark of partition p, and
+// false when there is none (never released cleanly, or already taken).
+func (s *Store) TakeReleased(p int32) (Release, bool, error) {
 	v, closer, err := s.db.Get(releasedKey(p))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, false, nil
+		return Release{}, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
+		return Release{}, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
 	}
-	end, ok := int64(0), len(v) == 8
+	var r Release
+	ok := len(v) == 8 || len(v) == 16
 	if ok {
-		end = int64(binary.BigEndian.Uint64(v))
+		r.End = int64(binary.BigEndian.Uint64(v))
+	}
+	if len(v) == 16 {
+		r.At = time.UnixMilli(int64(binary.BigEndian.Uint64(v[8:])))
 	}
 	closer.Close()
 	if err := s.db.Delete(releasedKey(p), pebble.NoSync); err != nil {
-		return 0, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
+		return Release{}, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
 	}
-	return end, ok, nil
+	return r, ok, nil
 }
 
 // Close flushes the memtables (there is no WAL) and closes the store; what

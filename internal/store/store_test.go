@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -347,7 +348,7 @@ func TestWipePartitionDropsOnlyItsTasks(t *testing.T) {
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetReleased(1, 9); err != nil {
+	if err := s.SetReleased(1, Release{End: 9, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -990,15 +991,15 @@ func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
 	// flushed: task a, changelog applied to 10, partition released at 10
 	put(t, s, 0, 0, &task.State{TaskID: "a", Attempts: 1})
 	setCheckpoint(0, 10)
-	if err := s.SetReleased(0, 10); err != nil {
+	if err := s.SetReleased(0, Release{End: 10, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// not flushed: the partition taken back, task b, applied to 20
-	if end, ok, err := s.TakeReleased(0); err != nil || !ok || end != 10 {
-		t.Fatalf("release mark: %d, %v, %v; want 10", end, ok, err)
+	if r, ok, err := s.TakeReleased(0); err != nil || !ok || r.End != 10 {
+		t.Fatalf("release mark: %d, %v, %v; want 10", r.End, ok, err)
 	}
 	put(t, s, 0, 0, &task.State{TaskID: "b", Attempts: 1}, &task.State{TaskID: "a", Attempts: 2})
 	setCheckpoint(0, 20)
@@ -1025,10 +1026,12 @@ func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
 	if next, ok, err := k.Checkpoint(0); err != nil || !ok || next != 10 {
 		t.Fatalf("killed store: checkpoint %d, %v, %v; want 10, with the states it covers", next, ok, err)
 	}
-	// the mark it comes back with is the flushed one: the changelog has
-	// moved past it (to 20), so the partition is wiped and restored
-	if end, ok, err := k.TakeReleased(0); err != nil || !ok || end != 10 {
-		t.Fatalf("killed store: release mark %d, %v, %v; want the flushed 10", end, ok, err)
+	// the mark it comes back with is the flushed one, with the state and
+	// checkpoint it was written after: the changelog has moved past it (to
+	// 20), so the restore applies it from the checkpoint 10 if the mark is
+	// recent enough, or wipes the partition (package restore)
+	if r, ok, err := k.TakeReleased(0); err != nil || !ok || r.End != 10 || r.At.IsZero() {
+		t.Fatalf("killed store: release mark %d at %v, %v, %v; want the flushed 10, with its time", r.End, r.At, ok, err)
 	}
 
 	c, err := Open(dir, nil) // closed cleanly: everything kept
@@ -1044,6 +1047,30 @@ func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
 	}
 	if _, ok, err := c.TakeReleased(0); err != nil || ok {
 		t.Fatalf("closed store: a release mark (%v, %v); want none, it was taken", ok, err)
+	}
+}
+
+// Guards the release mark's two forms: a mark holds its changelog offset
+// and the time it was written (to the millisecond); a mark an earlier
+// release wrote, the offset alone, reads with no time (the restore then
+// does not catch the partition up from it).
+func TestReleaseMarkKeepsItsTime(t *testing.T) {
+	s := openTest(t)
+	at := time.UnixMilli(1_800_000_000_123)
+	if err := s.SetReleased(3, Release{End: 77, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := s.TakeReleased(3); err != nil || !ok || r.End != 77 || !r.At.Equal(at) {
+		t.Errorf("mark %+v, %v, %v; want 77 at %v", r, ok, err, at)
+	}
+	if _, ok, err := s.TakeReleased(3); err != nil || ok {
+		t.Errorf("a taken mark read again: %v, %v", ok, err)
+	}
+	if err := s.db.Set(releasedKey(4), binary.BigEndian.AppendUint64(nil, 55), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := s.TakeReleased(4); err != nil || !ok || r.End != 55 || !r.At.IsZero() {
+		t.Errorf("an earlier release's mark: %+v, %v, %v; want 55 with no time", r, ok, err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,18 +148,20 @@ func New(c Config) *Restorer {
 // for open transactions on the changelog to finish first (a previous owner's
 // last transaction commits or aborts), so that nothing committed is missed.
 //
-// The local state of a partition is kept only if this instance released the
-// partition cleanly and no other instance has written to its changelog
-// since (trustOrWipe): the changelog has not moved, or only with records of
-// this instance's own transactional producer (its batch in flight at the
-// release, committed or aborted after it), which the restore then applies
-// from the checkpoint. Else it is wiped and the partition restored from the
-// changelog's start.
-// Restoring from the checkpoint alone would keep state the changelog no
-// longer holds: while another instance owned the partition it may have
-// finished a task, and compaction may have dropped the task's records and
-// then its tombstone, so that no record after the checkpoint says the local
-// copy (a pending retry, an open review item) is gone.
+// The local state of a partition is kept only if this instance released
+// the partition cleanly, and either every changelog record since can still
+// be read (canCatchUp: it comes back within half the changelog's
+// delete.retention.ms, as in a rolling restart) or no other instance has
+// written to it since (the changelog has not moved, or only with records
+// of this instance's own transactional producer: its batch in flight at
+// the release, committed or aborted after it); the restore then applies
+// the records from the checkpoint (trustOrWipe). Else it is wiped and the
+// partition restored from the changelog's start.
+// Restoring from the checkpoint alone, past that, would keep state the
+// changelog no longer holds: while another instance owned the partition it
+// may have finished a task, and compaction may have dropped the task's
+// records and then its tombstone, so that no record after the checkpoint
+// says the local copy (a pending retry, an open review item) is gone.
 //
 // The records are applied as they are read, in windows (see restoreWriter):
 // only the last state of a task in a window is stored.
@@ -176,8 +179,9 @@ func (rs *Restorer) Restore(ctx context.Context, cl *kgo.Client, parts []int32) 
 	}
 	ranges := scan.Ranges{}
 	wiped := map[int32]bool{}
+	limits := &catchUpLimits{}
 	for _, p := range parts {
-		kept, err := rs.trustOrWipe(ctx, cl, p, ends[p])
+		kept, err := rs.trustOrWipe(ctx, cl, limits, p, ends[p])
 		if err != nil {
 			return err
 		}
@@ -688,19 +692,29 @@ func (rs *Restorer) stableEnds(ctx context.Context, adm *kadm.Client, topic stri
 }
 
 // trustOrWipe keeps the local state of partition p if this instance released
-// p at changelog end offset end (nothing was written to the changelog
-// partition since, by anyone), and wipes it otherwise: after a restart
-// without a clean release, or when another instance owned p meanwhile. It
+// p cleanly and every changelog record written since can still be read
+// (canCatchUp), or nothing was written since but by this instance
+// (ownWritesOnly): the restore then applies the records from the
+// partition's checkpoint. It wipes it otherwise: after a restart without a
+// clean release, or when another instance owned p too long ago. It
 // reports whether it kept the state.
-func (rs *Restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, end int64) (kept bool, err error) {
-	released, ok, err := rs.store.TakeReleased(p)
+func (rs *Restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, limits *catchUpLimits, p int32, end int64) (kept bool, err error) {
+	mark, ok, err := rs.store.TakeReleased(p)
 	if err != nil {
 		return false, err
 	}
+	released := mark.End
 	if ok && released == end {
 		return true, nil
 	}
 	if ok && released < end {
+		if why := rs.canCatchUp(ctx, cl, limits, p, mark); why == "" {
+			rs.log.Info("the partition comes back soon after this instance released it: its local state is caught up from the changelog",
+				"topic", rs.topic, "partition", p, "released_at", released, "end", end, "released_ago", time.Since(mark.At).Round(time.Millisecond))
+			return true, nil
+		} else if !mark.At.IsZero() {
+			rs.log.Info("the partition's local state is not caught up from its release mark", "topic", rs.topic, "partition", p, "why", why)
+		}
 		ours, err := rs.ownWritesOnly(ctx, cl, p, released, end)
 		if err != nil {
 			rs.log.Warn("could not tell who wrote the changelog since this instance released the partition; restoring it from the changelog's start",
@@ -721,6 +735,108 @@ func (rs *Restorer) trustOrWipe(ctx context.Context, cl *kgo.Client, p int32, en
 			"topic", rs.topic, "partition", p, "had_tasks", had, "released_at", released, "end", end, "released", ok)
 	}
 	return false, nil
+}
+
+// catchUpLimits are what tells whether a partition can be caught up from
+// its release mark (canCatchUp), listed once per restore, when a partition
+// first needs them.
+type catchUpLimits struct {
+	listed    bool
+	retention time.Duration      // the changelog's delete.retention.ms
+	starts    kadm.ListedOffsets // its partitions' log start offsets
+	err       error
+}
+
+// canCatchUp tells whether the local state of partition p, which this
+// instance released at mark and another instance may have written since,
+// can be brought up to the changelog by applying the records from the
+// partition's checkpoint: it returns "" if so, else why not.
+//
+// The local state is the changelog up to the checkpoint, as this instance
+// held it when it let the partition go (the mark is written after the last
+// batch's write, and the store keeps its writes in order). Compaction
+// keeps each task's last record; what it can take away from the records
+// after the checkpoint is a task's earlier records (its last one is read)
+// and a tombstone, delete.retention.ms after the cleaner first passed it
+// (KIP-534): a task deleted since the release would then stay in the
+// local copy. Every record after the checkpoint was written at most a
+// batch before the mark, so none of their tombstones can be gone while
+// the mark is younger than delete.retention.ms; it must be younger than
+// half of it, a margin for the clocks (this machine's measures the mark's
+// age, the broker's the tombstone's). A log start past the checkpoint
+// (records deleted by retention or DeleteRecords) cannot be caught up from.
+func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catchUpLimits, p int32, mark store.Release) string {
+	if mark.At.IsZero() {
+		return "the release mark has no time (written by an earlier release)"
+	}
+	if !limits.listed {
+		limits.listed = true
+		limits.retention, limits.starts, limits.err = rs.listCatchUpLimits(ctx, cl)
+	}
+	if limits.err != nil {
+		return fmt.Sprintf("the changelog's delete.retention.ms or log start unknown: %v", limits.err)
+	}
+	age := time.Since(mark.At)
+	if age < 0 || age >= limits.retention/2 {
+		return fmt.Sprintf("released %s ago, not within half of the changelog's delete.retention.ms (%s): a tombstone written since may be gone",
+			age.Round(time.Millisecond), limits.retention)
+	}
+	next, ok, err := rs.store.Checkpoint(p)
+	if err != nil || !ok {
+		return fmt.Sprintf("no checkpoint (%v)", err)
+	}
+	start, ok := limits.starts.Lookup(rs.topic, p)
+	if !ok || start.Err != nil {
+		return fmt.Sprintf("the log start of the partition unknown (%v)", start.Err)
+	}
+	if start.Offset > next {
+		return fmt.Sprintf("the changelog starts at %d, past the checkpoint %d", start.Offset, next)
+	}
+	return ""
+}
+
+// listCatchUpLimits lists the changelog's delete.retention.ms and its log
+// start offsets, at once.
+func (rs *Restorer) listCatchUpLimits(ctx context.Context, cl *kgo.Client) (time.Duration, kadm.ListedOffsets, error) {
+	adm := kadm.NewClient(cl)
+	var starts kadm.ListedOffsets
+	var startsErr error
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		starts, startsErr = adm.ListStartOffsets(ctx, rs.topic)
+	}()
+	retention, err := deleteRetention(ctx, adm, rs.topic)
+	<-listed
+	if err == nil {
+		err = startsErr
+	}
+	return retention, starts, err
+}
+
+// deleteRetention returns the delete.retention.ms in effect for topic.
+func deleteRetention(ctx context.Context, adm *kadm.Client, topic string) (time.Duration, error) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return 0, err
+	}
+	if rc.Err != nil {
+		return 0, rc.Err
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "delete.retention.ms" && c.Value != nil {
+			ms, err := strconv.ParseInt(*c.Value, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("delete.retention.ms %q: %w", *c.Value, err)
+			}
+			return time.Duration(ms) * time.Millisecond, nil
+		}
+	}
+	return 0, errors.New("delete.retention.ms not described")
 }
 
 // ownWritesOnly reports whether every committed record of changelog
@@ -764,6 +880,9 @@ func (rs *Restorer) MarkReleased(ctx context.Context, cl *kgo.Client, parts []in
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
+	// the time is taken before the listing: every record past the mark is
+	// written after it, but for this instance's own batch in flight
+	now := time.Now()
 	stable, err := adm.ListCommittedOffsets(ctx, rs.topic)
 	if err == nil {
 		for _, p := range parts {
@@ -771,7 +890,7 @@ func (rs *Restorer) MarkReleased(ctx context.Context, cl *kgo.Client, parts []in
 			if !ok || s.Err != nil {
 				continue // unknown: no mark
 			}
-			if err := rs.store.SetReleased(p, s.Offset); err != nil {
+			if err := rs.store.SetReleased(p, store.Release{End: s.Offset, At: now}); err != nil {
 				rs.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
 			}
 		}

@@ -14,8 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -478,27 +480,165 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 	st := &task.State{TaskID: "kept", Attempts: 1, ExpiresAt: 5 * rsHour}
 	ours, theirs := producer("router-a"), producer("router-b")
 
-	// released at 3; only this instance's batch was written after it
+	// released at 3; only this instance's batch was written after it (the
+	// marks have no time, as an earlier release wrote them: the state is
+	// not caught up from them, see TestACatchUpFromTheReleaseMark)
 	end := write(ours, 3)
 	w.restore(map[int32]bool{0: true}, []*kgo.Record{w.rec(0, 0, "kept", st)})
-	if err := w.cfg.Store.SetReleased(0, 3); err != nil {
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: 3}); err != nil {
 		t.Fatal(err)
 	}
 	end = write(ours, 2)
-	kept, err := w.restorer().trustOrWipe(ctx, ours, 0, end)
+	kept, err := w.restorer().trustOrWipe(ctx, ours, &catchUpLimits{}, 0, end)
 	if err != nil || !kept || w.get(0, "kept") == nil {
 		t.Fatalf("changelog moved only by this instance: kept %v (%v), state %+v; want the local state kept", kept, err, w.get(0, "kept"))
 	}
 
 	// released again; then another instance wrote
-	if err := w.cfg.Store.SetReleased(0, end); err != nil {
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: end}); err != nil {
 		t.Fatal(err)
 	}
 	mark := end
 	end = write(theirs, 1)
-	kept, err = w.restorer().trustOrWipe(ctx, ours, 0, end)
+	kept, err = w.restorer().trustOrWipe(ctx, ours, &catchUpLimits{}, 0, end)
 	if err != nil || kept || w.get(0, "kept") != nil {
 		t.Fatalf("changelog written by another instance since %d: kept %v (%v), state %+v; want it wiped", mark, kept, err, w.get(0, "kept"))
+	}
+}
+
+// Guards the restore of a partition that comes back to the instance that
+// released it after another instance wrote to it (every partition in a
+// rolling restart): while the mark is younger than half the changelog's
+// delete.retention.ms, the local state is kept and only the records from
+// its checkpoint are read, and what they say (a task deleted, one changed,
+// one new) is what the store then holds; a mark as old as that, or a log
+// that starts past the checkpoint, wipes the partition and restores it from
+// the changelog's start.
+func TestACatchUpFromTheReleaseMark(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	w := rsStart(t)
+	w.cfg.Topic = "state"
+	w.cfg.ClientOpts = seeds
+	ctx := context.Background()
+	cl, err := kgo.NewClient(seeds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	const retention = time.Minute
+	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "delete.retention.ms", Value: kadm.StringPtr("60000")}}, "state"); err != nil {
+		t.Fatal(err)
+	}
+	producer := func(txid string) *kgo.Client {
+		p, err := kgo.NewClient(append(seeds, kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	// write commits one transaction of states (a tombstone for nil) and
+	// returns the changelog's end after it
+	write := func(p *kgo.Client, sts map[string]*task.State) int64 {
+		if err := p.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var last int64
+		for _, id := range slices.Sorted(maps.Keys(sts)) {
+			r := w.rec(0, 0, id, sts[id])
+			r.Offset = 0
+			out, err := p.ProduceSync(ctx, &kgo.Record{Key: r.Key, Value: r.Value}).First()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = out.Offset
+		}
+		if err := p.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+		return last + 2 // past the commit marker
+	}
+	restored := func() float64 {
+		var m dto.Metric
+		if err := w.cfg.Metrics.Records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	restore := func() (records float64) {
+		before := restored()
+		if err := w.restorer().Restore(ctx, cl, []int32{0}); err != nil {
+			t.Fatal(err)
+		}
+		return restored() - before
+	}
+	attempts := func(id string) int32 {
+		if st := w.get(0, id); st != nil {
+			return st.Attempts
+		}
+		return 0
+	}
+	ours, theirs := producer("router-a"), producer("router-b")
+
+	// this instance owned the partition and let it go; another then wrote
+	end := write(ours, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 1}, "gone": {TaskID: "gone", Attempts: 1}})
+	if n := restore(); n != 2 {
+		t.Fatalf("first restore read %v records, want 2", n)
+	}
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	end = write(theirs, map[string]*task.State{"gone": nil, "kept": {TaskID: "kept", Attempts: 2}, "new": {TaskID: "new", Attempts: 1}})
+	if n := restore(); n != 3 {
+		t.Errorf("the partition back soon after its release: %v records read, want the 3 written since", n)
+	}
+	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 1} {
+		if got := attempts(id); got != want {
+			t.Errorf("after the catch-up: %s at attempt %d, want %d (0: none)", id, got, want)
+		}
+	}
+
+	// released again, the mark now half the retention old: a tombstone
+	// written since may be gone, so the partition is restored from the start
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now().Add(-retention / 2)}); err != nil {
+		t.Fatal(err)
+	}
+	end = write(theirs, map[string]*task.State{"new": {TaskID: "new", Attempts: 2}})
+	if n := restore(); n != 6 {
+		t.Errorf("the partition back half the retention after its release: %v records read, want all 6 from the start", n)
+	}
+	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 2} {
+		if got := attempts(id); got != want {
+			t.Errorf("after the restore from the start: %s at attempt %d, want %d (0: none)", id, got, want)
+		}
+	}
+
+	// released again, recently; the log's start then moves past the
+	// checkpoint: what was deleted cannot be caught up from
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	write(ours, map[string]*task.State{"new": {TaskID: "new", Attempts: 3}})
+	last := write(theirs, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 4}})
+	drop := kadm.Offsets{}
+	drop.Add(kadm.Offset{Topic: "state", Partition: 0, At: last - 2}) // kept's last record on
+	if _, err := adm.DeleteRecords(ctx, drop); err != nil {
+		t.Fatal(err)
+	}
+	if n := restore(); n != 1 {
+		t.Errorf("a log that starts past the checkpoint: %v records read, want the 1 left, from the start", n)
+	}
+	if got, want := attempts("kept"), int32(4); got != want {
+		t.Errorf("after the restore from the log's start: kept at attempt %d, want %d", got, want)
+	}
+	if got := attempts("new"); got != 0 {
+		t.Errorf("after the restore from the log's start: new at attempt %d, want none (its records were deleted)", got)
 	}
 }
 
