@@ -391,6 +391,13 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	var text strings.Builder
 	rep.WriteText(&text)
 	t.Logf("checker (seed %d, JSON report %s):\n%s", cfg.seed, res.jsonPath, text.String())
+	// which restores the store check covered: a partition caught up from its
+	// release mark, or restored from the changelog's start
+	for _, name := range slices.Sorted(maps.Keys(c.routers)) {
+		l := c.routers[name].logs.String()
+		t.Logf("router %s: %d partitions caught up from a release mark, %d restored from the changelog's start", name,
+			strings.Count(l, "its local state is caught up from the changelog"), strings.Count(l, "local state of the partition dropped"))
+	}
 	if !rep.OK() {
 		for name, r := range c.routers {
 			t.Logf("logs of router %s (last lines):\n%s", name, tailLines(r.logs.String(), 30))
