@@ -95,13 +95,15 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 		}
 	}
 	if len(parts) > 0 || !sync.cooperative {
-		// Three things at once, the partitions added waiting for the
-		// longest, not for all: a dead member's open transaction would hold
-		// the restore up until the broker aborts it (membership.go: the
-		// restore waits for the changelog's open transactions, so it reads
-		// nothing before the fence took effect); and, package hold, no
-		// retry is published until the breakers topic is read to where it
-		// stood now, its latches and states adopted before.
+		// The restore, the fence of departed members and the breakers
+		// topic's catch-up run at once: the partitions added wait for the
+		// longest, not for all three. A dead member's open transaction
+		// would hold the restore up until the broker aborts it
+		// (membership.go; the restore waits for the changelog's open
+		// transactions, so it reads nothing before the fence took effect);
+		// and, package hold, no retry is published until the breakers
+		// topic is read to where it stood now, its latches and states
+		// adopted before.
 		fenced, caughtUp := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(fenced)

@@ -96,7 +96,7 @@ func TestAwaitJoinedDoesNotHoldATransactionARevokeCameIn(t *testing.T) {
 	r.syncs.record(syncAssignment{cooperative: true})
 	r.onRevoked(context.Background(), nil, map[string][]int32{cfg.Topics.Ingress: {3}})
 	if !r.revokedInTxn.Load() {
-		t.Fatal("a revoke did not mark the transaction open")
+		t.Fatal("a revoke did not mark the transaction open as one the session aborts")
 	}
 	r.rejoining.Store(true)
 	go func() {

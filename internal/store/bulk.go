@@ -177,11 +177,12 @@ var bulkFiles atomic.Int64
 // should not wait for the disk.
 //
 // A Bulk of fewer than smallBulk writes is applied as one Pebble batch
-// instead, as atomic and as the router's own writes are (not synced):
-// an ingestion syncs its mark and Pebble's manifest, and flushes the
-// memtable first where the files overlap it (a partition just wiped), which
-// cost a partition handed over in a rebalance, a few thousand records, most
-// of its restore.
+// instead, as atomic and as the router's own writes are (in the memtable,
+// not synced): an ingestion syncs its mark file, the directory and
+// Pebble's manifest, a fixed cost that the catch-up of a partition handed
+// back in a rebalance, a few records, paid in full (1.7 ms against 1.4 for
+// a batch of 700 tasks on a disk whose syncs are quick; more where they
+// are slow).
 func (b *Bulk) Commit() error {
 	defer b.release()
 	if b.sort() == 0 {

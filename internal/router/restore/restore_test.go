@@ -552,7 +552,6 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 		var last int64
 		for _, id := range slices.Sorted(maps.Keys(sts)) {
 			r := w.rec(0, 0, id, sts[id])
-			r.Offset = 0
 			out, err := p.ProduceSync(ctx, &kgo.Record{Key: r.Key, Value: r.Value}).First()
 			if err != nil {
 				t.Fatal(err)
