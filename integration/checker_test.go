@@ -280,7 +280,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		bin = cfg.binary
 	}
 	pol := policy.Default()
-	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, starts: map[string][]time.Time{},
+	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, processes: map[string][]*router{}, starts: map[string][]time.Time{},
 		bins: map[string][]string{}}
 	if cfg.compressed {
 		var path string
@@ -391,12 +391,18 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	var text strings.Builder
 	rep.WriteText(&text)
 	t.Logf("checker (seed %d, JSON report %s):\n%s", cfg.seed, res.jsonPath, text.String())
-	// which restores the store check covered: a partition caught up from its
-	// release mark, or restored from the changelog's start
-	for _, name := range slices.Sorted(maps.Keys(c.routers)) {
-		l := c.routers[name].logs.String()
-		t.Logf("router %s: %d partitions caught up from a release mark, %d restored from the changelog's start", name,
-			strings.Count(l, "its local state is caught up from the changelog"), strings.Count(l, "local state of the partition dropped"))
+	// which restores the run's assignments made, every process of each
+	// instance: a partition caught up from its release mark, or restored
+	// from the changelog's start after its local state was dropped
+	for _, name := range slices.Sorted(maps.Keys(c.processes)) {
+		caught, dropped := 0, 0
+		for _, r := range c.processes[name] {
+			l := r.logs.String()
+			caught += strings.Count(l, "its local state is caught up from the changelog")
+			dropped += strings.Count(l, "local state of the partition dropped")
+		}
+		t.Logf("router %s (%d processes): %d partitions caught up from a release mark, %d restored from the changelog's start after a drop",
+			name, len(c.processes[name]), caught, dropped)
 	}
 	if !rep.OK() {
 		for name, r := range c.routers {
@@ -642,8 +648,10 @@ type cluster struct {
 	args    []string // extra flags of every instance (the policy first)
 	dirs    map[string]string
 	routers map[string]*router
-	starts  map[string][]time.Time // when each process of an instance started
-	bins    map[string][]string    // and the router binary it ran
+	// processes are every process of each instance, in the order started
+	processes map[string][]*router
+	starts    map[string][]time.Time // when each process of an instance started
+	bins      map[string][]string    // and the router binary it ran
 	// rebalances are when the group may have begun to rebalance for
 	// another reason: a pause's session timeout and its resume, a stop, the
 	// broker's restart
@@ -676,6 +684,7 @@ func (c *cluster) startBin(name, bin string) *router {
 	c.bins[name] = append(c.bins[name], bin)
 	r := c.e.startRouterBin(bin, name, c.dirs[name], c.args...)
 	c.routers[name] = r
+	c.processes[name] = append(c.processes[name], r)
 	return r
 }
 

@@ -157,12 +157,18 @@ func TestDepartedStaticMembersTransactionIsFenced(t *testing.T) {
 		_, ok := open[txnID]
 		return ok
 	}
-	// freeze a until it is frozen inside a transaction
+	// freeze a until it is frozen inside a transaction: open when a stopped
+	// and still open a moment later (an end a sent just before it stopped
+	// would complete the transaction without a, leaving nothing to fence)
 	pid := a.cmd.Process.Pid
 	frozen := false
 	for try := 0; try < 200 && !frozen; try++ {
 		syscall.Kill(-pid, syscall.SIGSTOP)
-		if frozen = ongoing(); !frozen {
+		if frozen = ongoing(); frozen {
+			time.Sleep(300 * time.Millisecond)
+			frozen = ongoing()
+		}
+		if !frozen {
 			syscall.Kill(-pid, syscall.SIGCONT)
 			time.Sleep(time.Duration(20+try%7*10) * time.Millisecond)
 		}
@@ -177,7 +183,14 @@ func TestDepartedStaticMembersTransactionIsFenced(t *testing.T) {
 			strings.Contains(b.logs.String(), txnID)
 	}) {
 		close(stop)
-		t.Fatalf("b did not fence a's open transaction %s; b's logs:\n%s", txnID, tailLines(b.logs.String(), 60))
+		var group []string // b's lines of the group and the fence
+		for _, l := range strings.Split(b.logs.String(), "\n") {
+			if strings.Contains(l, "fenc") || strings.Contains(l, "session begun") || strings.Contains(l, "restor") {
+				group = append(group, l)
+			}
+		}
+		t.Fatalf("b did not fence a's open transaction %s (open now: %v); b's lines of the group, the fence and the restore:\n%s",
+			txnID, ongoing(), strings.Join(group, "\n"))
 	}
 	if ongoing() {
 		t.Errorf("a's transaction %s is still open after b fenced it", txnID)

@@ -763,8 +763,11 @@ type catchUpLimits struct {
 // batch before the mark, so none of their tombstones can be gone while
 // the mark is younger than delete.retention.ms; it must be younger than
 // half of it, a margin for the clocks (this machine's measures the mark's
-// age, the broker's the tombstone's). A log start past the checkpoint
-// (records deleted by retention or DeleteRecords) cannot be caught up from.
+// age, the broker's the tombstone's). A changelog whose log start is not 0
+// is not caught up from: retention or DeleteRecords deleted records from
+// it, perhaps a task's only one, before the checkpoint as well as after, and
+// the local copy would keep that task (compaction never moves the log start;
+// the router's changelog is compacted only).
 func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catchUpLimits, p int32, mark store.Release) string {
 	if mark.At.IsZero() {
 		return "the release mark has no time (written by an earlier release)"
@@ -781,16 +784,15 @@ func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catc
 		return fmt.Sprintf("released %s ago, not within half of the changelog's delete.retention.ms (%s): a tombstone written since may be gone",
 			age.Round(time.Millisecond), limits.retention)
 	}
-	next, ok, err := rs.store.Checkpoint(p)
-	if err != nil || !ok {
+	if _, ok, err := rs.store.Checkpoint(p); err != nil || !ok {
 		return fmt.Sprintf("no checkpoint (%v)", err)
 	}
 	start, ok := limits.starts.Lookup(rs.topic, p)
 	if !ok || start.Err != nil {
 		return fmt.Sprintf("the log start of the partition unknown (%v)", start.Err)
 	}
-	if start.Offset > next {
-		return fmt.Sprintf("the changelog starts at %d, past the checkpoint %d", start.Offset, next)
+	if start.Offset > 0 {
+		return fmt.Sprintf("the changelog partition starts at %d: records were deleted from it", start.Offset)
 	}
 	return ""
 }

@@ -512,8 +512,9 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 // delete.retention.ms, the local state is kept and only the records from
 // its checkpoint are read, and what they say (a task deleted, one changed,
 // one new) is what the store then holds; a mark as old as that, or a log
-// that starts past the checkpoint, wipes the partition and restores it from
-// the changelog's start.
+// some records were deleted from (here a task's only record, before the
+// checkpoint), wipes the partition and restores it from the changelog's
+// start.
 func TestACatchUpFromTheReleaseMark(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
 	if err != nil {
@@ -586,9 +587,10 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 	ours, theirs := producer("router-a"), producer("router-b")
 
 	// this instance owned the partition and let it go; another then wrote
-	end := write(ours, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 1}, "gone": {TaskID: "gone", Attempts: 1}})
-	if n := restore(); n != 2 {
-		t.Fatalf("first restore read %v records, want 2", n)
+	end := write(ours, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 1}, "gone": {TaskID: "gone", Attempts: 1},
+		"old": {TaskID: "old", Attempts: 1}}) // offsets 0-2 (in key order), its marker 3
+	if n := restore(); n != 3 {
+		t.Fatalf("first restore read %v records, want 3", n)
 	}
 	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -597,7 +599,7 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 	if n := restore(); n != 3 {
 		t.Errorf("the partition back soon after its release: %v records read, want the 3 written since", n)
 	}
-	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 1} {
+	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 1, "old": 1} {
 		if got := attempts(id); got != want {
 			t.Errorf("after the catch-up: %s at attempt %d, want %d (0: none)", id, got, want)
 		}
@@ -609,35 +611,36 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	end = write(theirs, map[string]*task.State{"new": {TaskID: "new", Attempts: 2}})
-	if n := restore(); n != 6 {
-		t.Errorf("the partition back half the retention after its release: %v records read, want all 6 from the start", n)
+	if n := restore(); n != 7 {
+		t.Errorf("the partition back half the retention after its release: %v records read, want all 7 from the start", n)
 	}
-	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 2} {
+	for id, want := range map[string]int32{"kept": 2, "gone": 0, "new": 2, "old": 1} {
 		if got := attempts(id); got != want {
 			t.Errorf("after the restore from the start: %s at attempt %d, want %d (0: none)", id, got, want)
 		}
 	}
 
-	// released again, recently; the log's start then moves past the
-	// checkpoint: what was deleted cannot be caught up from
+	// released again, recently; then records are deleted from the log's
+	// start, up to but not past the checkpoint: old's only record with
+	// them. The changelog holds nothing of old any more, and only a
+	// restore from its start says so.
 	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	write(ours, map[string]*task.State{"new": {TaskID: "new", Attempts: 3}})
-	last := write(theirs, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 4}})
+	write(theirs, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 4}})
 	drop := kadm.Offsets{}
-	drop.Add(kadm.Offset{Topic: "state", Partition: 0, At: last - 2}) // kept's last record on
+	drop.Add(kadm.Offset{Topic: "state", Partition: 0, At: 3}) // past old's record at 2
 	if _, err := adm.DeleteRecords(ctx, drop); err != nil {
 		t.Fatal(err)
 	}
-	if n := restore(); n != 1 {
-		t.Errorf("a log that starts past the checkpoint: %v records read, want the 1 left, from the start", n)
+	if n := restore(); n != 6 {
+		t.Errorf("a log records were deleted from: %v records read, want the 6 left, from its start", n)
 	}
-	if got, want := attempts("kept"), int32(4); got != want {
-		t.Errorf("after the restore from the log's start: kept at attempt %d, want %d", got, want)
-	}
-	if got := attempts("new"); got != 0 {
-		t.Errorf("after the restore from the log's start: new at attempt %d, want none (its records were deleted)", got)
+	for id, want := range map[string]int32{"kept": 4, "gone": 0, "new": 3, "old": 0} {
+		if got := attempts(id); got != want {
+			t.Errorf("after the restore from the log's start: %s at attempt %d, want %d (0: none)", id, got, want)
+		}
 	}
 }
 
