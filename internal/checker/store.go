@@ -425,7 +425,7 @@ func readStore(dir string) (*storeContent, error) {
 			}
 			st.checkpoints[p] = int64(binary.BigEndian.Uint64(val))
 		case 'e':
-			if len(k) == 6 && (len(val) == 8 || len(val) == 16) { // the offset, then (if there) the time
+			if len(k) == 6 && (len(val) == 8 || len(val) == 24) { // the offset, then (if there) the time and checkpoint
 				st.released[p] = int64(binary.BigEndian.Uint64(val))
 			}
 		}

@@ -308,7 +308,8 @@ func appendTimeKey[I taskID](dst []byte, prefix byte, p int32, at int64, id I) [
 func expiryKey(p int32, bucket int64, id string) []byte { return timeKey('x', p, bucket, id) }
 
 // releasedKey holds the release mark of partition p (Release): e/<p:4> ->
-// <offset:8><unix ms:8> (<offset:8> alone in a mark of an earlier release).
+// <offset:8><unix ms:8><checkpoint:8> (<offset:8> alone in a mark of an
+// earlier release).
 func releasedKey(p int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte("e/"), uint32(p))
 }

@@ -311,12 +311,20 @@ func (s *Store) WipePartition(p int32) (bool, error) {
 }
 
 // A Release is a partition's release mark: the changelog's committed end
-// offset when this instance let the partition go, and when it did, by this
-// machine's clock (zero in a mark written by a release before marks had
-// it).
+// offset when this instance let the partition go, when it did, by this
+// machine's clock, and the partition's checkpoint then (Checkpoint; -1 for
+// none). A mark written by a release before marks had the time and the
+// checkpoint has only End (At zero).
+//
+// The checkpoint tells whether the store's state of the partition is still
+// the one the mark was written after: a process that took the partition
+// back and was then killed may leave the mark (its deletion still in the
+// memtable) over state it wrote since (a restore's ingested sstables), and
+// every such write moves the checkpoint.
 type Release struct {
-	End int64
-	At  time.Time
+	End        int64
+	At         time.Time
+	Checkpoint int64
 }
 
 // SetReleased records the release mark of partition p as this instance
@@ -324,6 +332,7 @@ type Release struct {
 func (s *Store) SetReleased(p int32, r Release) error {
 	v := binary.BigEndian.AppendUint64(nil, uint64(r.End))
 	v = binary.BigEndian.AppendUint64(v, uint64(r.At.UnixMilli()))
+	v = binary.BigEndian.AppendUint64(v, uint64(r.Checkpoint))
 	if err := s.db.Set(releasedKey(p), v, pebble.NoSync); err != nil {
 		return fmt.Errorf("store: release mark of partition %d: %w", p, err)
 	}
@@ -340,13 +349,14 @@ func (s *Store) TakeReleased(p int32) (Release, bool, error) {
 	if err != nil {
 		return Release{}, false, fmt.Errorf("store: release mark of partition %d: %w", p, err)
 	}
-	var r Release
-	ok := len(v) == 8 || len(v) == 16
+	r := Release{Checkpoint: -1}
+	ok := len(v) == 8 || len(v) == 24
 	if ok {
 		r.End = int64(binary.BigEndian.Uint64(v))
 	}
-	if len(v) == 16 {
+	if len(v) == 24 {
 		r.At = time.UnixMilli(int64(binary.BigEndian.Uint64(v[8:])))
+		r.Checkpoint = int64(binary.BigEndian.Uint64(v[16:]))
 	}
 	closer.Close()
 	if err := s.db.Delete(releasedKey(p), pebble.NoSync); err != nil {

@@ -1050,18 +1050,18 @@ func TestAKilledStoreComesBackAsItsLastFlush(t *testing.T) {
 	}
 }
 
-// Guards the release mark's two forms: a mark holds its changelog offset
-// and the time it was written (to the millisecond); a mark an earlier
-// release wrote, the offset alone, reads with no time (the restore then
-// does not catch the partition up from it).
+// Guards the release mark's two forms: a mark holds its changelog offset,
+// the time it was written (to the millisecond) and the partition's
+// checkpoint then; a mark an earlier release wrote, the offset alone, reads
+// with no time (the restore then does not catch the partition up from it).
 func TestReleaseMarkKeepsItsTime(t *testing.T) {
 	s := openTest(t)
 	at := time.UnixMilli(1_800_000_000_123)
-	if err := s.SetReleased(3, Release{End: 77, At: at}); err != nil {
+	if err := s.SetReleased(3, Release{End: 77, At: at, Checkpoint: 75}); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok, err := s.TakeReleased(3); err != nil || !ok || r.End != 77 || !r.At.Equal(at) {
-		t.Errorf("mark %+v, %v, %v; want 77 at %v", r, ok, err, at)
+	if r, ok, err := s.TakeReleased(3); err != nil || !ok || r.End != 77 || !r.At.Equal(at) || r.Checkpoint != 75 {
+		t.Errorf("mark %+v, %v, %v; want 77 at %v, checkpoint 75", r, ok, err, at)
 	}
 	if _, ok, err := s.TakeReleased(3); err != nil || ok {
 		t.Errorf("a taken mark read again: %v, %v", ok, err)
@@ -1069,8 +1069,8 @@ func TestReleaseMarkKeepsItsTime(t *testing.T) {
 	if err := s.db.Set(releasedKey(4), binary.BigEndian.AppendUint64(nil, 55), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok, err := s.TakeReleased(4); err != nil || !ok || r.End != 55 || !r.At.IsZero() {
-		t.Errorf("an earlier release's mark: %+v, %v, %v; want 55 with no time", r, ok, err)
+	if r, ok, err := s.TakeReleased(4); err != nil || !ok || r.End != 55 || !r.At.IsZero() || r.Checkpoint != -1 {
+		t.Errorf("an earlier release's mark: %+v, %v, %v; want 55 with no time or checkpoint", r, ok, err)
 	}
 }
 

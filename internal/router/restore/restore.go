@@ -753,8 +753,10 @@ type catchUpLimits struct {
 // partition's checkpoint: it returns "" if so, else why not.
 //
 // The local state is the changelog up to the checkpoint, as this instance
-// held it when it let the partition go (the mark is written after the last
-// batch's write, and the store keeps its writes in order). Compaction
+// held it when it let the partition go: the mark is written after the last
+// batch's write, and the checkpoint is still the one it recorded (see
+// store.Release: a process killed after it took the partition back may
+// leave the mark over state it wrote since). Compaction
 // keeps each task's last record; what it can take away from the records
 // after the checkpoint is a task's earlier records (its last one is read)
 // and a tombstone, delete.retention.ms after the cleaner first passed it
@@ -784,8 +786,14 @@ func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catc
 		return fmt.Sprintf("released %s ago, not within half of the changelog's delete.retention.ms (%s): a tombstone written since may be gone",
 			age.Round(time.Millisecond), limits.retention)
 	}
-	if _, ok, err := rs.store.Checkpoint(p); err != nil || !ok {
+	next, ok, err := rs.store.Checkpoint(p)
+	if err != nil || !ok {
 		return fmt.Sprintf("no checkpoint (%v)", err)
+	}
+	if next != mark.Checkpoint {
+		// a process that took the partition back after the mark wrote to
+		// the store and was killed before the mark's deletion was flushed
+		return fmt.Sprintf("the store was written after the mark (checkpoint %d, %d at the mark)", next, mark.Checkpoint)
 	}
 	start, ok := limits.starts.Lookup(rs.topic, p)
 	if !ok || start.Err != nil {
@@ -892,7 +900,11 @@ func (rs *Restorer) MarkReleased(ctx context.Context, cl *kgo.Client, parts []in
 			if !ok || s.Err != nil {
 				continue // unknown: no mark
 			}
-			if err := rs.store.SetReleased(p, store.Release{End: s.Offset, At: now}); err != nil {
+			cp, has, err := rs.store.Checkpoint(p)
+			if err != nil || !has {
+				cp = -1
+			}
+			if err := rs.store.SetReleased(p, store.Release{End: s.Offset, At: now, Checkpoint: cp}); err != nil {
 				rs.log.Warn("release mark not written; the partition is restored from the changelog's start when it comes back", "partition", p, "err", err)
 			}
 		}

@@ -584,6 +584,17 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 		}
 		return 0
 	}
+	// release marks partition 0 released at end, at, with the store's
+	// checkpoint, as MarkReleased does
+	release := func(end int64, at time.Time) {
+		cp, ok, err := w.cfg.Store.Checkpoint(0)
+		if err != nil || !ok {
+			t.Fatalf("checkpoint: %v %v", ok, err)
+		}
+		if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: at, Checkpoint: cp}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ours, theirs := producer("router-a"), producer("router-b")
 
 	// this instance owned the partition and let it go; another then wrote
@@ -592,9 +603,7 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 	if n := restore(); n != 3 {
 		t.Fatalf("first restore read %v records, want 3", n)
 	}
-	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	release(end, time.Now())
 	end = write(theirs, map[string]*task.State{"gone": nil, "kept": {TaskID: "kept", Attempts: 2}, "new": {TaskID: "new", Attempts: 1}})
 	if n := restore(); n != 3 {
 		t.Errorf("the partition back soon after its release: %v records read, want the 3 written since", n)
@@ -607,9 +616,7 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 
 	// released again, the mark now half the retention old: a tombstone
 	// written since may be gone, so the partition is restored from the start
-	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now().Add(-retention / 2)}); err != nil {
-		t.Fatal(err)
-	}
+	release(end, time.Now().Add(-retention/2))
 	end = write(theirs, map[string]*task.State{"new": {TaskID: "new", Attempts: 2}})
 	if n := restore(); n != 7 {
 		t.Errorf("the partition back half the retention after its release: %v records read, want all 7 from the start", n)
@@ -620,24 +627,34 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 		}
 	}
 
+	// released again, recently, but the store was written after the mark
+	// (a process that took the partition back, killed before the mark's
+	// deletion reached the disk): its checkpoint is not the mark's
+	cp, _, _ := w.cfg.Store.Checkpoint(0)
+	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now(), Checkpoint: cp - 1}); err != nil {
+		t.Fatal(err)
+	}
+	end = write(theirs, map[string]*task.State{"new": {TaskID: "new", Attempts: 3}})
+	if n := restore(); n != 8 {
+		t.Errorf("a mark the store was written after: %v records read, want all 8 from the start", n)
+	}
+
 	// released again, recently; then records are deleted from the log's
 	// start, up to but not past the checkpoint: old's only record with
 	// them. The changelog holds nothing of old any more, and only a
 	// restore from its start says so.
-	if err := w.cfg.Store.SetReleased(0, store.Release{End: end, At: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	write(ours, map[string]*task.State{"new": {TaskID: "new", Attempts: 3}})
+	release(end, time.Now())
+	write(ours, map[string]*task.State{"new": {TaskID: "new", Attempts: 4}})
 	write(theirs, map[string]*task.State{"kept": {TaskID: "kept", Attempts: 4}})
 	drop := kadm.Offsets{}
 	drop.Add(kadm.Offset{Topic: "state", Partition: 0, At: 3}) // past old's record at 2
 	if _, err := adm.DeleteRecords(ctx, drop); err != nil {
 		t.Fatal(err)
 	}
-	if n := restore(); n != 6 {
-		t.Errorf("a log records were deleted from: %v records read, want the 6 left, from its start", n)
+	if n := restore(); n != 7 {
+		t.Errorf("a log records were deleted from: %v records read, want the 7 left, from its start", n)
 	}
-	for id, want := range map[string]int32{"kept": 4, "gone": 0, "new": 3, "old": 0} {
+	for id, want := range map[string]int32{"kept": 4, "gone": 0, "new": 4, "old": 0} {
 		if got := attempts(id); got != want {
 			t.Errorf("after the restore from the log's start: %s at attempt %d, want %d (0: none)", id, got, want)
 		}
