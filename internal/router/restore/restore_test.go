@@ -52,6 +52,34 @@ func rsStart(t *testing.T) *rsWorld {
 	return &rsWorld{t: t, cfg: Config{Store: s, Log: log, Metrics: NewMetrics()}, codec: c}
 }
 
+// rsOnChangelog is a restore world whose changelog is topic "state" of
+// one partition on a kfake cluster, and the cluster's seeds.
+func rsOnChangelog(t *testing.T) (*rsWorld, []kgo.Opt) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
+	w := rsStart(t)
+	w.cfg.Topic = "state"
+	w.cfg.ClientOpts = seeds
+	return w, seeds
+}
+
+// rsProducer is a transactional producer to the changelog, as an instance
+// whose transactional ID is txid writes it.
+func rsProducer(t *testing.T, seeds []kgo.Opt, txid string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(slices.Clip(seeds), kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // restorer is w's restore, with its config as the test set it.
 func (w *rsWorld) restorer() *Restorer { return New(w.cfg) }
 
@@ -442,24 +470,9 @@ func TestRestoreStopsAtAnUnreadableRecord(t *testing.T) {
 // an eager rebalance revokes every partition, and under load a transaction
 // is often open), and wiped once another instance's producer wrote to it.
 func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
-	w := rsStart(t)
-	w.cfg.Topic = "state"
-	w.cfg.ClientOpts = seeds
+	w, seeds := rsOnChangelog(t)
 	ctx := context.Background()
-	producer := func(txid string) *kgo.Client {
-		cl, err := kgo.NewClient(append(seeds, kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cl.Close)
-		return cl
-	}
+	producer := func(txid string) *kgo.Client { return rsProducer(t, seeds, txid) }
 	write := func(cl *kgo.Client, n int) int64 {
 		if err := cl.BeginTransaction(); err != nil {
 			t.Fatal(err)
@@ -516,15 +529,7 @@ func TestTrustOrWipeKeepsStateMovedOnlyByThisInstance(t *testing.T) {
 // checkpoint), wipes the partition and restores it from the changelog's
 // start.
 func TestACatchUpFromTheReleaseMark(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	seeds := []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}
-	w := rsStart(t)
-	w.cfg.Topic = "state"
-	w.cfg.ClientOpts = seeds
+	w, seeds := rsOnChangelog(t)
 	ctx := context.Background()
 	cl, err := kgo.NewClient(seeds...)
 	if err != nil {
@@ -536,14 +541,7 @@ func TestACatchUpFromTheReleaseMark(t *testing.T) {
 	if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "delete.retention.ms", Value: kadm.StringPtr("60000")}}, "state"); err != nil {
 		t.Fatal(err)
 	}
-	producer := func(txid string) *kgo.Client {
-		p, err := kgo.NewClient(append(seeds, kgo.TransactionalID(txid), kgo.DefaultProduceTopic("state"))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		return p
-	}
+	producer := func(txid string) *kgo.Client { return rsProducer(t, seeds, txid) }
 	// write commits one transaction of states (a tombstone for nil) and
 	// returns the changelog's end after it
 	write := func(p *kgo.Client, sts map[string]*task.State) int64 {
