@@ -437,8 +437,17 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	held.hold()
 	var mu sync.Mutex
 	others := map[string][]int32{} // the ingress partitions each other member was assigned last
+	// The group falls back to "range", the only protocol the others offer,
+	// which splits the partitions over the members sorted by member ID. An
+	// ID is the member's client ID, a dash and a random suffix: the router's
+	// client ID is franz-go's default, "kgo", and the others' sort after it,
+	// so the router comes first in every round and which partitions it gets
+	// is known. (With IDs all random, the router came last in about one run
+	// of twenty, kept the one partition it was given with the first member
+	// in every round after, and the test could not show a silent loss.)
 	join := func(name string) *kgo.Client {
 		other, err := kgo.NewClient(append(w.seeds,
+			kgo.ClientID("zz-"+name),
 			kgo.ConsumerGroup(Default().Group),
 			kgo.ConsumeTopics(w.topics.Ingress, w.topics.Decisions),
 			kgo.Balancers(kgo.RangeBalancer()),
@@ -504,7 +513,8 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 
 	rb := w.rt.rebalanceCount()
 	join("x")
-	// the router is told of the revoke, and restores its new assignment
+	// the router is told of the revoke, and restores its new assignment:
+	// first of two, partitions 0 and 1
 	if !lcWaitFor(60*time.Second, func() bool { return w.rt.rebalanceCount() >= rb+2 && w.rt.Ready() }) {
 		t.Fatal("the router was not revoked and assigned again within 60 s of a member joining")
 	}
@@ -512,29 +522,13 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	for _, p := range w.rt.ownedPartitions() {
 		had[p] = true
 	}
-	// a third member joins: that revoke is not passed on. Which partition
-	// each member gets follows their member IDs; until the router has lost
-	// a partition it was assigned since, the third member is replaced
-	var mine int32
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("y%d", i)
-		rb = w.rt.rebalanceCount()
-		y := join(name)
-		mine = settle(rb, "x", name)[0] // three members, a partition each
-		if len(had) > 1 || !had[mine] {
-			break
-		}
-		if i == 20 {
-			t.Fatalf("in 20 rebalances the router never lost a partition it was assigned (%v)", had)
-		}
-		rb = w.rt.rebalanceCount()
-		y.Close()
-		mu.Lock()
-		delete(others, name)
-		mu.Unlock()
-		for _, p := range settle(rb, "x") {
-			had[p] = true
-		}
+	// a third member joins: that revoke is not passed on. First of three,
+	// the router keeps partition 0 and loses 1, which it was assigned since
+	rb = w.rt.rebalanceCount()
+	join("y")
+	mine := settle(rb, "x", "y")[0] // three members, a partition each
+	if len(had) < 2 || !had[mine] {
+		t.Fatalf("the router had %v with one other member and has %d with two, want one of those and one lost", had, mine)
 	}
 	gone := map[int32]bool{}
 	for p := range int32(3) {
