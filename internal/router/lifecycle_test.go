@@ -442,9 +442,9 @@ func TestSilentRevokeLetsThePartitionsGo(t *testing.T) {
 	// ID is the member's client ID, a dash and a random suffix: the router's
 	// client ID is franz-go's default, "kgo", and the others' sort after it,
 	// so the router comes first in every round and which partitions it gets
-	// is known. (With IDs all random, the router came last in about one run
-	// of twenty, kept the one partition it was given with the first member
-	// in every round after, and the test could not show a silent loss.)
+	// is known. (With random IDs alone, the router can sort after the first
+	// member, keep the one partition it gets then in every later round, and
+	// the test cannot show a silent loss.)
 	join := func(name string) *kgo.Client {
 		other, err := kgo.NewClient(append(w.seeds,
 			kgo.ClientID("zz-"+name),
