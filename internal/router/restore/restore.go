@@ -774,6 +774,16 @@ func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catc
 	if mark.At.IsZero() {
 		return "the release mark has no time (written by an earlier release)"
 	}
+	// the local conditions first: the broker is asked only if they hold
+	next, ok, err := rs.store.Checkpoint(p)
+	if err != nil || !ok {
+		return fmt.Sprintf("no checkpoint (%v)", err)
+	}
+	if next != mark.Checkpoint {
+		// a process that took the partition back after the mark wrote to
+		// the store and was killed before the mark's deletion was flushed
+		return fmt.Sprintf("the store was written after the mark (checkpoint %d, %d at the mark)", next, mark.Checkpoint)
+	}
 	if !limits.listed {
 		limits.listed = true
 		limits.retention, limits.starts, limits.err = rs.listCatchUpLimits(ctx, cl)
@@ -785,15 +795,6 @@ func (rs *Restorer) canCatchUp(ctx context.Context, cl *kgo.Client, limits *catc
 	if age < 0 || age >= limits.retention/2 {
 		return fmt.Sprintf("released %s ago, not within half of the changelog's delete.retention.ms (%s): a tombstone written since may be gone",
 			age.Round(time.Millisecond), limits.retention)
-	}
-	next, ok, err := rs.store.Checkpoint(p)
-	if err != nil || !ok {
-		return fmt.Sprintf("no checkpoint (%v)", err)
-	}
-	if next != mark.Checkpoint {
-		// a process that took the partition back after the mark wrote to
-		// the store and was killed before the mark's deletion was flushed
-		return fmt.Sprintf("the store was written after the mark (checkpoint %d, %d at the mark)", next, mark.Checkpoint)
 	}
 	start, ok := limits.starts.Lookup(rs.topic, p)
 	if !ok || start.Err != nil {
