@@ -780,12 +780,34 @@ func (t *breakerTable) list(ctx context.Context, clientOpts []kgo.Opt) {
 // whose tasks this instance owns. A batch that does not commit gives the
 // states back (rollback) with its other breaker changes.
 func (k *Breakers) AdoptShared(out Out, now time.Time) {
+	k.fresh = k.table.freshness() // before the changes: they include all it says
+	fresh := k.tableFresh()
 	if now.Sub(k.expired) >= expireEvery {
 		k.expired = now
-		k.transitions(k.set.Expire(now, k.held.holds), out, now)
+		k.transitions(k.set.Expire(now, func(ref breaker.Ref) bool {
+			// an unused template is let go only with a fresh table, as
+			// adopt releases one (holdsTemplate)
+			return k.held.holds(ref) || !fresh && k.holdsTemplate(ref)
+		}), out, now)
 	}
-	k.fresh = k.table.freshness() // before the changes: they include all it says
 	states, dirty := k.table.changes()
+	// a template is released (OPEN or HALF_OPEN to CLOSED) by another
+	// instance's CLOSED only with a fresh table, like a latch ends
+	// (syncLatch): a table held back (its reader waiting out a broker
+	// restart, this process paused) may not have read an item that latches
+	// the template yet. The state waits in the table for a later batch,
+	// unless a newer one of its breaker comes first.
+	if !fresh {
+		var wait []pendingState
+		states = slices.DeleteFunc(states, func(s pendingState) bool {
+			if s.State == breaker.Closed.Name() && k.holdsTemplate(s.ref) {
+				wait = append(wait, s)
+				return true
+			}
+			return false
+		})
+		k.table.giveBack(wait)
+	}
 	k.adopting = append(k.adopting, states...)
 	k.checked = append(k.checked, dirty...)
 	// latches first: a latched breaker ignores the states (a process that
@@ -810,6 +832,12 @@ func (k *Breakers) AdoptShared(out Out, now time.Time) {
 		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
 	}
 	k.gauges()
+}
+
+// holdsTemplate reports whether ref is a prompt template's breaker that is
+// not CLOSED here: what an item elsewhere may latch.
+func (k *Breakers) holdsTemplate(ref breaker.Ref) bool {
+	return ref.Scope == breaker.PromptTemplate && k.set.State(ref) != breaker.Closed
 }
 
 // expireEvery is how often a batch lets go of the breakers not used for a

@@ -582,6 +582,27 @@ func TestUnusedBreakersAreLetGo(t *testing.T) {
 	}
 }
 
+// Guards the letting go of an unused template with a stale breakers
+// table: like a release by adoption, it waits for a fresh table, which
+// may hold an item that latches it.
+func TestAStaleTableKeepsAnUnusedTemplate(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	feed(k, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
+	step(k, t0, true, nil)
+	later := t0.Add(k.set.IdleOf(tplRef) + expireEvery + time.Second)
+	k.table.freshAt = time.Now().Add(-time.Minute)
+	step(k, later, true, nil)
+	if k.set.State(tplRef) != breaker.Open || len(k.events) != 0 {
+		t.Fatalf("with the table stale, the unused template is %s, transitions %+v; want OPEN, none", k.set.State(tplRef), k.events)
+	}
+	k.table.freshAt = time.Now().Add(time.Hour)
+	step(k, later.Add(expireEvery), true, nil)
+	if k.set.State(tplRef) != breaker.Closed || len(k.events) != 1 || k.events[0].To != breaker.Closed.Name() {
+		t.Fatalf("with the table fresh, the unused template is %s, transitions %+v; want let go, CLOSED once", k.set.State(tplRef), k.events)
+	}
+}
+
 // Guards the records an earlier release wrote by key to the breakers
 // topic's other partitions: read as written before partition 0's, an
 // item there is ended by a RESET on partition 0, and its decision (a
@@ -735,6 +756,59 @@ func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
 	step(k, t0.Add(4*time.Second), true, nil)
 	if len(k.events) != 0 {
 		t.Fatalf("the batch after it queued %+v, want nothing", k.events)
+	}
+}
+
+// Guards the release of a template by adoption on an instance whose
+// breakers table is stale: the template is OPEN here on a state another
+// instance shared, and a third instance's CLOSED of it comes in while the
+// reader is held back (a broker restart, a paused process). An item that
+// latches the template may be committed after that CLOSED and not read
+// yet, so the CLOSED waits for a fresh table: the template stays OPEN, with
+// no transition, and once the table is fresh it is adopted, unless an item
+// read meanwhile latches the template, which then never reopens.
+func TestAStaleTableDoesNotReleaseATemplateByAdoption(t *testing.T) {
+	for _, item := range []bool{false, true} {
+		k := adoptBreakers(t)
+		t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+		feed(k, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
+		step(k, t0, true, nil)
+		if k.set.State(tplRef) != breaker.Open {
+			t.Fatalf("the template is %s, want OPEN on c's state", k.set.State(tplRef))
+		}
+
+		k.table.freshAt = time.Now().Add(-time.Minute) // the reader has read nothing for a minute
+		feed(k, stateRec(t, tplRef, breaker.Closed.Name(), "a", false, t0.Add(time.Second)))
+		step(k, t0.Add(2*time.Second), true, nil)
+		step(k, t0.Add(3*time.Second), false, nil) // one that does not commit
+		step(k, t0.Add(4*time.Second), true, nil)
+		if k.set.State(tplRef) != breaker.Open || len(k.events) != 0 {
+			t.Fatalf("with the table stale, a's CLOSED left the template %s, transitions %+v; want OPEN, none", k.set.State(tplRef), k.events)
+		}
+
+		if item {
+			feed(k, itemRec(t, "h-1", "c", true)) // committed after a's CLOSED
+		}
+		k.table.freshAt = time.Now().Add(time.Hour) // read on to a new listing
+		step(k, t0.Add(5*time.Second), true, nil)
+		if item {
+			if !k.set.Latched(tplRef) {
+				t.Fatal("c's item read with the table fresh does not latch the template")
+			}
+			for _, e := range k.events {
+				if e.To == breaker.Closed.Name() {
+					t.Fatalf("the batch closed the template an item latches: %+v", k.events)
+				}
+			}
+			continue
+		}
+		if k.set.State(tplRef) != breaker.Closed || len(k.events) != 1 || k.events[0].To != breaker.Closed.Name() {
+			t.Fatalf("once the table is fresh the template is %s, transitions %+v; want CLOSED, one", k.set.State(tplRef), k.events)
+		}
+		step(k, t0.Add(6*time.Second), true, nil)
+		if len(k.events) != 0 {
+			t.Fatalf("the batch after it queued %+v, want nothing", k.events)
+		}
 	}
 }
 
