@@ -191,7 +191,8 @@ type Breakers struct {
 	// (Publishing)
 	catchingUpWait, staleWait wait
 	// fresh is the table's freshness when the batch adopted what it read
-	// (adoptShared): its retries wait unless it is recent (FreshFor)
+	// (adoptShared): its retries, and the release of a template, wait
+	// unless it is recent (FreshFor)
 	fresh time.Time
 
 	// events are the transitions and alerts queued by the batch, logged
