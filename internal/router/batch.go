@@ -107,10 +107,8 @@ type taskOf struct {
 	// Load name it)
 	part int32
 	// old is the state's index entries as the store holds them (Remember),
-	// nil until remembered: what the batch's write of it replaces; oldPart
-	// is the partition they are kept under
+	// nil until remembered: what the batch's write of it replaces
 	old     *task.State
-	oldPart int32
 	touched bool
 	encoded []byte // the changelog value of a touched state (changelog)
 }
@@ -194,7 +192,7 @@ func (b *batch) remember(t *taskOf, st *task.State) {
 		p := *st.Pending
 		old.Pending = &p
 	}
-	t.old, t.oldPart = old, t.part
+	t.old = old
 }
 
 // origins maps each record the batch's inputs queued to its input, for a

@@ -108,15 +108,11 @@ func (r *Router) persist(b *batch, now time.Time) error {
 	wb := r.store.NewBatchSize(size)
 	for _, t := range b.touched {
 		st := b.states[t.id]
-		old := t.old
-		if t.oldPart != t.part { // its entries are under another partition: not replaced here
-			old = nil
-		}
 		var err error
 		if t.encoded != nil {
-			err = wb.PutEncoded(t.part, old, st, t.encoded)
+			err = wb.PutEncoded(t.part, t.old, st, t.encoded)
 		} else {
-			err = wb.Put(t.part, old, st, r.swp.ExpiresAt(st, now))
+			err = wb.Put(t.part, t.old, st, r.swp.ExpiresAt(st, now))
 		}
 		if err != nil {
 			wb.Discard()

@@ -32,8 +32,7 @@ func (s *Store) NewBatchSize(size int) *Batch {
 }
 
 // Put writes the new state of a task of partition p. old is the state the
-// store holds of it in partition p (nil for none); its index entries are
-// replaced, and those the new state keeps are left in place.
+// store held before (nil for a new task); its index entries are replaced.
 // expiresAt is the router-clock time (ms) the state expires, 0 for never.
 func (b *Batch) Put(p int32, old, st *task.State, expiresAt int64) error {
 	// the stored state carries its expiry: the next Put's old state names the
@@ -134,21 +133,21 @@ func putEncoded(w writer, p int32, old, st *task.State, v []byte) error {
 
 // putIndexed writes the encoded state v of task id, of partition p, with
 // its index entries x, replacing the index entries old of the state the
-// store held (nil for none). An entry old already has (the expiry bucket of
-// most writes) is neither deleted nor written again: it is in the store,
-// and each write would be one more entry in the memtable and in the tables
-// flushed from it.
+// store held (nil for none). An entry of old whose key x writes again (the
+// expiry bucket of most writes) is not deleted first: the write replaces
+// it, and a deletion would be one more entry in the memtable and in the
+// tables flushed from it.
 func putIndexed[I taskID](w writer, p int32, id I, old *Entries, x Entries, v []byte) error {
 	if old != nil {
 		o := *old
 		if o.Pending && x.Pending && o.NotBefore == x.NotBefore && o.Due == x.Due {
-			o.Pending, x.Pending = false, false
+			o.Pending = false
 		}
 		if o.ExpiresAt > 0 && x.ExpiresAt > 0 && w.bucket(o.ExpiresAt) == w.bucket(x.ExpiresAt) {
-			o.ExpiresAt, x.ExpiresAt = 0, 0
+			o.ExpiresAt = 0
 		}
 		if o.OverdueAt > 0 && o.OverdueAt == x.OverdueAt {
-			o.OverdueAt, x.OverdueAt = 0, 0
+			o.OverdueAt = 0
 		}
 		unindex(w, p, id, &o)
 	}
