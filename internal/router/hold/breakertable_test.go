@@ -582,21 +582,38 @@ func TestUnusedBreakersAreLetGo(t *testing.T) {
 	}
 }
 
-// Guards the letting go of an unused template with a stale breakers
-// table: like a release by adoption, it waits for a fresh table, which
-// may hold an item that latches it.
-func TestAStaleTableKeepsAnUnusedTemplate(t *testing.T) {
+// staleTable makes k's breakers table stale: its reader has read nothing
+// for a minute. freshTable makes it read on to a new listing.
+func staleTable(k *Breakers) { k.table.freshAt = time.Now().Add(-time.Minute) }
+
+func freshTable(k *Breakers) { k.table.freshAt = time.Now().Add(time.Hour) }
+
+// openOnSharedState returns breakers whose template is OPEN, not latched,
+// on the state instance c shared, adopted in a committed batch at t0.
+func openOnSharedState(t *testing.T) (*Breakers, time.Time) {
+	t.Helper()
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	feed(k, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
 	step(k, t0, true, nil)
+	if k.set.State(tplRef) != breaker.Open || k.set.Latched(tplRef) {
+		t.Fatalf("the template is %s (latched %v), want OPEN on c's state", k.set.State(tplRef), k.set.Latched(tplRef))
+	}
+	return k, t0
+}
+
+// Guards the letting go of an unused template with a stale breakers
+// table: like a release by adoption, it waits for a fresh table, which
+// may hold an item that latches it.
+func TestAStaleTableKeepsAnUnusedTemplate(t *testing.T) {
+	k, t0 := openOnSharedState(t)
 	later := t0.Add(k.set.IdleOf(tplRef) + expireEvery + time.Second)
-	k.table.freshAt = time.Now().Add(-time.Minute)
+	staleTable(k)
 	step(k, later, true, nil)
 	if k.set.State(tplRef) != breaker.Open || len(k.events) != 0 {
 		t.Fatalf("with the table stale, the unused template is %s, transitions %+v; want OPEN, none", k.set.State(tplRef), k.events)
 	}
-	k.table.freshAt = time.Now().Add(time.Hour)
+	freshTable(k)
 	step(k, later.Add(expireEvery), true, nil)
 	if k.set.State(tplRef) != breaker.Closed || len(k.events) != 1 || k.events[0].To != breaker.Closed.Name() {
 		t.Fatalf("with the table fresh, the unused template is %s, transitions %+v; want let go, CLOSED once", k.set.State(tplRef), k.events)
@@ -730,7 +747,7 @@ func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
 		t.Fatal("a hallucination did not latch its template")
 	}
 
-	k.table.freshAt = time.Now().Add(-time.Minute) // the reader has read nothing for a minute
+	staleTable(k)
 	b := decideItem(t, k, "h-1", "tpl", t0.Add(time.Second), true)
 	if _, decided := itemRecords(b); decided != 1 {
 		t.Fatalf("deciding the item wrote %d tombstones, want 1", decided)
@@ -745,7 +762,7 @@ func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
 		t.Fatal("a batch with the table still stale reopened the template")
 	}
 
-	k.table.freshAt = time.Now().Add(time.Hour) // read on to a new listing
+	freshTable(k)
 	step(k, t0.Add(3*time.Second), true, nil)
 	if k.set.State(tplRef) != breaker.Closed {
 		t.Fatalf("once the table is fresh the template is %s, want CLOSED", k.set.State(tplRef))
@@ -769,15 +786,9 @@ func TestAStaleTableKeepsTheTemplateLatched(t *testing.T) {
 // read meanwhile latches the template, which then never reopens.
 func TestAStaleTableDoesNotReleaseATemplateByAdoption(t *testing.T) {
 	for _, item := range []bool{false, true} {
-		k := adoptBreakers(t)
-		t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-		feed(k, stateRec(t, tplRef, breaker.Open.Name(), "c", false, t0))
-		step(k, t0, true, nil)
-		if k.set.State(tplRef) != breaker.Open {
-			t.Fatalf("the template is %s, want OPEN on c's state", k.set.State(tplRef))
-		}
+		k, t0 := openOnSharedState(t)
 
-		k.table.freshAt = time.Now().Add(-time.Minute) // the reader has read nothing for a minute
+		staleTable(k)
 		feed(k, stateRec(t, tplRef, breaker.Closed.Name(), "a", false, t0.Add(time.Second)))
 		step(k, t0.Add(2*time.Second), true, nil)
 		step(k, t0.Add(3*time.Second), false, nil) // one that does not commit
@@ -789,7 +800,7 @@ func TestAStaleTableDoesNotReleaseATemplateByAdoption(t *testing.T) {
 		if item {
 			feed(k, itemRec(t, "h-1", "c", true)) // committed after a's CLOSED
 		}
-		k.table.freshAt = time.Now().Add(time.Hour) // read on to a new listing
+		freshTable(k)
 		step(k, t0.Add(5*time.Second), true, nil)
 		if item {
 			if !k.set.Latched(tplRef) {
