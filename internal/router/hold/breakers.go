@@ -47,8 +47,10 @@ package hold
 //     (heldUntil): it does not take a half-open breaker's probe from them;
 //   - once every breaker of a held retry has closed (a success while
 //     half-open, or a person's reset), the next sweep releases it
-//     (releaseHeld), in due order with the others, without waiting for the
-//     time it was moved to: before any retry that comes due after the close.
+//     (releaseHeld), in due order with the others, whether or not the time
+//     it was moved to has come (the sweep reads a bounded number of due
+//     entries a batch, and would leave some for a later one): before any
+//     retry that comes due after the close.
 // While a breaker is latched (a hallucination's item of its prompt template,
 // or a person's latch by hand), its retries are held until a person decides
 // the item or resets the breaker, on every instance and across restarts:
@@ -687,18 +689,23 @@ func (k *Breakers) ReleaseHeld(states map[string]*task.State, load func(st *task
 			k.held.del(id)
 			continue
 		}
-		if st.Pending.NotBefore > nowMs {
-			h, _ := k.held.get(id)
-			rel = append(rel, release{st, h.partition})
-		}
+		// a retry whose breakers' time has come (its due entry is at or
+		// before now) is released here too, not left to the sweep: the
+		// sweep reads a bounded number of due entries a batch, and one
+		// past that bound would come out after the retries released here
+		// that were due after it
+		h, _ := k.held.get(id)
+		rel = append(rel, release{st, h.partition})
 	}
 	slices.SortFunc(rel, func(x, y release) int {
 		return cmp.Or(cmp.Compare(x.st.Pending.Due(), y.st.Pending.Due()), cmp.Compare(x.st.TaskID, y.st.TaskID))
 	})
 	for _, x := range rel {
 		load(x.st, x.p)
-		// a retry held ahead of its due time (holdAhead) waits for it
-		x.st.Pending.NotBefore = max(nowMs, x.st.Pending.DueAt)
+		if x.st.Pending.NotBefore > nowMs {
+			// a retry held ahead of its due time (holdAhead) waits for it
+			x.st.Pending.NotBefore = max(nowMs, x.st.Pending.DueAt)
+		}
 	}
 	k.heldGauge.Set(float64(k.held.len()))
 	return nil

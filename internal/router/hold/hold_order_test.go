@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -52,5 +53,63 @@ func TestHeldRetriesKeepDueOrderAcrossBreakers(t *testing.T) {
 	}
 	if z.Due() != due || m.Due() != due+1 || a.Due() != due+2 {
 		t.Fatalf("own due times t-z %d, t-m %d, t-a %d; want %d, %d, %d", z.Due(), m.Due(), a.Due(), due, due+1, due+2)
+	}
+}
+
+// mapLoader is a store of task states held in a map (StateLoader).
+type mapLoader map[string]*task.State
+
+func (m mapLoader) Load(ids []string, _ func(string) int32, into map[string]*task.State) error {
+	for _, id := range ids {
+		if st, ok := m[id]; ok {
+			into[id] = st
+		}
+	}
+	return nil
+}
+
+// Guards "retries held behind a breaker come out in their due order once it
+// closes" when the time a held retry was moved to has come before the
+// close: the sweep reads a bounded number of due entries a batch, so a
+// retry left to it could come out a batch after retries released at the
+// close that were due after it (TestChecker, seed 729419726, reported one
+// such retry). Every retry held behind the closed breaker is released at
+// the close, in due order, and one whose time has come keeps it.
+func TestAClosedBreakerReleasesARetryWhoseTimeHasCome(t *testing.T) {
+	k := adoptBreakers(t)
+	now := time.UnixMilli(1_800_000_000_000)
+	nowMs := now.UnixMilli()
+	m := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+	k.set.Trip(m, "test", breaker.Outcome{}, now.Add(-time.Minute))
+	stored := mapLoader{
+		// due first; moved to a time that has passed (its entry is among
+		// those the sweep may not reach this batch)
+		"t-early": {TaskID: "t-early", Pending: &task.PendingRetry{N: 1, DueAt: nowMs - 600, NotBefore: nowMs - 20}},
+		// due after it; moved to a time still to come
+		"t-late": {TaskID: "t-late", Pending: &task.PendingRetry{N: 1, DueAt: nowMs - 300, NotBefore: nowMs + 5_000}},
+	}
+	k.store = stored
+	for _, id := range []string{"t-late", "t-early"} {
+		k.held.put(id, 0, []breaker.Ref{m})
+	}
+	b := newTestBatch()
+	k.transitionEvents(k.set.Reset(m, "a person reset it", now), b)
+
+	var released []string
+	load := func(st *task.State, _ int32) {
+		released = append(released, st.TaskID)
+		b.states[st.TaskID] = st
+	}
+	if err := k.ReleaseHeld(b.states, load, now); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"t-early", "t-late"}; !slices.Equal(released, want) {
+		t.Fatalf("released %v at the close, want %v (every retry held behind it, in due order)", released, want)
+	}
+	if nb := b.states["t-early"].Pending.NotBefore; nb != nowMs-20 {
+		t.Fatalf("t-early's time moved from %d to %d: it had come", nowMs-20, nb)
+	}
+	if nb := b.states["t-late"].Pending.NotBefore; nb != nowMs {
+		t.Fatalf("t-late not due at the close: not before %d, now %d", nb, nowMs)
 	}
 }
