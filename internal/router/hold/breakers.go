@@ -648,13 +648,13 @@ func (k *Breakers) ReleaseHeld(states map[string]*task.State, load func(st *task
 	nowMs := now.UnixMilli()
 	owned := k.owner.OwnedSet()
 	type release struct {
-		st *task.State
+		id string
 		p  int32
+		st *task.State
 	}
 	var (
-		rel    []release
+		cand   []release // held behind breakers that have all closed, on owned partitions
 		toLoad []string
-		cand   []string
 	)
 	for _, id := range ids {
 		h, _ := k.held.get(id)
@@ -665,7 +665,7 @@ func (k *Breakers) ReleaseHeld(states map[string]*task.State, load func(st *task
 			k.held.del(id)
 			continue
 		}
-		cand = append(cand, id)
+		cand = append(cand, release{id: id, p: h.partition})
 		if _, ok := states[id]; !ok {
 			toLoad = append(toLoad, id)
 		}
@@ -678,24 +678,24 @@ func (k *Breakers) ReleaseHeld(states map[string]*task.State, load func(st *task
 	if err := k.store.Load(toLoad, partOf, stored); err != nil {
 		return err
 	}
-	for _, id := range cand {
-		st, ok := states[id]
+	// every candidate still held is released, including one whose breakers'
+	// time has come (its due entry is at or before now): left to the sweep,
+	// which reads a bounded number of due entries a batch, it could come out
+	// after the retries released here that were due after it
+	rel := cand[:0]
+	for _, c := range cand {
+		st, ok := states[c.id]
 		if !ok {
-			st = stored[id]
+			st = stored[c.id]
 		}
 		// a retry moved by a breaker keeps its own due time: any other
 		// pending retry is a new one
 		if st == nil || st.Pending == nil || st.Pending.DueAt == 0 {
-			k.held.del(id)
+			k.held.del(c.id)
 			continue
 		}
-		// a retry whose breakers' time has come (its due entry is at or
-		// before now) is released here too, not left to the sweep: the
-		// sweep reads a bounded number of due entries a batch, and one
-		// past that bound would come out after the retries released here
-		// that were due after it
-		h, _ := k.held.get(id)
-		rel = append(rel, release{st, h.partition})
+		c.st = st
+		rel = append(rel, c)
 	}
 	slices.SortFunc(rel, func(x, y release) int {
 		return cmp.Or(cmp.Compare(x.st.Pending.Due(), y.st.Pending.Due()), cmp.Compare(x.st.TaskID, y.st.TaskID))
