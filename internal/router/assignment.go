@@ -52,7 +52,10 @@ func (r *Router) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[st
 			return
 		}
 	}
-	r.written.Lock() // the last batch's write is done before the restore writes
+	if !r.written.LockUnless(r.storeFailed()) { // the last batch's write is done before the restore writes
+		r.setReady(false)
+		return // the store failed: the run loop ends the session, and Run stops
+	}
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
 	r.setReady(false) // also after a revoke that was not passed on
@@ -191,7 +194,9 @@ func (r *Router) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 	}
 	r.revokedInTxn.Store(true)
 	r.setReady(false)
-	r.written.Lock() // the store holds everything committed once the last batch's write is done
+	if !r.written.LockUnless(r.storeFailed()) { // the store holds everything committed once the last batch's write is done
+		return // the store failed: no release mark (a restart restores the partitions)
+	}
 	defer r.written.Unlock()
 	r.rebalances.Add(1)
 	var held []int32 // only partitions whose state was restored: a failed restore leaves no mark

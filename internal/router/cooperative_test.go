@@ -163,7 +163,7 @@ func TestCooperativeRebalanceKeepsWhatStays(t *testing.T) {
 	// unless a heartbeat already told it of that round: then the join
 	// drains the request, and which came first is the scheduler's choice.
 	if !strings.Contains(c.logs.String(), "rejoining the group at once") {
-		t.Errorf("c joined: it did not rejoin at once for the partitions its first round said were to come")
+		t.Errorf("c joined: it did not rejoin at once for the partitions its first round said were to come\nc's log:\n%s\nc's Kafka client:\n%s", c.logs.String(), c.kafka.String())
 	}
 	if !strings.Contains(c.kafka.String(), `"why":"from ForceRebalance"`) {
 		t.Logf("c joined: a heartbeat told c of the second round before its own rejoin request was taken")

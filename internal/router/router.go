@@ -165,6 +165,10 @@ type Config struct {
 	// cooperative instance offers the eager protocol too, so a group is
 	// cooperative only once every member is configured so.
 	GroupProtocol string
+
+	// storeOptions, in tests, adjusts the store's options (its file
+	// system, its memtable size)
+	storeOptions func(*store.Options)
 }
 
 // GroupProtocols are the values Config.GroupProtocol takes
@@ -311,7 +315,7 @@ type Router struct {
 	// written is held while the Pebble write of a committed batch runs
 	// (handle.go); writeErr is that write's error, set before written is
 	// released
-	written  sync.Mutex
+	written  writeLock
 	writeErr error
 	// writing is the committed batch whose write may still run, for the
 	// next batch to read its states from (handle.go); used by the handle
@@ -413,7 +417,11 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.OpenWith(cfg.StateDir, cfg.Logger, store.Options{ExpiryBucket: expiryBucket(cfg.Policy)})
+	so := store.Options{ExpiryBucket: expiryBucket(cfg.Policy)}
+	if cfg.storeOptions != nil {
+		cfg.storeOptions(&so)
+	}
+	st, err := store.OpenWith(cfg.StateDir, cfg.Logger, so)
 	if err != nil {
 		return nil, err
 	}
@@ -438,6 +446,11 @@ func New(cfg Config) (*Router, error) {
 	r.dec = r.decoder()
 	r.norm = decode.Normalizer{Registry: cfg.Registry, Log: log, Waiting: r.registryWaiting}
 	r.swp = sweep.New(cfg.Policy, cfg.Topics.State, log, st, owner{r}, r.alertFunc())
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "faultrouter", Name: "store_background_errors_total",
+			Help: "Flushes and compactions of the state store that failed (a full disk stops the router: see Run)."},
+			func() float64 { return float64(st.BackgroundErrors()) }))
+	}
 	return r, nil
 }
 
@@ -467,14 +480,21 @@ func expiryBucket(p *policy.Policy) time.Duration {
 
 // Ready reports whether the router has restored its state and is routing:
 // not while it waits for a schema registry that does not answer, nor while
-// its assignment waits for the breakers topic to be read (catchUpTable).
+// its assignment waits for the breakers topic to be read (catchUpTable),
+// nor once its state store failed.
 func (r *Router) Ready() bool {
-	return r.ready.Load() && !r.registryDown.Load() && r.brk.Current()
+	return r.ready.Load() && !r.registryDown.Load() && r.brk.Current() && (r.store == nil || r.store.Err() == nil)
 }
 
 // Run routes until ctx is done. A failed transactional session (fenced,
 // ambiguous commit, lost group) is closed and a new one is created, so the
-// producer is re-created after an ambiguous transaction error.
+// producer is re-created after an ambiguous transaction error. A state
+// store that can no longer be written (its disk full: store.Err) ends the
+// session, which leaves the group so that the other instances take its
+// partitions at once, and Run returns the store's error: Pebble would
+// retry its flush for as long as the disk stays full, while every write
+// waits. The changelog holds every committed state; a restart on a disk
+// with room restores the store from it.
 func (r *Router) Run(ctx context.Context) error {
 	defer r.store.Close()
 	if err := r.prepareFramer(ctx); err != nil { // registry.go
@@ -492,6 +512,14 @@ func (r *Router) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			r.leaveStatic()
 			return nil
+		}
+		if ferr := r.store.Err(); ferr != nil {
+			// the session ended and left the group: the other instances
+			// take its partitions at once, and restore them from the
+			// changelog, which holds every state this one committed
+			r.setReady(false)
+			r.leaveStatic()
+			return fmt.Errorf("router: stopped, its state store cannot be written: %w", ferr)
 		}
 		r.setReady(false)
 		r.metrics.sessionRestarts.Inc()
@@ -611,6 +639,9 @@ func (r *Router) runSession(ctx context.Context) error {
 		case err := <-restoreFailed:
 			return fmt.Errorf("router: restore failed; leaving the group so that the partitions are assigned and restored again: %w", err)
 		default:
+		}
+		if err := r.store.Err(); err != nil { // the disk under it is full (package store): Run stops
+			return err
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {

@@ -9,6 +9,7 @@ package router
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -58,6 +59,60 @@ func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
 	return ids, nil
 }
 
+// writeLock is held while the Pebble write of a committed batch runs, like
+// a sync.Mutex, but a wait for it can end when the store fails
+// (LockUnless): a write that waits for a full disk waits for ever, and
+// the session must still end and leave the group. The zero value is
+// unlocked.
+type writeLock struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (l *writeLock) c() chan struct{} {
+	l.once.Do(func() { l.ch = make(chan struct{}, 1) })
+	return l.ch
+}
+
+func (l *writeLock) Lock()   { l.c() <- struct{}{} }
+func (l *writeLock) Unlock() { <-l.c() }
+
+// TryLock takes the lock if it is free.
+func (l *writeLock) TryLock() bool {
+	select {
+	case l.c() <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// LockUnless takes the lock unless failed is closed, before or while it
+// waits (a nil failed never is), and reports whether it took it. Nothing
+// is written to a store that failed: a write could wait for ever.
+func (l *writeLock) LockUnless(failed <-chan struct{}) bool {
+	select {
+	case <-failed:
+		return false
+	default:
+	}
+	select {
+	case l.c() <- struct{}{}:
+		return true
+	case <-failed:
+		return false
+	}
+}
+
+// storeFailed is closed once the store can no longer be written (nil
+// without a store).
+func (r *Router) storeFailed() <-chan struct{} {
+	if r.store == nil {
+		return nil
+	}
+	return r.store.Failed()
+}
+
 // beforeStateWrite, when set, runs before the Pebble write of each committed
 // batch: a test holds the write back with it. Nil in production.
 var beforeStateWrite func()
@@ -65,7 +120,9 @@ var beforeStateWrite func()
 // waitWritten waits until the Pebble write of the last committed batch is
 // done and returns its error, once.
 func (r *Router) waitWritten() error {
-	r.written.Lock()
+	if !r.written.LockUnless(r.storeFailed()) {
+		return r.store.Err() // the write may wait for the full disk for ever
+	}
 	defer r.written.Unlock()
 	err := r.writeErr
 	r.writeErr = nil
@@ -141,7 +198,9 @@ func (r *Router) persist(b *batch, now time.Time) error {
 // runSession alternates two batches. start is when the batch began, for
 // faultrouter_batch_seconds.
 func (r *Router) writeCommitted(b *batch, now, start time.Time) {
-	r.written.Lock()
+	if !r.written.LockUnless(r.storeFailed()) {
+		return // the store failed: the run loop stops (Run)
+	}
 	r.writing = b
 	go func() {
 		defer r.written.Unlock()

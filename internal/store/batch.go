@@ -245,7 +245,11 @@ func (b *Batch) Len() int { return int(b.b.Count()) }
 func (b *Batch) Commit() error {
 	defer b.b.Close()
 	if err := b.b.Commit(pebble.NoSync); err != nil {
-		return fmt.Errorf("store: commit batch: %w", err)
+		err = fmt.Errorf("store: commit batch: %w", err)
+		if b.s != nil {
+			b.s.check(err)
+		}
+		return err
 	}
 	if b.s != nil {
 		b.s.lowerFloors(b.added)

@@ -223,11 +223,11 @@ func (b *Bulk) Commit() error {
 				_ = files[k].Close()
 			}
 			if path != "" {
-				_ = vfs.Default.Remove(path)
+				_ = b.s.opts.FS.Remove(path)
 			}
 		}
 		b.s.synced(nil)
-		return fmt.Errorf("store: bulk write: %w", err)
+		return b.s.check(fmt.Errorf("store: bulk write: %w", err))
 	}
 	b.s.syncs.Add(1)
 	go func() {
@@ -283,7 +283,7 @@ func (s *Store) markUnsynced() error {
 	if s.syncing > 1 {
 		return nil
 	}
-	f, err := vfs.Default.Create(filepath.Join(s.dir, unsyncedMark), vfs.WriteCategoryUnspecified)
+	f, err := s.opts.FS.Create(filepath.Join(s.dir, unsyncedMark), vfs.WriteCategoryUnspecified)
 	if err == nil {
 		err = errors.Join(f.Sync(), f.Close())
 	}
@@ -312,7 +312,7 @@ func (s *Store) synced(files []vfs.File) {
 		return
 	}
 	if s.syncing == 0 {
-		if err := vfs.Default.Remove(filepath.Join(s.dir, unsyncedMark)); err == nil {
+		if err := s.opts.FS.Remove(filepath.Join(s.dir, unsyncedMark)); err == nil {
 			_ = syncDir(s.dir)
 		}
 	}
@@ -386,7 +386,7 @@ func tableRuns(ops []bulkOp, n int) []tableRun {
 // with a bloom filter if filtered, and returns the file, open and not
 // synced.
 func (s *Store) writeTable(path string, ops []bulkOp, filtered bool) (vfs.File, error) {
-	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	f, err := s.opts.FS.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, err
 	}

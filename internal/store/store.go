@@ -46,6 +46,12 @@
 // (package restore catches the state up from them). Otherwise state the
 // changelog no longer holds (a task another owner finished and compaction
 // then dropped with its tombstone) would come back from the local copy.
+//
+// A store whose disk is full (or whose quota is reached, or whose file
+// system went read-only) fails for good at the first write, flush or
+// compaction that finds it so (Err, Failed): Pebble would retry the flush
+// for as long as the disk stays full, and every write would wait once the
+// memtables are full. Its owner stops; the changelog holds every state.
 package store
 
 import (
@@ -59,10 +65,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/task"
@@ -93,6 +102,16 @@ type Store struct {
 	resets uint64 // how many times resetFloors ran
 
 	bucketMs int64 // the width of an expiry bucket (Options.ExpiryBucket)
+
+	// failed is closed, and failErr set, once the store cannot be written
+	// (Err): its disk is full, its quota reached or it was remounted
+	// read-only. Pebble retries a flush that failed for as long as it
+	// fails, and stops every write once its memtables are full; the
+	// router stops instead, and the changelog keeps every state.
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+	bgErrors atomic.Int64 // background errors, failures or not
 }
 
 // Options are the store's optional settings.
@@ -106,6 +125,12 @@ type Options struct {
 	// layout: a store opened with another width is emptied and restored
 	// from the changelog.
 	ExpiryBucket time.Duration
+	// FS is the file system the store is on. Default (nil): the
+	// operating system's.
+	FS vfs.FS
+	// MemTableSize is the size of one of Pebble's memtables (two are
+	// kept). Default (0): 32 MiB.
+	MemTableSize uint64
 }
 
 // DefaultExpiryBucket is the expiry buckets' width when Options leave it 0.
@@ -163,11 +188,19 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 32 << 20
+	}
+	s := &Store{dir: dir, log: log, floors: map[floorKey]floor{},
+		bucketMs: o.ExpiryBucket.Milliseconds(), failed: make(chan struct{})}
+	pl := pebbleLogger{log.With("component", "pebble")}
 	opts := &pebble.Options{
-		Logger:       pebbleLogger{log.With("component", "pebble")},
-		BytesPerSync: 1 << 20,
-		MemTableSize: 32 << 20,
-		MaxOpenFiles: 1000,
+		FS:            o.FS,
+		Logger:        pl,
+		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl)},
+		BytesPerSync:  1 << 20,
+		MemTableSize:  o.MemTableSize,
+		MaxOpenFiles:  1000,
 		// the point reads of a poll hit recently written states most: keep
 		// their blocks decompressed in memory (Pebble's default is 8 MiB)
 		CacheSize:          64 << 20,
@@ -193,10 +226,9 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		return nil, s.check(fmt.Errorf("store: open %s: %w", dir, err))
 	}
-	s := &Store{db: db, dir: dir, opts: opts, log: log, codec: c, floors: map[floorKey]floor{},
-		bucketMs: o.ExpiryBucket.Milliseconds()}
+	s.db, s.opts, s.codec = db, opts, c
 	if err := s.upgrade(); err != nil {
 		db.Close()
 		return nil, err
@@ -368,6 +400,19 @@ func (s *Store) TakeReleased(p int32) (Release, bool, error) {
 // Close flushes the memtables (there is no WAL) and closes the store; what
 // a process killed before it loses is restored from the changelog.
 func (s *Store) Close() error {
+	if err := s.Err(); err != nil {
+		// a flush would wait for as long as the disk stays full, and so
+		// may a write that was under way; what the memtables held is in
+		// the changelog
+		closed := make(chan error, 1)
+		go func() { closed <- s.db.Close() }()
+		select {
+		case cerr := <-closed:
+			return errors.Join(err, cerr)
+		case <-time.After(failedCloseWait):
+			return errors.Join(err, errors.New("store: close: a write is waiting for the disk; left open"))
+		}
+	}
 	s.syncs.Wait() // a clean close leaves no unsynced mark
 	// without a WAL, the memtables are the only copy of the latest writes
 	if err := s.db.Flush(); err != nil {
@@ -482,6 +527,72 @@ func (s *Store) load(it *pebble.Iterator, keys [][]byte, out map[string]*task.St
 		out[string(id)] = st
 	}
 	return nil
+}
+
+// failedCloseWait bounds how long Close of a failed store waits for Pebble.
+const failedCloseWait = 5 * time.Second
+
+// ErrUnwritable is the store's failure (Err): its directory can no longer
+// be written.
+var ErrUnwritable = errors.New("store: the state directory cannot be written")
+
+// Failed is closed once the store can no longer be written; Err says why.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
+// Err returns the store's failure, an ErrUnwritable, or nil. A store fails
+// on the first write, flush or compaction that finds its disk full
+// (ENOSPC), its quota reached (EDQUOT) or its file system read-only
+// (EROFS): none of them passes on its own soon, and Pebble would retry the
+// flush until it does while every write waits. Other errors are returned
+// by the operation that met them, and leave the store as it was.
+func (s *Store) Err() error {
+	select {
+	case <-s.failed:
+		return s.failErr
+	default:
+		return nil
+	}
+}
+
+// BackgroundErrors returns how many of Pebble's flushes and compactions
+// have failed since the store was opened.
+func (s *Store) BackgroundErrors() int64 { return s.bgErrors.Load() }
+
+// unwritable reports whether err says the state directory cannot be
+// written until someone frees space or remounts it.
+func unwritable(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EROFS)
+}
+
+// check makes err the store's failure if it is one (unwritable), and
+// returns err.
+func (s *Store) check(err error) error {
+	if err == nil || !unwritable(err) {
+		return err
+	}
+	s.failOnce.Do(func() {
+		s.failErr = fmt.Errorf("%w: %s: %w", ErrUnwritable, s.dir, err)
+		close(s.failed)
+		s.log.Error("state store failed: free space on its volume, or give it a larger one; the changelog holds every state, and a restart restores the store from it",
+			"dir", s.dir, "err", err.Error())
+	})
+	return err
+}
+
+// backgroundError is Pebble's BackgroundError listener: a failure of a
+// flush or compaction is logged, and fails the store if it is one
+// (check). Pebble retries a failed flush every second or so: once the
+// store failed, its repeats are logged at debug level.
+func (s *Store) backgroundError(log pebbleLogger) func(error) {
+	return func(err error) {
+		s.bgErrors.Add(1)
+		if s.Err() != nil {
+			log.log.Debug("background error", "err", err.Error())
+			return
+		}
+		log.log.Error("background error", "err", err.Error())
+		s.check(err)
+	}
 }
 
 // ErrCorruptCheckpoint is returned by Checkpoint when the stored checkpoint

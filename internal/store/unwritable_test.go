@@ -1,0 +1,101 @@
+package store
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// A flush that finds the disk full fails the store at once, with an error
+// that names its directory and the cause, instead of leaving Pebble to
+// retry it while every write waits; and Close does not wait for the disk.
+func TestAFullDiskFailsTheStore(t *testing.T) {
+	var full atomic.Bool
+	dir := t.TempDir()
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return &pathErr{path: op.Path}
+		}
+		return nil
+	}))
+	s, err := OpenWith(dir, nil, Options{FS: fs, MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	put := func(from, n int) error {
+		wb := s.NewBatch()
+		for i := from; i < from+n; i++ {
+			st := benchState(i, now)
+			if err := wb.Put(3, nil, st, now+2*st.SLAMs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return wb.Commit()
+	}
+	if err := put(0, 100); err != nil { // written and flushed while there is room
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Err() != nil {
+		t.Fatalf("the store failed with room on its disk: %v", s.Err())
+	}
+
+	full.Store(true)
+	// more than a memtable: its flush meets the full disk
+	for i := 0; s.Err() == nil && i < 200; i++ {
+		if err := put(1000+i*100, 100); err != nil && s.Err() == nil {
+			t.Fatalf("a write failed without failing the store: %v", err)
+		}
+	}
+	select {
+	case <-s.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the store did not fail on a full disk (%d background errors)", s.BackgroundErrors())
+	}
+	err = s.Err()
+	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("Err() = %v: want ErrUnwritable, ENOSPC and the directory", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, ErrUnwritable) {
+			t.Fatalf("Close() = %v: want the store's failure", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for the full disk")
+	}
+
+	// room again: the store opens on what it had, and is written
+	full.Store(false)
+	s, err = OpenWith(dir, nil, Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if st, err := s.Get(3, benchState(0, now).TaskID); err != nil || st == nil {
+		t.Fatalf("a state flushed before the disk filled: %v, %v", st, err)
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+// pathErr is the error a write to a full volume returns.
+type pathErr struct{ path string }
+
+func (e *pathErr) Error() string {
+	return "write " + filepath.Base(e.path) + ": no space left on device"
+}
+func (e *pathErr) Unwrap() error { return syscall.ENOSPC }
