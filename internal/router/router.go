@@ -592,7 +592,7 @@ func (r *Router) runSession(ctx context.Context) error {
 	// batch's write is waited for once closeSession (below) has aborted any
 	// open transaction, which a restore running meanwhile may wait for.
 	defer func() {
-		if err := r.waitWritten(); err != nil {
+		if err := r.waitWritten(); err != nil && !errors.Is(err, store.ErrUnwritable) { // that one was logged once (package store)
 			r.log.Error("state store write of the last batch failed; the changelog restores it", "err", err)
 		}
 	}()
