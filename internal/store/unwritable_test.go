@@ -99,3 +99,44 @@ func (e *pathErr) Error() string {
 	return "write " + filepath.Base(e.path) + ": no space left on device"
 }
 func (e *pathErr) Unwrap() error { return syscall.ENOSPC }
+
+// A restore into a store on a full disk (a Bulk, written as sstables and
+// ingested) fails the store as a flush does: the restore is not tried
+// again and again on a disk that has no room for it.
+func TestARestoreOnAFullDiskFailsTheStore(t *testing.T) {
+	ingestEveryBulk(t)
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.Contains(op.Path, "bulk-") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return &pathErr{path: op.Path}
+		}
+		return nil
+	}))
+	s, err := OpenWith(t.TempDir(), nil, Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	bk := s.NewBulk(100)
+	for i := range 100 {
+		st := benchState(i, now)
+		v, err := st.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bk.PutEncoded(3, nil, st, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bk.Commit(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Commit() = %v: want ENOSPC", err)
+	}
+	if err := s.Err(); !errors.Is(err, ErrUnwritable) {
+		t.Fatalf("Err() = %v after a restore met a full disk: want ErrUnwritable", err)
+	}
+	select {
+	case <-s.Failed():
+	default:
+		t.Fatal("Failed() not closed")
+	}
+}
