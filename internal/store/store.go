@@ -197,7 +197,7 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 	opts := &pebble.Options{
 		FS:            o.FS,
 		Logger:        pl,
-		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl)},
+		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl), LowDiskSpace: s.lowDiskSpace},
 		BytesPerSync:  1 << 20,
 		MemTableSize:  o.MemTableSize,
 		MaxOpenFiles:  1000,
@@ -593,6 +593,15 @@ func (s *Store) backgroundError(log pebbleLogger) func(error) {
 		log.log.Error("background error", "err", err.Error())
 		s.check(err)
 	}
+}
+
+// lowDiskSpace is Pebble's LowDiskSpace listener: it warns when the space
+// left on the store's volume falls under 10%, 5%, 3%, 2% and 1% (and again
+// every 30 minutes while it stays under), before a full volume stops the
+// router (Err).
+func (s *Store) lowDiskSpace(info pebble.LowDiskSpaceInfo) {
+	s.log.Warn("state store's volume is running out of space; once it is full the router stops",
+		"dir", s.dir, "available_bytes", info.AvailBytes, "total_bytes", info.TotalBytes, "under_percent", info.PercentThreshold)
 }
 
 // ErrCorruptCheckpoint is returned by Checkpoint when the stored checkpoint

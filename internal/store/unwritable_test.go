@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/faultrouter/faultrouter/internal/lockedbuf"
 )
 
 // A flush that finds the disk full fails the store at once, with an error
@@ -138,5 +141,31 @@ func TestARestoreOnAFullDiskFailsTheStore(t *testing.T) {
 	case <-s.Failed():
 	default:
 		t.Fatal("Failed() not closed")
+	}
+}
+
+// almostFull is a file system whose volume has 1% of its space left.
+type almostFull struct{ vfs.FS }
+
+func (almostFull) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 100 << 20, UsedBytes: 99 << 20}, nil
+}
+
+// A volume running out of space is warned of before it fills up.
+func TestAVolumeRunningOutOfSpaceIsWarnedOf(t *testing.T) {
+	var logs lockedbuf.Buffer
+	dir := t.TempDir()
+	s, err := OpenWith(dir, slog.New(slog.NewTextHandler(&logs, nil)), Options{FS: almostFull{vfs.Default}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := logs.String()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "running out of space") ||
+		!strings.Contains(got, "under_percent=1") || !strings.Contains(got, dir) {
+		t.Fatalf("no warning of the volume's 1%% left, naming the directory:\n%s", got)
+	}
+	if s.Err() != nil {
+		t.Fatalf("a volume with room left failed the store: %v", s.Err())
 	}
 }
