@@ -60,7 +60,7 @@ func (r *Router) statesBefore(prev, b *batch) ([]string, error) {
 }
 
 // writeLock is held while the Pebble write of a committed batch runs, like
-// a sync.Mutex, but a wait for it can end when the store fails
+// a sync.Mutex, but a wait for it ends when the store fails
 // (LockUnless): a write that waits for a full disk waits for ever, and
 // the session must still end and leave the group. The zero value is
 // unlocked.
@@ -74,7 +74,7 @@ func (l *writeLock) c() chan struct{} {
 	return l.ch
 }
 
-func (l *writeLock) Lock()   { l.c() <- struct{}{} }
+// Unlock releases the lock.
 func (l *writeLock) Unlock() { <-l.c() }
 
 // TryLock takes the lock if it is free.
