@@ -474,7 +474,7 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 			msg = "retry held: behind retries held before it"
 		}
 		k.taskLine(msg, slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model),
-			slog.String("action", ev.Action), slog.String("prompt_template", ev.PromptTemplate))
+			slog.String("action", ev.Action), slog.String("prompt_template", ev.PromptTemplate), k.holding(refs))
 	case ok && wasHeld:
 		k.held.del(ev.TaskID)
 		k.taskLine("held retry released", slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model))
@@ -484,6 +484,21 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 	}
 	k.heldGauge.Set(float64(k.held.len()))
 	return !ok
+}
+
+// holding names the first of refs that is not closed, and its state, for
+// a held retry's line: the breaker it waits for.
+func (k *Breakers) holding(refs []breaker.Ref) slog.Attr {
+	for _, ref := range refs {
+		if st := k.set.State(ref); st != breaker.Closed {
+			latched := ""
+			if k.set.Latched(ref) {
+				latched = ", latched"
+			}
+			return slog.String("breaker", ref.String()+" ("+string(st.Name())+latched+")")
+		}
+	}
+	return slog.String("breaker", "")
 }
 
 // retryRefs are the breakers ev's retry would be published into, each
