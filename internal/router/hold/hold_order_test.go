@@ -1,7 +1,10 @@
 package hold
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +114,28 @@ func TestAClosedBreakerReleasesARetryWhoseTimeHasCome(t *testing.T) {
 	}
 	if nb := b.states["t-late"].Pending.NotBefore; nb != nowMs {
 		t.Fatalf("t-late not due at the close: not before %d, now %d", nb, nowMs)
+	}
+}
+
+// A held retry's line names the breaker it waits for and its state: an
+// operator reading why a retry is not out sees which breaker to look at.
+func TestAHeldRetrysLineNamesItsBreaker(t *testing.T) {
+	brk, err := New(policy.Default(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	brk.log = slog.New(slog.NewTextHandler(&logs, nil))
+	now := time.UnixMilli(1_800_000_000_000)
+	model := breaker.Ref{Scope: breaker.ProviderModel, Key: "openai/gpt-4o"}
+	brk.set.Trip(model, "test", breaker.Outcome{}, now) // tripped by hand: latched until a reset
+	b := newTestBatch()
+	ev := &event.TaskEvent{TaskID: "t-held", PromptTemplate: "refund-v9", Provider: "openai", Model: "gpt-4o"}
+	st := &task.State{TaskID: "t-held", Pending: &task.PendingRetry{N: 1, NotBefore: now.UnixMilli()}}
+	if !brk.HoldRetry(ev, st, 0, b, now) {
+		t.Fatal("a retry whose provider/model breaker is OPEN was not held")
+	}
+	if got := logs.String(); !strings.Contains(got, `msg="retry held: breaker open"`) || !strings.Contains(got, `breaker="PROVIDER_MODEL/openai/gpt-4o (OPEN, latched)"`) {
+		t.Fatalf("the held retry's line does not name its breaker and state:\n%s", got)
 	}
 }
