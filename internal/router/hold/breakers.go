@@ -168,6 +168,7 @@ type Breakers struct {
 	// held set keeps its own copy of a held retry's breakers). keys builds
 	// their provider/model keys.
 	refs, holdRefs []breaker.Ref
+	heldNames      map[heldName]string // holding's
 	keys           policy.BreakerKeys
 	itemKey        []byte // itemOpen's scratch
 
@@ -240,10 +241,11 @@ func New(p *policy.Policy, reg prometheus.Registerer) (*Breakers, error) {
 	}
 	const ns = "faultrouter"
 	b := &Breakers{
-		set:    set,
-		surges: surges,
-		held:   newHeldSet(),
-		closed: map[breaker.Ref]bool{},
+		set:       set,
+		surges:    surges,
+		held:      newHeldSet(),
+		heldNames: map[heldName]string{},
+		closed:    map[breaker.Ref]bool{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -473,8 +475,13 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 		if behind != 0 {
 			msg = "retry held: behind retries held before it"
 		}
-		k.taskLine(msg, slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model),
-			slog.String("action", ev.Action), slog.String("prompt_template", ev.PromptTemplate), k.holding(refs))
+		if k.log.Enabled(context.Background(), slog.LevelInfo) { // the breaker's name is built only for a line written
+			// five attributes, as many as a record holds without an
+			// allocation: the action is in the breaker's name when its
+			// downstream breaker is the one
+			k.taskLine(msg, slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model),
+				slog.String("prompt_template", ev.PromptTemplate), k.holding(refs))
+		}
 	case ok && wasHeld:
 		k.held.del(ev.TaskID)
 		k.taskLine("held retry released", slog.String("task_id", ev.TaskID), slog.String("provider", ev.Provider), slog.String("model", ev.Model))
@@ -487,19 +494,41 @@ func (k *Breakers) HoldRetry(ev *event.TaskEvent, st *task.State, p int32, out O
 }
 
 // holding names the first of refs that is not closed, and its state, for
-// a held retry's line: the breaker it waits for.
+// a held retry's line: the breaker it waits for. Each name is built once
+// (a breaker in one of its states) and kept: no allocation per line.
 func (k *Breakers) holding(refs []breaker.Ref) slog.Attr {
 	for _, ref := range refs {
-		if st := k.set.State(ref); st != breaker.Closed {
-			latched := ""
-			if k.set.Latched(ref) {
-				latched = ", latched"
-			}
-			return slog.String("breaker", ref.String()+" ("+string(st.Name())+latched+")")
+		st := k.set.State(ref)
+		if st == breaker.Closed {
+			continue
 		}
+		h := heldName{ref: ref, state: st, latched: k.set.Latched(ref)}
+		name, ok := k.heldNames[h]
+		if !ok {
+			name = ref.String() + " (" + string(st.Name())
+			if h.latched {
+				name += ", latched"
+			}
+			name += ")"
+			if len(k.heldNames) >= maxHeldNames {
+				clear(k.heldNames)
+			}
+			k.heldNames[h] = name
+		}
+		return slog.String("breaker", name)
 	}
 	return slog.String("breaker", "")
 }
+
+// heldName is a breaker in a state, as holding names it.
+type heldName struct {
+	ref     breaker.Ref
+	state   breaker.State
+	latched bool
+}
+
+// maxHeldNames bounds holding's names: past it they are built anew.
+const maxHeldNames = 4096
 
 // retryRefs are the breakers ev's retry would be published into, each
 // resolved to the breaker that guards it (a key beyond breaker.MaxBreakers
