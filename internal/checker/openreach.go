@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/faultrouter/faultrouter/pkg/breaker"
+	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
 )
 
@@ -21,7 +24,9 @@ import (
 // opened_at + cooldown, unless a later record of the breaker on the topic
 // (its HALF_OPEN, CLOSED or OPEN state from any instance, or a person's
 // RESET) was written first: the states are ordered by offsets, and the
-// latest one is every instance's. A hold with unread offsets between its
+// latest one is every instance's. An OPEN derived before a RESET it comes
+// after (it names an earlier one, codec.HeaderBreakerAfterReset) holds
+// nothing: every instance skips it. A hold with unread offsets between its
 // record and its end is not checked.
 
 // openReach bounds how long after an OPEN state becomes readable every
@@ -111,6 +116,18 @@ func (c *checker) retryInOpen(x *expectRetry, ref breaker.Ref, holds []openHold)
 	}
 }
 
+// afterReset reads the offset of the RESET a state record was derived
+// after (codec.HeaderBreakerAfterReset); ok is false without it.
+func afterReset(rec *kgo.Record) (int64, bool) {
+	for _, h := range rec.Headers {
+		if h.Key == codec.HeaderBreakerAfterReset {
+			n, err := strconv.ParseInt(string(h.Value), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
 // holding reports whether h held its breaker on every instance at t.
 func (h openHold) holding(t time.Time) bool {
 	return !t.Before(h.from) && t.Before(h.to)
@@ -121,8 +138,12 @@ func (h openHold) holding(t time.Time) bool {
 func (c *checker) openHolds() map[breaker.Ref][]openHold {
 	out := map[breaker.Ref][]openHold{}
 	l := readBreakerLog(c.logs.Breakers)
+	lastReset := map[string]int64{} // by RESET key: the offset of the last RESET read so far
 	for i, r := range l.recs {
 		key := string(r.rec.Key)
+		if strings.HasPrefix(key, event.BreakerResetPrefix) && r.rec.Value != nil && !r.committed.IsZero() && r.rec.Partition == 0 {
+			lastReset[key] = r.rec.Offset
+		}
 		if r.rec.Value == nil || r.committed.IsZero() || strings.HasPrefix(key, event.BreakerItemPrefix) || strings.HasPrefix(key, event.BreakerResetPrefix) {
 			continue
 		}
@@ -135,6 +156,11 @@ func (c *checker) openHolds() map[breaker.Ref][]openHold {
 		by := writer(r.rec, s.Instance)
 		if !c.sharesLatches(by, r.rec.Timestamp) {
 			continue
+		}
+		if after, ok := afterReset(r.rec); ok {
+			if at, reset := lastReset[event.BreakerResetKey(sc, k)]; reset && after < at {
+				continue // derived before the RESET it comes after: it holds nothing
+			}
 		}
 		c.rep.Open.Opens++
 		if r.readable.IsZero() {

@@ -69,6 +69,12 @@ const (
 	// the breakers topic, the offset of the RESET it removes (decimal), so
 	// that a reader that has read a newer RESET of the breaker keeps it.
 	HeaderBreakerResetOffset = "faultrouter.breaker.reset.offset"
+	// HeaderBreakerAfterReset is, on a failure-rate state record of the
+	// breakers topic, the offset of the breaker's last RESET that its
+	// writer had applied when it derived the state (decimal; -1 for none):
+	// a reader that has read a later RESET of the breaker skips it, as a
+	// state derived from what that RESET ended.
+	HeaderBreakerAfterReset = "faultrouter.breaker.after.reset"
 	// HeaderBreakerAdoptedFrom is, on a TRANSITION of the alerts topic that
 	// an instance took from the breakers topic rather than made itself, the
 	// instance whose change it adopted (its own ID for a state an earlier

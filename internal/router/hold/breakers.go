@@ -160,9 +160,13 @@ type Breakers struct {
 	pruned uint64
 	// closed, heldUntil and pruned as they were when the batch began (held
 	// keeps its own undo log)
-	savedPruned    uint64
-	savedClosed    map[breaker.Ref]bool
-	savedHeldUntil breaker.RefMap[int64]
+	savedPruned uint64
+	savedClosed map[breaker.Ref]bool
+	// adoptedReset is, per breaker, the offset of the last RESET whose
+	// state this instance applied (AdoptShared): the states it derives
+	// after it say so (codec.HeaderBreakerAfterReset)
+	adoptedReset, savedAdoptedReset map[breaker.Ref]int64
+	savedHeldUntil                  breaker.RefMap[int64]
 	// refs is observe's scratch: the breakers of the event it observes;
 	// holdRefs HoldRetry's and HoldAhead's (nothing keeps either slice: the
 	// held set keeps its own copy of a held retry's breakers). keys builds
@@ -241,11 +245,12 @@ func New(p *policy.Policy, reg prometheus.Registerer) (*Breakers, error) {
 	}
 	const ns = "faultrouter"
 	b := &Breakers{
-		set:       set,
-		surges:    surges,
-		held:      newHeldSet(),
-		heldNames: map[heldName]string{},
-		closed:    map[breaker.Ref]bool{},
+		set:          set,
+		surges:       surges,
+		held:         newHeldSet(),
+		heldNames:    map[heldName]string{},
+		adoptedReset: map[breaker.Ref]int64{},
+		closed:       map[breaker.Ref]bool{},
 		states: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "breakers",
 			Help: "Circuit breakers of this instance by scope and state."}, []string{"scope", "state"}),
 		transitionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "breaker_transitions_total",
@@ -832,6 +837,7 @@ func (k *Breakers) Begin(now time.Time) {
 	clear(k.resetTombs)
 	k.adopting, k.checked = k.adopting[:0], k.checked[:0]
 	k.savedClosed = maps.Clone(k.closed)
+	k.savedAdoptedReset = maps.Clone(k.adoptedReset)
 	// a time that has passed holds no more retries: forget it
 	nowMs := now.UnixMilli()
 	for ref, until := range k.heldUntil.All {
@@ -901,6 +907,9 @@ func (k *Breakers) Rollback() {
 	k.held.rollback()
 	if k.savedClosed != nil {
 		k.closed = k.savedClosed
+	}
+	if k.savedAdoptedReset != nil {
+		k.adoptedReset = k.savedAdoptedReset
 	}
 	k.heldUntil = k.savedHeldUntil
 	k.pruned = k.savedPruned

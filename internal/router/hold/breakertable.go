@@ -127,6 +127,9 @@ type pendingState struct {
 	event.BreakerState
 	ref breaker.Ref
 	seq uint64
+	// resetAt is the offset of the RESET record a RESET's state (Reset)
+	// comes from
+	resetAt int64
 }
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
@@ -366,8 +369,24 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 		t.overRead[ref] = true
 	}
 	delete(t.latest, ref)
-	// it also closes the breaker's failure-rate state, in the topic's order
-	t.keep(s, ref)
+	// it also closes the breaker's failure-rate state, in the topic's
+	// order, also over this instance's own changes not read back yet: they
+	// come after it in the topic and were derived before it (stale)
+	t.seq++
+	t.pending[ref] = pendingState{BreakerState: s, ref: ref, seq: t.seq, resetAt: rec.Offset}
+}
+
+// afterResetOf reads the offset of the RESET a state record was derived
+// after (codec.HeaderBreakerAfterReset); ok is false for a record without
+// it (an earlier release's).
+func afterResetOf(hs []kgo.RecordHeader) (int64, bool) {
+	for _, h := range hs {
+		if h.Key == codec.HeaderBreakerAfterReset {
+			n, err := strconv.ParseInt(string(h.Value), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // resetOffsetOf reads the offset a RESET tombstone names
@@ -407,6 +426,20 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	if after, ok := afterResetOf(rec.Headers); ok {
+		if r, reset := t.book.ResetOffset(ref); reset && after < r {
+			// derived before the breaker's last RESET, which it comes
+			// after in the topic (an OPEN whose cooldown ended on its
+			// writer as a person reset it): the RESET stands, and the
+			// state's key gets a tombstone before the RESET goes (tidy)
+			if s.Instance == t.self && t.done {
+				t.mineStates[ref]--
+			}
+			t.overRead[ref] = true
+			t.book.MarkDirty(ref)
+			return
+		}
+	}
 	if t.overRead[ref] { // the key's last record is newer than the RESET
 		delete(t.overRead, ref)
 		t.book.MarkDirty(ref) // which may go now (tidy)
@@ -434,7 +467,7 @@ func (t *breakerTable) keep(s event.BreakerState, ref breaker.Ref) {
 		return
 	}
 	t.seq++
-	t.pending[ref] = pendingState{s, ref, t.seq}
+	t.pending[ref] = pendingState{BreakerState: s, ref: ref, seq: t.seq}
 }
 
 // wrote records what a batch of this instance's wrote to the topic, once
@@ -548,7 +581,7 @@ func (t *breakerTable) giveBack(p []pendingState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range p {
-		if cur, ok := t.pending[s.ref]; (!ok || cur.seq < s.seq) && t.mineStates[s.ref] <= 0 {
+		if cur, ok := t.pending[s.ref]; (!ok || cur.seq < s.seq) && (s.Reset || t.mineStates[s.ref] <= 0) {
 			t.pending[s.ref] = s
 		}
 	}
@@ -829,6 +862,9 @@ func (k *Breakers) AdoptShared(out Out, now time.Time) {
 		k.table.dirtyAgain(later)
 	}
 	for i := range states {
+		if states[i].Reset {
+			k.adoptedReset[states[i].ref] = states[i].resetAt
+		}
 		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
 	}
 	k.gauges()
@@ -1058,8 +1094,13 @@ func (k *Breakers) stateRecord(ref breaker.Ref, now time.Time) *kgo.Record {
 		k.shared = map[breaker.Ref]int{}
 	}
 	k.shared[ref]++ // a batch may change a breaker more than once: a record each
+	after := int64(-1)
+	if r, ok := k.adoptedReset[ref]; ok {
+		after = r
+	}
 	return &kgo.Record{Topic: k.topics.Breakers, Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)), Timestamp: now,
-		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)}}}
+		Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte(k.instance)},
+			{Key: codec.HeaderBreakerAfterReset, Value: strconv.AppendInt(nil, after, 10)}}}
 }
 
 // batchItem is an item record a batch writes: it opens the item of task on

@@ -3,6 +3,7 @@ package hold
 import (
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -893,5 +894,84 @@ func TestAResetOpenStaysResetOnceCompacted(t *testing.T) {
 	step(fresh, t0.Add(10*time.Second), true, nil)
 	if fresh.set.State(ref) != breaker.Closed {
 		t.Fatalf("a new instance reading the compacted topic has %s %s, want CLOSED: the RESET was undone", ref, fresh.set.State(ref))
+	}
+}
+
+// derivedAfter marks rec as derived after the RESET at offset r (-1: none
+// applied), as this release writes its state records.
+func derivedAfter(rec *kgo.Record, r int64) *kgo.Record {
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: codec.HeaderBreakerAfterReset, Value: []byte(strconv.FormatInt(r, 10))})
+	return rec
+}
+
+// Guards a person's RESET against a state its writer derived before it
+// read the RESET: a's OPEN breaker half-opens on a (its cooldown over) just
+// as a person resets it, and a's HALF_OPEN lands after the RESET on the
+// topic. The RESET stands, on every instance and for one that reads the
+// compacted topic anew; a state derived after the RESET applies as always.
+func TestAStateDerivedBeforeAResetDoesNotUndoIt(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}
+	var topic []*kgo.Record
+	in := func(recs ...*kgo.Record) {
+		feed(k, recs...)
+		topic = append(topic, recs...)
+	}
+	in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0), -1))
+	step(k, t0, true, nil)
+	if k.set.State(ref) != breaker.Open {
+		t.Fatalf("a's OPEN is %s here, want OPEN", k.set.State(ref))
+	}
+	reset := resetRec(t, ref, "ops")
+	in(reset)
+	in(derivedAfter(stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(time.Minute)), -1))
+	for i := range 4 { // the RESET, then what the batches after it tidy
+		b := step(k, t0.Add(time.Minute+time.Duration(i+1)*time.Second), true, nil)
+		readBack(k, b)
+		for _, rec := range b.out {
+			if rec.Topic == "breakers" {
+				topic = append(topic, rec)
+			}
+		}
+	}
+	if k.set.State(ref) != breaker.Closed {
+		t.Fatalf("after the RESET and a's HALF_OPEN derived before it, the breaker is %s, want CLOSED", k.set.State(ref))
+	}
+	fresh := adoptBreakers(t)
+	kept := compacted(topic)
+	for _, rec := range topic {
+		if kept[string(rec.Key)] == rec {
+			feed(fresh, rec)
+		}
+	}
+	step(fresh, t0.Add(2*time.Minute), true, nil)
+	if fresh.set.State(ref) != breaker.Closed {
+		t.Fatalf("a new instance reading the compacted topic has %s %s, want CLOSED: the RESET was undone", ref, fresh.set.State(ref))
+	}
+
+	// a state derived after the RESET opens the breaker again
+	in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(3*time.Minute)), reset.Offset))
+	step(k, t0.Add(3*time.Minute), true, nil)
+	if k.set.State(ref) != breaker.Open {
+		t.Fatalf("an OPEN derived after the RESET is %s here, want OPEN", k.set.State(ref))
+	}
+}
+
+// The same race on the instance whose cooldown ended: its own HALF_OPEN,
+// in flight when it reads the RESET, does not keep the RESET from it.
+func TestAResetReadOverOwnStaleStateCloses(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}
+	own := step(k, t0, true, func(b *testBatch) {
+		k.set.Adopt(ref, breaker.Shared{State: breaker.HalfOpen}, "cooldown over", t0)
+		k.share(ref, "cooldown over", b, t0)
+	})
+	feed(k, resetRec(t, ref, "ops"))
+	readBack(k, own) // after the RESET on the topic
+	step(k, t0.Add(time.Second), true, nil)
+	if k.set.State(ref) != breaker.Closed {
+		t.Fatalf("a RESET read while this instance's HALF_OPEN was in flight left the breaker %s, want CLOSED", k.set.State(ref))
 	}
 }
