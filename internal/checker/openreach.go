@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/faultrouter/faultrouter/pkg/breaker"
 	"github.com/faultrouter/faultrouter/pkg/codec"
 	"github.com/faultrouter/faultrouter/pkg/event"
@@ -116,18 +114,6 @@ func (c *checker) retryInOpen(x *expectRetry, ref breaker.Ref, holds []openHold)
 	}
 }
 
-// afterReset reads the offset of the RESET a state record was derived
-// after (codec.HeaderBreakerAfterReset); ok is false without it.
-func afterReset(rec *kgo.Record) (int64, bool) {
-	for _, h := range rec.Headers {
-		if h.Key == codec.HeaderBreakerAfterReset {
-			n, err := strconv.ParseInt(string(h.Value), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
 // holding reports whether h held its breaker on every instance at t.
 func (h openHold) holding(t time.Time) bool {
 	return !t.Before(h.from) && t.Before(h.to)
@@ -157,8 +143,8 @@ func (c *checker) openHolds() map[breaker.Ref][]openHold {
 		if !c.sharesLatches(by, r.rec.Timestamp) {
 			continue
 		}
-		if after, ok := afterReset(r.rec); ok {
-			if at, reset := lastReset[event.BreakerResetKey(sc, k)]; reset && after < at {
+		if h := codec.ParseBreakerHeaders(r.rec.Headers); h.AfterResetKnown {
+			if at, reset := lastReset[event.BreakerResetKey(sc, k)]; reset && h.AfterReset < at {
 				continue // derived before the RESET it comes after: it holds nothing
 			}
 		}

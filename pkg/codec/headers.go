@@ -384,6 +384,16 @@ type BreakerHeaders struct {
 	// Alert is the HeaderAlert of an ALERT; empty on records of releases
 	// before it.
 	Alert string
+	// ResetOffset is, on a RESET tombstone, the offset of the RESET it
+	// removes (HeaderBreakerResetOffset); ResetNamed tells that it names one.
+	ResetOffset int64
+	ResetNamed  bool
+	// AfterReset is, on a failure-rate state, the offset of the last RESET
+	// its writer had applied (HeaderBreakerAfterReset, -1 for none);
+	// AfterResetKnown tells that the header was there (records of releases
+	// before it have none).
+	AfterReset      int64
+	AfterResetKnown bool
 }
 
 // ParseBreakerHeaders reads the faultrouter.breaker.* headers of a record.
@@ -399,6 +409,12 @@ func ParseBreakerHeaders(hs []kgo.RecordHeader) BreakerHeaders {
 			h.Latched, h.LatchKnown = string(x.Value) == "true", true
 		case HeaderAlert:
 			h.Alert = string(x.Value)
+		case HeaderBreakerResetOffset:
+			n, err := strconv.ParseInt(string(x.Value), 10, 64)
+			h.ResetOffset, h.ResetNamed = n, err == nil
+		case HeaderBreakerAfterReset:
+			n, err := strconv.ParseInt(string(x.Value), 10, 64)
+			h.AfterReset, h.AfterResetKnown = n, err == nil
 		}
 	}
 	return h

@@ -347,9 +347,8 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 		}
 		// the tombstone names the RESET it removes: a newer one, read
 		// before it, stays (an earlier release names none)
-		at, named := resetOffsetOf(rec.Headers)
-		if named {
-			if r, ok := t.book.ResetOffset(ref); ok && r != at {
+		if h := codec.ParseBreakerHeaders(rec.Headers); h.ResetNamed {
+			if r, ok := t.book.ResetOffset(ref); ok && r != h.ResetOffset {
 				return
 			}
 		}
@@ -374,31 +373,6 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 	// come after it in the topic and were derived before it (stale)
 	t.seq++
 	t.pending[ref] = pendingState{BreakerState: s, ref: ref, seq: t.seq, resetAt: rec.Offset}
-}
-
-// afterResetOf reads the offset of the RESET a state record was derived
-// after (codec.HeaderBreakerAfterReset); ok is false for a record without
-// it (an earlier release's).
-func afterResetOf(hs []kgo.RecordHeader) (int64, bool) {
-	for _, h := range hs {
-		if h.Key == codec.HeaderBreakerAfterReset {
-			n, err := strconv.ParseInt(string(h.Value), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
-// resetOffsetOf reads the offset a RESET tombstone names
-// (codec.HeaderBreakerResetOffset).
-func resetOffsetOf(hs []kgo.RecordHeader) (int64, bool) {
-	for _, h := range hs {
-		if h.Key == codec.HeaderBreakerResetOffset {
-			n, err := strconv.ParseInt(string(h.Value), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
 }
 
 func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
@@ -426,8 +400,8 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
-	if after, ok := afterResetOf(rec.Headers); ok {
-		if r, reset := t.book.ResetOffset(ref); reset && after < r {
+	if h := codec.ParseBreakerHeaders(rec.Headers); h.AfterResetKnown {
+		if r, reset := t.book.ResetOffset(ref); reset && h.AfterReset < r {
 			// derived before the breaker's last RESET, which it comes
 			// after in the topic (an OPEN whose cooldown ended on its
 			// writer as a person reset it): the RESET stands, and the
