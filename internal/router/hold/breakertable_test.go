@@ -827,6 +827,47 @@ func TestAStaleTableDoesNotReleaseATemplateByAdoption(t *testing.T) {
 // compacted is what a compacted topic keeps of recs once the cleaner has
 // run and the tombstones' retention passed: the last record of each key,
 // unless it is a tombstone. A restarted or new instance reads only that.
+// topicLog is the breakers topic a test writes, fed to k as it grows.
+type topicLog struct {
+	k    *Breakers
+	recs []*kgo.Record
+}
+
+// in appends recs to the topic, and k reads them.
+func (l *topicLog) in(recs ...*kgo.Record) {
+	feed(l.k, recs...)
+	l.recs = append(l.recs, recs...)
+}
+
+// batches runs n committed batches of k, a second apart after at, each
+// one's records read back and appended to the topic.
+func (l *topicLog) batches(at time.Time, n int) {
+	for i := range n {
+		b := step(l.k, at.Add(time.Duration(i+1)*time.Second), true, nil)
+		readBack(l.k, b)
+		for _, rec := range b.out {
+			if rec.Topic == "breakers" {
+				l.recs = append(l.recs, rec)
+			}
+		}
+	}
+}
+
+// readCompacted returns a new instance that read, in offset order, what
+// compaction keeps of the topic, after its first batch at at.
+func (l *topicLog) readCompacted(t *testing.T, at time.Time) *Breakers {
+	t.Helper()
+	kept := compacted(l.recs)
+	fresh := adoptBreakers(t)
+	for _, rec := range l.recs {
+		if kept[string(rec.Key)] == rec {
+			feed(fresh, rec)
+		}
+	}
+	step(fresh, at, true, nil)
+	return fresh
+}
+
 func compacted(recs []*kgo.Record) map[string]*kgo.Record {
 	last := map[string]*kgo.Record{}
 	for _, rec := range recs {
@@ -849,30 +890,18 @@ func TestAResetOpenStaysResetOnceCompacted(t *testing.T) {
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}
-	var topic []*kgo.Record
-	in := func(recs ...*kgo.Record) {
-		feed(k, recs...)
-		topic = append(topic, recs...)
-	}
-	in(stateRec(t, ref, breaker.Open.Name(), "a", false, t0))
+	topic := &topicLog{k: k}
+	topic.in(stateRec(t, ref, breaker.Open.Name(), "a", false, t0))
 	step(k, t0, true, nil)
 	if k.set.State(ref) != breaker.Open {
 		t.Fatalf("the OPEN shared by a is %s here, want OPEN", k.set.State(ref))
 	}
-	in(resetRec(t, ref, "ops"))
-	for i := range 3 { // the RESET, then what the batches after it tidy
-		b := step(k, t0.Add(time.Duration(i+1)*time.Second), true, nil)
-		readBack(k, b)
-		for _, rec := range b.out {
-			if rec.Topic == "breakers" {
-				topic = append(topic, rec)
-			}
-		}
-	}
+	topic.in(resetRec(t, ref, "ops"))
+	topic.batches(t0, 3) // the RESET, then what the batches after it tidy
 	if k.set.State(ref) != breaker.Closed {
 		t.Fatalf("after the RESET the breaker is %s, want CLOSED", k.set.State(ref))
 	}
-	kept := compacted(topic)
+	kept := compacted(topic.recs)
 	_, resetKept := kept[event.BreakerResetKey(ref.Scope.Name(), ref.Key)]
 	st, stateKept := kept[event.BreakerStateKey(ref.Scope.Name(), ref.Key)]
 	if stateKept && !resetKept {
@@ -885,14 +914,7 @@ func TestAResetOpenStaysResetOnceCompacted(t *testing.T) {
 	}
 
 	// a new instance reading what the cleaner kept has the breaker CLOSED
-	fresh := adoptBreakers(t)
-	for _, rec := range topic { // in offset order, only what was kept
-		if kept[string(rec.Key)] == rec {
-			feed(fresh, rec)
-		}
-	}
-	step(fresh, t0.Add(10*time.Second), true, nil)
-	if fresh.set.State(ref) != breaker.Closed {
+	if fresh := topic.readCompacted(t, t0.Add(10*time.Second)); fresh.set.State(ref) != breaker.Closed {
 		t.Fatalf("a new instance reading the compacted topic has %s %s, want CLOSED: the RESET was undone", ref, fresh.set.State(ref))
 	}
 }
@@ -913,45 +935,25 @@ func TestAStateDerivedBeforeAResetDoesNotUndoIt(t *testing.T) {
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
 	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "p/m"}
-	var topic []*kgo.Record
-	in := func(recs ...*kgo.Record) {
-		feed(k, recs...)
-		topic = append(topic, recs...)
-	}
-	in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0), -1))
+	topic := &topicLog{k: k}
+	topic.in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0), -1))
 	step(k, t0, true, nil)
 	if k.set.State(ref) != breaker.Open {
 		t.Fatalf("a's OPEN is %s here, want OPEN", k.set.State(ref))
 	}
 	reset := resetRec(t, ref, "ops")
-	in(reset)
-	in(derivedAfter(stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(time.Minute)), -1))
-	for i := range 4 { // the RESET, then what the batches after it tidy
-		b := step(k, t0.Add(time.Minute+time.Duration(i+1)*time.Second), true, nil)
-		readBack(k, b)
-		for _, rec := range b.out {
-			if rec.Topic == "breakers" {
-				topic = append(topic, rec)
-			}
-		}
-	}
+	topic.in(reset)
+	topic.in(derivedAfter(stateRec(t, ref, breaker.HalfOpen.Name(), "a", false, t0.Add(time.Minute)), -1))
+	topic.batches(t0.Add(time.Minute), 4) // the RESET, then what the batches after it tidy
 	if k.set.State(ref) != breaker.Closed {
 		t.Fatalf("after the RESET and a's HALF_OPEN derived before it, the breaker is %s, want CLOSED", k.set.State(ref))
 	}
-	fresh := adoptBreakers(t)
-	kept := compacted(topic)
-	for _, rec := range topic {
-		if kept[string(rec.Key)] == rec {
-			feed(fresh, rec)
-		}
-	}
-	step(fresh, t0.Add(2*time.Minute), true, nil)
-	if fresh.set.State(ref) != breaker.Closed {
+	if fresh := topic.readCompacted(t, t0.Add(2*time.Minute)); fresh.set.State(ref) != breaker.Closed {
 		t.Fatalf("a new instance reading the compacted topic has %s %s, want CLOSED: the RESET was undone", ref, fresh.set.State(ref))
 	}
 
 	// a state derived after the RESET opens the breaker again
-	in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(3*time.Minute)), reset.Offset))
+	topic.in(derivedAfter(stateRec(t, ref, breaker.Open.Name(), "a", false, t0.Add(3*time.Minute)), reset.Offset))
 	step(k, t0.Add(3*time.Minute), true, nil)
 	if k.set.State(ref) != breaker.Open {
 		t.Fatalf("an OPEN derived after the RESET is %s here, want OPEN", k.set.State(ref))
