@@ -164,8 +164,7 @@ type Breakers struct {
 	savedClosed map[breaker.Ref]bool
 	// adoptedReset is, per breaker, the offset of the last RESET whose
 	// state this instance applied (AdoptShared): the states it derives
-	// after it say so (codec.HeaderBreakerAfterReset); savedAdoptedReset
-	// is it before the batch's first RESET, nil while the batch adopted none
+	// after it say so (codec.HeaderBreakerAfterReset)
 	adoptedReset, savedAdoptedReset map[breaker.Ref]int64
 	savedHeldUntil                  breaker.RefMap[int64]
 	// refs is observe's scratch: the breakers of the event it observes;
@@ -838,7 +837,7 @@ func (k *Breakers) Begin(now time.Time) {
 	clear(k.resetTombs)
 	k.adopting, k.checked = k.adopting[:0], k.checked[:0]
 	k.savedClosed = maps.Clone(k.closed)
-	k.savedAdoptedReset = nil // saved by the batch's first RESET adopted (AdoptShared)
+	k.savedAdoptedReset = maps.Clone(k.adoptedReset)
 	// a time that has passed holds no more retries: forget it
 	nowMs := now.UnixMilli()
 	for ref, until := range k.heldUntil.All {

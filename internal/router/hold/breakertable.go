@@ -837,9 +837,6 @@ func (k *Breakers) AdoptShared(out Out, now time.Time) {
 	}
 	for i := range states {
 		if states[i].Reset {
-			if k.savedAdoptedReset == nil {
-				k.savedAdoptedReset = maps.Clone(k.adoptedReset)
-			}
 			k.adoptedReset[states[i].ref] = states[i].resetAt
 		}
 		k.adopt(states[i].ref, &states[i].BreakerState, out, now)
