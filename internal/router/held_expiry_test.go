@@ -16,12 +16,13 @@ import (
 // task, its state and its breakers forever behind a provider that never
 // comes back. The default policy, breakers on, a router on a fake clock: 25
 // rate-limited tasks of acme/m1 (SLA 60 s) open its breaker and are held;
-// when it half-opens, one is its probe, and no outcome of that probe ever
-// comes (the worker is gone), so the breaker stays half-open with its probe
-// out. Past 2 x SLA after their due times the 24 others go to the dead
-// letter, once each, never to the retry topic; their states keep no pending
-// retry and then expire like any other. A task whose held retry a new
-// decision replaced is not given up.
+// when it half-opens, one is its probe, and no outcome of a probe ever comes
+// (the worker is gone). A cooldown after the last probe went out, the
+// breaker lets one new probe through, the next held retry in due order, and
+// holds the others meanwhile. Past 2 x SLA after their due times the ones
+// still held go to the dead letter, once each, never to the retry topic;
+// their states keep no pending retry and then expire like any other. A task
+// whose held retry a new decision replaced is not given up.
 func TestHeldRetryGivenUpWhenItsTasksLifetimeEnds(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli()
 	w := expStart(t, t0)
@@ -82,9 +83,33 @@ func TestHeldRetryGivenUpWhenItsTasksLifetimeEnds(t *testing.T) {
 		t.Fatalf("faultrouter_retries_held = %v after a held retry was replaced, want 23", w.metric("faultrouter_retries_held"))
 	}
 
-	// still held just before their lifetimes end
-	w.clock.Store(t0 + 1000 + 2*sla - 1)
+	// the probe's outcome does not come: a cooldown after it went out, at
+	// the next recheck (a quarter of the cooldown), one new probe, the
+	// earliest due of those held; none before
+	w.clock.Store(t0 + 2*cooldown + 1)
 	time.Sleep(300 * time.Millisecond) // a few ticks of the router's sweep
+	if n := w.retryCount(); n != 1 {
+		t.Fatalf("%d retries published less than a cooldown after the probe went out, want the probe alone: %v", n, w.retryTasks())
+	}
+	w.clock.Store(t0 + 2*cooldown + cooldown/4)
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= 2 }) {
+		t.Fatal("no new probe a cooldown after the first went out unanswered")
+	}
+	if got, want := w.retryTasks()[1], nextHeld(ids, probe, replaced); got != want {
+		t.Fatalf("new probe %s, want %s: the earliest due of the retries held", got, want)
+	}
+
+	// still held just before their lifetimes end, but for one more probe
+	// (the clock passed another cooldown after the last)
+	w.clock.Store(t0 + 1000 + 2*sla - 1)
+	if !expWaitFor(30*time.Second, func() bool { return w.retryCount() >= 3 }) {
+		t.Fatal("no third probe a cooldown after the second went out unanswered")
+	}
+	time.Sleep(300 * time.Millisecond) // a few ticks of the router's sweep
+	probes := w.retryTasks()
+	if len(probes) != 3 {
+		t.Fatalf("retries published by t0%+d ms: %v, want three probes, a cooldown apart", 1000+2*sla-1, probes)
+	}
 	for _, id := range ids {
 		for _, r := range w.deadOf(id) {
 			if r.Decision.Rule == policy.RuleRetryHeldExpired {
@@ -96,7 +121,7 @@ func TestHeldRetryGivenUpWhenItsTasksLifetimeEnds(t *testing.T) {
 	w.clock.Store(t0 + 1000 + 10*24 + 2*sla + 1)
 	var given []string
 	for _, id := range ids {
-		if id == probe || id == replaced {
+		if slices.Contains(probes, id) || id == replaced {
 			continue
 		}
 		given = append(given, id)
@@ -127,13 +152,13 @@ func TestHeldRetryGivenUpWhenItsTasksLifetimeEnds(t *testing.T) {
 			t.Logf("reason: %s", d.Reason)
 		}
 	}
-	if got := w.retryTasks(); !slices.Equal(got, []string{probe}) {
-		t.Fatalf("retry topic holds %v, want only the probe %s", got, probe)
+	if got := w.retryTasks(); !slices.Equal(got, probes) {
+		t.Fatalf("retry topic holds %v, want only the probes %v", got, probes)
 	}
-	for _, id := range []string{probe, replaced} {
+	for _, id := range append(probes, replaced) {
 		for _, r := range w.deadOf(id) {
 			if r.Decision.Rule == policy.RuleRetryHeldExpired {
-				t.Fatalf("%s: given up, but its retry was %s", id, map[bool]string{true: "published", false: "replaced"}[id == probe])
+				t.Fatalf("%s: given up, but its retry was %s", id, map[bool]string{true: "published", false: "replaced"}[id != replaced])
 			}
 		}
 	}
@@ -147,4 +172,15 @@ func TestHeldRetryGivenUpWhenItsTasksLifetimeEnds(t *testing.T) {
 			t.Fatalf("%s: never expired after its retry was given up; state %+v", id, w.lastState(id))
 		}
 	}
+}
+
+// nextHeld is the first of ids, in due order, that is neither the probe
+// nor the task whose held retry was replaced.
+func nextHeld(ids []string, probe, replaced string) string {
+	for _, id := range ids {
+		if id != probe && id != replaced {
+			return id
+		}
+	}
+	return ""
 }

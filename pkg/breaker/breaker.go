@@ -30,7 +30,10 @@ const (
 	// Open lets no retry through until the cooldown has passed.
 	Open
 	// HalfOpen lets Config.HalfOpenProbes retries through as probes; that many
-	// successes close the breaker, one failure re-opens it.
+	// successes close the breaker, one failure re-opens it. Probes whose
+	// outcomes have not all come a cooldown after the last went out (its
+	// worker died with it, or never reports) are replaced: the breaker
+	// half-opens again and lets as many new probes through.
 	HalfOpen
 )
 
@@ -201,6 +204,7 @@ type breaker struct {
 	openedAt int64 // ms
 	probes   int32 // HALF_OPEN: probes let through
 	okProbes int32 // HALF_OPEN: successes seen
+	probedAt int64 // HALF_OPEN: when the last probe was let through (ms)
 	// wait is, for a state adopted from another instance (Adopt), the time
 	// (ms) before which it neither half-opens nor lets a probe through: the
 	// instance that wrote the state probes alone meanwhile
@@ -447,7 +451,11 @@ func (s *Set) Record(o Outcome, now time.Time) []Transition {
 // published now, with the transitions the passing of time caused. An OPEN
 // breaker refuses; a HALF_OPEN one lets HalfOpenProbes retries through, and a
 // granted retry uses one probe of each HALF_OPEN breaker only when all of refs
-// allow it.
+// allow it. A HALF_OPEN breaker whose probes are all out, and not all
+// answered a cooldown after the last went out, half-opens again (HALF_OPEN
+// to HALF_OPEN): an outcome that never comes holds its retries for a
+// cooldown, not until they are given up. An outcome of an earlier probe
+// that comes later still counts.
 func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 	var ts []Transition
 	ok := true
@@ -466,7 +474,12 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 		case Open:
 			ok = false
 		case HalfOpen:
-			if b.probes >= s.config(ref).HalfOpenProbes || now.UnixMilli() < b.wait {
+			cfg := s.config(ref)
+			if ms := now.UnixMilli(); b.probes >= cfg.HalfOpenProbes && ms >= b.wait && ms >= b.probedAt+cfg.Cooldown.Milliseconds() {
+				ts = append(ts, s.move(ref, b, HalfOpen, fmt.Sprintf("%d of %d probe(s) unanswered %s after the last went out; letting new probes through",
+					b.probes-b.okProbes, b.probes, cfg.Cooldown), now, nil))
+			}
+			if b.probes >= cfg.HalfOpenProbes || now.UnixMilli() < b.wait {
 				ok = false
 			}
 		case Closed:
@@ -477,6 +490,7 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 			if b, found := s.breakers.Get(ref); found && b.state == HalfOpen {
 				s.saveFound(ref, b)
 				b.probes++
+				b.probedAt = now.UnixMilli()
 			}
 		}
 	}

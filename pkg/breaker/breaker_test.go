@@ -670,3 +670,60 @@ func TestSetLimitsPerKey(t *testing.T) {
 		t.Error("the overflow breaker does not keep its scope's limits")
 	}
 }
+
+// Guards a half-open breaker whose probes never report: the worker that
+// took a probe died, or never reports its outcome. A cooldown after the
+// last probe went out, with not every outcome in, the breaker half-opens
+// again and lets as many new probes through; until then it refuses. An
+// outcome of an earlier probe that comes later still counts (a success
+// closes it), and a batch rolled back gives the new round back.
+func TestUnansweredProbesAreReplacedAfterACooldown(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinRequests: 2, FailureRatio: 0.5, Cooldown: 10 * time.Second, HalfOpenProbes: 2}
+	s, err := NewSet(cfg, cfg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	pm := Ref{Scope: ProviderModel, Key: "acme/m1"}
+	s.Record(Outcome{Ref: pm, Failure: true}, t0)
+	s.Record(Outcome{Ref: pm, Failure: true}, t0) // OPEN
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	allow := func(d time.Duration) (bool, []Transition) { return s.Allow([]Ref{pm}, at(d)) }
+
+	if ok, ts := allow(10 * time.Second); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("Allow at the cooldown's end = %v %v, want the first probe and OPEN->HALF_OPEN", ok, ts)
+	}
+	if ok, ts := allow(12 * time.Second); !ok || len(ts) != 0 {
+		t.Fatalf("second probe = %v %v, want it let through", ok, ts)
+	}
+	// both out, one answered: refused until a cooldown after the last
+	s.Record(Outcome{Ref: pm}, at(13*time.Second))
+	for _, d := range []time.Duration{13 * time.Second, 21 * time.Second, 22*time.Second - time.Millisecond} {
+		if ok, ts := allow(d); ok || len(ts) != 0 {
+			t.Fatalf("Allow at t0+%s with a probe out = %v %v, want refused", d, ok, ts)
+		}
+	}
+	s.Begin()
+	ok, ts := allow(22 * time.Second)
+	if !ok || len(ts) != 1 || ts[0].From != HalfOpen || ts[0].To != HalfOpen ||
+		ts[0].Reason != "1 of 2 probe(s) unanswered 10s after the last went out; letting new probes through" {
+		t.Fatalf("Allow a cooldown after the last probe = %v %+v, want a new probe and HALF_OPEN->HALF_OPEN naming the unanswered one", ok, ts)
+	}
+	s.Rollback()
+	// the batch aborted: the new round is given back, and taken again
+	if ok, ts := allow(22 * time.Second); !ok || len(ts) != 1 || ts[0].To != HalfOpen {
+		t.Fatalf("Allow after Rollback = %v %v, want the new round again", ok, ts)
+	}
+	if ok, _ := allow(23 * time.Second); !ok {
+		t.Fatal("the new round's second probe was refused")
+	}
+	if ok, ts := allow(24 * time.Second); ok || len(ts) != 0 {
+		t.Fatalf("a third probe of the round = %v %v, want refused", ok, ts)
+	}
+	// the new round's successes close it
+	s.Record(Outcome{Ref: pm}, at(25*time.Second))
+	ts = s.Record(Outcome{Ref: pm}, at(26*time.Second))
+	if len(ts) != 1 || ts[0].To != Closed || s.State(pm) != Closed {
+		t.Fatalf("two successes of the new round = %v, state %s; want CLOSED", ts, s.State(pm))
+	}
+}
