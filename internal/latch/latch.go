@@ -21,6 +21,7 @@ package latch
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/faultrouter/faultrouter/pkg/breaker"
@@ -44,17 +45,31 @@ type Book struct {
 	resets map[breaker.Ref]int64           // the offset of each breaker's last RESET
 	above  map[breaker.Ref]int             // how many open items of each breaker are above its last RESET
 	dirty  map[breaker.Ref]bool            // breakers whose latch may have changed since Dirty
+	// ended holds the offset of each tombstone read while no item was open
+	// under its key: an item record of a lower offset read after it stays
+	// ended (Open)
+	ended map[string]int64
 }
 
 // New returns an empty Book.
 func New() *Book {
 	return &Book{items: map[string]Item{}, byRef: map[breaker.Ref]map[string]bool{},
-		resets: map[breaker.Ref]int64{}, above: map[breaker.Ref]int{}, dirty: map[breaker.Ref]bool{}}
+		resets: map[breaker.Ref]int64{}, above: map[breaker.Ref]int{}, dirty: map[breaker.Ref]bool{}, ended: map[string]int64{}}
 }
 
 // Open applies an item record under key. A record read again (a reader that
-// starts over) changes nothing: offsets only grow.
+// starts over) changes nothing: offsets only grow. Nor does one whose key's
+// tombstone, at a higher offset, was read before it: a reader of several
+// partitions (an earlier release wrote items by key to partitions other than
+// 0, their offsets ordered before partition 0's) may read an item's open
+// record after the tombstone this release wrote on partition 0.
 func (b *Book) Open(key string, it Item) {
+	if end, ok := b.ended[key]; ok {
+		if end >= it.Offset {
+			return
+		}
+		delete(b.ended, key) // a newer item under the key
+	}
 	if old, ok := b.items[key]; ok {
 		if old.Offset >= it.Offset {
 			return
@@ -75,10 +90,19 @@ func (b *Book) Open(key string, it Item) {
 }
 
 // End applies the tombstone of the item under key at offset, and returns
-// the breaker it held (ok false: no such item was open).
+// the breaker it held (ok false: no such item was open). A tombstone that
+// finds no item open is kept, so that the item's record read later, at a
+// lower offset, stays ended; math.MaxInt64, a tombstone whose place among
+// partition 0's offsets is unknown (an earlier release's, on the item's own
+// partition, which orders the two), is not. Those kept are what a restore
+// reads of a compacted topic (tombstones whose items the cleaner removed)
+// and a second tombstone of an item: no more than the topic holds.
 func (b *Book) End(key string, offset int64) (breaker.Ref, bool) {
 	it, ok := b.items[key]
 	if !ok || it.Offset > offset {
+		if cur, kept := b.ended[key]; !ok && offset < math.MaxInt64 && (!kept || offset > cur) {
+			b.ended[key] = offset
+		}
 		return breaker.Ref{}, false
 	}
 	b.remove(key, it)

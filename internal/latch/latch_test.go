@@ -2,6 +2,7 @@ package latch
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -156,5 +157,43 @@ func TestEndedItemsAndObsoleteResets(t *testing.T) {
 	b.End("item/c", 7)
 	if items, resets := b.Len(); items != 0 || resets != 0 || b.Latched(tpl) {
 		t.Fatalf("%d items and %d resets left, latched %v: want none", items, resets, b.Latched(tpl))
+	}
+}
+
+// Guards an earlier release's item read after this release's tombstone of
+// it: the earlier release wrote items by key to partitions other than 0,
+// whose offsets a reader orders before partition 0's; a reader fetches the
+// partitions independently and may read the item's open record (from
+// partition 2) after the tombstone of its decision (partition 0). The item
+// stays ended: the template is not latched, and the tombstone of a RESET
+// read later does not bring the item back. An item written after the
+// tombstone (a new hallucination of the task) still holds.
+func TestAnEarlierReleasesItemReadAfterItsTombstoneStaysEnded(t *testing.T) {
+	const legacy = int64(1) << 62
+	b := New()
+	b.End("item-1", 87)                                                // partition 0: the decision
+	b.Open("item-1", Item{Ref: tpl, Task: "t-1", Offset: 23 - legacy}) // partition 2: the item, read after
+	if b.Latched(tpl) || len(b.Holding(tpl)) != 0 {
+		t.Fatalf("latched by an item whose tombstone was read before it: %v", b.Holding(tpl))
+	}
+	b.Reset(tpl, 182)
+	b.ForgetReset(tpl)
+	if b.Latched(tpl) {
+		t.Fatalf("latched again once the RESET was forgotten: %v", b.Holding(tpl))
+	}
+	if items, _ := b.Len(); items != 0 {
+		t.Fatalf("%d items open, want none", items)
+	}
+	// the same key opened again after its tombstone: a newer item, it holds
+	b.Open("item-1", Item{Ref: tpl, Task: "t-1", Offset: 300})
+	if !b.Latched(tpl) {
+		t.Fatal("an item written after the tombstone does not latch")
+	}
+	// an earlier release's tombstone (its place among partition 0's
+	// offsets unknown) ends the item it finds, and keeps nothing
+	b.End("item-2", math.MaxInt64)
+	b.Open("item-2", Item{Ref: tpl, Task: "t-2", Offset: 400})
+	if len(b.Holding(tpl)) != 2 {
+		t.Fatalf("holding %v, want item-1 and item-2", b.Holding(tpl))
 	}
 }
