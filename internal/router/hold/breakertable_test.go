@@ -655,6 +655,37 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 	}
 }
 
+// Guards an earlier release's item read after the decision this release
+// wrote of it (a rollback, then forward again): the earlier release opened
+// the item on partition 2; an instance of this release decided it, its
+// tombstone on partition 0; an instance that starts reads partition 0
+// before partition 2. The template is not latched, and it stays so once a
+// RESET came and its tombstone went (the RESET forgotten).
+func TestAnEarlierReleasesItemReadAfterItsDecisionDoesNotLatch(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	feed(k, itemRec(t, "h-old", "a", false)) // partition 0: the decision
+	old := itemRec(t, "h-old", "b", true)
+	old.Partition, old.Offset = 2, 23
+	k.table.mu.Lock()
+	k.table.apply(old)
+	k.table.mu.Unlock()
+	step(k, t0, true, nil)
+	if k.set.Latched(tplRef) {
+		t.Fatal("an earlier release's item, read after its decision's tombstone, latched the template")
+	}
+	reset := resetRec(t, tplRef, "ops")
+	feed(k, reset)
+	step(k, t0.Add(time.Second), true, nil)
+	tomb := &kgo.Record{Key: reset.Key, Headers: []kgo.RecordHeader{{Key: codec.HeaderBreakerInstance, Value: []byte("a")},
+		{Key: codec.HeaderBreakerResetOffset, Value: []byte(strconv.FormatInt(reset.Offset, 10))}}}
+	feed(k, tomb)
+	step(k, t0.Add(2*time.Second), true, nil)
+	if k.set.Latched(tplRef) {
+		t.Fatal("the template latched once its RESET was forgotten, by an item decided before it")
+	}
+}
+
 // Guards the order a batch applies what it read: latches before states. A
 // template OPEN here on its failure rate, whose latch item and another
 // instance's CLOSED arrive together, stays OPEN and is latched, with no
