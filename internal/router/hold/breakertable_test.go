@@ -75,6 +75,16 @@ func feed(k *Breakers, recs ...*kgo.Record) {
 	}
 }
 
+// feedLegacy hands rec to k's breakers table as read from partition p at
+// offset off: an earlier release's record, written by key to a partition
+// other than 0.
+func feedLegacy(k *Breakers, rec *kgo.Record, p int32, off int64) {
+	rec.Partition, rec.Offset = p, off
+	k.table.mu.Lock()
+	defer k.table.mu.Unlock()
+	k.table.apply(rec)
+}
+
 // readBack feeds the breakers records of b (this instance's batch, committed).
 func readBack(k *Breakers, b *testBatch) {
 	for _, rec := range b.out {
@@ -628,11 +638,7 @@ func TestAStaleTableKeepsAnUnusedTemplate(t *testing.T) {
 func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	old := itemRec(t, "h-old", "old", true)
-	old.Partition, old.Offset = 2, 900
-	k.table.mu.Lock()
-	k.table.apply(old)
-	k.table.mu.Unlock()
+	feedLegacy(k, itemRec(t, "h-old", "old", true), 2, 900)
 	step(k, t0, true, nil)
 	if !k.set.Latched(tplRef) {
 		t.Fatal("an earlier release's item did not latch the template")
@@ -644,11 +650,7 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 	}
 
 	readBack(k, hallucinate(t, k, "h-2", "tpl", t0.Add(2*time.Second)))
-	tomb := itemRec(t, "h-2", "old", false)
-	tomb.Partition, tomb.Offset = 1, 3
-	k.table.mu.Lock()
-	k.table.apply(tomb)
-	k.table.mu.Unlock()
+	feedLegacy(k, itemRec(t, "h-2", "old", false), 1, 3)
 	step(k, t0.Add(3*time.Second), true, nil)
 	if k.set.Latched(tplRef) {
 		t.Fatal("an earlier release's decision of an item (a tombstone on partition 1) did not end it")
@@ -664,12 +666,8 @@ func TestEarlierReleasesPartitionsComeFirst(t *testing.T) {
 func TestAnEarlierReleasesItemReadAfterItsDecisionDoesNotLatch(t *testing.T) {
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
-	feed(k, itemRec(t, "h-old", "a", false)) // partition 0: the decision
-	old := itemRec(t, "h-old", "b", true)
-	old.Partition, old.Offset = 2, 23
-	k.table.mu.Lock()
-	k.table.apply(old)
-	k.table.mu.Unlock()
+	feed(k, itemRec(t, "h-old", "a", false))             // partition 0: the decision
+	feedLegacy(k, itemRec(t, "h-old", "b", true), 2, 23) // the item, read after
 	step(k, t0, true, nil)
 	if k.set.Latched(tplRef) {
 		t.Fatal("an earlier release's item, read after its decision's tombstone, latched the template")
