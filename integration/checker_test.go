@@ -384,7 +384,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		rep = check(true)
 		if cfg.returns {
 			c.returns(ctx, w, watch, stateTopic, &produced)
-			rep = c.idleSettled(check(true), func() *checker.Report { return check(true) })
+			rep = c.idleSettled(func() *checker.Report { return check(true) })
 			if rep.IdleShared == 0 {
 				t.Logf("the idle burst's breakers on the breakers topic:\n%s", idleBreakerTrail(capturedBreakers(ctx, t, e)))
 			}
@@ -445,9 +445,10 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 var idleSettle = 2*time.Duration(openCooldown["breakers.provider_model.cooldown_ms"]+openCooldown["breakers.provider_model.window_ms"])*time.Millisecond +
 	25*time.Second
 
-// idleSettled waits, after the quiet stretch, until a breaker of the idle
-// burst has been let go on the breakers topic (Report.IdleShared), or
-// idleSettle after the last process's start, checking again every 5 s.
+// idleSettled checks, and after the quiet stretch waits until a breaker
+// of the idle burst has been let go on the breakers topic
+// (Report.IdleShared), or idleSettle after the last process's start,
+// checking again every 5 s.
 // The burst's breakers are let go an idle time after their last use; but
 // a process that starts adopts the states live on the topic as a use, and
 // the quiet stretch restarts its instance each round. A breaker let go
@@ -455,7 +456,8 @@ var idleSettle = 2*time.Duration(openCooldown["breakers.provider_model.cooldown_
 // adopted again at each restart, and breaker.shared_not_let_go excuses it
 // until its idle time plus LetGoLate after the last start. Past that
 // bound the check has it either let go or left live, a violation.
-func (c *cluster) idleSettled(rep *checker.Report, check func() *checker.Report) *checker.Report {
+func (c *cluster) idleSettled(check func() *checker.Report) *checker.Report {
+	rep := check()
 	var last time.Time
 	for _, ss := range c.starts {
 		for _, s := range ss {

@@ -417,6 +417,21 @@ func (s *Set) advance(ref Ref, b *breaker, now time.Time) []Transition {
 	return nil
 }
 
+// replaceProbes half-opens a HALF_OPEN breaker again when its probes are
+// all out and not all answered a cooldown after the last went out, so that
+// it lets as many new probes through. Only Allow asks: probes are replaced
+// for a retry that would be one, not on every Tick of a breaker no retry
+// waits for.
+func (s *Set) replaceProbes(ref Ref, b *breaker, now time.Time) []Transition {
+	cfg := s.config(ref)
+	ms := now.UnixMilli()
+	if b.probes < cfg.HalfOpenProbes || ms < b.wait || ms < b.probedAt+cfg.Cooldown.Milliseconds() {
+		return nil
+	}
+	return []Transition{s.move(ref, b, HalfOpen, fmt.Sprintf("%d of %d probe(s) unanswered %s after the last went out; letting new probes through",
+		b.probes-b.okProbes, b.probes, cfg.Cooldown), now, nil)}
+}
+
 // Record counts one outcome and returns the transitions it causes (none, or
 // a cooldown's OPEN -> HALF_OPEN followed by the outcome's own).
 func (s *Set) Record(o Outcome, now time.Time) []Transition {
@@ -474,12 +489,8 @@ func (s *Set) Allow(refs []Ref, now time.Time) (bool, []Transition) {
 		case Open:
 			ok = false
 		case HalfOpen:
-			cfg := s.config(ref)
-			if ms := now.UnixMilli(); b.probes >= cfg.HalfOpenProbes && ms >= b.wait && ms >= b.probedAt+cfg.Cooldown.Milliseconds() {
-				ts = append(ts, s.move(ref, b, HalfOpen, fmt.Sprintf("%d of %d probe(s) unanswered %s after the last went out; letting new probes through",
-					b.probes-b.okProbes, b.probes, cfg.Cooldown), now, nil))
-			}
-			if b.probes >= cfg.HalfOpenProbes || now.UnixMilli() < b.wait {
+			ts = append(ts, s.replaceProbes(ref, b, now)...)
+			if b.probes >= s.config(ref).HalfOpenProbes || now.UnixMilli() < b.wait {
 				ok = false
 			}
 		case Closed:
