@@ -76,6 +76,15 @@ type breakerTable struct {
 	// record read after it: the RESET is what ends that record, so it may
 	// not be tombstoned before the state's key has a newer record (tidy)
 	overRead map[breaker.Ref]bool
+	// legacyParts: the topic has partitions other than 0, where an earlier
+	// release wrote by key. Then stateAt keeps, per breaker, the offset of
+	// the last failure-rate state, tombstone or RESET read on partition 0:
+	// an earlier release's state of the breaker read after it (another
+	// partition, read in whatever order the fetches bring) is older in the
+	// topic's order, and is not applied over it. One offset per breaker
+	// ever shared, kept only where an earlier release may have written.
+	legacyParts bool
+	stateAt     map[breaker.Ref]int64
 	// mine are this instance's own item records committed and not read
 	// back yet, by key; mineStates and mineResets count its own breaker
 	// states and RESET tombstones committed and not read back, by breaker
@@ -134,7 +143,7 @@ type pendingState struct {
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	t := &breakerTable{topic: topic, self: self, log: log, book: latch.New(), resets: map[breaker.Ref]event.BreakerState{},
-		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, overRead: map[breaker.Ref]bool{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
+		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, overRead: map[breaker.Ref]bool{}, stateAt: map[breaker.Ref]int64{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
 		mineResets: map[breaker.Ref]int{}, loaded: make(chan struct{}), read: map[int32]int64{}, stopped: make(chan struct{})}
 	if topic == "" {
 		t.done = true
@@ -179,6 +188,9 @@ func (t *breakerTable) follow(ctx context.Context, clientOpts []kgo.Opt) error {
 		return err
 	}
 	t.listed(at, rangeEnds(ranges[t.topic]))
+	t.mu.Lock()
+	t.legacyParts = t.legacyParts || len(ranges[t.topic]) > 1
+	t.mu.Unlock()
 	// every partition, from where the table has read it to (its start, the
 	// first time)
 	from := map[int32]kgo.Offset{}
@@ -364,6 +376,7 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 	}
 	t.book.Reset(ref, rec.Offset)
 	t.resets[ref] = s
+	t.stateRead(ref, rec.Offset)
 	if _, live := t.latest[ref]; live {
 		t.overRead[ref] = true
 	}
@@ -400,6 +413,11 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	if !t.stateRead(ref, rec.Offset) {
+		// an earlier release's state, read after a newer one of partition
+		// 0: what it said was changed since
+		return
+	}
 	if h := codec.ParseBreakerHeaders(rec.Headers); h.AfterResetKnown {
 		if r, reset := t.book.ResetOffset(ref); reset && h.AfterReset < r {
 			// derived before the breaker's last RESET, which it comes
@@ -431,6 +449,23 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	t.keep(s, ref)
+}
+
+// stateRead records a failure-rate state, tombstone or RESET of ref read at
+// offset (an earlier release's below zero), and reports whether it is the
+// latest of ref in the topic's order: false for an earlier release's record
+// read after one of partition 0 (under mu).
+func (t *breakerTable) stateRead(ref breaker.Ref, offset int64) bool {
+	if !t.legacyParts {
+		return true
+	}
+	if last, ok := t.stateAt[ref]; ok && offset < last {
+		return false
+	}
+	if offset >= 0 {
+		t.stateAt[ref] = offset
+	}
+	return true
 }
 
 // keep keeps s as the latest failure-rate state of ref not applied yet,

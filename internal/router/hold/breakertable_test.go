@@ -37,6 +37,7 @@ func adoptBreakers(t *testing.T) *Breakers {
 		Home: func([]byte) int32 { return 0 }})
 	k.table.done = true // read to its end: the test feeds it
 	k.table.target = map[int32]int64{}
+	k.table.legacyParts = true                  // as an upgraded topic has: feedLegacy
 	k.table.freshAt = time.Now().Add(time.Hour) // and fresh, unless a test says otherwise
 	return k
 }
@@ -681,6 +682,43 @@ func TestAnEarlierReleasesItemReadAfterItsDecisionDoesNotLatch(t *testing.T) {
 	step(k, t0.Add(2*time.Second), true, nil)
 	if k.set.Latched(tplRef) {
 		t.Fatal("the template latched once its RESET was forgotten, by an item decided before it")
+	}
+}
+
+// Guards an earlier release's failure-rate states read after newer ones of
+// partition 0 (a restart reads the partitions in whatever order its fetches
+// bring them): the earlier release's OPEN of a model on partition 2 comes
+// before every record of partition 0 in the topic's order, so the CLOSED
+// (a tombstone) this release wrote of it there stands, and so does a
+// person's RESET; the breaker is not opened by the stale OPEN. An earlier
+// release's OPEN of a breaker partition 0 has no record of is adopted.
+func TestAnEarlierReleasesStateReadAfterANewerOneIsOlder(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	closed := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m1"}
+	reset := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m2"}
+	fresh := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m3"}
+	feed(k, stateRec(t, closed, breaker.Open.Name(), "a", false, t0.Add(-time.Minute)))
+	feed(k, stateRec(t, closed, breaker.Closed.Name(), "a", false, t0))
+	feed(k, resetRec(t, reset, "ops"))
+	feedLegacy(k, stateRec(t, closed, breaker.Open.Name(), "old", false, t0.Add(time.Second)), 2, 40)
+	feedLegacy(k, stateRec(t, reset, breaker.Open.Name(), "old", false, t0.Add(time.Second)), 1, 41)
+	feedLegacy(k, stateRec(t, fresh, breaker.Open.Name(), "old", false, t0.Add(time.Second)), 2, 42)
+	step(k, t0.Add(2*time.Second), true, nil)
+	if got := k.set.State(closed); got != breaker.Closed {
+		t.Errorf("%v is %v, want CLOSED: an earlier release's OPEN read after this release's CLOSED of it was applied over it", closed, got)
+	}
+	if got := k.set.State(reset); got != breaker.Closed {
+		t.Errorf("%v is %v, want CLOSED: an earlier release's OPEN read after a RESET of it was applied over it", reset, got)
+	}
+	if got := k.set.State(fresh); got != breaker.Open {
+		t.Errorf("%v is %v, want OPEN: an earlier release's OPEN of a breaker partition 0 says nothing of was not adopted", fresh, got)
+	}
+	// what partition 0 says after it still counts
+	feed(k, stateRec(t, closed, breaker.Open.Name(), "a", false, t0.Add(3*time.Second)))
+	step(k, t0.Add(4*time.Second), true, nil)
+	if got := k.set.State(closed); got != breaker.Open {
+		t.Errorf("%v is %v, want OPEN: a newer OPEN on partition 0 was not adopted", closed, got)
 	}
 }
 
