@@ -375,8 +375,14 @@ func (t *breakerTable) applyReset(rec *kgo.Record, key, writer string) {
 		return
 	}
 	t.book.Reset(ref, rec.Offset)
-	t.resets[ref] = s
-	t.stateRead(ref, rec.Offset)
+	if r, _ := t.book.ResetOffset(ref); r == rec.Offset { // not an older one read late
+		t.resets[ref] = s
+	}
+	if !t.stateRead(ref, rec.Offset) {
+		// an earlier release's RESET read after a newer state of partition
+		// 0: the book orders it among the items; the state stands
+		return
+	}
 	if _, live := t.latest[ref]; live {
 		t.overRead[ref] = true
 	}

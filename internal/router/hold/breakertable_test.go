@@ -690,8 +690,9 @@ func TestAnEarlierReleasesItemReadAfterItsDecisionDoesNotLatch(t *testing.T) {
 // bring them): the earlier release's OPEN of a model on partition 2 comes
 // before every record of partition 0 in the topic's order, so the CLOSED
 // (a tombstone) this release wrote of it there stands, and so does a
-// person's RESET; the breaker is not opened by the stale OPEN. An earlier
-// release's OPEN of a breaker partition 0 has no record of is adopted.
+// person's RESET; the breaker is not opened by the stale OPEN, nor closed by
+// a stale RESET. An earlier release's OPEN of a breaker partition 0 has no
+// record of is adopted.
 func TestAnEarlierReleasesStateReadAfterANewerOneIsOlder(t *testing.T) {
 	k := adoptBreakers(t)
 	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
@@ -713,6 +714,15 @@ func TestAnEarlierReleasesStateReadAfterANewerOneIsOlder(t *testing.T) {
 	}
 	if got := k.set.State(fresh); got != breaker.Open {
 		t.Errorf("%v is %v, want OPEN: an earlier release's OPEN of a breaker partition 0 says nothing of was not adopted", fresh, got)
+	}
+	// a RESET an earlier release wrote to partition 1, read after an OPEN
+	// of partition 0, does not close it
+	opened := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/m4"}
+	feed(k, stateRec(t, opened, breaker.Open.Name(), "a", false, t0.Add(2*time.Second)))
+	feedLegacy(k, resetRec(t, opened, "ops"), 1, 43)
+	step(k, t0.Add(2500*time.Millisecond), true, nil)
+	if got := k.set.State(opened); got != breaker.Open {
+		t.Errorf("%v is %v, want OPEN: an earlier release's RESET read after an OPEN of partition 0 closed it", opened, got)
 	}
 	// what partition 0 says after it still counts
 	feed(k, stateRec(t, closed, breaker.Open.Name(), "a", false, t0.Add(3*time.Second)))
