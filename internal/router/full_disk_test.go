@@ -29,20 +29,31 @@ func (e *noSpace) Unwrap() error { return syscall.ENOSPC }
 // and Run returns the store's error, instead of running on while Pebble
 // retries the flush and every write waits. The other instance takes its
 // partitions and restores them from the changelog: every event, before and
-// after, is decided once.
+// after, is decided once. A failing disk (EIO on every flush) stops it the
+// same way once the flushes have failed for the store's FlushFailLimit.
 func TestAFullDiskStopsTheInstanceAndItsPartitionsMove(t *testing.T) {
+	t.Run("full", func(t *testing.T) {
+		testABrokenDiskStopsTheInstance(t, func(path string) error { return &noSpace{path: path} }, syscall.ENOSPC)
+	})
+	t.Run("failing", func(t *testing.T) {
+		testABrokenDiskStopsTheInstance(t, func(string) error { return syscall.EIO }, syscall.EIO)
+	})
+}
+
+func testABrokenDiskStopsTheInstance(t *testing.T, fault func(path string) error, cause error) {
 	w := lcStart(t, 4)
 	var full atomic.Bool
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasSuffix(op.Path, ".sst") {
-			return &noSpace{path: op.Path}
+			return fault(op.Path)
 		}
 		return nil
 	}))
 	cfg := w.config("a")
 	cfg.storeOptions = func(o *store.Options) {
 		o.FS = fs
-		o.MemTableSize = 256 << 10 // a few hundred states fill it: its flush meets the full disk
+		o.MemTableSize = 256 << 10 // a few hundred states fill it: its flush meets the broken disk
+		o.FlushFailLimit = 2 * time.Second
 	}
 	a, err := New(cfg)
 	if err != nil {
@@ -84,8 +95,8 @@ func TestAFullDiskStopsTheInstanceAndItsPartitionsMove(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, store.ErrUnwritable) || !errors.Is(err, syscall.ENOSPC) {
-			t.Fatalf("Run returned %v: want the store's failure (ErrUnwritable, ENOSPC)", err)
+		if !errors.Is(err, store.ErrUnwritable) || !errors.Is(err, cause) {
+			t.Fatalf("Run returned %v: want the store's failure (ErrUnwritable, %v)", err, cause)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("Run did not return within 60 s of the disk filling (store: %v, %d background errors)", a.store.Err(), a.store.BackgroundErrors())

@@ -105,13 +105,19 @@ type Store struct {
 
 	// failed is closed, and failErr set, once the store cannot be written
 	// (Err): its disk is full, its quota reached or it was remounted
-	// read-only. Pebble retries a flush that failed for as long as it
-	// fails, and stops every write once its memtables are full; the
-	// router stops instead, and the changelog keeps every state.
+	// read-only, or its flushes have kept failing for FlushFailLimit.
+	// Pebble retries a flush that failed for as long as it fails, and
+	// stops every write once its memtables are full; the router stops
+	// instead, and the changelog keeps every state.
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
 	bgErrors atomic.Int64 // background errors, failures or not
+	bgLogged atomic.Int64 // when one was last logged at error level, Unix ns
+	// flushFailing is when the flushes began to fail, in Unix nanoseconds
+	// (0: the last flush was done); flushFailLimit is Options.FlushFailLimit
+	flushFailing   atomic.Int64
+	flushFailLimit time.Duration
 }
 
 // Options are the store's optional settings.
@@ -131,7 +137,17 @@ type Options struct {
 	// MemTableSize is the size of one of Pebble's memtables (two are
 	// kept). Default (0): 32 MiB.
 	MemTableSize uint64
+	// FlushFailLimit is how long Pebble's flushes may keep failing, none
+	// done in between, before the store fails (Err) whatever the error:
+	// a memtable that cannot be flushed holds every write once the
+	// memtables are full. Default (0): DefaultFlushFailLimit.
+	FlushFailLimit time.Duration
 }
+
+// DefaultFlushFailLimit is Options.FlushFailLimit when it is left 0: long
+// enough for a volume that stalls for a few seconds, short enough that the
+// partitions move to another instance well within a minute.
+const DefaultFlushFailLimit = 30 * time.Second
 
 // DefaultExpiryBucket is the expiry buckets' width when Options leave it 0.
 const DefaultExpiryBucket = time.Hour
@@ -191,13 +207,16 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 32 << 20
 	}
+	if o.FlushFailLimit <= 0 {
+		o.FlushFailLimit = DefaultFlushFailLimit
+	}
 	s := &Store{dir: dir, log: log, floors: map[floorKey]floor{},
-		bucketMs: o.ExpiryBucket.Milliseconds(), failed: make(chan struct{})}
+		bucketMs: o.ExpiryBucket.Milliseconds(), failed: make(chan struct{}), flushFailLimit: o.FlushFailLimit}
 	pl := pebbleLogger{log.With("component", "pebble")}
 	opts := &pebble.Options{
 		FS:            o.FS,
 		Logger:        pl,
-		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl), LowDiskSpace: s.lowDiskSpace},
+		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl), LowDiskSpace: s.lowDiskSpace, FlushEnd: s.flushEnd},
 		BytesPerSync:  1 << 20,
 		MemTableSize:  o.MemTableSize,
 		MaxOpenFiles:  1000,
@@ -543,8 +562,11 @@ func (s *Store) Failed() <-chan struct{} { return s.failed }
 // on the first write, flush or compaction that finds its disk full
 // (ENOSPC), its quota reached (EDQUOT) or its file system read-only
 // (EROFS): none of them passes on its own soon, and Pebble would retry the
-// flush until it does while every write waits. Other errors are returned
-// by the operation that met them, and leave the store as it was.
+// flush until it does while every write waits. It fails too once its
+// flushes have failed for Options.FlushFailLimit, none done in between,
+// whatever the error (EIO from a failing disk, a volume gone). Other errors
+// are returned by the operation that met them, and leave the store as it
+// was.
 func (s *Store) Err() error {
 	select {
 	case <-s.failed:
@@ -570,29 +592,64 @@ func (s *Store) check(err error) error {
 	if err == nil || !unwritable(err) {
 		return err
 	}
-	s.failOnce.Do(func() {
-		s.failErr = fmt.Errorf("%w: %s: %w", ErrUnwritable, s.dir, err)
-		close(s.failed)
-		s.log.Error("state store failed: free space on its volume, or give it a larger one; the changelog holds every state, and a restart restores the store from it",
-			"dir", s.dir, "err", err.Error())
-	})
+	s.fail(err, "state store failed: free space on its volume, or give it a larger one; the changelog holds every state, and a restart restores the store from it")
 	return err
 }
 
+// fail makes err the store's failure, once, and logs msg with it.
+func (s *Store) fail(err error, msg string) {
+	s.failOnce.Do(func() {
+		s.failErr = fmt.Errorf("%w: %s: %w", ErrUnwritable, s.dir, err)
+		close(s.failed)
+		s.log.Error(msg, "dir", s.dir, "err", err.Error())
+	})
+}
+
+// flushEnd is Pebble's FlushEnd listener: it fails the store once its
+// flushes have failed for flushFailLimit with none done in between
+// (Options.FlushFailLimit). A flush that had nothing to write is done.
+func (s *Store) flushEnd(info pebble.FlushInfo) {
+	if info.Err == nil || (len(info.Output) == 0 && info.Err.Error() == emptyFlush) {
+		s.flushFailing.Store(0)
+		return
+	}
+	now := time.Now().UnixNano()
+	if s.flushFailing.CompareAndSwap(0, now) {
+		return
+	}
+	if since := time.Duration(now - s.flushFailing.Load()); since >= s.flushFailLimit {
+		s.fail(fmt.Errorf("flushes failing for %s: %w", since.Round(time.Second), info.Err),
+			"state store failed: its flushes keep failing; check its volume; the changelog holds every state, and a restart restores the store from it")
+	}
+}
+
+// emptyFlush is the error Pebble's FlushEnd reports for a flush that wrote
+// no table (nothing to write): not a failure.
+const emptyFlush = "pebble: empty table"
+
 // backgroundError is Pebble's BackgroundError listener: a failure of a
 // flush or compaction is logged, and fails the store if it is one
-// (check). Pebble retries a failed flush every second or so: once the
-// store failed, its repeats are logged at debug level.
+// (check). Pebble retries a failed flush at once, thousands of times a
+// second: at most one a second is logged at error level, with the count
+// so far, the rest at debug level, and all of them once the store failed.
 func (s *Store) backgroundError(log pebbleLogger) func(error) {
 	return func(err error) {
-		s.bgErrors.Add(1)
-		if s.Err() != nil {
+		n := s.bgErrors.Add(1)
+		if s.Err() != nil || !s.logNow() {
 			log.log.Debug("background error", "err", err.Error())
-			return
+		} else {
+			log.log.Error("background error", "err", err.Error(), "background_errors", n)
 		}
-		log.log.Error("background error", "err", err.Error())
 		s.check(err)
 	}
+}
+
+// logNow reports whether a background error may be logged at error level
+// now: one a second at most.
+func (s *Store) logNow() bool {
+	now := time.Now().UnixNano()
+	last := s.bgLogged.Load()
+	return (last == 0 || now-last >= int64(time.Second)) && s.bgLogged.CompareAndSwap(last, now)
 }
 
 // lowDiskSpace is Pebble's LowDiskSpace listener: it warns when the space

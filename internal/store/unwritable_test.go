@@ -169,3 +169,105 @@ func TestAVolumeRunningOutOfSpaceIsWarnedOf(t *testing.T) {
 		t.Fatalf("a volume with room left failed the store: %v", s.Err())
 	}
 }
+
+// A flush that keeps failing with an error other than a full disk (EIO: a
+// failing disk) fails the store once it has failed for FlushFailLimit with
+// no flush done in between: Pebble would retry it for ever while every
+// write waits. The error names the directory and the cause. Pebble retries
+// the flush thousands of times a second: the log gets one line a second.
+func TestFlushesThatKeepFailingFailTheStore(t *testing.T) {
+	var broken atomic.Bool
+	dir := t.TempDir()
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if broken.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return syscall.EIO
+		}
+		return nil
+	}))
+	var logs lockedbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := OpenWith(dir, log, Options{FS: fs, MemTableSize: 1 << 20, FlushFailLimit: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	broken.Store(true)
+	// more than a memtable: its flush meets the broken disk, and the
+	// writes wait once the memtables are full
+	go func() {
+		for i := 0; s.Err() == nil && i < 200; i++ {
+			wb := s.NewBatch()
+			for j := i * 100; j < i*100+100; j++ {
+				st := benchState(j, now)
+				if err := wb.Put(3, nil, st, now+2*st.SLAMs); err != nil {
+					return
+				}
+			}
+			if wb.Commit() != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-s.Failed():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the store did not fail while its flushes kept failing (%d background errors)", s.BackgroundErrors())
+	}
+	err = s.Err()
+	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "flushes failing") {
+		t.Fatalf("Err() = %v: want ErrUnwritable, EIO, the directory and what failed", err)
+	}
+	// the flushes failed for 2 s before the store failed: a line a second
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"background error\""); n == 0 || n > 4 {
+		t.Fatalf("%d background errors logged at error level of %d, want 1-4 (one a second):\n%.2000s", n, s.BackgroundErrors(), logs.String())
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for the broken disk")
+	}
+}
+
+// A flush that fails once, and is done when Pebble tries it again, leaves
+// the store working: a volume that stalls briefly does not stop the
+// instance.
+func TestAFlushThatFailsOnceDoesNotFailTheStore(t *testing.T) {
+	var fails atomic.Int32
+	fails.Store(1)
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && fails.Add(-1) >= 0 {
+			return syscall.EIO
+		}
+		return nil
+	}))
+	s, err := OpenWith(t.TempDir(), nil, Options{FS: fs, FlushFailLimit: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	wb := s.NewBatch()
+	for i := range 100 {
+		st := benchState(i, now)
+		if err := wb.Put(3, nil, st, now+2*st.SLAMs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if s.BackgroundErrors() == 0 {
+		t.Fatal("the injected flush error was not met")
+	}
+	if s.Err() != nil || s.flushFailing.Load() != 0 {
+		t.Fatalf("a flush that failed once and was then done left the store failed (%v) or failing", s.Err())
+	}
+	if st, err := s.Get(3, benchState(0, now).TaskID); err != nil || st == nil {
+		t.Fatalf("a state flushed on the second try: %v, %v", st, err)
+	}
+}
