@@ -85,6 +85,13 @@ type breakerTable struct {
 	// ever shared, kept only where an earlier release may have written.
 	legacyParts bool
 	stateAt     map[breaker.Ref]int64
+	// legacyLive are the breakers whose last record an earlier release
+	// wrote to another partition is a live OPEN or HALF_OPEN, with that
+	// partition: compaction keeps it there for ever, and a restart reads
+	// it again once partition 0's newer records of the breaker are gone,
+	// so this release's CLOSED of the breaker tombstones it there too
+	// (share)
+	legacyLive map[breaker.Ref]int32
 	// mine are this instance's own item records committed and not read
 	// back yet, by key; mineStates and mineResets count its own breaker
 	// states and RESET tombstones committed and not read back, by breaker
@@ -143,7 +150,7 @@ type pendingState struct {
 
 func newBreakerTable(topic, self string, log *slog.Logger) *breakerTable {
 	t := &breakerTable{topic: topic, self: self, log: log, book: latch.New(), resets: map[breaker.Ref]event.BreakerState{},
-		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, overRead: map[breaker.Ref]bool{}, stateAt: map[breaker.Ref]int64{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
+		pending: map[breaker.Ref]pendingState{}, latest: map[breaker.Ref]event.BreakerState{}, overRead: map[breaker.Ref]bool{}, stateAt: map[breaker.Ref]int64{}, legacyLive: map[breaker.Ref]int32{}, mine: map[string]*mineItem{}, mineStates: map[breaker.Ref]int{},
 		mineResets: map[breaker.Ref]int{}, loaded: make(chan struct{}), read: map[int32]int64{}, stopped: make(chan struct{})}
 	if topic == "" {
 		t.done = true
@@ -419,6 +426,13 @@ func (t *breakerTable) applyState(rec *kgo.Record, key, writer string) {
 		return
 	}
 	ref := breaker.Ref{Scope: sc, Key: s.Key}
+	if rec.Offset < 0 { // an earlier release's, on partition rec.Partition
+		if rec.Value != nil && s.State != breaker.Closed.Name() {
+			t.legacyLive[ref] = rec.Partition
+		} else if p, ok := t.legacyLive[ref]; ok && p == rec.Partition {
+			delete(t.legacyLive, ref)
+		}
+	}
 	if !t.stateRead(ref, rec.Offset) {
 		// an earlier release's state, read after a newer one of partition
 		// 0: what it said was changed since
@@ -1058,6 +1072,7 @@ func (k *Breakers) tidy(ref breaker.Ref, out Out, now time.Time) {
 			// read back
 			if !sharing && k.shared[ref] == 0 {
 				out.Queue(k.stateRecord(ref, now))
+				k.tombstoneLegacy(ref, out, now)
 			}
 			return
 		}
@@ -1099,6 +1114,24 @@ func (k *Breakers) share(ref breaker.Ref, reason string, out Out, now time.Time)
 		rec.Value = v
 	}
 	out.Queue(rec)
+	if sh.State == breaker.Closed {
+		k.tombstoneLegacy(ref, out, now)
+	}
+}
+
+// tombstoneLegacy queues, with a CLOSED of ref, a tombstone of ref's key on
+// the partition where an earlier release's OPEN or HALF_OPEN of it is the
+// last record: compaction then removes that state, which a restart would
+// otherwise read, once partition 0's records of the breaker are gone, and
+// adopt. It names no instance: whoever reads it back takes it for a CLOSED
+// an earlier release wrote, older than every record of partition 0.
+func (k *Breakers) tombstoneLegacy(ref breaker.Ref, out Out, now time.Time) {
+	k.table.mu.Lock()
+	p, ok := k.table.legacyLive[ref]
+	k.table.mu.Unlock()
+	if ok {
+		out.Queue(&kgo.Record{Topic: k.topics.Breakers, Partition: p, Key: []byte(event.BreakerStateKey(ref.Scope.Name(), ref.Key)), Timestamp: now})
+	}
 }
 
 // stateRecord returns the record of ref's failure-rate state as this

@@ -3,6 +3,7 @@ package hold
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -729,6 +730,77 @@ func TestAnEarlierReleasesStateReadAfterANewerOneIsOlder(t *testing.T) {
 	step(k, t0.Add(4*time.Second), true, nil)
 	if got := k.set.State(closed); got != breaker.Open {
 		t.Errorf("%v is %v, want OPEN: a newer OPEN on partition 0 was not adopted", closed, got)
+	}
+}
+
+// Guards an earlier release's OPEN that compaction would keep for ever on
+// its partition (nothing of this release's is written there): once the
+// breaker adopted from it closes here (let go when unused), the CLOSED is
+// written on partition 0 and a tombstone of the key on the earlier
+// release's partition, so that an instance that starts once compaction has
+// run (partition 0's tombstone gone too) does not open the breaker again
+// on that OPEN.
+func TestAnEarlierReleasesOpenIsTombstonedWhereItWasWritten(t *testing.T) {
+	k := adoptBreakers(t)
+	t0 := time.Date(2030, 1, 1, 10, 0, 0, 0, time.UTC)
+	ref := breaker.Ref{Scope: breaker.ProviderModel, Key: "acme/retired"}
+	legacyOpen := stateRec(t, ref, breaker.Open.Name(), "old", false, t0.Add(-time.Hour))
+	feedLegacy(k, legacyOpen, 2, 7)
+	step(k, t0, true, nil)
+	if got := k.set.State(ref); got != breaker.Open {
+		t.Fatalf("%v is %v, want OPEN: an earlier release's OPEN, the breaker's only record, was not adopted", ref, got)
+	}
+	b := step(k, t0.Add(k.set.Idle(ref.Scope)+2*expireEvery), true, nil)
+	if got := k.set.State(ref); got != breaker.Closed {
+		t.Fatalf("%v is %v once unused for its idle time, want CLOSED (let go)", ref, got)
+	}
+	// the topic as compaction leaves it, by partition and key: the
+	// records of the batch that let the breaker go, after the earlier
+	// release's OPEN
+	type pk struct {
+		p   int32
+		key string
+	}
+	last := map[pk]*kgo.Record{{2, string(legacyOpen.Key)}: legacyOpen}
+	var tombs []int32
+	for _, rec := range b.out {
+		if rec.Topic == "breakers" && string(rec.Key) == string(legacyOpen.Key) {
+			if rec.Value != nil {
+				t.Fatalf("the batch that let %v go wrote a live state on partition %d", ref, rec.Partition)
+			}
+			tombs = append(tombs, rec.Partition)
+			last[pk{rec.Partition, string(rec.Key)}] = rec
+		}
+	}
+	if !slices.Equal(tombs, []int32{0, 2}) {
+		t.Errorf("the batch that let %v go wrote its key's tombstones on partitions %v, want [0 2]: partition 0's, and one where the earlier release's OPEN is", ref, tombs)
+	}
+	fresh := adoptBreakers(t)
+	for at, rec := range last {
+		if rec.Value == nil {
+			continue // a tombstone past its retention
+		}
+		c := *rec
+		if at.p == 0 {
+			feed(fresh, &c)
+		} else {
+			feedLegacy(fresh, &c, at.p, 7)
+		}
+	}
+	step(fresh, t0.Add(48*time.Hour), true, nil)
+	if got := fresh.set.State(ref); got != breaker.Closed {
+		t.Errorf("an instance that started on the compacted topic has %v %v, want CLOSED: the earlier release's OPEN was left on partition 2", ref, got)
+	}
+	// the tombstone read back: the earlier release's OPEN is no longer
+	// the last record of its partition, and a later CLOSED writes none
+	for _, rec := range b.out {
+		if rec.Topic == "breakers" && rec.Partition == 2 {
+			c := *rec
+			feedLegacy(k, &c, 2, 8)
+		}
+	}
+	if _, live := k.table.legacyLive[ref]; live {
+		t.Errorf("the earlier release's OPEN of %v is still counted live once its tombstone was read", ref)
 	}
 }
 
