@@ -284,7 +284,8 @@ func (t *breakerTable) behind(ends map[int32]int64) bool {
 // legacy moves the offsets of the breakers topic's partitions other than 0
 // (`run --partitions` gives it several, as earlier releases expect, which
 // wrote there by key) before every offset of partition 0, the only one
-// written now, whose offsets order every record.
+// written now (besides the tombstones of an earlier release's states,
+// tombstoneLegacy), whose offsets order every record.
 const legacy = int64(1) << 62
 
 // apply reads one record of the topic (under mu).
