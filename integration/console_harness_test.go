@@ -122,6 +122,12 @@ func text(t *testing.T, ctx context.Context, c *consoleProc, sel string) string 
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+	// a page that has just loaded may leave the browser's DOM agent on the
+	// document before it for a moment: the node is looked up again
+	for try := 0; try < 5 && err != nil && strings.Contains(err.Error(), "No node with given id found"); try++ {
+		time.Sleep(100 * time.Millisecond)
+		s, err = chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+	}
 	if err != nil {
 		t.Fatalf("text of %s: %v\nconsole logs:\n%s", sel, err, c.logs.String())
 	}

@@ -100,6 +100,7 @@
   var rows = Array.prototype.slice.call(queue.querySelectorAll("tbody tr[data-task]"));
   var msg = document.getElementById("keys-msg");
   var cur = -1;
+  var afterKey = "faultrouter.review.after";
 
   function say(text) { if (msg) { msg.textContent = text; } }
 
@@ -114,20 +115,60 @@
   }
 
   // after a decision or a claim the page names the task: select the next
-  // open item after it (or the claimed one itself)
+  // open item after it (or the claimed one itself). The router may have
+  // audited the decision before the page came back, and the item left the
+  // queue: then the first of the items that followed it when it was
+  // decided (kept in the tab's session storage) that is still here.
   var outcome = document.getElementById("flash");
   var start = 0;
   var done = outcome && outcome.dataset.done, task = outcome && outcome.dataset.task;
+  var decision = done === "approve" || done === "reject";
   if (task) {
-    for (var i = 0; i < rows.length; i++) {
+    var found = false;
+    for (var i = 0; i < rows.length && !found; i++) {
       if (rows[i].getAttribute("data-task") === task) {
-        start = (done === "approve" || done === "reject") ? i + 1 : i;
-        break;
+        start = decision ? i + 1 : i;
+        found = true;
       }
+    }
+    var after = decision && !found ? followers(task) : [];
+    for (var j = 0; j < after.length; j++) {
+      var k = indexOf(after[j]);
+      if (k >= 0) { start = k; break; }
     }
     while (start < rows.length - 1 && rows[start].classList.contains("decided")) { start++; }
   }
+  try { sessionStorage.removeItem(afterKey); } catch (err) { /* no storage */ }
   select(start);
+
+  function indexOf(id) {
+    for (var i = 0; i < rows.length; i++) {
+      if (rows[i].getAttribute("data-task") === id) { return i; }
+    }
+    return -1;
+  }
+
+  // followers returns the tasks that followed task in the queue when it
+  // was decided in this tab, or none
+  function followers(task) {
+    try {
+      var kept = JSON.parse(sessionStorage.getItem(afterKey) || "null");
+      if (kept && kept.task === task && Array.isArray(kept.next)) { return kept.next; }
+    } catch (err) { /* no storage, or not ours */ }
+    return [];
+  }
+
+  // a decision sent from the queue keeps the tasks after it for the page
+  // that comes back (a rejection's confirmation page comes between)
+  queue.addEventListener("submit", function (e) {
+    var f = e.target, row = f && f.closest ? f.closest("tr[data-task]") : null;
+    if (!row || !f.classList.contains("decision")) { return; }
+    var i = rows.indexOf(row), next = [];
+    for (var j = i + 1; i >= 0 && j < rows.length; j++) { next.push(rows[j].getAttribute("data-task")); }
+    try {
+      sessionStorage.setItem(afterKey, JSON.stringify({ task: row.getAttribute("data-task"), next: next }));
+    } catch (err) { /* no storage: the first item is selected */ }
+  });
 
   function pending(form) { return form && form.getAttribute("data-action"); }
 
