@@ -636,6 +636,36 @@ func (w *workload) addIdleBreakers(c *codec.Codec) {
 	})
 }
 
+// idleBurst returns the items of a burst like addIdleBreakers', at offsets
+// from 0, for round's model, template and action (idleNames), which no
+// other task uses: what the quiet stretch produces when the faults left
+// the first burst's breakers nothing to let go (cluster.idleSettled).
+func (w *workload) idleBurst(round int) []workItem {
+	c, err := codec.New()
+	if err != nil {
+		panic(err)
+	}
+	rng := rand.New(rand.NewPCG(w.seed+uint64(round), w.seed^0x1b873593))
+	tmp := &workload{seed: w.seed, scenario: map[string]int{}}
+	pm, tmpl, action := idleNames(round)
+	for i := range 120 {
+		g := &taskGen{w: tmp, rng: rng, c: c, id: fmt.Sprintf("s%d-idle%d-%d", w.seed, round, i),
+			at: time.Duration(i) * 1500 * time.Millisecond / 120, pm: pm, tmpl: tmpl, action: action}
+		g.sla(1000, 1000)
+		g.emit(g.timeout())
+	}
+	return tmp.items
+}
+
+// idleNames are the model, template and action of an idle burst: round 0
+// is addIdleBreakers', later rounds idleBurst's.
+func idleNames(round int) (pm [2]string, tmpl, action string) {
+	if round == 0 {
+		return wlIdleModel, wlIdleTemplate, wlIdleAction
+	}
+	return [2]string{wlIdleModel[0], fmt.Sprintf("model-v%d", round)}, fmt.Sprintf("legacy-v%d", round), fmt.Sprintf("%s_%d", wlIdleAction, round)
+}
+
 // returning are the tasks of the quiet stretch after a run (runChecker's
 // returns): in each of rounds, one task per home partition that succeeds
 // with an SLA of 1 s (first), expires, comes back after its tombstone with
