@@ -281,7 +281,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 		bin = cfg.binary
 	}
 	pol := policy.Default()
-	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, processes: map[string][]*router{}, starts: map[string][]time.Time{},
+	c := &cluster{t: t, e: e, bin: bin, args: cfg.routerArgs, dirs: map[string]string{}, routers: map[string]*router{}, processes: map[string][]*router{}, starts: map[string][]time.Time{}, stops: map[string][]time.Time{},
 		bins: map[string][]string{}}
 	if cfg.compressed {
 		var path string
@@ -333,7 +333,7 @@ func runChecker(t *testing.T, cfg checkerConfig) checkerResult {
 	}
 
 	opts := checker.Options{Policy: pol, Ingress: e.prefix + "ai.tasks.ingress", Decisions: e.prefix + "ai.tasks.review.decisions",
-		Starts: c.starts, Rebalances: c.rebalances, Partitions: 3}
+		Starts: c.starts, Stops: c.stops, Rebalances: c.rebalances, Partitions: 3}
 	if cfg.unwritable {
 		opts.MaxRecordBytes, opts.MaxOutputBytes = maxInputBytes, smallestOutputLimit(ctx, t, e)
 		t.Logf("unwritable: %d task events of about %d KiB; the smallest output topic takes %d bytes", w.scenario["unwritable"], (maxInputBytes-32<<10)>>10, opts.MaxOutputBytes)
@@ -743,6 +743,7 @@ type cluster struct {
 	// processes are every process of each instance, in the order started
 	processes map[string][]*router
 	starts    map[string][]time.Time // when each process of an instance started
+	stops     map[string][]time.Time // when an instance stopped with no start after (scale-down)
 	bins      map[string][]string    // and the router binary it ran
 	// rebalances are when the group may have begun to rebalance for
 	// another reason: a pause's session timeout and its resume, a stop, the
@@ -841,10 +842,11 @@ func (c *cluster) inject(began time.Time, produced *atomic.Int64) []string {
 	at(44 * time.Second)
 	s = time.Now()
 	c.rebalances = append(c.rebalances, s)
-	c.routers["b"].stop(t)
-	c.routers["c"].stop(t)
-	delete(c.routers, "b")
-	delete(c.routers, "c")
+	for _, n := range []string{"b", "c"} {
+		c.routers[n].stop(t)
+		c.stops[n] = append(c.stops[n], time.Now())
+		delete(c.routers, n)
+	}
 	log("scale-down", s, "3 -> 1 instances (SIGTERM b and c)")
 
 	// a clean stop marks the partitions released, so the restart trusts its

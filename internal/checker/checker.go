@@ -88,6 +88,10 @@ type Options struct {
 	// ID) started, as the fault injector knows them. Breakers live in a
 	// process's memory: a new process starts with every breaker CLOSED.
 	Starts map[string][]time.Time
+	// Stops are the times a process of each router instance stopped with
+	// no process of it started after (a scale-down), as the fault
+	// injector knows them: its breakers went with it.
+	Stops map[string][]time.Time
 	// Rebalances are other times the group's assignment may have begun to
 	// move, as the fault injector knows them: a member paused past its
 	// session timeout or resumed, a member stopped, the broker restarted.

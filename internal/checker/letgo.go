@@ -50,7 +50,8 @@ func (c *checker) letGo(timelines map[breakerKey][]span, ts []transition) {
 				end = c.logs.End
 			}
 			// a process that stopped let nothing go: the stretch ends with it
-			for _, st := range c.o.Starts[k.instance] {
+			// (the next start, or a stop with none after)
+			for _, st := range slices.Concat(c.o.Starts[k.instance], c.o.Stops[k.instance]) {
 				if st.After(s.from) && st.Before(end) {
 					end = st
 				}
