@@ -25,6 +25,8 @@ type logBuilder struct {
 	breakerNext int64
 	// policy is the checker's; nil: the default policy
 	policy *policy.Policy
+	// stops are Options.Stops
+	stops map[string][]time.Time
 }
 
 func newLog(t *testing.T) *logBuilder {
@@ -104,7 +106,7 @@ func (b *logBuilder) check() *Report {
 	if p == nil {
 		p = policy.Default()
 	}
-	rep, err := Check(b.logs, Options{Policy: p, Ingress: "in", Decisions: "decisions"})
+	rep, err := Check(b.logs, Options{Policy: p, Ingress: "in", Decisions: "decisions", Stops: b.stops})
 	if err != nil {
 		b.t.Fatal(err)
 	}

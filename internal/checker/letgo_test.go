@@ -18,7 +18,9 @@ import (
 // since must be let go (closed and forgotten) within its idle time plus
 // RetryLate. A router that lets it go passes; one that keeps it HALF_OPEN
 // to the end of the run is reported, and so is one that kept it past the
-// bound before a person reset it. A latched breaker is never let go.
+// bound before a person reset it. A latched breaker is never let go, and
+// an instance stopped for good (a scale-down) lets nothing go: its
+// breakers went with it.
 func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 	cfg := policy.Default().Breakers.Downstream.Config()
 	idle := breaker.IdleOf(cfg)
@@ -32,6 +34,7 @@ func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 		{"kept half-open", "breaker.not_let_go", []string{"HALF_OPEN@cooldown"}, false},
 		{"kept until a reset", "breaker.not_let_go", []string{"HALF_OPEN@cooldown", "CLOSED@late"}, false},
 		{"latched", "", nil, true},
+		{"its instance stopped for good", "", []string{"HALF_OPEN@cooldown", "STOP@cooldown"}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -64,6 +67,10 @@ func TestBreakersNoOneUsesAreLetGo(t *testing.T) {
 					at = open.Add(idle + time.Second)
 				case "late":
 					at = open.Add(cfg.Cooldown + idle + 3*time.Minute) // RetryLate: 60 s and the longest cooldown
+				}
+				if to == "STOP" { // instance a stops, and no process of it starts again
+					b.stops = map[string][]time.Time{"a": {at.Add(time.Second)}}
+					continue
 				}
 				b.alert(event.BreakerEvent{Scope: "DOWNSTREAM", Key: "refund", Kind: "TRANSITION", From: from, To: event.BreakerStateName(to),
 					Reason: when, Instance: "a", At: event.At(at)})
