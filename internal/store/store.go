@@ -114,9 +114,11 @@ type Store struct {
 	failErr  error
 	bgErrors atomic.Int64 // background errors, failures or not
 	bgLogged atomic.Int64 // when one was last logged at error level, Unix ns
-	// flushFailing is when the flushes began to fail, in Unix nanoseconds
-	// (0: the last flush was done); flushFailLimit is Options.FlushFailLimit
+	// flushFailing and compactFailing are when the flushes and the
+	// compactions began to fail, in Unix nanoseconds (0: the last one was
+	// done); flushFailLimit is Options.FlushFailLimit, for both
 	flushFailing   atomic.Int64
+	compactFailing atomic.Int64
 	flushFailLimit time.Duration
 }
 
@@ -137,10 +139,12 @@ type Options struct {
 	// MemTableSize is the size of one of Pebble's memtables (two are
 	// kept). Default (0): 32 MiB.
 	MemTableSize uint64
-	// FlushFailLimit is how long Pebble's flushes may keep failing, none
-	// done in between, before the store fails (Err) whatever the error:
-	// a memtable that cannot be flushed holds every write once the
-	// memtables are full. Default (0): DefaultFlushFailLimit.
+	// FlushFailLimit is how long Pebble's flushes, or its compactions, may
+	// keep failing, none done in between, before the store fails (Err)
+	// whatever the error: a memtable that cannot be flushed holds every
+	// write once the memtables are full, and tables that cannot be
+	// compacted out of L0 hold every write once L0 has too many.
+	// Default (0): DefaultFlushFailLimit.
 	FlushFailLimit time.Duration
 }
 
@@ -214,12 +218,13 @@ func OpenWith(dir string, log *slog.Logger, o Options) (*Store, error) {
 		bucketMs: o.ExpiryBucket.Milliseconds(), failed: make(chan struct{}), flushFailLimit: o.FlushFailLimit}
 	pl := pebbleLogger{log.With("component", "pebble")}
 	opts := &pebble.Options{
-		FS:            o.FS,
-		Logger:        pl,
-		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl), LowDiskSpace: s.lowDiskSpace, FlushEnd: s.flushEnd},
-		BytesPerSync:  1 << 20,
-		MemTableSize:  o.MemTableSize,
-		MaxOpenFiles:  1000,
+		FS:     o.FS,
+		Logger: pl,
+		EventListener: &pebble.EventListener{BackgroundError: s.backgroundError(pl), LowDiskSpace: s.lowDiskSpace,
+			FlushEnd: s.flushEnd, CompactionEnd: s.compactionEnd},
+		BytesPerSync: 1 << 20,
+		MemTableSize: o.MemTableSize,
+		MaxOpenFiles: 1000,
 		// the point reads of a poll hit recently written states most: keep
 		// their blocks decompressed in memory (Pebble's default is 8 MiB)
 		CacheSize:          64 << 20,
@@ -563,10 +568,10 @@ func (s *Store) Failed() <-chan struct{} { return s.failed }
 // (ENOSPC), its quota reached (EDQUOT) or its file system read-only
 // (EROFS): none of them passes on its own soon, and Pebble would retry the
 // flush until it does while every write waits. It fails too once its
-// flushes have failed for Options.FlushFailLimit, none done in between,
-// whatever the error (EIO from a failing disk, a volume gone). Other errors
-// are returned by the operation that met them, and leave the store as it
-// was.
+// flushes, or its compactions, have failed for Options.FlushFailLimit,
+// none done in between, whatever the error (EIO from a failing disk, a
+// volume gone). Other errors are returned by the operation that met them,
+// and leave the store as it was.
 func (s *Store) Err() error {
 	select {
 	case <-s.failed:
@@ -609,17 +614,39 @@ func (s *Store) fail(err error, msg string) {
 // flushes have failed for flushFailLimit with none done in between
 // (Options.FlushFailLimit). A flush that had nothing to write is done.
 func (s *Store) flushEnd(info pebble.FlushInfo) {
-	if info.Err == nil || (len(info.Output) == 0 && info.Err.Error() == emptyFlush) {
-		s.flushFailing.Store(0)
+	done := info.Err == nil || (len(info.Output) == 0 && info.Err.Error() == emptyFlush)
+	s.failing(&s.flushFailing, done, "flushes", info.Err)
+}
+
+// compactionEnd is Pebble's CompactionEnd listener: it fails the store
+// once its compactions have failed for flushFailLimit with none done in
+// between. Pebble picks a failed compaction of L0 again at once, as it
+// retries a flush; one whose tables below L0 failed is kept out of
+// compactions for 30 s, and meanwhile Pebble compacts L0 into a level
+// without them where it can. A compaction it cancelled (another took its tables, the
+// store is closing) neither failed nor was done.
+func (s *Store) compactionEnd(info pebble.CompactionInfo) {
+	if errors.Is(info.Err, pebble.ErrCancelledCompaction) {
+		return
+	}
+	s.failing(&s.compactFailing, info.Err == nil, "compactions", info.Err)
+}
+
+// failing keeps since, when the flushes or compactions (what) began to
+// fail, up to date with one that ended (done, or failed with err), and
+// fails the store once they have failed for flushFailLimit.
+func (s *Store) failing(since *atomic.Int64, done bool, what string, err error) {
+	if done {
+		since.Store(0)
 		return
 	}
 	now := time.Now().UnixNano()
-	if s.flushFailing.CompareAndSwap(0, now) {
+	if since.CompareAndSwap(0, now) {
 		return
 	}
-	if since := time.Duration(now - s.flushFailing.Load()); since >= s.flushFailLimit {
-		s.fail(fmt.Errorf("flushes failing for %s: %w", since.Round(time.Second), info.Err),
-			"state store failed: its flushes keep failing; check its volume; the changelog holds every state, and a restart restores the store from it")
+	if d := time.Duration(now - since.Load()); d >= s.flushFailLimit {
+		s.fail(fmt.Errorf("%s failing for %s: %w", what, d.Round(time.Second), err),
+			"state store failed: its "+what+" keep failing; check its volume; the changelog holds every state, and a restart restores the store from it")
 	}
 }
 

@@ -271,3 +271,62 @@ func TestAFlushThatFailsOnceDoesNotFailTheStore(t *testing.T) {
 		t.Fatalf("a state flushed on the second try: %v, %v", st, err)
 	}
 }
+
+// Compactions that keep failing (the disk returns EIO on reads of the
+// tables they merge), while every flush is done, fail the store once they
+// have failed for the limit with none done in between: otherwise the
+// flushes stack tables in L0 until Pebble stops every write, for ever.
+func TestCompactionsThatKeepFailingFailTheStore(t *testing.T) {
+	var broken atomic.Bool
+	dir := t.TempDir()
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if broken.Load() && strings.HasSuffix(op.Path, ".sst") &&
+			(op.Kind == errorfs.OpFileRead || op.Kind == errorfs.OpFileReadAt) {
+			return syscall.EIO
+		}
+		return nil
+	}))
+	var logs lockedbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := OpenWith(dir, log, Options{FS: fs, MemTableSize: 1 << 20, FlushFailLimit: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	broken.Store(true)
+	// many memtables' worth: each flush is done and adds a table to L0,
+	// whose compactions cannot read it
+	var written atomic.Int64
+	go func() {
+		for i := 0; s.Err() == nil && i < 2000; i++ {
+			wb := s.NewBatch()
+			for j := i * 100; j < i*100+100; j++ {
+				st := benchState(j, now)
+				if err := wb.Put(3, nil, st, now+2*st.SLAMs); err != nil {
+					return
+				}
+			}
+			if wb.Commit() != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	select {
+	case <-s.Failed():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the store did not fail while its compactions kept failing (%d background errors, %d batches written, L0 %d tables)",
+			s.BackgroundErrors(), written.Load(), s.db.Metrics().Levels[0].TablesCount)
+	}
+	err = s.Err()
+	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "compactions failing") {
+		t.Fatalf("Err() = %v: want ErrUnwritable, EIO, the directory and what failed", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for the broken disk")
+	}
+}
