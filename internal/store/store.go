@@ -105,7 +105,8 @@ type Store struct {
 
 	// failed is closed, and failErr set, once the store cannot be written
 	// (Err): its disk is full, its quota reached or it was remounted
-	// read-only, or its flushes have kept failing for FlushFailLimit.
+	// read-only, or its flushes or compactions have kept failing for
+	// FlushFailLimit.
 	// Pebble retries a flush that failed for as long as it fails, and
 	// stops every write once its memtables are full; the router stops
 	// instead, and the changelog keeps every state.
