@@ -176,26 +176,56 @@ func TestAVolumeRunningOutOfSpaceIsWarnedOf(t *testing.T) {
 // write waits. The error names the directory and the cause. Pebble retries
 // the flush thousands of times a second: the log gets one line a second.
 func TestFlushesThatKeepFailingFailTheStore(t *testing.T) {
-	var broken atomic.Bool
+	// more than a memtable: its flush meets the broken disk, and the
+	// writes wait once the memtables are full
+	s, logs := keepFailing(t, 200, "flushes failing", func(op errorfs.Op) bool {
+		return op.Kind.ReadOrWrite() == errorfs.OpIsWrite
+	})
+	// the flushes failed for 2 s before the store failed: a line a second
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"background error\""); n == 0 || n > 4 {
+		t.Fatalf("%d background errors logged at error level of %d, want 1-4 (one a second):\n%.2000s", n, s.BackgroundErrors(), logs.String())
+	}
+}
+
+// Compactions that keep failing (the disk returns EIO on reads of the
+// tables they merge), while every flush is done, fail the store once they
+// have failed for the limit with none done in between: otherwise the
+// flushes stack tables in L0 until Pebble stops every write, for ever.
+func TestCompactionsThatKeepFailingFailTheStore(t *testing.T) {
+	// many memtables' worth: each flush is done and adds a table to L0,
+	// whose compactions cannot read it
+	keepFailing(t, 2000, "compactions failing", func(op errorfs.Op) bool {
+		return op.Kind == errorfs.OpFileRead || op.Kind == errorfs.OpFileReadAt
+	})
+}
+
+// keepFailing opens a store whose tables' operations that broken picks
+// fail with EIO, writes up to batches batches of 100 states into it until
+// it fails, and checks that it fails within 60 s, with an error that names
+// the directory, the cause and what (flushes, compactions) kept failing,
+// and that Close does not wait for the disk. It returns the store and its
+// log.
+func keepFailing(t *testing.T, batches int, what string, broken func(errorfs.Op) bool) (*Store, *lockedbuf.Buffer) {
+	t.Helper()
+	var on atomic.Bool
 	dir := t.TempDir()
 	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if broken.Load() && strings.HasSuffix(op.Path, ".sst") && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		if on.Load() && strings.HasSuffix(op.Path, ".sst") && broken(op) {
 			return syscall.EIO
 		}
 		return nil
 	}))
-	var logs lockedbuf.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	logs := &lockedbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	s, err := OpenWith(dir, log, Options{FS: fs, MemTableSize: 1 << 20, FlushFailLimit: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
-	broken.Store(true)
-	// more than a memtable: its flush meets the broken disk, and the
-	// writes wait once the memtables are full
+	on.Store(true)
+	var written atomic.Int64
 	go func() {
-		for i := 0; s.Err() == nil && i < 200; i++ {
+		for i := 0; s.Err() == nil && i < batches; i++ {
 			wb := s.NewBatch()
 			for j := i * 100; j < i*100+100; j++ {
 				st := benchState(j, now)
@@ -206,20 +236,18 @@ func TestFlushesThatKeepFailingFailTheStore(t *testing.T) {
 			if wb.Commit() != nil {
 				return
 			}
+			written.Add(1)
 		}
 	}()
 	select {
 	case <-s.Failed():
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the store did not fail while its flushes kept failing (%d background errors)", s.BackgroundErrors())
+		t.Fatalf("the store did not fail while its %s (%d background errors, %d batches written, L0 %d tables)",
+			what, s.BackgroundErrors(), written.Load(), s.db.Metrics().Levels[0].TablesCount)
 	}
 	err = s.Err()
-	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "flushes failing") {
-		t.Fatalf("Err() = %v: want ErrUnwritable, EIO, the directory and what failed", err)
-	}
-	// the flushes failed for 2 s before the store failed: a line a second
-	if n := strings.Count(logs.String(), "level=ERROR msg=\"background error\""); n == 0 || n > 4 {
-		t.Fatalf("%d background errors logged at error level of %d, want 1-4 (one a second):\n%.2000s", n, s.BackgroundErrors(), logs.String())
+	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), what) {
+		t.Fatalf("Err() = %v: want ErrUnwritable, EIO, the directory and %q", err, what)
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -228,6 +256,7 @@ func TestFlushesThatKeepFailingFailTheStore(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waited for the broken disk")
 	}
+	return s, logs
 }
 
 // A flush that fails once, and is done when Pebble tries it again, leaves
@@ -269,64 +298,5 @@ func TestAFlushThatFailsOnceDoesNotFailTheStore(t *testing.T) {
 	}
 	if st, err := s.Get(3, benchState(0, now).TaskID); err != nil || st == nil {
 		t.Fatalf("a state flushed on the second try: %v, %v", st, err)
-	}
-}
-
-// Compactions that keep failing (the disk returns EIO on reads of the
-// tables they merge), while every flush is done, fail the store once they
-// have failed for the limit with none done in between: otherwise the
-// flushes stack tables in L0 until Pebble stops every write, for ever.
-func TestCompactionsThatKeepFailingFailTheStore(t *testing.T) {
-	var broken atomic.Bool
-	dir := t.TempDir()
-	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if broken.Load() && strings.HasSuffix(op.Path, ".sst") &&
-			(op.Kind == errorfs.OpFileRead || op.Kind == errorfs.OpFileReadAt) {
-			return syscall.EIO
-		}
-		return nil
-	}))
-	var logs lockedbuf.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	s, err := OpenWith(dir, log, Options{FS: fs, MemTableSize: 1 << 20, FlushFailLimit: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
-	broken.Store(true)
-	// many memtables' worth: each flush is done and adds a table to L0,
-	// whose compactions cannot read it
-	var written atomic.Int64
-	go func() {
-		for i := 0; s.Err() == nil && i < 2000; i++ {
-			wb := s.NewBatch()
-			for j := i * 100; j < i*100+100; j++ {
-				st := benchState(j, now)
-				if err := wb.Put(3, nil, st, now+2*st.SLAMs); err != nil {
-					return
-				}
-			}
-			if wb.Commit() != nil {
-				return
-			}
-			written.Add(1)
-		}
-	}()
-	select {
-	case <-s.Failed():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the store did not fail while its compactions kept failing (%d background errors, %d batches written, L0 %d tables)",
-			s.BackgroundErrors(), written.Load(), s.db.Metrics().Levels[0].TablesCount)
-	}
-	err = s.Err()
-	if !errors.Is(err, ErrUnwritable) || !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "compactions failing") {
-		t.Fatalf("Err() = %v: want ErrUnwritable, EIO, the directory and what failed", err)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close waited for the broken disk")
 	}
 }
