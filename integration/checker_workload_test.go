@@ -621,11 +621,7 @@ var (
 func (w *workload) addIdleBreakers(c *codec.Codec) {
 	rng := rand.New(rand.NewPCG(w.seed, w.seed^0x1b873593))
 	for i := range 120 {
-		g := &taskGen{w: w, rng: rng, c: c, id: fmt.Sprintf("s%d-idle%d", w.seed, i),
-			at: 300*time.Millisecond + time.Duration(i)*1500*time.Millisecond/120,
-			pm: wlIdleModel, tmpl: wlIdleTemplate, action: wlIdleAction}
-		g.sla(1000, 1000)
-		g.emit(g.timeout())
+		w.idleTimeout(rng, c, fmt.Sprintf("s%d-idle%d", w.seed, i), 300*time.Millisecond+time.Duration(i)*1500*time.Millisecond/120, 0)
 		w.scenario["idle-breaker"]++
 	}
 	slices.SortStableFunc(w.items, func(a, b workItem) int {
@@ -647,14 +643,19 @@ func (w *workload) idleBurst(round int) []workItem {
 	}
 	rng := rand.New(rand.NewPCG(w.seed+uint64(round), w.seed^0x1b873593))
 	tmp := &workload{seed: w.seed, scenario: map[string]int{}}
-	pm, tmpl, action := idleNames(round)
 	for i := range 120 {
-		g := &taskGen{w: tmp, rng: rng, c: c, id: fmt.Sprintf("s%d-idle%d-%d", w.seed, round, i),
-			at: time.Duration(i) * 1500 * time.Millisecond / 120, pm: pm, tmpl: tmpl, action: action}
-		g.sla(1000, 1000)
-		g.emit(g.timeout())
+		tmp.idleTimeout(rng, c, fmt.Sprintf("s%d-idle%d-%d", w.seed, round, i), time.Duration(i)*1500*time.Millisecond/120, round)
 	}
 	return tmp.items
+}
+
+// idleTimeout adds task id of an idle burst: round's model, template and
+// action (idleNames), at at, a timeout with an SLA of 1 s and nothing after it.
+func (w *workload) idleTimeout(rng *rand.Rand, c *codec.Codec, id string, at time.Duration, round int) {
+	pm, tmpl, action := idleNames(round)
+	g := &taskGen{w: w, rng: rng, c: c, id: id, at: at, pm: pm, tmpl: tmpl, action: action}
+	g.sla(1000, 1000)
+	g.emit(g.timeout())
 }
 
 // idleNames are the model, template and action of an idle burst: round 0

@@ -124,14 +124,9 @@
   var done = outcome && outcome.dataset.done, task = outcome && outcome.dataset.task;
   var decision = done === "approve" || done === "reject";
   if (task) {
-    var found = false;
-    for (var i = 0; i < rows.length && !found; i++) {
-      if (rows[i].getAttribute("data-task") === task) {
-        start = decision ? i + 1 : i;
-        found = true;
-      }
-    }
-    var after = decision && !found ? followers(task) : [];
+    var at = indexOf(task);
+    if (at >= 0) { start = decision ? at + 1 : at; }
+    var after = decision && at < 0 ? followers(task) : [];
     for (var j = 0; j < after.length; j++) {
       var k = indexOf(after[j]);
       if (k >= 0) { start = k; break; }
